@@ -1,0 +1,64 @@
+package admission
+
+import (
+	"strconv"
+	"time"
+)
+
+// Outcome is what the gate decided for one request.
+type Outcome int
+
+const (
+	// Admitted means a slot was free now: the work may start at once.
+	Admitted Outcome = iota
+	// Deferred means the window is full: the request holds the next free
+	// slot, Decision.At, and must not start before it.
+	Deferred
+	// Rejected means even the next free slot is further ahead than the
+	// quota's MaxDelay. Nothing was recorded; Decision.At says when a retry
+	// could succeed.
+	Rejected
+)
+
+// String returns "admitted", "deferred" or "rejected".
+func (o Outcome) String() string {
+	switch o {
+	case Admitted:
+		return "admitted"
+	case Deferred:
+		return "deferred"
+	case Rejected:
+		return "rejected"
+	}
+	return "Outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Decision is the gate's answer for one request. It explains itself: a caller
+// can log it, turn it into HTTP headers (Retry-After, remaining) or schedule
+// work with it without asking Redis again.
+type Decision struct {
+	Tenant  string
+	Outcome Outcome
+	// ID is the entry recorded in the tenant's log, "" when Rejected.
+	ID string
+	// Now is the Redis server time of the decision (the local clock when
+	// Local is set).
+	Now time.Time
+	// At is Now when Admitted, the reserved slot when Deferred, and the
+	// earliest time a retry could be admitted or deferred when Rejected.
+	At time.Time
+	// Remaining is how many more requests the window admits now, after this
+	// one.
+	Remaining int
+	// Existing reports that ID was already in the log: this is its original
+	// slot, and no second one was taken.
+	Existing bool
+	// Local reports a decision made without Redis: by the FailOpen fallback
+	// limiter or from the local cache of recent rejections.
+	Local bool
+}
+
+// Delay returns how long the request must wait: At minus Now, never negative.
+func (d Decision) Delay() time.Duration {
+	return max(d.At.Sub(d.Now), 0)
+}

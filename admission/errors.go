@@ -1,0 +1,24 @@
+package admission
+
+import "errors"
+
+var (
+	// ErrInvalidTenant is returned for a tenant that is empty, longer than
+	// MaxTenantLen bytes, not valid UTF-8 or holds a control character.
+	// Nothing is written to Redis.
+	ErrInvalidTenant = errors.New("admitq: invalid tenant")
+
+	// ErrInvalidQuota is returned for a quota whose Limit, Window or MaxDelay
+	// is out of range, and for a stored quota that cannot be decoded. The
+	// error's text names the field and the value. Nothing is written to Redis.
+	ErrInvalidQuota = errors.New("admitq: invalid quota")
+
+	// ErrNoQuota is returned when a tenant has no quota of its own and there
+	// is no default quota either.
+	ErrNoQuota = errors.New("admitq: no quota")
+
+	// ErrUnavailable wraps the error of a Redis call that failed or timed
+	// out, and is returned without a call at all while the breaker is open.
+	// Under FailOpen the gate decides locally instead of returning it.
+	ErrUnavailable = errors.New("admitq: redis unavailable")
+)

@@ -1,0 +1,185 @@
+package admission
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/lua"
+)
+
+// slotModel is the slot rule of DESIGN.md written plainly in Go: a map of
+// entry ID to slot, sorted on demand. admit.lua must agree with it exactly.
+type slotModel struct {
+	log map[string]int64
+}
+
+type modelResult struct {
+	Code, At, Remaining int64
+}
+
+func (m *slotModel) admit(now int64, q Quota, gran int64, ids []string) []modelResult {
+	w, d, limit := q.Window.Microseconds(), q.MaxDelay.Microseconds(), q.Limit
+	for id, s := range m.log {
+		if s <= now-w {
+			delete(m.log, id)
+		}
+	}
+	newest := now
+	for _, s := range m.log {
+		newest = max(newest, s)
+	}
+	var out []modelResult
+	var retryAt *int64
+	for _, id := range ids {
+		existing, has := m.log[id]
+		var code, slot int64
+		switch {
+		case retryAt != nil:
+			code, slot = 2, *retryAt
+		default:
+			slot = newest
+			if len(m.log) >= limit {
+				scores := slices.Sorted(mapValues(m.log))
+				slot = max(slot, scores[len(scores)-limit]+w)
+			}
+			switch {
+			case slot <= now:
+				code = 0
+			case slot-now <= d:
+				code = 1
+				slot = (slot + gran - 1) / gran * gran
+			default:
+				code = 2
+			}
+		}
+		switch {
+		case has:
+			code, slot = 3, existing
+			if slot > now {
+				code = 4
+			}
+		case code == 2:
+			if retryAt == nil {
+				slot -= d
+				retryAt = &slot
+			}
+		default:
+			m.log[id] = slot
+			newest = slot
+		}
+		var remaining int64
+		if code != 2 && newest <= now && len(m.log) < limit {
+			remaining = int64(limit - len(m.log))
+		}
+		out = append(out, modelResult{code, slot, remaining})
+	}
+	return out
+}
+
+func mapValues(m map[string]int64) func(func(int64) bool) {
+	return func(yield func(int64) bool) {
+		for _, v := range m {
+			if !yield(v) {
+				return
+			}
+		}
+	}
+}
+
+// TestScriptMatchesModel drives admit.lua on miniredis with an exact clock
+// through random sequences of admissions (new and repeated IDs, batches),
+// releases and time steps, and checks every reply and the stored log
+// against slotModel.
+func TestScriptMatchesModel(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	script := lua.Admit()
+	ctx := t.Context()
+
+	for seed := range uint64(200) {
+		r := rand.New(rand.NewPCG(seed, 7))
+		q := Quota{
+			Limit:    1 + r.IntN(6),
+			Window:   time.Duration(1+r.IntN(5)) * time.Second,
+			MaxDelay: time.Duration(r.IntN(4)) * time.Second,
+		}
+		gran := []int64{1, 1, 1000, 1_000_000}[r.IntN(4)]
+		key := "model:{" + strconv.FormatUint(seed, 10) + "}:log"
+		now := time.Unix(1_780_000_000, 0).Add(time.Duration(r.IntN(1e6)) * time.Microsecond)
+		m := &slotModel{log: map[string]int64{}}
+		var issued []string
+		for step := range 60 {
+			desc := fmt.Sprintf("seed %d step %d quota %v gran %dµs", seed, step, q, gran)
+			switch op := r.IntN(10); {
+			case op < 3: // time passes, sometimes past whole windows
+				now = now.Add(time.Duration(r.Int64N(int64(2 * q.Window))))
+			case op < 4 && len(issued) > 0: // release
+				id := issued[r.IntN(len(issued))]
+				delete(m.log, id)
+				if err := rdb.ZRem(ctx, key, id).Err(); err != nil {
+					t.Fatal(err)
+				}
+			default: // a batch of new and repeated IDs
+				ids := make([]string, 1+r.IntN(4))
+				for i := range ids {
+					if len(issued) > 0 && r.IntN(4) == 0 {
+						ids[i] = issued[r.IntN(len(issued))]
+					} else {
+						ids[i] = "id" + strconv.Itoa(len(issued))
+						issued = append(issued, ids[i])
+					}
+				}
+				ids = slices.Compact(ids)
+				mr.SetTime(now)
+				args := appendAdmitArgs(nil, q, gran, ids)
+				res, err := script.Run(ctx, rdb, []string{key}, args...).Int64Slice()
+				if err != nil {
+					t.Fatalf("%s: %v", desc, err)
+				}
+				if res[0] != now.UnixMicro() {
+					t.Fatalf("%s: script now = %d, want %d", desc, res[0], now.UnixMicro())
+				}
+				var got []modelResult
+				for i := 1; i+2 < len(res); i += 3 {
+					got = append(got, modelResult{res[i], res[i+1], res[i+2]})
+				}
+				want := m.admit(now.UnixMicro(), q, gran, ids)
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Fatalf("%s: admit %v (-model,+script):\n%s", desc, ids, diff)
+				}
+			}
+			stored, err := rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			gotLog := map[string]int64{}
+			for _, z := range stored {
+				gotLog[z.Member.(string)] = int64(z.Score)
+			}
+			// The model trims lazily, like the script: compare what is live.
+			wantLog := map[string]int64{}
+			for id, s := range m.log {
+				if s > now.UnixMicro()-q.Window.Microseconds() {
+					wantLog[id] = s
+				}
+			}
+			for id, s := range gotLog {
+				if s <= now.UnixMicro()-q.Window.Microseconds() {
+					delete(gotLog, id)
+				}
+			}
+			if diff := cmp.Diff(wantLog, gotLog); diff != "" {
+				t.Fatalf("%s: log (-model,+redis):\n%s", desc, diff)
+			}
+		}
+	}
+}

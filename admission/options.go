@@ -1,0 +1,91 @@
+package admission
+
+import (
+	"log/slog"
+	"time"
+)
+
+// An Option configures a Gate or a RedisQuotas. Options that do not apply to
+// the value being built are ignored.
+type Option interface {
+	apply(*options)
+}
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+type options struct {
+	prefix      string
+	granularity time.Duration
+	timeout     time.Duration
+	refresh     time.Duration
+	logger      *slog.Logger
+}
+
+// DefaultTimeout is the deadline of one Redis call when WithTimeout is not
+// given. A local Redis answers a script call in well under a millisecond and
+// a loaded one in a few; 250ms rides out a GC pause or a failover blip, yet
+// bounds what a caller waits for a Redis that is gone.
+const DefaultTimeout = 250 * time.Millisecond
+
+// DefaultRefresh is how long RedisQuotas serves a cached quota before it
+// reads it again, so a change reaches every producer within about a second.
+const DefaultRefresh = 500 * time.Millisecond
+
+func newOptions(opts []Option) options {
+	o := options{
+		prefix:      "admitq",
+		granularity: time.Microsecond,
+		timeout:     DefaultTimeout,
+		refresh:     DefaultRefresh,
+	}
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	return o
+}
+
+// WithPrefix sets the prefix of every Redis key; the default is "admitq".
+// Gates and quota stores that share tenants must share the prefix.
+func WithPrefix(prefix string) Option {
+	return optionFunc(func(o *options) {
+		if prefix != "" {
+			o.prefix = prefix
+		}
+	})
+}
+
+// WithGranularity rounds deferred slots up to a whole multiple of d, for
+// schedulers that cannot run work at finer times: asynq schedules whole
+// seconds, so enqueue uses one second. Rounding up keeps the bound exact; it
+// only ever moves a slot later. The default, and any d below 1µs, is 1µs.
+func WithGranularity(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.granularity = max(d, time.Microsecond) })
+}
+
+// WithTimeout sets the deadline of each Redis call; 0 or less keeps
+// DefaultTimeout. The caller's context can only shorten it.
+func WithTimeout(d time.Duration) Option {
+	return optionFunc(func(o *options) {
+		if d > 0 {
+			o.timeout = d
+		}
+	})
+}
+
+// WithRefresh sets how long RedisQuotas serves a cached quota before reading
+// it again; 0 or less keeps DefaultRefresh.
+func WithRefresh(d time.Duration) Option {
+	return optionFunc(func(o *options) {
+		if d > 0 {
+			o.refresh = d
+		}
+	})
+}
+
+// WithLogger gives the gate a logger for events off the hot path, such as
+// the breaker opening and closing. The default discards them.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(o *options) { o.logger = l })
+}

@@ -1,0 +1,275 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// defaultField is the hash field of the default quota. Tenants are never
+// empty, so it cannot collide with one.
+const defaultField = ""
+
+// maxCachedQuotas bounds the lookup cache of a RedisQuotas.
+const maxCachedQuotas = 100_000
+
+// RedisQuotas keeps quotas in the Redis hash {prefix}:quotas, where
+// operators change them live (admitq quota set). As a Quotas source it
+// answers from a local cache and rereads a tenant's entry once it is older
+// than the refresh interval (WithRefresh, DefaultRefresh), in the
+// background, so a change reaches every running gate within about a second
+// and a lookup costs no round trip on the hot path.
+//
+// A RedisQuotas is safe for concurrent use. It starts no goroutine that
+// outlives a call.
+type RedisQuotas struct {
+	rdb  redis.UniversalClient
+	key  string
+	opts options
+
+	mu    sync.Mutex
+	cache map[string]*cachedQuota
+}
+
+type cachedQuota struct {
+	q          Quota
+	err        error
+	fetched    time.Time
+	refreshing bool
+}
+
+// NewRedisQuotas returns a quota store on rdb. It honours WithPrefix,
+// WithTimeout and WithRefresh.
+func NewRedisQuotas(rdb redis.UniversalClient, opts ...Option) *RedisQuotas {
+	o := newOptions(opts)
+	return &RedisQuotas{rdb: rdb, key: quotasKey(o.prefix), opts: o, cache: make(map[string]*cachedQuota)}
+}
+
+// Set stores tenant's quota. It validates both first and writes nothing when
+// either is invalid.
+func (r *RedisQuotas) Set(ctx context.Context, tenant string, q Quota) error {
+	if err := ValidateTenant(tenant); err != nil {
+		return err
+	}
+	return r.set(ctx, tenant, q)
+}
+
+// SetDefault stores the quota of tenants that have none of their own.
+func (r *RedisQuotas) SetDefault(ctx context.Context, q Quota) error {
+	return r.set(ctx, defaultField, q)
+}
+
+func (r *RedisQuotas) set(ctx context.Context, field string, q Quota) error {
+	b, err := q.MarshalText()
+	if err != nil {
+		return err
+	}
+	if err := r.do(ctx, func(ctx context.Context) error { return r.rdb.HSet(ctx, r.key, field, b).Err() }); err != nil {
+		return err
+	}
+	r.invalidate(field)
+	return nil
+}
+
+// Get returns tenant's own quota, or an error wrapping ErrNoQuota when it has
+// none (the default does not count). It always reads Redis.
+func (r *RedisQuotas) Get(ctx context.Context, tenant string) (Quota, error) {
+	if err := ValidateTenant(tenant); err != nil {
+		return Quota{}, err
+	}
+	return r.get(ctx, tenant)
+}
+
+// GetDefault returns the default quota, or an error wrapping ErrNoQuota.
+func (r *RedisQuotas) GetDefault(ctx context.Context) (Quota, error) {
+	return r.get(ctx, defaultField)
+}
+
+func (r *RedisQuotas) get(ctx context.Context, field string) (Quota, error) {
+	var v string
+	err := r.do(ctx, func(ctx context.Context) (err error) {
+		v, err = r.rdb.HGet(ctx, r.key, field).Result()
+		if errors.Is(err, redis.Nil) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return Quota{}, err
+	}
+	if v == "" {
+		return Quota{}, noQuota(field)
+	}
+	var q Quota
+	if err := q.UnmarshalText([]byte(v)); err != nil {
+		return Quota{}, fmt.Errorf("%s: %w", describe(field), err)
+	}
+	return q, nil
+}
+
+// Delete removes tenant's own quota; it then falls back to the default.
+// Deleting a tenant that has none is not an error.
+func (r *RedisQuotas) Delete(ctx context.Context, tenant string) error {
+	if err := ValidateTenant(tenant); err != nil {
+		return err
+	}
+	return r.delete(ctx, tenant)
+}
+
+// DeleteDefault removes the default quota.
+func (r *RedisQuotas) DeleteDefault(ctx context.Context) error {
+	return r.delete(ctx, defaultField)
+}
+
+func (r *RedisQuotas) delete(ctx context.Context, field string) error {
+	if err := r.do(ctx, func(ctx context.Context) error { return r.rdb.HDel(ctx, r.key, field).Err() }); err != nil {
+		return err
+	}
+	r.invalidate(field)
+	return nil
+}
+
+// List returns every stored quota. An entry that does not decode (written
+// by hand, say) makes List fail with an error naming its tenant.
+func (r *RedisQuotas) List(ctx context.Context) (StaticQuotas, error) {
+	var all map[string]string
+	err := r.do(ctx, func(ctx context.Context) (err error) {
+		all, err = r.rdb.HGetAll(ctx, r.key).Result()
+		return err
+	})
+	if err != nil {
+		return StaticQuotas{}, err
+	}
+	s := StaticQuotas{Tenants: make(map[string]Quota, len(all))}
+	for field, v := range all {
+		var q Quota
+		if err := q.UnmarshalText([]byte(v)); err != nil {
+			return StaticQuotas{}, fmt.Errorf("%s: %w", describe(field), err)
+		}
+		if field == defaultField {
+			s.Default = &q
+		} else {
+			s.Tenants[field] = q
+		}
+	}
+	return s, nil
+}
+
+// Quota returns tenant's quota, else the default, else ErrNoQuota, from the
+// local cache. A stale entry is served while one background read refreshes
+// it; a missing one is read at once.
+func (r *RedisQuotas) Quota(ctx context.Context, tenant string) (Quota, error) {
+	now := time.Now()
+	r.mu.Lock()
+	c, ok := r.cache[tenant]
+	if ok && now.Sub(c.fetched) < r.opts.refresh {
+		q, err := c.q, c.err
+		r.mu.Unlock()
+		return q, err
+	}
+	if ok {
+		q, err := c.q, c.err
+		if !c.refreshing {
+			c.refreshing = true
+			go r.refresh(tenant)
+		}
+		r.mu.Unlock()
+		return q, err
+	}
+	r.mu.Unlock()
+
+	q, err := r.resolve(ctx, tenant)
+	if err != nil && !errors.Is(err, ErrNoQuota) && !errors.Is(err, ErrInvalidQuota) {
+		return Quota{}, err // Redis trouble: nothing worth caching
+	}
+	r.store(tenant, q, err, now)
+	return q, err
+}
+
+func (r *RedisQuotas) refresh(tenant string) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.opts.timeout)
+	defer cancel()
+	now := time.Now()
+	q, err := r.resolve(ctx, tenant)
+	if err != nil && !errors.Is(err, ErrNoQuota) && !errors.Is(err, ErrInvalidQuota) {
+		// Keep serving what we had; try again on the next lookup.
+		r.mu.Lock()
+		if c, ok := r.cache[tenant]; ok {
+			c.refreshing = false
+		}
+		r.mu.Unlock()
+		return
+	}
+	r.store(tenant, q, err, now)
+}
+
+func (r *RedisQuotas) store(tenant string, q Quota, err error, fetched time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.cache) >= maxCachedQuotas {
+		clear(r.cache) // a flood of distinct tenants must not grow memory without bound
+	}
+	r.cache[tenant] = &cachedQuota{q: q, err: err, fetched: fetched}
+}
+
+// resolve reads tenant's quota and the default in one round trip.
+func (r *RedisQuotas) resolve(ctx context.Context, tenant string) (Quota, error) {
+	var vals []any
+	err := r.do(ctx, func(ctx context.Context) (err error) {
+		vals, err = r.rdb.HMGet(ctx, r.key, tenant, defaultField).Result()
+		return err
+	})
+	if err != nil {
+		return Quota{}, err
+	}
+	for i, field := range []string{tenant, defaultField} {
+		v, ok := vals[i].(string)
+		if !ok {
+			continue
+		}
+		var q Quota
+		if err := q.UnmarshalText([]byte(v)); err != nil {
+			return Quota{}, fmt.Errorf("%s: %w", describe(field), err)
+		}
+		return q, nil
+	}
+	return Quota{}, noQuota(tenant)
+}
+
+// invalidate drops cached lookups that a write to field changes: one
+// tenant's, or every one for the default.
+func (r *RedisQuotas) invalidate(field string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if field == defaultField {
+		clear(r.cache)
+		return
+	}
+	delete(r.cache, field)
+}
+
+// do runs one Redis call under the store's deadline and maps its error.
+func (r *RedisQuotas) do(ctx context.Context, call func(context.Context) error) error {
+	cctx, cancel := context.WithTimeout(ctx, r.opts.timeout)
+	defer cancel()
+	if err := call(cctx); err != nil {
+		return callError(ctx, "quotas", r.key, err)
+	}
+	return nil
+}
+
+func noQuota(field string) error {
+	return fmt.Errorf("%w for %s", ErrNoQuota, describe(field))
+}
+
+func describe(field string) string {
+	if field == defaultField {
+		return "the default quota"
+	}
+	return fmt.Sprintf("tenant %q", field)
+}
+

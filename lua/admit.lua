@@ -1,0 +1,94 @@
+-- admit.lua: the slot rule, for one or more tenants' sliding-window logs.
+--
+-- KEYS[k]  the log of the k-th tenant: a ZSET of entry ID -> slot (Redis time, µs)
+-- ARGV     for each key k, in order: limit, window µs, max delay µs,
+--          granularity µs (1 = none), n, then n entry IDs in request order
+-- Returns  {now µs, then for each ID in order: outcome, at µs, remaining}
+--          outcome 0 admitted, 1 deferred, 2 rejected,
+--                  3 admitted earlier (ID already in the log), 4 deferred earlier.
+--          at is the slot; for a rejection, the earliest time a retry could be deferred.
+--
+-- A new slot is max(now, newest slot, L-th newest slot + window): every interval
+-- of length window then holds at most limit slots, and slots never go backwards
+-- (FIFO), even when deferred slots are rounded up to the granularity.
+-- Once one ID of a key is rejected, every later ID of that key is too.
+-- Scores are written with %.0f because Lua's own number format keeps only
+-- 14 digits, and a µs timestamp has 16.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local out = {now}
+local a = 1
+for k = 1, #KEYS do
+  local key = KEYS[k]
+  local limit = tonumber(ARGV[a])
+  local window = tonumber(ARGV[a + 1])
+  local maxDelay = tonumber(ARGV[a + 2])
+  local gran = tonumber(ARGV[a + 3])
+  local n = tonumber(ARGV[a + 4])
+  a = a + 5
+
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - window))
+  local card = redis.call('ZCARD', key)
+  local newest = now
+  if card > 0 then
+    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    newest = math.max(now, tonumber(last[2]))
+  end
+  local added = false
+  local retryAt = nil
+
+  for i = a, a + n - 1 do
+    local id = ARGV[i]
+    local code, slot = 2, retryAt
+    if not retryAt then
+      slot = newest
+      if card >= limit then
+        local e = redis.call('ZRANGE', key, -limit, -limit, 'WITHSCORES')
+        slot = math.max(slot, tonumber(e[2]) + window)
+      end
+      if slot <= now then
+        code = 0
+      elseif slot - now <= maxDelay then
+        code = 1
+        local r = math.fmod(slot, gran) -- exact, unlike ceil(slot / gran)
+        if r > 0 then
+          slot = slot - r + gran
+        end
+      end
+    end
+    if code == 2 then
+      -- A retry of an ID that already holds a slot keeps it, even when full.
+      local s = redis.call('ZSCORE', key, id)
+      if s then
+        slot = tonumber(s)
+        code = 3
+      elseif not retryAt then
+        retryAt = slot - maxDelay
+        slot = retryAt
+      end
+    elseif redis.call('ZADD', key, 'NX', string.format('%.0f', slot), id) == 1 then
+      card = card + 1
+      newest = slot
+      added = true
+    else
+      slot = tonumber(redis.call('ZSCORE', key, id))
+      code = 3
+    end
+    if code == 3 and slot > now then
+      code = 4
+    end
+    local remaining = 0
+    if code ~= 2 and newest <= now and card < limit then
+      remaining = limit - card
+    end
+    out[#out + 1] = code
+    out[#out + 1] = slot
+    out[#out + 1] = remaining
+  end
+  a = a + n
+
+  if added then
+    redis.call('PEXPIRE', key, math.ceil((newest + window - now) / 1000) + 1)
+  end
+end
+return out
