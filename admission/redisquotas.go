@@ -272,4 +272,3 @@ func describe(field string) string {
 	}
 	return fmt.Sprintf("tenant %q", field)
 }
-
