@@ -1,0 +1,45 @@
+// Package metrics exports Prometheus metrics for admitq producers and
+// workers.
+//
+// One Metrics value holds four series:
+//
+//	admitq_gate_decisions_total{tenant,outcome}  counter: gate decisions, outcome = admitted|deferred|rejected
+//	admitq_tasks_processed_total{tenant}          counter: handler runs that ended, failed or not (as asynq counts "processed")
+//	admitq_tasks_failed_total{tenant}             counter: handler runs that failed
+//	admitq_queue_delay_seconds{tenant}            histogram: from a task's slot to the start of its first run
+//
+// A producer reports each decision with ObserveDecision; a worker wraps its
+// handler in Middleware. A process that does both shares one Metrics.
+// Metrics is a prometheus.Collector: register it with the registry you
+// serve.
+//
+//	m := metrics.New()
+//	prometheus.MustRegister(m)
+//
+//	// producer
+//	info, d, err := client.Enqueue(ctx, tenant, task)
+//	if err == nil || errors.Is(err, enqueue.ErrRejected) {
+//		m.ObserveDecision(d)
+//	}
+//
+//	// worker
+//	w := worker.New(redisOpt, worker.Config{Middleware: []asynq.MiddlewareFunc{m.Middleware()}})
+//
+// # Label cardinality
+//
+// Every series has a tenant label, so each tenant costs about 20 series
+// (3 decision counters, 2 task counters, a histogram of 14 buckets plus its
+// sum and count). Past WithMaxTenants distinct tenants (DefaultMaxTenants,
+// 1000) further tenants are counted under the label value OtherTenant, so a
+// flood of new tenant names cannot grow the registry without bound. To choose
+// the label yourself (a plan or a shard instead of the tenant, say), use
+// WithTenantLabel. Tasks that carry no tenant are counted under tenant="".
+//
+// # Queueing delay
+//
+// The delay is measured from the slot the gate gave the task (carried in the
+// task header that enqueue stamps) to the moment the worker starts it, on the
+// worker's clock. The slot is Redis server time, so a worker whose clock is
+// off by x skews the histogram by x. Delays under zero are counted as zero.
+// Retries are not observed: their wait is asynq's backoff, not admission.
+package metrics

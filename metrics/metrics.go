@@ -1,0 +1,250 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/enqueue"
+	"github.com/admitq/admitq/worker"
+)
+
+// DefaultMaxTenants is how many distinct tenants get their own label value
+// when WithMaxTenants is not given.
+const DefaultMaxTenants = 1000
+
+// OtherTenant is the tenant label value of every tenant past the limit set by
+// WithMaxTenants.
+const OtherTenant = "_other"
+
+// SlotHeader is the task header that carries a task's slot, in Unix
+// milliseconds of Redis server time. Middleware reads it to measure the
+// queueing delay.
+//
+// TODO(lead): move to package enqueue, which stamps it, once it does.
+const SlotHeader = "admitq-slot"
+
+// DefaultDelayBuckets are the upper bounds, in seconds, of the
+// admitq_queue_delay_seconds buckets. A deferred task starts within about a
+// second of its slot when workers keep up (asynq promotes scheduled tasks
+// once a second); the long tail is a backlog.
+var DefaultDelayBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+
+// An Option configures New.
+type Option interface {
+	apply(*options)
+}
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+type options struct {
+	maxTenants int
+	label      func(string) string
+	buckets    []float64
+	isFailure  func(error) bool
+}
+
+// WithMaxTenants sets how many distinct tenant label values the Metrics
+// hands out; later tenants are counted as OtherTenant. Zero or negative means
+// DefaultMaxTenants. The limit applies after WithTenantLabel's mapping.
+func WithMaxTenants(n int) Option {
+	return optionFunc(func(o *options) {
+		if n > 0 {
+			o.maxTenants = n
+		}
+	})
+}
+
+// WithTenantLabel maps a tenant to its label value, for example to group
+// tenants by plan. It must be safe for concurrent use. Nil means the tenant
+// itself.
+func WithTenantLabel(f func(tenant string) string) Option {
+	return optionFunc(func(o *options) { o.label = f })
+}
+
+// WithDelayBuckets sets the buckets of admitq_queue_delay_seconds, in
+// seconds. Empty means DefaultDelayBuckets.
+func WithDelayBuckets(b []float64) Option {
+	return optionFunc(func(o *options) {
+		if len(b) > 0 {
+			o.buckets = slices.Clone(b)
+		}
+	})
+}
+
+// WithIsFailure decides which handler errors count in
+// admitq_tasks_failed_total; pass the worker's Config.IsFailure to agree with
+// it. Nil means every error except a *worker.ThrottledError, which mirrors
+// the worker's own rule.
+func WithIsFailure(f func(error) bool) Option {
+	return optionFunc(func(o *options) { o.isFailure = f })
+}
+
+// Metrics counts gate decisions and task runs by tenant. Create it with New
+// and register it with a prometheus.Registerer. It is safe for concurrent
+// use.
+type Metrics struct {
+	decisions *prometheus.CounterVec
+	processed *prometheus.CounterVec
+	failed    *prometheus.CounterVec
+	delay     *prometheus.HistogramVec
+
+	label     func(string) string
+	isFailure func(error) bool
+	now       func() time.Time
+
+	maxTenants int
+	mu         sync.Mutex
+	tenants    map[string]struct{} // label values handed out, at most maxTenants
+}
+
+// New returns Metrics with no observations. Register it before serving.
+func New(opts ...Option) *Metrics {
+	o := options{maxTenants: DefaultMaxTenants, buckets: DefaultDelayBuckets}
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	if o.isFailure == nil {
+		o.isFailure = func(err error) bool {
+			var te *worker.ThrottledError
+			return err != nil && !errors.As(err, &te)
+		}
+	}
+	return &Metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "admitq_gate_decisions_total",
+			Help: "Admission decisions by tenant and outcome (admitted, deferred, rejected).",
+		}, []string{"tenant", "outcome"}),
+		processed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "admitq_tasks_processed_total",
+			Help: "Task runs that ended, failed or not, by tenant.",
+		}, []string{"tenant"}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "admitq_tasks_failed_total",
+			Help: "Task runs that failed, by tenant.",
+		}, []string{"tenant"}),
+		delay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "admitq_queue_delay_seconds",
+			Help:    "Time from a task's admission slot to the start of its first run, by tenant.",
+			Buckets: o.buckets,
+		}, []string{"tenant"}),
+		label:      o.label,
+		isFailure:  o.isFailure,
+		now:        time.Now,
+		maxTenants: o.maxTenants,
+		tenants:    make(map[string]struct{}),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	m.decisions.Describe(ch)
+	m.processed.Describe(ch)
+	m.failed.Describe(ch)
+	m.delay.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.decisions.Collect(ch)
+	m.processed.Collect(ch)
+	m.failed.Collect(ch)
+	m.delay.Collect(ch)
+}
+
+var outcomes = []admission.Outcome{admission.Admitted, admission.Deferred, admission.Rejected}
+
+// ObserveDecision counts d under its tenant and outcome. Call it for every
+// decision a producer gets, including rejections (enqueue.RejectedError
+// carries the Decision).
+func (m *Metrics) ObserveDecision(d admission.Decision) {
+	tenant, first := m.tenantLabel(d.Tenant)
+	if first {
+		// Start every outcome at zero, so rate() and alerts see the series
+		// before the first rejection.
+		for _, o := range outcomes {
+			m.decisions.WithLabelValues(tenant, o.String())
+		}
+	}
+	m.decisions.WithLabelValues(tenant, d.Outcome.String()).Inc()
+}
+
+// Middleware returns asynq middleware that counts each run of a task by
+// tenant (from the enqueue.TenantHeader header) and, on a task's first run,
+// observes its queueing delay (from the SlotHeader header). Put it in
+// worker.Config.Middleware, or use it with a plain asynq.ServeMux.
+func (m *Metrics) Middleware() asynq.MiddlewareFunc {
+	return func(next asynq.Handler) asynq.Handler {
+		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			start := m.now()
+			tenant, first := m.tenantLabel(t.Headers()[enqueue.TenantHeader])
+			if first {
+				m.failed.WithLabelValues(tenant)
+			}
+			if slot, ok := TaskSlot(t); ok && firstRun(ctx) {
+				m.delay.WithLabelValues(tenant).Observe(max(start.Sub(slot), 0).Seconds())
+			}
+			ended := false
+			defer func() {
+				m.processed.WithLabelValues(tenant).Inc()
+				if !ended { // panicking: the worker turns it into a failure
+					m.failed.WithLabelValues(tenant).Inc()
+				}
+			}()
+			err := next.ProcessTask(ctx, t)
+			ended = true
+			if m.isFailure(err) {
+				m.failed.WithLabelValues(tenant).Inc()
+			}
+			return err
+		})
+	}
+}
+
+// TaskSlot returns the slot stamped in t's SlotHeader, if it has one.
+func TaskSlot(t *asynq.Task) (time.Time, bool) {
+	v, ok := t.Headers()[SlotHeader]
+	if !ok {
+		return time.Time{}, false
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
+}
+
+func firstRun(ctx context.Context) bool {
+	n, ok := asynq.GetRetryCount(ctx)
+	return !ok || n == 0
+}
+
+// tenantLabel maps tenant to its label value and reports whether this is the
+// first time the value is used.
+func (m *Metrics) tenantLabel(tenant string) (string, bool) {
+	if m.label != nil {
+		tenant = m.label(tenant)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.tenants[tenant]; ok {
+		return tenant, false
+	}
+	if len(m.tenants) >= m.maxTenants {
+		tenant = OtherTenant
+		if _, ok := m.tenants[tenant]; ok {
+			return tenant, false
+		}
+	}
+	m.tenants[tenant] = struct{}{}
+	return tenant, true
+}
