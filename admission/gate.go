@@ -27,14 +27,25 @@ type Gate struct {
 	admit  *redis.Script
 	usage  *redis.Script
 	ids    *idGen
+
+	commit *committer  // nil when batching is off
+	deny   *denyCache  // nil when the deny cache is off
+	brk    *breaker
+	local  *localLimiter
 }
+
+// Group-commit bounds: requests per pipeline and pipelines in flight.
+const (
+	maxBatch  = 256
+	maxFlight = 4
+)
 
 // New returns a Gate that keeps its logs in rdb and looks quotas up in
 // quotas. rdb may be a plain, failover or cluster client; the caller owns it
 // and closes it.
 func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 	o := newOptions(opts)
-	return &Gate{
+	g := &Gate{
 		rdb:    rdb,
 		quotas: quotas,
 		opts:   o,
@@ -42,7 +53,25 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 		admit:  lua.Admit(),
 		usage:  lua.Usage(),
 		ids:    newIDGen(),
+		local:  newLocalLimiter(o.instances),
 	}
+	if o.batching {
+		g.commit = newCommitter(rdb, g.admit, o.timeout, maxBatch, maxFlight)
+	}
+	if o.denyCache {
+		g.deny = newDenyCache(100_000)
+	}
+	g.brk = newBreaker(func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, o.timeout, o.logger)
+	return g
+}
+
+// Close stops the gate's background work: the probe that runs while Redis
+// is unavailable. It does not close the Redis client, which the caller
+// owns. A closed gate still decides, but no longer notices Redis coming
+// back once its breaker has opened.
+func (g *Gate) Close() error {
+	g.brk.close()
+	return nil
 }
 
 // Granularity returns how deferred slots are rounded up.
@@ -111,14 +140,61 @@ func (g *Gate) quota(ctx context.Context, tenant string) (Quota, error) {
 }
 
 func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string) ([]Decision, error) {
-	args := appendAdmitArgs(make([]any, 0, 5+len(ids)), q, g.gran, ids)
+	now := time.Now()
+	if g.deny != nil {
+		if d, ok := g.deny.lookup(tenant, q, now); ok {
+			return d.decisions(tenant, ids, now), nil
+		}
+	}
+	if g.brk.isOpen() {
+		return g.withoutRedis(tenant, q, ids, now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, tenant))
+	}
+	ds, err := g.remote(ctx, tenant, q, ids)
+	if err != nil {
+		if errors.Is(err, ErrUnavailable) {
+			g.brk.failure(err)
+			return g.withoutRedis(tenant, q, ids, now, err)
+		}
+		return nil, err
+	}
+	g.brk.success()
+	if last := ds[len(ds)-1]; g.deny != nil && last.Outcome == Rejected {
+		g.deny.put(tenant, q, last, now)
+	}
+	return ds, nil
+}
+
+// withoutRedis decides while Redis is unavailable, as the failure policy
+// says.
+func (g *Gate) withoutRedis(tenant string, q Quota, ids []string, now time.Time, err error) ([]Decision, error) {
+	if g.opts.policy == FailOpen {
+		return g.local.admit(tenant, q, ids, now), nil
+	}
+	return nil, err
+}
+
+// remote decides on Redis, through the group commit when it is on. The
+// whole call, queueing included, is bounded by the gate's timeout.
+func (g *Gate) remote(ctx context.Context, tenant string, q Quota, ids []string) ([]Decision, error) {
+	key := logKey(g.opts.prefix, tenant)
 	cctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
 	defer cancel()
-	res, err := g.admit.Run(cctx, g.rdb, []string{logKey(g.opts.prefix, tenant)}, args...).Int64Slice()
+	if g.commit != nil {
+		ds, err := g.commit.do(cctx, &request{tenant: tenant, key: key, q: q, gran: g.gran, ids: ids}, g.releaseAbandoned)
+		if err != nil {
+			return nil, callError(ctx, "admit", tenant, err)
+		}
+		return ds, nil
+	}
+	args := appendAdmitArgs(make([]any, 0, 5+len(ids)), q, g.gran, ids)
+	res, err := g.admit.Run(cctx, g.rdb, []string{key}, args...).Int64Slice()
 	if err != nil {
 		return nil, callError(ctx, "admit", tenant, err)
 	}
-	return parseDecisions(tenant, ids, res)
+	if len(res) == 0 {
+		return nil, errors.New("admitq: admit script returned nothing")
+	}
+	return parseDecisions(tenant, ids, res[0], res[1:])
 }
 
 func appendAdmitArgs(args []any, q Quota, gran int64, ids []string) []any {
@@ -129,16 +205,16 @@ func appendAdmitArgs(args []any, q Quota, gran int64, ids []string) []any {
 	return args
 }
 
-// parseDecisions reads admit.lua's reply for one key: res[0] is now, then
-// outcome, slot and remaining for each ID.
-func parseDecisions(tenant string, ids []string, res []int64) ([]Decision, error) {
-	if len(res) != 1+3*len(ids) {
+// parseDecisions reads admit.lua's reply for ids: the server time nowµs,
+// and res, which holds outcome, slot and remaining for each ID.
+func parseDecisions(tenant string, ids []string, nowµs int64, res []int64) ([]Decision, error) {
+	if len(res) != 3*len(ids) {
 		return nil, fmt.Errorf("admitq: admit script returned %d values for %d IDs", len(res), len(ids))
 	}
-	now := time.UnixMicro(res[0])
+	now := time.UnixMicro(nowµs)
 	ds := make([]Decision, len(ids))
 	for i, id := range ids {
-		code, at, remaining := res[1+3*i], res[2+3*i], res[3+3*i]
+		code, at, remaining := res[3*i], res[3*i+1], res[3*i+2]
 		d := Decision{Tenant: tenant, ID: id, Now: now, At: time.UnixMicro(at), Remaining: int(remaining)}
 		switch code {
 		case 0:
@@ -159,6 +235,14 @@ func parseDecisions(tenant string, ids []string, res []int64) ([]Decision, error
 	return ds, nil
 }
 
+// releaseAbandoned gives back a slot recorded for a caller that stopped
+// waiting for it.
+func (g *Gate) releaseAbandoned(d Decision) {
+	ctx, cancel := context.WithTimeout(context.Background(), g.opts.timeout)
+	defer cancel()
+	_ = g.Release(ctx, d) // best effort: at worst the slot idles until the window passes
+}
+
 // Release gives back the slot a decision took, for work that was admitted
 // but then not started (say, the enqueue after admission failed). It does
 // nothing for a rejected or local decision, which took no slot in Redis.
@@ -168,6 +252,9 @@ func (g *Gate) Release(ctx context.Context, d Decision) error {
 	}
 	if err := ValidateTenant(d.Tenant); err != nil {
 		return err
+	}
+	if g.deny != nil {
+		g.deny.forget(d.Tenant)
 	}
 	cctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
 	defer cancel()

@@ -1,0 +1,100 @@
+package admission
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// breaker stops the gate paying the Redis timeout on every call while Redis
+// is down. After threshold consecutive calls fail as unavailable it opens:
+// calls skip Redis (FailClosed errors at once, FailOpen decides locally)
+// while one goroutine probes Redis every probeEvery. The first probe that
+// succeeds closes it, so the gate is back on Redis within probeEvery of
+// Redis answering again.
+type breaker struct {
+	threshold  int64
+	probeEvery time.Duration
+	timeout    time.Duration
+	probe      func(context.Context) error
+	logger     *slog.Logger
+
+	failures atomic.Int64
+	open     atomic.Bool
+
+	mu      sync.Mutex
+	stop    chan struct{} // closed by Close
+	stopped bool
+	probing sync.WaitGroup
+}
+
+func newBreaker(probe func(context.Context) error, timeout time.Duration, logger *slog.Logger) *breaker {
+	return &breaker{
+		threshold:  3,
+		probeEvery: 200 * time.Millisecond,
+		timeout:    timeout,
+		probe:      probe,
+		logger:     logger,
+		stop:       make(chan struct{}),
+	}
+}
+
+// isOpen reports whether calls should skip Redis.
+func (b *breaker) isOpen() bool { return b.open.Load() }
+
+// success records a call Redis answered.
+func (b *breaker) success() {
+	if b.failures.Load() != 0 {
+		b.failures.Store(0)
+	}
+}
+
+// failure records a call that found Redis unavailable.
+func (b *breaker) failure(err error) {
+	if b.failures.Add(1) < b.threshold || !b.open.CompareAndSwap(false, true) {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped {
+		return
+	}
+	b.logger.Warn("admitq: redis unavailable, breaker open", "err", err)
+	b.probing.Add(1)
+	go b.probeLoop()
+}
+
+func (b *breaker) probeLoop() {
+	defer b.probing.Done()
+	t := time.NewTicker(b.probeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+		err := b.probe(ctx)
+		cancel()
+		if err == nil {
+			b.failures.Store(0)
+			b.open.Store(false)
+			b.logger.Info("admitq: redis answers again, breaker closed")
+			return
+		}
+	}
+}
+
+// close stops a running probe and waits for it.
+func (b *breaker) close() {
+	b.mu.Lock()
+	if !b.stopped {
+		b.stopped = true
+		close(b.stop)
+	}
+	b.mu.Unlock()
+	b.probing.Wait()
+}

@@ -1,0 +1,259 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// committer group-commits admission requests. A request joins a queue; while
+// fewer than maxFlight pipelines are in flight, the request starts one,
+// which takes everything waiting (up to maxBatch requests) and sends it as
+// a single Redis pipeline. Under load each pipeline carries many requests;
+// at low load a request goes out at once, alone. No timer ever waits for
+// company.
+//
+// Within a pipeline one script call decides all of a tenant's waiting
+// requests; on a plain client (one Redis server) one script call decides
+// the whole batch across tenants, with every key declared. A cluster client
+// keeps one call per tenant, since a script's keys must share a hash slot,
+// and go-redis splits the pipeline per node.
+type committer struct {
+	rdb       redis.UniversalClient
+	script    *redis.Script
+	crossKey  bool
+	maxBatch  int
+	maxFlight int
+	timeout   time.Duration
+
+	mu       sync.Mutex
+	pending  []*request
+	inflight int
+}
+
+// Request states: a waiting caller and the pipeline that answers it race
+// once, so that a caller who gave up never misses a slot it was given.
+const (
+	waiting int32 = iota
+	delivered
+	abandoned
+)
+
+type request struct {
+	tenant string
+	key    string
+	q      Quota
+	gran   int64
+	ids    []string
+
+	state atomic.Int32
+	done  chan struct{}
+	ds    []Decision
+	err   error
+}
+
+func newCommitter(rdb redis.UniversalClient, script *redis.Script, timeout time.Duration, maxBatch, maxFlight int) *committer {
+	_, cluster := rdb.(*redis.ClusterClient)
+	_, ring := rdb.(*redis.Ring)
+	return &committer{
+		rdb:       rdb,
+		script:    script,
+		crossKey:  !cluster && !ring,
+		maxBatch:  maxBatch,
+		maxFlight: maxFlight,
+		timeout:   timeout,
+	}
+}
+
+// do queues r and waits for its decisions or for ctx, and returns Redis's
+// errors as they are, for the caller to map. If ctx ends first,
+// the call returns at once; should the pipeline still record slots for r,
+// it releases them, so a caller that gave up holds no slot.
+func (c *committer) do(ctx context.Context, r *request, release func(Decision)) ([]Decision, error) {
+	r.done = make(chan struct{})
+	c.mu.Lock()
+	c.pending = append(c.pending, r)
+	start := c.inflight < c.maxFlight
+	if start {
+		c.inflight++
+	}
+	c.mu.Unlock()
+	if start {
+		go c.flushLoop(release)
+	}
+	select {
+	case <-r.done:
+		return r.ds, r.err
+	case <-ctx.Done():
+		if r.state.CompareAndSwap(waiting, abandoned) {
+			return nil, context.Cause(ctx)
+		}
+		<-r.done
+		return r.ds, r.err
+	}
+}
+
+func (c *committer) flushLoop(release func(Decision)) {
+	for {
+		c.mu.Lock()
+		batch := c.pending
+		if len(batch) == 0 {
+			c.inflight--
+			c.mu.Unlock()
+			return
+		}
+		if len(batch) > c.maxBatch {
+			c.pending = append([]*request(nil), batch[c.maxBatch:]...)
+			batch = batch[:c.maxBatch]
+		} else {
+			c.pending = nil
+		}
+		c.mu.Unlock()
+		c.flush(batch, release)
+	}
+}
+
+// group is one script call's share of a batch: one tenant's requests, in
+// arrival order.
+type group struct {
+	key  string
+	q    Quota
+	gran int64
+	ids  []string
+	reqs []*request
+}
+
+func (c *committer) flush(batch []*request, release func(Decision)) {
+	groups := make([]*group, 0, len(batch))
+	byKey := make(map[groupKey]*group, len(batch))
+	for _, r := range batch {
+		if r.state.Load() == abandoned {
+			continue // its caller left before it was sent
+		}
+		k := groupKey{r.key, r.q, r.gran}
+		g := byKey[k]
+		if g == nil {
+			g = &group{key: r.key, q: r.q, gran: r.gran}
+			byKey[k] = g
+			groups = append(groups, g)
+		}
+		g.ids = append(g.ids, r.ids...)
+		g.reqs = append(g.reqs, r)
+	}
+	if len(groups) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+
+	var calls [][]*group
+	if c.crossKey {
+		calls = [][]*group{groups}
+	} else {
+		for _, g := range groups {
+			calls = append(calls, []*group{g})
+		}
+	}
+	res, errs := c.exec(ctx, calls, false)
+	var retry [][]*group
+	for i, call := range calls {
+		switch err := errs[i]; {
+		case err == nil:
+			c.deliver(call, res[i], nil, release)
+		case isNoScript(err):
+			retry = append(retry, call)
+		case len(call) > 1 && !unavailable(err):
+			// A script error in one tenant's key (a key of the wrong type,
+			// say) must not fail the others: decide each alone. Slots
+			// already recorded come back as Existing, since IDs are
+			// idempotent.
+			for _, g := range call {
+				retry = append(retry, []*group{g})
+			}
+		default:
+			c.deliver(call, nil, err, release)
+		}
+	}
+	if len(retry) > 0 {
+		// Redis restarted empty or flushed its scripts: EVAL the source,
+		// which also caches it again for the next EVALSHA.
+		res, errs := c.exec(ctx, retry, true)
+		for i, call := range retry {
+			c.deliver(call, res[i], errs[i], release)
+		}
+	}
+}
+
+type groupKey struct {
+	key  string
+	q    Quota
+	gran int64
+}
+
+// exec sends one script call per entry of calls in a single pipeline, by
+// EVALSHA, or by EVAL when eval is set.
+func (c *committer) exec(ctx context.Context, calls [][]*group, eval bool) ([][]int64, []error) {
+	pipe := c.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(calls))
+	for i, call := range calls {
+		keys := make([]string, len(call))
+		n := 0
+		for j, g := range call {
+			keys[j] = g.key
+			n += 5 + len(g.ids)
+		}
+		args := make([]any, 0, n)
+		for _, g := range call {
+			args = appendAdmitArgs(args, g.q, g.gran, g.ids)
+		}
+		if eval {
+			cmds[i] = c.script.Eval(ctx, pipe, keys, args...)
+		} else {
+			cmds[i] = c.script.EvalSha(ctx, pipe, keys, args...)
+		}
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+	res := make([][]int64, len(calls))
+	errs := make([]error, len(calls))
+	for i, cmd := range cmds {
+		res[i], errs[i] = cmd.Int64Slice()
+	}
+	return res, errs
+}
+
+// deliver splits one script reply among the requests of its groups.
+func (c *committer) deliver(call []*group, res []int64, err error, release func(Decision)) {
+	off := 1
+	for _, g := range call {
+		if err == nil && len(res) < off+3*len(g.ids) {
+			err = errors.New("admitq: admit script returned a short reply")
+		}
+		for _, r := range g.reqs {
+			if err != nil {
+				r.err = err
+			} else {
+				n := 3 * len(r.ids)
+				r.ds, r.err = parseDecisions(r.tenant, r.ids, res[0], res[off:off+n])
+				off += n
+			}
+			if r.state.CompareAndSwap(waiting, delivered) {
+				close(r.done)
+				continue
+			}
+			for _, d := range r.ds {
+				if !d.Existing {
+					release(d)
+				}
+			}
+		}
+	}
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
