@@ -28,8 +28,8 @@ type Gate struct {
 	usage  *redis.Script
 	ids    *idGen
 
-	commit *committer  // nil when batching is off
-	deny   *denyCache  // nil when the deny cache is off
+	commit *committer // nil when batching is off
+	deny   *denyCache // nil when the deny cache is off
 	brk    *breaker
 	local  *localLimiter
 }

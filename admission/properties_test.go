@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/internal/redistest"
 )
@@ -542,4 +541,3 @@ func TestRelease(t *testing.T) {
 		})
 	}
 }
-
