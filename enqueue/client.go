@@ -1,0 +1,257 @@
+package enqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+
+	"github.com/admitq/admitq/admission"
+)
+
+// releaseTimeout bounds the Release that follows a failed enqueue. It runs
+// on a context that ignores the caller's cancellation, since a cancelled
+// enqueue is the very case whose slot must be given back; the gate's own
+// per-call deadline usually ends it much sooner.
+const releaseTimeout = time.Second
+
+// Client enqueues asynq tasks through an admission gate, so that no tenant
+// puts more than its quota of tasks into the worker queues in any window.
+// Most callers want Enqueue.
+//
+// Create a Client with New; the zero value is not usable. A Client is safe
+// for concurrent use.
+type Client struct {
+	asynq *asynq.Client
+	gate  *admission.Gate
+	newID func() string
+}
+
+// An Option configures a Client.
+type Option interface {
+	apply(*Client)
+}
+
+type optionFunc func(*Client)
+
+func (f optionFunc) apply(c *Client) { f(c) }
+
+// WithIDFunc sets how task IDs are made for tasks enqueued without an
+// asynq.TaskID option. Each ID must be unique across all producers, since
+// it is both the asynq task ID and the tenant's log entry. Nil, the default,
+// means uuid.NewString.
+func WithIDFunc(f func() string) Option {
+	return optionFunc(func(c *Client) {
+		if f != nil {
+			c.newID = f
+		}
+	})
+}
+
+// New returns a Client that admits tasks through g and enqueues them with c.
+// The caller owns both and closes c.
+//
+// asynq schedules whole seconds, so unless g already rounds deferred slots
+// to a whole number of seconds, the Client decides through
+// g.AtGranularity(time.Second), which shares g's Redis client, quotas and
+// state. New panics if c or g is nil.
+func New(c *asynq.Client, g *admission.Gate, opts ...Option) *Client {
+	if c == nil || g == nil {
+		panic("enqueue: New needs a non-nil *asynq.Client and *admission.Gate")
+	}
+	if g.Granularity()%time.Second != 0 {
+		g = g.AtGranularity(time.Second)
+	}
+	cl := &Client{asynq: c, gate: g, newID: uuid.NewString}
+	for _, o := range opts {
+		o.apply(cl)
+	}
+	return cl
+}
+
+// Enqueue admits task for tenant, then enqueues it with asynq:
+//
+//   - Admitted: the task is enqueued to run now.
+//   - Deferred: the task is scheduled (asynq.ProcessAt) for its slot,
+//     Decision.At, a whole second. It never becomes pending before it.
+//   - Rejected: nothing is enqueued and the error is a *RejectedError,
+//     which matches ErrRejected and says when to retry.
+//
+// The task's ID is the tenant's log entry. It comes from an asynq.TaskID
+// option, given to Enqueue or to asynq.NewTask (Enqueue's wins, as in
+// asynq); without one, Enqueue makes an ID and passes it on. Enqueueing the
+// same ID again while it is in the window takes no second slot: a retry
+// after a timeout keeps the original slot, and gets asynq.ErrTaskIDConflict
+// if the first attempt did reach the queue.
+//
+// A task with its own asynq.ProcessAt or asynq.ProcessIn runs at the later
+// of that time and its slot. The tenant is stored in the task's headers
+// under TenantHeader, next to the task's own headers and options; the task
+// itself is not modified.
+//
+// If asynq fails to enqueue an admitted task, for example with
+// asynq.ErrDuplicateTask, a Redis error or a done ctx, Enqueue releases the
+// slot it took and returns asynq's error, wrapped (errors.Is works; when
+// ctx is done, the error matches context.Cause(ctx) as well). It
+// keeps the slot when asynq reports asynq.ErrTaskIDConflict, or when the
+// slot was not taken by this call (Decision.Existing): then it belongs to a
+// task already in asynq, or to another attempt at the same ID.
+//
+// The Decision is returned with any error from asynq, for logging; it is the
+// zero value when the gate was not asked or failed.
+func (c *Client) Enqueue(ctx context.Context, tenant string, task *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, admission.Decision, error) {
+	p, err := c.prepare(tenant, task, opts)
+	if err != nil {
+		return nil, admission.Decision{}, err
+	}
+	d, err := c.gate.AdmitID(ctx, tenant, p.id)
+	if err != nil {
+		return nil, admission.Decision{}, err
+	}
+	info, err := c.enqueue(ctx, p, d)
+	return info, d, err
+}
+
+// Result is the outcome of one task of EnqueueBatch.
+type Result struct {
+	// Info describes the enqueued task; nil when Err is set.
+	Info *asynq.TaskInfo
+	// Decision is the gate's decision for the task; the zero value when the
+	// task was not admitted because it was invalid.
+	Decision admission.Decision
+	// Err is what Enqueue would have returned: a *RejectedError, asynq's
+	// error, or an error for an invalid task. Nil when the task was enqueued.
+	Err error
+}
+
+// EnqueueBatch admits tasks for tenant in one gate round trip, then
+// enqueues each as Enqueue does, in order, and returns one Result per task,
+// in the order of tasks. opts apply to every task, so they must not hold an
+// asynq.TaskID.
+//
+// Slots never go backwards through the batch, and once one task is rejected
+// so is every task after it. A task that is invalid (nil, or with an empty
+// type or ID) gets an error in its Result and is not admitted.
+//
+// The error is non-nil, and the results nil, only when nothing was admitted:
+// the tenant is invalid, opts hold a TaskID, or the gate failed (say, Redis
+// is unavailable). Otherwise every task's fate is in its Result.
+func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq.Task, opts ...asynq.Option) ([]Result, error) {
+	if err := admission.ValidateTenant(tenant); err != nil {
+		return nil, err
+	}
+	if hasTaskID(opts) {
+		return nil, errors.New("enqueue: EnqueueBatch options hold an asynq.TaskID, which would give every task the same ID; set it on each task instead")
+	}
+	rs := make([]Result, len(tasks))
+	ps := make([]prepared, 0, len(tasks))
+	ids := make([]string, 0, len(tasks))
+	for i, t := range tasks {
+		p, err := c.prepare(tenant, t, opts)
+		if err != nil {
+			rs[i].Err = fmt.Errorf("task %d: %w", i, err)
+			continue
+		}
+		p.index = i
+		ps = append(ps, p)
+		ids = append(ids, p.id)
+	}
+	if len(ids) == 0 {
+		return rs, nil
+	}
+	ds, err := c.gate.AdmitBatch(ctx, tenant, ids)
+	if err != nil {
+		return nil, err
+	}
+	if len(ds) != len(ps) {
+		return nil, fmt.Errorf("enqueue: the gate returned %d decisions for %d tasks", len(ds), len(ps))
+	}
+	for j, p := range ps {
+		r := &rs[p.index]
+		r.Decision = ds[j]
+		r.Info, r.Err = c.enqueue(ctx, p, ds[j])
+	}
+	return rs, nil
+}
+
+// prepared is a task ready to be admitted and enqueued.
+type prepared struct {
+	tenant string
+	task   *asynq.Task    // a copy of the caller's task, tenant stamped
+	opts   []asynq.Option // the caller's Enqueue options, then the ID if made here
+	sched  scheduling
+	id     string
+	index  int // position in an EnqueueBatch
+}
+
+// prepare checks task and works out its ID, its requested run time and
+// the tenant-stamped copy that will be enqueued. It touches no Redis.
+func (c *Client) prepare(tenant string, task *asynq.Task, opts []asynq.Option) (prepared, error) {
+	if task == nil {
+		return prepared{}, errors.New("enqueue: nil task")
+	}
+	if isBlank(task.Type()) {
+		return prepared{}, fmt.Errorf("enqueue: task type %q is empty", task.Type())
+	}
+	topts, err := taskOptions(task)
+	if err != nil {
+		return prepared{}, err
+	}
+	s := readScheduling(time.Now(), topts, opts)
+	p := prepared{tenant: tenant, sched: s, id: s.id, opts: opts}
+	if s.id == "" {
+		p.id = c.newID()
+		// Appended, not prepended: asynq applies the last TaskID, and
+		// neither the task's nor the caller's options hold one.
+		p.opts = append(opts[:len(opts):len(opts)], asynq.TaskID(p.id))
+	}
+	if isBlank(p.id) {
+		return prepared{}, fmt.Errorf("enqueue: task ID %q is empty", p.id)
+	}
+	h := maps.Clone(task.Headers())
+	if h == nil {
+		h = make(map[string]string, 1)
+	}
+	h[TenantHeader] = tenant
+	p.task = asynq.NewTaskWithHeaders(task.Type(), task.Payload(), h, topts...)
+	return p, nil
+}
+
+// enqueue acts on the gate's decision d for p.
+func (c *Client) enqueue(ctx context.Context, p prepared, d admission.Decision) (*asynq.TaskInfo, error) {
+	if d.Outcome == admission.Rejected {
+		return nil, &RejectedError{Decision: d}
+	}
+	opts := p.opts
+	if d.Outcome == admission.Deferred {
+		// The slot is a whole second already, unless another Gate with a
+		// finer granularity recorded this ID; rounding up is never early.
+		slot := ceilSecond(d.At)
+		if !p.sched.at.After(slot) {
+			opts = append(opts[:len(opts):len(opts)], asynq.ProcessAt(slot))
+		}
+	}
+	info, err := c.asynq.EnqueueContext(ctx, p.task, opts...)
+	if err == nil {
+		return info, nil
+	}
+	if cerr := context.Cause(ctx); cerr != nil && !errors.Is(err, cerr) {
+		// asynq flattens Redis errors into text; keep the caller's
+		// cancellation visible to errors.Is.
+		err = fmt.Errorf("%w: %w", cerr, err)
+	}
+	err = fmt.Errorf("enqueue: tenant %q, task %q: %w", p.tenant, p.id, err)
+	if d.Existing || errors.Is(err, asynq.ErrTaskIDConflict) {
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if rerr := c.gate.Release(rctx, d); rerr != nil {
+		return nil, fmt.Errorf("%w (releasing its slot failed too: %w)", err, rerr)
+	}
+	return nil, err
+}

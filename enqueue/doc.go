@@ -1,0 +1,34 @@
+// Package enqueue puts asynq tasks into their queues through an admission
+// gate, so that no tenant pushes more than its quota into the worker queues
+// in any window, and a noisy tenant's surplus waits in asynq's scheduled set
+// instead of in front of every other tenant's work.
+//
+// For each task, Client.Enqueue asks the gate (package admission) and then:
+//
+//   - Admitted: enqueues the task to run now;
+//   - Deferred: schedules it for its slot, a whole second, since asynq
+//     schedules whole seconds;
+//   - Rejected: enqueues nothing and returns a *RejectedError, which
+//     matches ErrRejected and says when to retry.
+//
+// The task ID is the gate's entry ID, so a producer that retries after a
+// timeout takes no second slot. If the asynq enqueue fails after admission,
+// the slot is given back. The tenant travels in the task's headers under
+// TenantHeader; package worker hands it to handlers.
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	q := admission.Quota{Limit: 100, Window: time.Minute, MaxDelay: 10 * time.Minute}
+//	gate := admission.New(rdb, admission.StaticQuotas{Default: &q})
+//	client := enqueue.New(asynq.NewClientFromRedisClient(rdb), gate)
+//
+//	info, d, err := client.Enqueue(ctx, "acme", asynq.NewTask("email:send", payload))
+//	var rej *enqueue.RejectedError
+//	switch {
+//	case errors.As(err, &rej):
+//		// Over quota: try again after rej.RetryAfter().
+//	case err != nil:
+//		// Not enqueued; the caller still holds the task.
+//	default:
+//		log.Printf("task %s %s, runs at %v", info.ID, d.Outcome, info.NextProcessAt)
+//	}
+package enqueue

@@ -1,0 +1,84 @@
+package enqueue
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/hibiken/asynq"
+)
+
+// errTaskLayout is returned when asynq.Task no longer keeps its options
+// where taskOptions reads them. Enqueueing anyway would lose the task's own
+// TaskID and ProcessAt, so Enqueue refuses; a test pins the layout.
+var errTaskLayout = errors.New("enqueue: cannot read the options of an asynq.Task: unsupported asynq version")
+
+// taskOptions returns the options t was created with (asynq.NewTask(...,
+// opts...)). asynq applies them ahead of the options given to Enqueue but
+// keeps them in an unexported field with no accessor, and Enqueue must see
+// them: a TaskID or a ProcessAt set on the task counts as much as one passed
+// to Enqueue. The slice is only read, never changed.
+func taskOptions(t *asynq.Task) ([]asynq.Option, error) {
+	f := reflect.ValueOf(t).Elem().FieldByName("opts")
+	if !f.IsValid() || f.Type() != reflect.TypeFor[[]asynq.Option]() {
+		return nil, errTaskLayout
+	}
+	return *(*[]asynq.Option)(unsafe.Pointer(f.UnsafeAddr())), nil
+}
+
+// scheduling is what Enqueue needs from a task's asynq options.
+type scheduling struct {
+	// id is the task ID from asynq.TaskID; "" when there is none.
+	id string
+	// at is when the caller asked the task to run, from asynq.ProcessAt or
+	// asynq.ProcessIn (relative to now); zero when neither was given.
+	at time.Time
+}
+
+// readScheduling reads lists of options in the order asynq applies them,
+// the last option of each kind winning, as in asynq.Client.Enqueue.
+func readScheduling(now time.Time, lists ...[]asynq.Option) scheduling {
+	var s scheduling
+	for _, opts := range lists {
+		for _, o := range opts {
+			if o == nil {
+				continue
+			}
+			switch o.Type() {
+			case asynq.TaskIDOpt:
+				s.id, _ = o.Value().(string)
+			case asynq.ProcessAtOpt:
+				s.at, _ = o.Value().(time.Time)
+			case asynq.ProcessInOpt:
+				d, _ := o.Value().(time.Duration)
+				s.at = now.Add(d)
+			}
+		}
+	}
+	return s
+}
+
+// hasTaskID reports whether opts set a task ID.
+func hasTaskID(opts []asynq.Option) bool {
+	for _, o := range opts {
+		if o != nil && o.Type() == asynq.TaskIDOpt {
+			return true
+		}
+	}
+	return false
+}
+
+// isBlank mirrors asynq's test for an empty task ID or type name.
+func isBlank(s string) bool { return strings.TrimSpace(s) == "" }
+
+// ceilSecond rounds t up to a whole second. asynq stores a scheduled task
+// under its time truncated to seconds and promotes it once the worker's
+// clock reaches that second, so only a whole-second time is never early.
+func ceilSecond(t time.Time) time.Time {
+	if s := t.Truncate(time.Second); !s.Equal(t) {
+		return s.Add(time.Second)
+	}
+	return t
+}
