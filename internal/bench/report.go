@@ -1,0 +1,305 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is what Run measured. It marshals to JSON as it is; durations are
+// in nanoseconds, rates per second.
+type Report struct {
+	Started     time.Time `json:"started"`
+	Redis       Server    `json:"redis"`
+	Host        Host      `json:"host"`
+	Concurrency int       `json:"concurrency"`
+	Tenants     int       `json:"tenants"`
+	// Distribution is "uniform" or "zipf s=<exponent>".
+	Distribution string        `json:"distribution"`
+	Quota        QuotaInfo     `json:"quota"`
+	Duration     time.Duration `json:"duration_ns"`
+	Warmup       time.Duration `json:"warmup_ns"`
+	FloodFactor  int           `json:"flood_factor"`
+	// Rows are the contenders in the order they ran.
+	Rows []Row `json:"rows"`
+	// Ratios compare each closed-loop row with the gate (batched).
+	Ratios []Ratio `json:"ratios"`
+	// Targets are admitq's performance targets, checked on this run.
+	Targets []Target `json:"targets"`
+}
+
+// Server is the Redis the bench ran on.
+type Server struct {
+	Addr    string `json:"addr"`
+	Version string `json:"version"`
+	// Embedded reports a throwaway redis-server that Run started itself.
+	Embedded bool `json:"embedded"`
+}
+
+// Host is the machine the bench ran on. Redis and the callers share its
+// CPUs when Redis is embedded.
+type Host struct {
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	NumCPU     int    `json:"num_cpu"`
+	GoVersion  string `json:"go_version"`
+	GOOS       string `json:"goos"`
+	GOARCH     string `json:"goarch"`
+}
+
+// QuotaInfo is the quota every contender enforced, per tenant.
+type QuotaInfo struct {
+	Limit    int           `json:"limit"`
+	Window   time.Duration `json:"window_ns"`
+	MaxDelay time.Duration `json:"max_delay_ns"`
+}
+
+// Row is one contender's measurement.
+type Row struct {
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	Workload string `json:"workload"`
+	// Seconds is how long the measurement ran.
+	Seconds float64 `json:"seconds"`
+	// Decisions counts the calls that returned a decision; Errors those
+	// that failed, FirstError says how.
+	Decisions  int64   `json:"decisions"`
+	Errors     int64   `json:"errors"`
+	FirstError string  `json:"first_error,omitempty"`
+	PerSecond  float64 `json:"decisions_per_sec"`
+	// Latencies of one decision as its caller saw it, to within 3%.
+	P50  time.Duration `json:"p50_ns"`
+	P99  time.Duration `json:"p99_ns"`
+	P999 time.Duration `json:"p999_ns"`
+	Max  time.Duration `json:"max_ns"`
+	// Outcomes. Local counts decisions made without Redis, of any outcome.
+	Admitted int64 `json:"admitted"`
+	Deferred int64 `json:"deferred"`
+	Rejected int64 `json:"rejected"`
+	Local    int64 `json:"local"`
+	// ScriptCallsPerDecision is the EVAL/EVALSHA calls Redis counted
+	// (INFO commandstats) over Decisions; ScriptUsecPerCall is the time
+	// Redis says it spent in each, inner commands included.
+	ScriptCallsPerDecision float64 `json:"script_calls_per_decision"`
+	ScriptUsecPerCall      float64 `json:"script_usec_per_call"`
+	// RedisCPUPerDecision is Redis's CPU time (INFO cpu, user+sys) over
+	// Decisions, µs: scripts, commands and network I/O together.
+	RedisCPUPerDecision float64 `json:"redis_cpu_usec_per_decision"`
+	// BytesPerEntry is MEMORY USAGE over ZCARD, summed over
+	// LogKeysSampled tenants' logs right after the run; 0 for contenders
+	// that keep no log.
+	BytesPerEntry  float64 `json:"bytes_per_entry,omitempty"`
+	LogKeysSampled int     `json:"log_keys_sampled,omitempty"`
+}
+
+// Ratio compares a row with the gate (batched), in the same run.
+type Ratio struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Throughput is the gate's decisions/s over this row's.
+	Throughput float64 `json:"gate_throughput_x"`
+	// P99 is this row's p99 over the gate's.
+	P99 float64 `json:"p99_x"`
+	// ScriptCalls is this row's script calls per decision over the gate's;
+	// 0 when either made none.
+	ScriptCalls float64 `json:"script_calls_x"`
+}
+
+// Target is one of admitq's performance targets, checked on this run.
+type Target struct {
+	What string `json:"what"`
+	Want string `json:"want"`
+	Got  string `json:"got"`
+	Met  bool   `json:"met"`
+}
+
+func newReport(cfg Config, addr, version string, embedded bool) Report {
+	dist := "uniform"
+	if cfg.Zipf > 1 {
+		dist = fmt.Sprintf("zipf s=%g", cfg.Zipf)
+	}
+	return Report{
+		Started:      time.Now().UTC(),
+		Redis:        Server{Addr: addr, Version: version, Embedded: embedded},
+		Host:         hostInfo(),
+		Concurrency:  cfg.Concurrency,
+		Tenants:      cfg.Tenants,
+		Distribution: dist,
+		Quota:        QuotaInfo{Limit: cfg.Quota.Limit, Window: cfg.Quota.Window, MaxDelay: cfg.Quota.MaxDelay},
+		Duration:     cfg.Duration,
+		Warmup:       cfg.Warmup,
+		FloodFactor:  cfg.FloodFactor,
+		Rows:         []Row{},
+	}
+}
+
+// Row returns the row of the contender id.
+func (r *Report) Row(id string) (Row, bool) {
+	for _, row := range r.Rows {
+		if row.ID == id {
+			return row, true
+		}
+	}
+	return Row{}, false
+}
+
+// finish works out the ratios and the targets from the rows.
+func (r *Report) finish() {
+	r.Ratios, r.Targets = []Ratio{}, []Target{}
+	gate, ok := r.Row("gate-batched")
+	if ok && gate.PerSecond > 0 {
+		for _, row := range r.Rows {
+			if row.ID == gate.ID || row.ID == "gate-flood" || row.PerSecond == 0 {
+				continue
+			}
+			rt := Ratio{ID: row.ID, Name: row.Name, Throughput: gate.PerSecond / row.PerSecond}
+			if gate.P99 > 0 {
+				rt.P99 = float64(row.P99) / float64(gate.P99)
+			}
+			if gate.ScriptCallsPerDecision > 0 && row.ScriptCallsPerDecision > 0 {
+				rt.ScriptCalls = row.ScriptCallsPerDecision / gate.ScriptCallsPerDecision
+			}
+			r.Ratios = append(r.Ratios, rt)
+		}
+	}
+
+	faster := func(other string, want float64) {
+		o, ok2 := r.Row(other)
+		if !ok || !ok2 || o.PerSecond == 0 {
+			return
+		}
+		x := gate.PerSecond / o.PerSecond
+		r.Targets = append(r.Targets, Target{
+			What: "gate (batched) decisions/s over " + o.Name,
+			Want: fmt.Sprintf("≥ %.1f×", want), Got: fmt.Sprintf("%.2f×", x), Met: x >= want,
+		})
+	}
+	faster("gate-unbatched", 2.5)
+	faster("redis-rate", 2.5)
+	if ok {
+		r.Targets = append(r.Targets, Target{
+			What: "gate (batched) p99", Want: "≤ 2ms", Got: fmtDur(gate.P99), Met: gate.P99 <= 2*time.Millisecond,
+		})
+	}
+	if enq, ok1 := r.Row("enqueue"); ok1 {
+		if bare, ok2 := r.Row("asynq"); ok2 && bare.PerSecond > 0 {
+			x := enq.PerSecond / bare.PerSecond
+			r.Targets = append(r.Targets, Target{
+				What: "enqueue.Client.Enqueue decisions/s over bare asynq Enqueue",
+				Want: "≥ 0.8×", Got: fmt.Sprintf("%.2f×", x), Met: x >= 0.8,
+			})
+		}
+	}
+	if ok && r.Quota.Limit <= 128 && gate.BytesPerEntry > 0 {
+		r.Targets = append(r.Targets, Target{
+			What: "gate (batched) bytes per log entry (Limit ≤ 128, generated IDs)",
+			Want: "≤ 40", Got: fmt.Sprintf("%.1f", gate.BytesPerEntry), Met: gate.BytesPerEntry <= 40,
+		})
+	}
+	if fl, ok := r.Row("gate-flood"); ok && fl.Decisions > 0 {
+		r.Targets = append(r.Targets, Target{
+			What: fmt.Sprintf("gate flood (1 tenant at %d× quota) script calls per decision", r.FloodFactor),
+			Want: "≤ 0.05", Got: fmt.Sprintf("%.4f", fl.ScriptCallsPerDecision), Met: fl.ScriptCallsPerDecision <= 0.05,
+		})
+	}
+}
+
+// WriteText writes the report as aligned tables: the setup, one row per
+// contender, the ratios against the gate and the targets.
+func (r *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	where := r.Redis.Addr
+	if r.Redis.Embedded {
+		where = "embedded redis-server at " + where
+	}
+	fmt.Fprintf(&b, "redis %s (%s); %d CPUs, GOMAXPROCS %d, %s\n", r.Redis.Version, where, r.Host.NumCPU, r.Host.GOMAXPROCS, r.Host.GoVersion)
+	q := fmt.Sprintf("%d per %v", r.Quota.Limit, r.Quota.Window)
+	if r.Quota.MaxDelay > 0 {
+		q += fmt.Sprintf(", max delay %v", r.Quota.MaxDelay)
+	}
+	fmt.Fprintf(&b, "%d callers, %d tenants (%s), quota %s per tenant; %v per contender after %v warmup\n\n",
+		r.Concurrency, r.Tenants, r.Distribution, q, r.Duration, r.Warmup)
+
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "contender\tdecisions/s\tp50\tp99\tscript calls/dec\tscript µs/call\tredis CPU µs/dec\tB/entry\tadmit\tdefer\treject\tlocal\terrors\t")
+	for _, row := range r.Rows {
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%d\t\n",
+			row.Name, row.PerSecond, fmtDur(row.P50), fmtDur(row.P99),
+			fmtRatio(row.ScriptCallsPerDecision), fmtOpt(row.ScriptUsecPerCall, "%.1f"), row.RedisCPUPerDecision,
+			fmtOpt(row.BytesPerEntry, "%.1f"),
+			pct(row.Admitted, row.Decisions), pct(row.Deferred, row.Decisions), pct(row.Rejected, row.Decisions), pct(row.Local, row.Decisions),
+			row.Errors)
+	}
+	tw.Flush()
+	for _, row := range r.Rows {
+		if row.FirstError != "" {
+			fmt.Fprintf(&b, "%s: first error: %s\n", row.Name, row.FirstError)
+		}
+	}
+
+	if len(r.Ratios) > 0 {
+		b.WriteString("\nagainst the gate (batched), same run\n")
+		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "contender\tgate decisions/s ÷ its\tits p99 ÷ gate's\tits script calls ÷ gate's\t")
+		for _, rt := range r.Ratios {
+			sc := "-"
+			if rt.ScriptCalls > 0 {
+				sc = fmt.Sprintf("%.2f×", rt.ScriptCalls)
+			}
+			fmt.Fprintf(tw, "%s\t%.2f×\t%.2f×\t%s\t\n", rt.Name, rt.Throughput, rt.P99, sc)
+		}
+		tw.Flush()
+	}
+	if len(r.Targets) > 0 {
+		b.WriteString("\ntargets\n")
+		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		for _, t := range r.Targets {
+			mark := "MET"
+			if !t.Met {
+				mark = "NOT MET"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\twant %s\t%s\n", t.What, t.Got, t.Want, mark)
+		}
+		tw.Flush()
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0fµs", float64(d)/1e3)
+	case d < time.Second:
+		return fmt.Sprintf("%.2fms", float64(d)/1e6)
+	}
+	return fmt.Sprintf("%.2fs", d.Seconds())
+}
+
+func fmtRatio(v float64) string {
+	if v == 0 {
+		return "0"
+	}
+	if v < 0.1 {
+		return fmt.Sprintf("%.3f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func fmtOpt(v float64, format string) string {
+	if v == 0 || math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf(format, v)
+}
+
+func pct(n, of int64) string {
+	if of == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*float64(n)/float64(of))
+}
