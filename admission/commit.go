@@ -25,7 +25,8 @@ import (
 // and go-redis splits the pipeline per node.
 type committer struct {
 	rdb       redis.UniversalClient
-	script    *redis.Script
+	admit     *redis.Script
+	counter   *redis.Script
 	crossKey  bool
 	maxBatch  int
 	maxFlight int
@@ -57,12 +58,13 @@ type request struct {
 	err   error
 }
 
-func newCommitter(rdb redis.UniversalClient, script *redis.Script, timeout time.Duration, maxBatch, maxFlight int) *committer {
+func newCommitter(rdb redis.UniversalClient, admit, counter *redis.Script, timeout time.Duration, maxBatch, maxFlight int) *committer {
 	_, cluster := rdb.(*redis.ClusterClient)
 	_, ring := rdb.(*redis.Ring)
 	return &committer{
 		rdb:       rdb,
-		script:    script,
+		admit:     admit,
+		counter:   counter,
 		crossKey:  !cluster && !ring,
 		maxBatch:  maxBatch,
 		maxFlight: maxFlight,
@@ -151,13 +153,19 @@ func (c *committer) flush(batch []*request, release func(Decision)) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 
+	// Log groups share one call where keys may span slots; counter.lua
+	// takes one key a call.
 	var calls [][]*group
-	if c.crossKey {
-		calls = [][]*group{groups}
-	} else {
-		for _, g := range groups {
+	var logs []*group
+	for _, g := range groups {
+		if c.crossKey && g.q.Mode == Log {
+			logs = append(logs, g)
+		} else {
 			calls = append(calls, []*group{g})
 		}
+	}
+	if len(logs) > 0 {
+		calls = append(calls, logs)
 	}
 	res, errs := c.exec(ctx, calls, false)
 	var retry [][]*group
@@ -205,16 +213,20 @@ func (c *committer) exec(ctx context.Context, calls [][]*group, eval bool) ([][]
 		n := 0
 		for j, g := range call {
 			keys[j] = g.key
-			n += 5 + len(g.ids)
+			n += 6 + len(g.ids)
 		}
-		args := make([]any, 0, n)
+		script, args := c.admit, make([]any, 0, n)
 		for _, g := range call {
-			args = appendAdmitArgs(args, g.q, g.gran, g.ids)
+			if g.q.Mode == Counter {
+				script, args = c.counter, appendCounterArgs(args, g.q, g.gran, len(g.ids))
+			} else {
+				args = appendAdmitArgs(args, g.q, g.gran, g.ids)
+			}
 		}
 		if eval {
-			cmds[i] = c.script.Eval(ctx, pipe, keys, args...)
+			cmds[i] = script.Eval(ctx, pipe, keys, args...)
 		} else {
-			cmds[i] = c.script.EvalSha(ctx, pipe, keys, args...)
+			cmds[i] = script.EvalSha(ctx, pipe, keys, args...)
 		}
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below

@@ -24,9 +24,10 @@ type Gate struct {
 	quotas Quotas
 	opts   options
 	gran   int64 // deferral rounding, µs
-	admit  *redis.Script
-	usage  *redis.Script
-	ids    *idGen
+	admit   *redis.Script
+	usage   *redis.Script
+	counter *redis.Script
+	ids     *idGen
 
 	commit *committer // nil when batching is off
 	deny   *denyCache // nil when the deny cache is off
@@ -50,13 +51,14 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 		quotas: quotas,
 		opts:   o,
 		gran:   o.granularity.Microseconds(),
-		admit:  lua.Admit(),
-		usage:  lua.Usage(),
-		ids:    newIDGen(),
+		admit:   lua.Admit(),
+		usage:   lua.Usage(),
+		counter: lua.Counter(),
+		ids:     newIDGen(),
 		local:  newLocalLimiter(o.instances),
 	}
 	if o.batching {
-		g.commit = newCommitter(rdb, g.admit, o.timeout, maxBatch, maxFlight)
+		g.commit = newCommitter(rdb, g.admit, g.counter, o.timeout, maxBatch, maxFlight)
 	}
 	if o.denyCache {
 		g.deny = newDenyCache(100_000)
@@ -176,27 +178,44 @@ func (g *Gate) withoutRedis(tenant string, q Quota, ids []string, now time.Time,
 // remote decides on Redis, through the group commit when it is on. The
 // whole call, queueing included, is bounded by the gate's timeout.
 func (g *Gate) remote(ctx context.Context, tenant string, q Quota, ids []string) ([]Decision, error) {
-	key := logKey(g.opts.prefix, tenant)
+	r := &request{tenant: tenant, key: windowKey(g.opts.prefix, tenant, q), q: q, gran: g.gran, ids: ids}
 	cctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
 	defer cancel()
+	var ds []Decision
+	var err error
 	if g.commit != nil {
-		ds, err := g.commit.do(cctx, &request{tenant: tenant, key: key, q: q, gran: g.gran, ids: ids}, g.releaseAbandoned)
-		if err != nil {
-			return nil, callError(ctx, "admit", tenant, err)
-		}
-		return ds, nil
+		ds, err = g.commit.do(cctx, r, g.releaseAbandoned)
+	} else {
+		ds, err = g.direct(cctx, r)
 	}
-	args := appendAdmitArgs(make([]any, 0, 5+len(ids)), q, g.gran, ids)
-	res, err := g.admit.Run(cctx, g.rdb, []string{key}, args...).Int64Slice()
 	if err != nil {
 		return nil, callError(ctx, "admit", tenant, err)
+	}
+	return ds, nil
+}
+
+// direct decides r with one script call of its own.
+func (g *Gate) direct(ctx context.Context, r *request) ([]Decision, error) {
+	script, args := g.admit, appendAdmitArgs(make([]any, 0, 5+len(r.ids)), r.q, r.gran, r.ids)
+	if r.q.Mode == Counter {
+		script, args = g.counter, appendCounterArgs(make([]any, 0, 6), r.q, r.gran, len(r.ids))
+	}
+	res, err := script.Run(ctx, g.rdb, []string{r.key}, args...).Int64Slice()
+	if err != nil {
+		return nil, err
 	}
 	if len(res) == 0 {
 		return nil, errors.New("admitq: admit script returned nothing")
 	}
-	return parseDecisions(tenant, ids, res[0], res[1:])
+	return parseDecisions(r.tenant, r.ids, res[0], res[1:])
 }
 
+// appendCounterArgs appends counter.lua's ARGV for n requests.
+func appendCounterArgs(args []any, q Quota, gran int64, n int) []any {
+	return append(args, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), gran, counterBuckets, n)
+}
+
+// appendAdmitArgs appends admit.lua's ARGV for one key.
 func appendAdmitArgs(args []any, q Quota, gran int64, ids []string) []any {
 	args = append(args, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), gran, len(ids))
 	for _, id := range ids {
@@ -246,6 +265,8 @@ func (g *Gate) releaseAbandoned(d Decision) {
 // Release gives back the slot a decision took, for work that was admitted
 // but then not started (say, the enqueue after admission failed). It does
 // nothing for a rejected or local decision, which took no slot in Redis.
+// In Log mode releasing twice is harmless; Counter mode keeps no IDs, so
+// release each decision at most once.
 func (g *Gate) Release(ctx context.Context, d Decision) error {
 	if d.ID == "" || d.Local || d.Outcome == Rejected {
 		return nil
@@ -256,12 +277,29 @@ func (g *Gate) Release(ctx context.Context, d Decision) error {
 	if g.deny != nil {
 		g.deny.forget(d.Tenant)
 	}
+	q, err := g.quota(ctx, d.Tenant)
+	if err != nil && !errors.Is(err, ErrNoQuota) {
+		return err
+	}
 	cctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
 	defer cancel()
-	if err := g.rdb.ZRem(cctx, logKey(g.opts.prefix, d.Tenant), d.ID).Err(); err != nil {
+	if q.Mode == Counter {
+		bucket := d.At.UnixMicro() / counterWidth(q)
+		args := append(appendCounterArgs(nil, q, 1, 1), bucket)
+		err = g.counter.Run(cctx, g.rdb, []string{counterKey(g.opts.prefix, d.Tenant)}, args...).Err()
+	} else {
+		err = g.rdb.ZRem(cctx, logKey(g.opts.prefix, d.Tenant), d.ID).Err()
+	}
+	if err != nil {
 		return callError(ctx, "release", d.Tenant, err)
 	}
 	return nil
+}
+
+// counterWidth is the width in µs of q's Counter-mode buckets, as
+// counter.lua computes it.
+func counterWidth(q Quota) int64 {
+	return max(1, q.Window.Microseconds()/counterBuckets)
 }
 
 // Usage is a snapshot of one tenant's log.
@@ -270,7 +308,8 @@ type Usage struct {
 	Quota  Quota
 	// Now is the Redis server time of the snapshot.
 	Now time.Time
-	// InWindow is the number of slots in the window (Now-Window, Now].
+	// InWindow is the number of slots in the window (Now-Window, Now]; in
+	// Counter mode, the entries the window's buckets hold.
 	InWindow int
 	// Reserved is the number of deferred slots after Now.
 	Reserved int
@@ -290,7 +329,11 @@ func (g *Gate) Usage(ctx context.Context, tenant string) (Usage, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
 	defer cancel()
-	res, err := g.usage.Run(cctx, g.rdb, []string{logKey(g.opts.prefix, tenant)}, q.Limit, q.Window.Microseconds()).Int64Slice()
+	script, args := g.usage, []any{q.Limit, q.Window.Microseconds()}
+	if q.Mode == Counter {
+		script, args = g.counter, appendCounterArgs(nil, q, 1, 0)
+	}
+	res, err := script.Run(cctx, g.rdb, []string{windowKey(g.opts.prefix, tenant, q)}, args...).Int64Slice()
 	if err != nil {
 		return Usage{}, callError(ctx, "usage", tenant, err)
 	}

@@ -5,4 +5,14 @@ package admission
 
 func logKey(prefix, tenant string) string { return prefix + ":{" + tenant + "}:log" }
 
+func counterKey(prefix, tenant string) string { return prefix + ":{" + tenant + "}:ctr" }
+
+// windowKey is the key that keeps tenant's window under q.
+func windowKey(prefix, tenant string, q Quota) string {
+	if q.Mode == Counter {
+		return counterKey(prefix, tenant)
+	}
+	return logKey(prefix, tenant)
+}
+
 func quotasKey(prefix string) string { return prefix + ":quotas" }

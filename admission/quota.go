@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -20,6 +21,48 @@ type Quota struct {
 	// MaxDelay is how far ahead a request that finds the window full may be
 	// deferred. 0 means never defer: such a request is rejected.
 	MaxDelay time.Duration
+	// Mode chooses how the window is kept: Log (the zero value) or Counter.
+	Mode Mode
+}
+
+// Mode is how a tenant's window is kept in Redis.
+type Mode int
+
+const (
+	// Log keeps every slot in a sorted set: exact, idempotent on entry IDs,
+	// and about 26 bytes an entry at Limit <= 128 (~100 above). The default.
+	Log Mode = iota
+	// Counter keeps counts in buckets of a tenth of the window, for quotas
+	// too large to log. Memory does not grow with Limit (it grows with
+	// MaxDelay/Window). It never admits more than Limit in any window; it
+	// may admit fewer, by at most a tenth of a window's time. It does not
+	// remember entry IDs, so AdmitID is not idempotent in this mode.
+	Counter
+)
+
+// counterBuckets is how many buckets Counter mode splits a window into.
+const counterBuckets = 10
+
+// String returns "log" or "counter".
+func (m Mode) String() string {
+	switch m {
+	case Log:
+		return "log"
+	case Counter:
+		return "counter"
+	}
+	return "Mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// ParseMode parses "log" or "counter"; "" is Log.
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "", "log":
+		return Log, nil
+	case "counter":
+		return Counter, nil
+	}
+	return 0, fmt.Errorf("%w: mode %q, want log or counter", ErrInvalidQuota, s)
 }
 
 // Validate reports whether q is usable. The error wraps ErrInvalidQuota and
@@ -32,6 +75,8 @@ func (q Quota) Validate() error {
 		return fmt.Errorf("%w: Window is %v, want at least 1ms", ErrInvalidQuota, q.Window)
 	case q.MaxDelay < 0:
 		return fmt.Errorf("%w: MaxDelay is %v, want 0 or more", ErrInvalidQuota, q.MaxDelay)
+	case q.Mode != Log && q.Mode != Counter:
+		return fmt.Errorf("%w: Mode is %d, want Log or Counter", ErrInvalidQuota, q.Mode)
 	}
 	return nil
 }
@@ -42,13 +87,10 @@ func (q Quota) String() string {
 	if q.MaxDelay > 0 {
 		s += fmt.Sprintf(", max delay %v", q.MaxDelay)
 	}
+	if q.Mode != Log {
+		s += ", " + q.Mode.String()
+	}
 	return s
-}
-
-// maxEntries is the most log entries a tenant can hold under q: Limit in the
-// window and Limit in each Window of reservations ahead.
-func (q Quota) maxEntries() int {
-	return q.Limit * (1 + int((q.MaxDelay+q.Window-1)/q.Window))
 }
 
 // quotaJSON is how a Quota is stored in Redis: readable in redis-cli and
@@ -57,6 +99,7 @@ type quotaJSON struct {
 	Limit    int    `json:"limit"`
 	Window   string `json:"window"`
 	MaxDelay string `json:"max_delay,omitempty"`
+	Mode     string `json:"mode,omitempty"`
 }
 
 // MarshalText encodes q as the JSON stored in the quota hash, e.g.
@@ -68,6 +111,9 @@ func (q Quota) MarshalText() ([]byte, error) {
 	j := quotaJSON{Limit: q.Limit, Window: q.Window.String()}
 	if q.MaxDelay > 0 {
 		j.MaxDelay = q.MaxDelay.String()
+	}
+	if q.Mode != Log {
+		j.Mode = q.Mode.String()
 	}
 	return json.Marshal(j)
 }
@@ -95,7 +141,11 @@ func (q *Quota) UnmarshalText(b []byte) error {
 			return fmt.Errorf("%w: max_delay %q: %v", ErrInvalidQuota, j.MaxDelay, err)
 		}
 	}
-	got := Quota{Limit: j.Limit, Window: w, MaxDelay: d}
+	mode, err := ParseMode(j.Mode)
+	if err != nil {
+		return err
+	}
+	got := Quota{Limit: j.Limit, Window: w, MaxDelay: d, Mode: mode}
 	if err := got.Validate(); err != nil {
 		return err
 	}

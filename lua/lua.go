@@ -11,6 +11,8 @@ var (
 	admitSrc string
 	//go:embed usage.lua
 	usageSrc string
+	//go:embed counter.lua
+	counterSrc string
 )
 
 // Admit returns the slot-rule script (admit.lua). It trims one or more
@@ -23,3 +25,8 @@ func Admit() *redis.Script { return redis.NewScript(admitSrc) }
 // Usage returns the read-only script (usage.lua) that reports a tenant's
 // entries in the window, its reservations ahead and its next free slot.
 func Usage() *redis.Script { return redis.NewScript(usageSrc) }
+
+// Counter returns the counter-mode script (counter.lua): bucketed counters
+// that never admit more than the limit in any window, in memory that does
+// not grow with the limit.
+func Counter() *redis.Script { return redis.NewScript(counterSrc) }
