@@ -20,10 +20,10 @@ import (
 // A Gate is safe for concurrent use. Most callers want Admit, or AdmitID when
 // they have an ID of their own to make retries idempotent.
 type Gate struct {
-	rdb    redis.UniversalClient
-	quotas Quotas
-	opts   options
-	gran   int64 // deferral rounding, µs
+	rdb     redis.UniversalClient
+	quotas  Quotas
+	opts    options
+	gran    int64 // deferral rounding, µs
 	admit   *redis.Script
 	usage   *redis.Script
 	counter *redis.Script
@@ -47,15 +47,15 @@ const (
 func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 	o := newOptions(opts)
 	g := &Gate{
-		rdb:    rdb,
-		quotas: quotas,
-		opts:   o,
-		gran:   o.granularity.Microseconds(),
+		rdb:     rdb,
+		quotas:  quotas,
+		opts:    o,
+		gran:    o.granularity.Microseconds(),
 		admit:   lua.Admit(),
 		usage:   lua.Usage(),
 		counter: lua.Counter(),
 		ids:     newIDGen(),
-		local:  newLocalLimiter(o.instances),
+		local:   newLocalLimiter(o.instances),
 	}
 	if o.batching {
 		g.commit = newCommitter(rdb, g.admit, g.counter, o.timeout, maxBatch, maxFlight)
