@@ -1,13 +1,12 @@
 package bench
 
 import (
-	"time"
-
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/enqueue"
 )
 
 // Prefix starts every key the bench writes, apart from the two families it
@@ -101,7 +100,7 @@ func contenders() []contender {
 		{
 			id: "enqueue", name: "enqueue.Client.Enqueue", logKey: gateLogKey,
 			build: func(e env) Limiter {
-				return &gateEnqueue{g: newGate(e).AtGranularity(time.Second), c: asynq.NewClientFromRedisClient(e.rdb), queue: queue}
+				return &enqueueClient{c: enqueue.New(asynq.NewClientFromRedisClient(e.rdb), newGate(e)), queue: queue}
 			},
 		},
 		{

@@ -2,35 +2,26 @@ package bench
 
 import (
 	"context"
+	"errors"
 
 	"github.com/hibiken/asynq"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/enqueue"
 )
 
-// gateEnqueue stands in for enqueue.Client.Enqueue until the enqueue
-// package has it: admit on the gate at asynq's one-second granularity, then
-// enqueue now or at the deferred slot, and release the slot if the enqueue
-// fails.
-type gateEnqueue struct {
-	g     *admission.Gate
-	c     *asynq.Client
+// enqueueClient is enqueue.Client.Enqueue: the gate, then asynq's Enqueue
+// of the admitted or deferred task, under a generated task ID.
+type enqueueClient struct {
+	c     *enqueue.Client
 	queue string
 }
 
-func (l *gateEnqueue) Allow(ctx context.Context, tenant string) (Result, error) {
-	d, err := l.g.Admit(ctx, tenant)
-	if err != nil || d.Outcome == admission.Rejected {
-		return Result{Outcome: d.Outcome, Local: d.Local}, err
+func (l *enqueueClient) Allow(ctx context.Context, tenant string) (Result, error) {
+	_, d, err := l.c.Enqueue(ctx, tenant, asynq.NewTask("admitq-bench", benchPayload), asynq.Queue(l.queue))
+	var rej *enqueue.RejectedError
+	if errors.As(err, &rej) {
+		return Result{Outcome: admission.Rejected, Local: rej.Decision.Local}, nil
 	}
-	opts := []asynq.Option{asynq.Queue(l.queue)}
-	if d.Outcome == admission.Deferred {
-		opts = append(opts, asynq.ProcessAt(d.At))
-	}
-	t := asynq.NewTaskWithHeaders("admitq-bench", benchPayload, map[string]string{"admitq-tenant": tenant})
-	if _, err := l.c.EnqueueContext(ctx, t, opts...); err != nil {
-		_ = l.g.Release(context.WithoutCancel(ctx), d)
-		return Result{}, err
-	}
-	return Result{Outcome: d.Outcome}, nil
+	return Result{Outcome: d.Outcome, Local: d.Local}, err
 }

@@ -22,10 +22,10 @@ func shortConfig(opts *redis.Options) Config {
 		Concurrency: 8,
 		// About a hundred decisions per tenant and second: some admitted,
 		// some rejected.
-		Tenants:     300,
-		Quota:       admission.Quota{Limit: 100, Window: time.Second},
-		Duration:    300 * time.Millisecond,
-		Warmup:      100 * time.Millisecond,
+		Tenants:  300,
+		Quota:    admission.Quota{Limit: 100, Window: time.Second},
+		Duration: 300 * time.Millisecond,
+		Warmup:   100 * time.Millisecond,
 	}
 }
 
