@@ -1,0 +1,32 @@
+# make test is what CI runs (.ci/run): vet, then every test under -race
+# against real redis-servers, installed first where missing.
+
+GO ?= go
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: test redis lint build bench
+
+## test: go vet, then all tests with the race detector. ADMITQ_REQUIRE_REDIS=1
+## turns "redis-server missing" from a skip into a failure.
+test: redis
+	$(GO) vet ./...
+	ADMITQ_REQUIRE_REDIS=1 $(GO) test -race -count=1 -timeout 12m ./...
+
+## redis: make sure redis-server and redis-cli are installed (apt-get as root).
+redis:
+	@./scripts/install-redis.sh
+
+## lint: gofmt, go vet and staticcheck.
+lint:
+	@files="$$(gofmt -l .)"; \
+	if [ -n "$$files" ]; then echo "gofmt -l: these files need gofmt -w:"; echo "$$files"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+## build: compile every package and command.
+build:
+	$(GO) build ./...
+
+## bench: the admission benchmarks, no tests.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./admission/
