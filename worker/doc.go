@@ -1,0 +1,38 @@
+// Package worker runs asynq servers that process tasks enqueued through
+// admitq's enqueue package.
+//
+// A Worker is an asynq.Server with three additions and admitq's defaults:
+//
+//   - Tenant(ctx) tells a handler which tenant its task belongs to. enqueue.Client
+//     stamps the tenant into the task header enqueue.TenantHeader; the Worker
+//     reads it back.
+//   - A panic in a handler becomes a *PanicError that names the tenant and the
+//     task type, so a log line or error report says whose task broke.
+//   - A handler returns Throttled(d) when a downstream service throttles the
+//     tenant. The task is retried after d without counting as a failure: its
+//     retry budget and the queue's failure stats are untouched.
+//
+// Deferred tasks are scheduled by the producer at whole-second slots, so the
+// Worker checks for due scheduled and retry tasks every second
+// (DefaultDelayedTaskCheckInterval) instead of asynq's five.
+//
+// A worker program:
+//
+//	w := worker.New(asynq.RedisClientOpt{Addr: "localhost:6379"}, worker.Config{
+//		Concurrency: 20,
+//		Logger:      logger,
+//	})
+//	err := w.Run(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+//		resp, err := billing.Charge(ctx, worker.Tenant(ctx), t.Payload())
+//		if err != nil {
+//			return err
+//		}
+//		if resp.StatusCode == http.StatusTooManyRequests {
+//			return worker.Throttled(resp.RetryAfter)
+//		}
+//		return nil
+//	}))
+//
+// Run blocks until SIGINT or SIGTERM and then shuts down gracefully. Programs
+// that manage their own lifetime call Start and Shutdown instead.
+package worker
