@@ -164,10 +164,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		r := &runner{cfg: cfg, opts: opts, admin: admin, tenants: tenants, c: c, index: i, total: len(run)}
 		row, err := r.run(ctx)
 		if err != nil {
+			rep.finish()
 			return rep, fmt.Errorf("bench: %s: %w", c.name, err)
 		}
 		rep.Rows = append(rep.Rows, row)
 		if err := cleanup(ctx, admin); err != nil {
+			rep.finish()
 			return rep, fmt.Errorf("bench: remove the keys of %s: %w", c.name, err)
 		}
 	}

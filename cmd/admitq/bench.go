@@ -1,0 +1,165 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/internal/bench"
+)
+
+func (a *app) newBenchCmd() *cobra.Command {
+	var (
+		cfg             bench.Config
+		window, maxWait time.Duration
+		limit           int
+		asJSON, check   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench [--concurrency 64] [--tenants 1000] [--limit 100] [--duration 5s] [--json]",
+		Short: "Measure the gate side by side with the alternatives, on one Redis",
+		Long: `Runs, one after another on the same Redis and under the same per-tenant quota:
+the gate with group commit and without, the transaction-pipeline and plain Lua
+sliding windows of the design notes, a fixed-window counter,
+go-redis/redis_rate, bare asynq Enqueue and enqueue.Client.Enqueue. Then one
+tenant flooding at --flood times its quota, for the deny cache.
+
+Each runs --warmup unmeasured, then --duration with --concurrency callers in a
+closed loop over --tenants tenants (uniform, or --zipf). For each it prints
+decisions/s, p50 and p99, script calls per decision and Redis's µs per script
+call (INFO commandstats), Redis CPU per decision (INFO cpu), bytes per log
+entry (MEMORY USAGE over ZCARD of sampled logs), the outcomes, and last the
+ratios against the gate and admitq's targets.
+
+Without --redis (or ADMITQ_REDIS), bench starts a throwaway redis-server on
+a free loopback port and removes it afterwards. On your own Redis it writes
+only keys under admitq-bench:, rate:admitq-bench: and asynq's queue
+admitq-bench, and removes them with SCAN and UNLINK; other traffic on the
+server skews the Redis-side figures. --prefix does not apply.
+
+Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`,
+		Example: `  admitq bench
+  admitq bench --redis redis://127.0.0.1:6379 --duration 10s --json > bench.json
+  admitq bench --only gate-batched,redis-rate --zipf 1.1`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case a.redisCluster != "":
+				return usageErrorf("--redis-cluster: bench measures one Redis server; give --redis")
+			case cfg.Concurrency < 1:
+				return usageErrorf("--concurrency %d: want at least 1", cfg.Concurrency)
+			case cfg.Tenants < 1:
+				return usageErrorf("--tenants %d: want at least 1", cfg.Tenants)
+			case cfg.Duration <= 0:
+				return usageErrorf("--duration %v: want more than 0", cfg.Duration)
+			case cfg.Warmup < 0:
+				return usageErrorf("--warmup %v: want 0 or more", cfg.Warmup)
+			case cfg.Zipf != 0 && cfg.Zipf <= 1:
+				return usageErrorf("--zipf %v: want 0 (uniform) or an exponent above 1", cfg.Zipf)
+			case cfg.FloodFactor < 1:
+				return usageErrorf("--flood %d: want at least 1", cfg.FloodFactor)
+			case window%time.Millisecond != 0:
+				return usageErrorf("--window %v: want whole milliseconds", window)
+			}
+			cfg.Quota = admission.Quota{Limit: limit, Window: window, MaxDelay: maxWait}
+			if err := cfg.Quota.Validate(); err != nil {
+				return usageError(fmt.Errorf("--limit, --window, --max-delay: %w", err))
+			}
+			if cfg.Warmup == 0 {
+				cfg.Warmup = -1 // bench.Config: negative is none, 0 the default
+			}
+			known := bench.Contenders()
+			for _, id := range cfg.Only {
+				if !slices.Contains(known, id) {
+					return usageErrorf("--only %s: unknown contender, want some of %s", id, strings.Join(known, ","))
+				}
+			}
+
+			where := "a throwaway redis-server"
+			if a.redisURLOrEnv() != "" {
+				rc, err := a.redisConfig()
+				if err != nil {
+					return err
+				}
+				cfg.Redis, where = rc.single, rc.display
+			}
+			if isTerminal(a.stderr) {
+				cfg.Progress = a.benchProgress
+			}
+			rep, err := bench.Run(cmd.Context(), cfg)
+			if cfg.Progress != nil {
+				fmt.Fprint(a.stderr, "\r\x1b[K")
+			}
+			if errors.Is(err, bench.ErrNoRedisServer) {
+				return fmt.Errorf("bench needs a Redis: pass --redis URL (or set ADMITQ_REDIS), or install redis-server (apt-get install redis-server) so bench can start a throwaway one")
+			}
+			if len(rep.Rows) > 0 { // an interrupted run still shows what it measured
+				var werr error
+				if asJSON {
+					werr = writeJSON(a.stdout, rep, true)
+				} else {
+					werr = rep.WriteText(a.stdout)
+				}
+				if err == nil {
+					err = werr
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("bench on %s: %w", where, err)
+			}
+			var failed []string
+			for _, row := range rep.Rows {
+				if row.Errors > 0 {
+					failed = append(failed, fmt.Sprintf("%s (%d errors)", row.Name, row.Errors))
+				}
+			}
+			if len(failed) > 0 {
+				return fmt.Errorf("bench: calls failed: %s", strings.Join(failed, ", "))
+			}
+			if check {
+				var unmet []string
+				for _, t := range rep.Targets {
+					if !t.Met {
+						unmet = append(unmet, fmt.Sprintf("%s: %s, want %s", t.What, t.Got, t.Want))
+					}
+				}
+				if len(unmet) > 0 {
+					return fmt.Errorf("bench: targets not met: %s", strings.Join(unmet, "; "))
+				}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Concurrency, "concurrency", 64, "callers, each in a closed loop")
+	f.IntVar(&cfg.Tenants, "tenants", 1000, "tenants the callers spread over")
+	f.Float64Var(&cfg.Zipf, "zipf", 0, "pick tenants Zipf-distributed with this exponent (> 1); 0 picks them uniformly")
+	f.IntVar(&limit, "limit", 100, "quota: admissions per --window, per tenant, for every contender")
+	f.DurationVar(&window, "window", time.Second, "quota: the window")
+	f.DurationVar(&maxWait, "max-delay", 0, "quota: how far ahead the gate may defer (the others can only reject)")
+	f.DurationVar(&cfg.Duration, "duration", 5*time.Second, "measured time per contender")
+	f.DurationVar(&cfg.Warmup, "warmup", time.Second, "unmeasured time per contender, before it")
+	f.IntVar(&cfg.FloodFactor, "flood", 20, "the flood row's offered load, as a multiple of the quota")
+	f.StringSliceVar(&cfg.Only, "only", nil, "run only these contenders: "+strings.Join(bench.Contenders(), ","))
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.BoolVar(&check, "check", false, "exit 1 when a target is not met")
+	return cmd
+}
+
+// benchProgress redraws one status line on the terminal.
+func (a *app) benchProgress(p bench.Progress) {
+	phase := "measuring"
+	if p.Warmup {
+		phase = "warming up"
+	}
+	line := fmt.Sprintf("[%d/%d] %s: %s %.1fs/%.0fs", p.Index+1, p.Total, p.Name, phase, p.Elapsed.Seconds(), p.Duration.Seconds())
+	if !p.Warmup && p.Elapsed > 0 {
+		line += fmt.Sprintf(", %.0f decisions/s", float64(p.Decisions)/p.Elapsed.Seconds())
+	}
+	fmt.Fprintf(a.stderr, "\r\x1b[K%s", line)
+}
