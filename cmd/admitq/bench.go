@@ -157,7 +157,7 @@ func (a *app) benchProgress(p bench.Progress) {
 	if p.Warmup {
 		phase = "warming up"
 	}
-	line := fmt.Sprintf("[%d/%d] %s: %s %.1fs/%.0fs", p.Index+1, p.Total, p.Name, phase, p.Elapsed.Seconds(), p.Duration.Seconds())
+	line := fmt.Sprintf("[%d/%d] %s: %s %v of %v", p.Index+1, p.Total, p.Name, phase, p.Elapsed.Round(100*time.Millisecond), p.Duration)
 	if !p.Warmup && p.Elapsed > 0 {
 		line += fmt.Sprintf(", %.0f decisions/s", float64(p.Decisions)/p.Elapsed.Seconds())
 	}
