@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/admitq/admitq/admission"
+)
+
+// Exit codes.
+const (
+	exitOK       = 0 // done; for enqueue: admitted or deferred
+	exitFailure  = 1 // something failed: Redis, a file, a task
+	exitUsage    = 2 // bad command line: flag, argument, tenant, quota
+	exitRejected = 3 // enqueue: the gate rejected the task
+)
+
+// exitError carries an exit code. A nil err prints nothing.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageError(err error) error { return &exitError{code: exitUsage, err: err} }
+
+func usageErrorf(format string, args ...any) error {
+	return usageError(fmt.Errorf(format, args...))
+}
+
+// inputError marks errors that mean the user's input was wrong (a bad tenant
+// or quota) as usage errors, and passes others through.
+func inputError(err error) error {
+	if errors.Is(err, admission.ErrInvalidTenant) || errors.Is(err, admission.ErrInvalidQuota) {
+		return usageError(err)
+	}
+	return err
+}
+
+// app is one run of the command: its output and its global flags.
+type app struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+
+	redisURL     string
+	redisCluster string
+	tlsCA        string
+	prefix       string
+	timeout      time.Duration
+
+	// started is set when a command's own code begins; cobra's errors
+	// before that (unknown command or flag, wrong number of arguments) are
+	// usage errors.
+	started bool
+}
+
+// run is the whole program: main calls it, and so do the tests.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	a := &app{stdout: stdout, stderr: stderr, getenv: os.Getenv}
+	return a.run(ctx, args)
+}
+
+func (a *app) run(ctx context.Context, args []string) int {
+	root := a.newRootCmd()
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	return a.exit(err, args)
+}
+
+// exit prints err as one line, without credentials, and returns its code.
+func (a *app) exit(err error, args []string) int {
+	if err == nil {
+		return exitOK
+	}
+	code := exitFailure
+	var ee *exitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.code
+		if ee.err == nil {
+			return code
+		}
+	case !a.started:
+		code = exitUsage
+	case errors.Is(err, context.Canceled):
+		code = 130 // interrupted, as a shell reports SIGINT
+	}
+	msg := strings.TrimPrefix(err.Error(), "admitq: ")
+	msg = strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", "; ")), " ")
+	for _, s := range a.secrets(args) {
+		msg = strings.ReplaceAll(msg, s, "xxxxx")
+	}
+	fmt.Fprintf(a.stderr, "admitq: %s\n", msg)
+	if code == exitUsage && !a.started {
+		fmt.Fprintln(a.stderr, "Run 'admitq --help' for usage.")
+	}
+	return code
+}
+
+// secrets are the passwords anywhere on the command line or in
+// ADMITQ_REDIS, whether or not they parsed.
+func (a *app) secrets(args []string) []string {
+	var out []string
+	for _, s := range append(args, a.getenv("ADMITQ_REDIS")) {
+		if strings.Contains(s, "@") {
+			out = append(out, urlSecrets(s)...)
+		}
+	}
+	return out
+}
+
+func (a *app) newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "admitq",
+		Short: "Per-tenant admission control for asynq job queues",
+		Long: `admitq keeps each tenant of an asynq queue within its quota: a task is
+admitted now, deferred to the next free slot, or rejected.
+
+Redis: --redis URL (or ADMITQ_REDIS), redis://[user:password@]host:port[/db],
+rediss:// for TLS; or --redis-cluster for a Redis Cluster.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			a.started = true
+			if a.timeout <= 0 {
+				return usageErrorf("--timeout %v: want more than 0", a.timeout)
+			}
+			if a.prefix == "" {
+				return usageErrorf("--prefix is empty")
+			}
+			if a.redisURL != "" && a.redisCluster != "" {
+				return usageErrorf("--redis and --redis-cluster: give one")
+			}
+			return nil
+		},
+		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
+	}
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.redisURL, "redis", "", "Redis URL, redis://[user:password@]host:port[/db] or rediss://… for TLS (env ADMITQ_REDIS; default "+defaultRedisURL+")")
+	pf.StringVar(&a.redisCluster, "redis-cluster", "", "Redis Cluster nodes host:port,…, optionally led by redis[s]://[user:password@]")
+	pf.StringVar(&a.tlsCA, "tls-ca", "", "PEM `file` of the CA that signed the server's certificate (rediss only)")
+	pf.StringVar(&a.prefix, "prefix", "admitq", "prefix of admitq's Redis keys")
+	pf.DurationVar(&a.timeout, "timeout", 2*time.Second, "deadline of each Redis call, and of connecting")
+
+	root.AddCommand(
+		a.newDemoCmd(),
+		a.newQuotaCmd(),
+		a.newStatusCmd(),
+		a.newEnqueueCmd(),
+		a.newWorkerCmd(),
+		// bench.go adds a.newBenchCmd() here.
+	)
+	return root
+}
+
+// redisURLOrEnv is --redis, else ADMITQ_REDIS, else "".
+func (a *app) redisURLOrEnv() string {
+	if a.redisURL != "" {
+		return a.redisURL
+	}
+	return a.getenv("ADMITQ_REDIS")
+}
+
+// redisConfig reads the global flags; a bad value is a usage error.
+func (a *app) redisConfig() (redisConfig, error) {
+	raw := a.redisURLOrEnv()
+	if raw == "" {
+		raw = defaultRedisURL
+	}
+	cfg, err := parseRedis(raw, a.redisCluster, a.tlsCA, a.timeout)
+	if err != nil {
+		return redisConfig{}, usageError(err)
+	}
+	return cfg, nil
+}
+
+// dial connects to Redis and checks that it answers.
+func (a *app) dial(ctx context.Context) (redis.UniversalClient, redisConfig, error) {
+	cfg, err := a.redisConfig()
+	if err != nil {
+		return nil, redisConfig{}, err
+	}
+	return a.dialConfig(ctx, cfg)
+}
+
+func (a *app) dialConfig(ctx context.Context, cfg redisConfig) (redis.UniversalClient, redisConfig, error) {
+	rdb := cfg.client()
+	if err := ping(ctx, rdb, cfg, a.timeout); err != nil {
+		_ = rdb.Close()
+		return nil, redisConfig{}, err
+	}
+	return rdb, cfg, nil
+}
+
+// gateOptions are the admission options every command uses.
+func (a *app) gateOptions() []admission.Option {
+	return []admission.Option{admission.WithPrefix(a.prefix), admission.WithTimeout(a.timeout)}
+}
+
+// validateTenants checks tenant arguments before anything touches Redis.
+func validateTenants(tenants ...string) error {
+	for _, t := range tenants {
+		if err := admission.ValidateTenant(t); err != nil {
+			return usageError(err)
+		}
+	}
+	return nil
+}
+
+// isTerminal reports whether w is a character device, such as a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// colorful reports whether to colour what goes to w.
+func (a *app) colorful(w io.Writer) bool {
+	return isTerminal(w) && a.getenv("NO_COLOR") == "" && a.getenv("TERM") != "dumb"
+}

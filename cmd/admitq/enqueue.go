@@ -1,0 +1,117 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/spf13/cobra"
+
+	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/enqueue"
+)
+
+func (a *app) newEnqueueCmd() *cobra.Command {
+	var tenant, typ, payload, queue, id string
+	cmd := &cobra.Command{
+		Use:   "enqueue --tenant T --type X [--payload JSON|@file] [--queue Q] [--id ID]",
+		Short: "Send one task through the gate",
+		Long: `Sends one task through the gate and prints the decision: admitted, deferred
+until its slot, or rejected with when to retry.
+
+Exit status: 0 admitted or deferred, 3 rejected, 1 error, 2 bad usage.`,
+		Example: `  admitq enqueue --tenant acme --type email:send --payload '{"to":"a@example.com"}'
+  admitq enqueue --tenant acme --type report --payload @report.json --queue low`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, f := range []string{"tenant", "type"} {
+				if !cmd.Flags().Changed(f) {
+					return usageErrorf("--%s is required", f)
+				}
+			}
+			if err := validateTenants(tenant); err != nil {
+				return err
+			}
+			if strings.TrimSpace(typ) == "" {
+				return usageErrorf("--type is empty")
+			}
+			if cmd.Flags().Changed("queue") && strings.TrimSpace(queue) == "" {
+				return usageErrorf("--queue is empty")
+			}
+			if cmd.Flags().Changed("id") && strings.TrimSpace(id) == "" {
+				return usageErrorf("--id is empty")
+			}
+			body, err := readPayload(payload)
+			if err != nil {
+				return err
+			}
+			opts := []asynq.Option{asynq.Queue(queue)}
+			if id != "" {
+				opts = append(opts, asynq.TaskID(id))
+			}
+
+			rdb, _, err := a.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer rdb.Close()
+			gate := admission.New(rdb, admission.NewRedisQuotas(rdb, a.gateOptions()...), a.gateOptions()...)
+			client := enqueue.New(asynq.NewClientFromRedisClient(rdb), gate)
+			info, d, err := client.Enqueue(cmd.Context(), tenant, asynq.NewTask(typ, body), opts...)
+			var rej *enqueue.RejectedError
+			switch {
+			case errors.As(err, &rej):
+				fmt.Fprintf(a.stdout, "rejected, retry after %v (at %s)\n",
+					roundDelay(rej.RetryAfter()), rej.Decision.At.Local().Format(time.RFC3339))
+				return &exitError{code: exitRejected}
+			case err != nil:
+				return inputError(err)
+			case d.Outcome == admission.Deferred:
+				fmt.Fprintf(a.stdout, "deferred until %s (in %v): task %s in queue %s\n",
+					info.NextProcessAt.Local().Format(time.RFC3339), roundDelay(info.NextProcessAt.Sub(d.Now)), info.ID, info.Queue)
+			default:
+				fmt.Fprintf(a.stdout, "admitted: task %s in queue %s\n", info.ID, info.Queue)
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&tenant, "tenant", "", "tenant the task belongs to (required)")
+	fs.StringVar(&typ, "type", "", "asynq task type (required)")
+	fs.StringVar(&payload, "payload", "", "task payload: JSON, or @file to read it from a file")
+	fs.StringVar(&queue, "queue", "default", "asynq queue")
+	fs.StringVar(&id, "id", "", "task ID; sending the same ID again takes no second slot (default: a new UUID)")
+	return cmd
+}
+
+// readPayload reads --payload: JSON text, or @file holding JSON.
+func readPayload(v string) ([]byte, error) {
+	if v == "" {
+		return nil, nil
+	}
+	b, name := []byte(v), "--payload"
+	if file, ok := strings.CutPrefix(v, "@"); ok {
+		var err error
+		if b, err = os.ReadFile(file); err != nil {
+			return nil, usageErrorf("--payload: %w", err)
+		}
+		name = "--payload " + v
+	}
+	if !json.Valid(b) {
+		return nil, usageErrorf("%s: not valid JSON", name)
+	}
+	return b, nil
+}
+
+// roundDelay rounds a delay for people: to 1 ms below a second, else to
+// 100 ms.
+func roundDelay(d time.Duration) time.Duration {
+	if d < time.Second {
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(100 * time.Millisecond)
+}

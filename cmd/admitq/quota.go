@@ -1,0 +1,308 @@
+package main
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/admitq/admitq/admission"
+)
+
+func (a *app) newQuotaCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "quota",
+		Short: "Set, show and delete per-tenant quotas",
+		Long: `Quotas live in the Redis hash <prefix>:quotas. Running producers pick up a
+change within a second. A tenant without a quota of its own gets the default.`,
+	}
+	cmd.AddCommand(
+		a.newQuotaSetCmd(),
+		a.newQuotaSetDefaultCmd(),
+		a.newQuotaGetCmd(),
+		a.newQuotaListCmd(),
+		a.newQuotaDeleteCmd(),
+		a.newQuotaDeleteDefaultCmd(),
+	)
+	return cmd
+}
+
+// quotaFlags are --limit, --window and --max-delay.
+type quotaFlags struct {
+	limit    int
+	window   time.Duration
+	maxDelay time.Duration
+}
+
+func (f *quotaFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.IntVar(&f.limit, "limit", 0, "tasks admitted in any window (required)")
+	fs.DurationVar(&f.window, "window", 0, "length of the sliding window, e.g. 1s or 1m (required)")
+	fs.DurationVar(&f.maxDelay, "max-delay", 0, "how far ahead a task over the limit may be deferred; 0 rejects it at once")
+}
+
+// quota checks the flags, naming them, before anything touches Redis.
+func (f *quotaFlags) quota(cmd *cobra.Command) (admission.Quota, error) {
+	for _, name := range []string{"limit", "window"} {
+		if !cmd.Flags().Changed(name) {
+			return admission.Quota{}, usageErrorf("--%s is required", name)
+		}
+	}
+	switch {
+	case f.limit < 1:
+		return admission.Quota{}, usageErrorf("--limit %d: want at least 1", f.limit)
+	case f.window < time.Millisecond:
+		return admission.Quota{}, usageErrorf("--window %v: want at least 1ms", f.window)
+	case f.maxDelay < 0:
+		return admission.Quota{}, usageErrorf("--max-delay %v: want 0 or more", f.maxDelay)
+	}
+	q := admission.Quota{Limit: f.limit, Window: f.window, MaxDelay: f.maxDelay}
+	if err := q.Validate(); err != nil {
+		return admission.Quota{}, usageError(err)
+	}
+	return q, nil
+}
+
+func (a *app) newQuotaSetCmd() *cobra.Command {
+	var f quotaFlags
+	cmd := &cobra.Command{
+		Use:     "set TENANT --limit N --window D [--max-delay D]",
+		Short:   "Set a tenant's quota",
+		Example: "  admitq quota set acme --limit 100 --window 1m --max-delay 30s",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			tenant := args[0]
+			if err := validateTenants(tenant); err != nil {
+				return err
+			}
+			q, err := f.quota(cmd)
+			if err != nil {
+				return err
+			}
+			quotas, done, err := a.quotas(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			if err := quotas.Set(cmd.Context(), tenant, q); err != nil {
+				return inputError(err)
+			}
+			fmt.Fprintf(a.stdout, "%s: %s\n", tenant, q)
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func (a *app) newQuotaSetDefaultCmd() *cobra.Command {
+	var f quotaFlags
+	cmd := &cobra.Command{
+		Use:   "set-default --limit N --window D [--max-delay D]",
+		Short: "Set the quota of tenants that have none of their own",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			q, err := f.quota(cmd)
+			if err != nil {
+				return err
+			}
+			quotas, done, err := a.quotas(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			if err := quotas.SetDefault(cmd.Context(), q); err != nil {
+				return inputError(err)
+			}
+			fmt.Fprintf(a.stdout, "default: %s\n", q)
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func (a *app) newQuotaGetCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "get TENANT",
+		Short: "Show a tenant's own quota",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			tenant := args[0]
+			if err := validateTenants(tenant); err != nil {
+				return err
+			}
+			quotas, done, err := a.quotas(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			q, err := quotas.Get(cmd.Context(), tenant)
+			if errors.Is(err, admission.ErrNoQuota) {
+				if d, derr := quotas.GetDefault(cmd.Context()); derr == nil {
+					return fmt.Errorf("tenant %q has no quota of its own; the default %s applies", tenant, d)
+				}
+				return fmt.Errorf("tenant %q has no quota, and there is no default", tenant)
+			}
+			if err != nil {
+				return inputError(err)
+			}
+			if asJSON {
+				return writeJSON(a.stdout, quotaEntry{Tenant: tenant, quotaJSON: toQuotaJSON(q)}, true)
+			}
+			fmt.Fprintf(a.stdout, "%s: %s\n", tenant, q)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func (a *app) newQuotaListCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list [--json]",
+		Short: "List every quota, the default first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			quotas, done, err := a.quotas(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			all, err := quotas.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			l := toQuotaList(all)
+			if asJSON {
+				return writeJSON(a.stdout, l, true)
+			}
+			return writeQuotaTable(a.stdout, l)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func (a *app) newQuotaDeleteCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete TENANT",
+		Short: "Delete a tenant's own quota; the default then applies",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			tenant := args[0]
+			if err := validateTenants(tenant); err != nil {
+				return err
+			}
+			quotas, done, err := a.quotas(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			if err := quotas.Delete(cmd.Context(), tenant); err != nil {
+				return inputError(err)
+			}
+			fmt.Fprintf(a.stdout, "%s: deleted\n", tenant)
+			return nil
+		},
+	}
+}
+
+func (a *app) newQuotaDeleteDefaultCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete-default",
+		Short: "Delete the default quota; tenants without their own are then refused",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			quotas, done, err := a.quotas(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			if err := quotas.DeleteDefault(cmd.Context()); err != nil {
+				return err
+			}
+			fmt.Fprintln(a.stdout, "default: deleted")
+			return nil
+		},
+	}
+}
+
+// quotas connects and returns the quota store and a func that disconnects.
+func (a *app) quotas(cmd *cobra.Command) (*admission.RedisQuotas, func(), error) {
+	rdb, _, err := a.dial(cmd.Context())
+	if err != nil {
+		return nil, nil, err
+	}
+	return admission.NewRedisQuotas(rdb, a.gateOptions()...), func() { _ = rdb.Close() }, nil
+}
+
+// quotaJSON is a quota as the command prints it: durations as Go writes them.
+type quotaJSON struct {
+	Limit    int    `json:"limit"`
+	Window   string `json:"window"`
+	MaxDelay string `json:"max_delay"`
+}
+
+func toQuotaJSON(q admission.Quota) quotaJSON {
+	return quotaJSON{Limit: q.Limit, Window: q.Window.String(), MaxDelay: q.MaxDelay.String()}
+}
+
+type quotaEntry struct {
+	Tenant string `json:"tenant"`
+	quotaJSON
+}
+
+// quotaList is the output of quota list.
+type quotaList struct {
+	Default *quotaJSON   `json:"default"` // null when there is none
+	Tenants []quotaEntry `json:"tenants"` // sorted by tenant
+}
+
+func toQuotaList(s admission.StaticQuotas) quotaList {
+	l := quotaList{Tenants: []quotaEntry{}}
+	if s.Default != nil {
+		d := toQuotaJSON(*s.Default)
+		l.Default = &d
+	}
+	for t, q := range s.Tenants {
+		l.Tenants = append(l.Tenants, quotaEntry{Tenant: t, quotaJSON: toQuotaJSON(q)})
+	}
+	slices.SortFunc(l.Tenants, func(x, y quotaEntry) int { return cmp.Compare(x.Tenant, y.Tenant) })
+	return l
+}
+
+func writeQuotaTable(w io.Writer, l quotaList) error {
+	if l.Default == nil && len(l.Tenants) == 0 {
+		_, err := fmt.Fprintln(w, "no quotas")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT\tLIMIT\tWINDOW\tMAX DELAY")
+	row := func(name string, q quotaJSON) {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", name, q.Limit, q.Window, q.MaxDelay)
+	}
+	if l.Default != nil {
+		row("(default)", *l.Default)
+	}
+	for _, e := range l.Tenants {
+		row(e.Tenant, e.quotaJSON)
+	}
+	return tw.Flush()
+}
+
+func writeJSON(w io.Writer, v any, indent bool) error {
+	enc := json.NewEncoder(w)
+	if indent {
+		enc.SetIndent("", "  ")
+	}
+	return enc.Encode(v)
+}

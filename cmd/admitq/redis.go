@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// defaultRedisURL is the server used when neither --redis, --redis-cluster
+// nor ADMITQ_REDIS says otherwise (demo embeds its own instead).
+const defaultRedisURL = "redis://127.0.0.1:6379"
+
+// redisConfig is where the global flags point: one server or a cluster.
+// Exactly one of single and cluster is set.
+type redisConfig struct {
+	single  *redis.Options
+	cluster *redis.ClusterOptions
+	// display names the server(s) for messages: a URL without user or
+	// password.
+	display string
+}
+
+// client returns a new client; the caller closes it.
+func (c redisConfig) client() redis.UniversalClient {
+	if c.cluster != nil {
+		o := *c.cluster
+		return redis.NewClusterClient(&o)
+	}
+	o := *c.single
+	return redis.NewClient(&o)
+}
+
+// connOpt makes c an asynq.RedisConnOpt, so that a worker's asynq server
+// gets the same TLS, credentials and timeouts, and owns (closes) its client.
+type connOpt struct{ cfg redisConfig }
+
+func (o connOpt) MakeRedisClient() any { return o.cfg.client() }
+
+// parseRedis turns the global flags into a redisConfig. rawURL is --redis
+// or ADMITQ_REDIS; rawCluster is --redis-cluster. The errors never hold a
+// password.
+func parseRedis(rawURL, rawCluster, caFile string, timeout time.Duration) (redisConfig, error) {
+	var cfg redisConfig
+	var tlsOn bool
+	switch {
+	case rawCluster != "":
+		co, err := parseCluster(rawCluster)
+		if err != nil {
+			return redisConfig{}, err
+		}
+		cfg.cluster = co
+		tlsOn = co.TLSConfig != nil
+		scheme := "redis"
+		if tlsOn {
+			scheme = "rediss"
+		}
+		cfg.display = scheme + "://" + strings.Join(co.Addrs, ",")
+		co.DialTimeout, co.ReadTimeout, co.WriteTimeout = orDefault(co.DialTimeout, timeout), orDefault(co.ReadTimeout, timeout), orDefault(co.WriteTimeout, timeout)
+	default:
+		o, err := redis.ParseURL(rawURL)
+		if err != nil {
+			return redisConfig{}, fmt.Errorf("--redis %s: %s", redactURL(rawURL), urlErrorReason(err))
+		}
+		cfg.single = o
+		tlsOn = o.TLSConfig != nil
+		cfg.display = displayURL(o)
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = orDefault(o.DialTimeout, timeout), orDefault(o.ReadTimeout, timeout), orDefault(o.WriteTimeout, timeout)
+	}
+	if caFile == "" {
+		return cfg, nil
+	}
+	if !tlsOn {
+		return redisConfig{}, errors.New("--tls-ca needs a rediss:// URL")
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return redisConfig{}, fmt.Errorf("--tls-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return redisConfig{}, fmt.Errorf("--tls-ca %s: no PEM certificate in the file", caFile)
+	}
+	if cfg.single != nil {
+		cfg.single.TLSConfig.RootCAs = pool
+	} else {
+		cfg.cluster.TLSConfig.RootCAs = pool
+	}
+	return cfg, nil
+}
+
+// parseCluster reads "host:port,host:port", optionally led by a scheme and
+// credentials that apply to every node: "rediss://user:pass@h1:7000,h2:7001".
+func parseCluster(raw string) (*redis.ClusterOptions, error) {
+	co := &redis.ClusterOptions{}
+	rest := raw
+	if scheme, after, ok := strings.Cut(raw, "://"); ok {
+		switch scheme {
+		case "redis":
+		case "rediss":
+			co.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		default:
+			return nil, fmt.Errorf("--redis-cluster %s: scheme %q, want redis or rediss", redactURL(raw), scheme)
+		}
+		rest = after
+		if i := strings.LastIndex(rest, "@"); i >= 0 {
+			user, pass, _ := strings.Cut(rest[:i], ":")
+			var err error
+			if co.Username, err = url.PathUnescape(user); err != nil {
+				return nil, fmt.Errorf("--redis-cluster %s: bad user name escape", redactURL(raw))
+			}
+			if co.Password, err = url.PathUnescape(pass); err != nil {
+				return nil, fmt.Errorf("--redis-cluster %s: bad password escape", redactURL(raw))
+			}
+			rest = rest[i+1:]
+		}
+	}
+	if strings.ContainsAny(rest, "/?#") {
+		return nil, fmt.Errorf("--redis-cluster %s: want host:port,... (a cluster has no database number or options)", redactURL(raw))
+	}
+	for _, a := range strings.Split(rest, ",") {
+		a = strings.TrimSpace(a)
+		host, port, err := splitHostPort(a)
+		if err != nil {
+			return nil, fmt.Errorf("--redis-cluster: node %q: %v", a, err)
+		}
+		co.Addrs = append(co.Addrs, host+":"+port)
+	}
+	return co, nil
+}
+
+func splitHostPort(a string) (host, port string, err error) {
+	i := strings.LastIndex(a, ":")
+	if i <= 0 || i == len(a)-1 {
+		return "", "", errors.New("want host:port")
+	}
+	host, port = a[:i], a[i+1:]
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", "", fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	}
+	return host, port, nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d != 0 {
+		return d
+	}
+	return def
+}
+
+// displayURL names a single server without credentials.
+func displayURL(o *redis.Options) string {
+	scheme := "redis"
+	if o.TLSConfig != nil {
+		scheme = "rediss"
+	}
+	if o.Network == "unix" {
+		return "unix://" + o.Addr
+	}
+	s := scheme + "://" + o.Addr
+	if o.DB != 0 {
+		s += "/" + strconv.Itoa(o.DB)
+	}
+	return s
+}
+
+// redactURL hides the user information of a URL that may not even parse.
+func redactURL(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		if strings.Contains(raw, "@") {
+			return "xxxxx@" + raw[strings.LastIndex(raw, "@")+1:]
+		}
+		return raw
+	}
+	// The last '@' anywhere, as in urlSecrets.
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		rest = "xxxxx" + rest[i:]
+	}
+	return scheme + "://" + rest
+}
+
+// urlErrorReason drops the URL that url.Parse puts in its errors, because
+// it holds the password.
+func urlErrorReason(err error) string {
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		return uerr.Err.Error()
+	}
+	return strings.TrimPrefix(err.Error(), "redis: ")
+}
+
+// urlSecrets returns the password in a URL, whether or not it parses, so
+// that it can be scrubbed from any message.
+func urlSecrets(raw string) []string {
+	_, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		rest = raw
+	}
+	// The last '@' anywhere: a password with an unescaped '/' must not
+	// escape scrubbing, and over-scrubbing costs nothing.
+	i := strings.LastIndex(rest, "@")
+	if i < 0 {
+		return nil
+	}
+	_, pass, ok := strings.Cut(rest[:i], ":")
+	if !ok || pass == "" {
+		return nil
+	}
+	out := []string{pass}
+	if u, err := url.PathUnescape(pass); err == nil && u != pass {
+		out = append(out, u)
+	}
+	return out
+}
+
+// ping checks that Redis answers within timeout, and names the server if not.
+func ping(ctx context.Context, rdb redis.UniversalClient, cfg redisConfig, timeout time.Duration) error {
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := rdb.Ping(pctx).Err()
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("no answer within %v", timeout)
+	}
+	return fmt.Errorf("cannot reach Redis at %s: %w", cfg.display, err)
+}
