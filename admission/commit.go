@@ -55,6 +55,7 @@ type request struct {
 	state atomic.Int32
 	done  chan struct{}
 	ds    []Decision
+	hint  time.Time // the key's retry hint, set on the group's last request
 	err   error
 }
 
@@ -242,15 +243,26 @@ func (c *committer) exec(ctx context.Context, calls [][]*group, eval bool) ([][]
 func (c *committer) deliver(call []*group, res []int64, err error, release func(Decision)) {
 	off := 1
 	for _, g := range call {
-		if err == nil && len(res) < off+3*len(g.ids) {
+		if err == nil && len(res) < off+3*len(g.ids)+1 {
 			err = errors.New("admitq: admit script returned a short reply")
 		}
-		for _, r := range g.reqs {
+		var hint []int64
+		if err == nil {
+			hint = res[off+3*len(g.ids) : off+3*len(g.ids)+1]
+		}
+		for i, r := range g.reqs {
 			if err != nil {
 				r.err = err
 			} else {
+				// Each request's part, followed by the hint for the last
+				// request only: an earlier one's successors are not rejected
+				// on its account.
 				n := 3 * len(r.ids)
-				r.ds, r.err = parseDecisions(r.tenant, r.ids, res[0], res[off:off+n])
+				part := append(res[off:off+n:off+n], 0)
+				if i == len(g.reqs)-1 {
+					part[n] = hint[0]
+				}
+				r.ds, r.hint, r.err = parseDecisions(r.tenant, r.ids, res[0], part)
 				off += n
 			}
 			if r.state.CompareAndSwap(waiting, delivered) {
@@ -263,6 +275,7 @@ func (c *committer) deliver(call []*group, res []int64, err error, release func(
 				}
 			}
 		}
+		off++ // the group's hint
 	}
 }
 

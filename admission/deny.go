@@ -5,10 +5,11 @@ import (
 	"time"
 )
 
-// denyCache remembers tenants Redis rejected until a known time. Until then
-// every new request of that tenant would be rejected too (slots only move
-// forward), so the gate answers locally and a flood from one tenant costs
-// Redis almost nothing. An entry holds for the quota it was made under; a
+// denyCache remembers tenants whose every new request Redis will reject
+// until a known time: admit.lua returns that time with a rejection, and
+// also with the admission that fills the window. Until then the gate
+// answers locally (slots only move forward), so a flood from one tenant
+// costs Redis one script call per admission and almost nothing more. An entry holds for the quota it was made under; a
 // quota change or a Release through this gate ends it early.
 type denyCache struct {
 	max int
@@ -39,9 +40,10 @@ func (c *denyCache) lookup(tenant string, q Quota, now time.Time) (denial, bool)
 	return d, true
 }
 
-// put records that Redis rejected tenant until r.At.
-func (c *denyCache) put(tenant string, q Quota, r Decision, now time.Time) {
-	d := denial{q: q, until: now.Add(r.At.Sub(r.Now)), now: r.Now, at: r.At}
+// put records that Redis, at its time serverNow, will reject every new
+// request of tenant until its time at.
+func (c *denyCache) put(tenant string, q Quota, serverNow, at, now time.Time) {
+	d := denial{q: q, until: now.Add(at.Sub(serverNow)), now: serverNow, at: at}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.entries) >= c.max {

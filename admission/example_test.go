@@ -32,7 +32,7 @@ func Example() {
 			fmt.Println(err)
 			return
 		}
-		fmt.Printf("%s, wait %v, at %s\n", d.Outcome, d.Delay(), d.At.UTC().Format(time.TimeOnly))
+		fmt.Printf("%s, wait %v, at %s\n", d.Outcome, d.Delay().Round(time.Second), d.At.UTC().Format(time.TimeOnly))
 	}
 	// Output:
 	// admitted, wait 0s, at 12:00:00

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,10 +38,12 @@ type Gate struct {
 	local  *localLimiter
 }
 
-// Group-commit bounds: requests per pipeline and pipelines in flight.
+// Group-commit bounds: requests per pipeline and pipelines in flight. With
+// batching off every request is a pipeline of its own.
 const (
-	maxBatch  = 256
-	maxFlight = 4
+	maxBatch           = 256
+	maxFlight          = 4
+	maxFlightUnbatched = 64
 )
 
 // New returns a Gate that keeps its logs in rdb and looks quotas up in
@@ -57,8 +62,14 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 		ids:     newIDGen(),
 		local:   newLocalLimiter(o.instances),
 	}
+	// Unbatched calls go through the committer too, one request a
+	// pipeline: its callers wait on their context, not on the connection,
+	// so a frozen Redis cannot hold them past the timeout even when the
+	// client ignores context deadlines (ContextTimeoutEnabled unset).
 	if o.batching {
 		g.commit = newCommitter(rdb, g.admit, g.counter, o.timeout, maxBatch, maxFlight)
+	} else {
+		g.commit = newCommitter(rdb, g.admit, g.counter, o.timeout, 1, maxFlightUnbatched)
 	}
 	if o.denyCache {
 		g.deny = newDenyCache(100_000)
@@ -151,7 +162,7 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string)
 	if g.brk.isOpen() {
 		return g.withoutRedis(tenant, q, ids, now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, tenant))
 	}
-	ds, err := g.remote(ctx, tenant, q, ids)
+	ds, hint, err := g.remote(ctx, tenant, q, ids)
 	if err != nil {
 		if errors.Is(err, ErrUnavailable) {
 			g.brk.failure(err)
@@ -160,8 +171,10 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string)
 		return nil, err
 	}
 	g.brk.success()
-	if last := ds[len(ds)-1]; g.deny != nil && last.Outcome == Rejected {
-		g.deny.put(tenant, q, last, now)
+	if g.deny != nil && !hint.IsZero() {
+		// The clock read after the reply errs late, never early, so the
+		// cache never answers for Redis after Redis would have admitted.
+		g.deny.put(tenant, q, ds[0].Now, hint, time.Now())
 	}
 	return ds, nil
 }
@@ -177,37 +190,18 @@ func (g *Gate) withoutRedis(tenant string, q Quota, ids []string, now time.Time,
 
 // remote decides on Redis, through the group commit when it is on. The
 // whole call, queueing included, is bounded by the gate's timeout.
-func (g *Gate) remote(ctx context.Context, tenant string, q Quota, ids []string) ([]Decision, error) {
+//
+// Besides the decisions it returns the script's retry hint: zero, or the
+// Redis time until which every new request of tenant will be rejected.
+func (g *Gate) remote(ctx context.Context, tenant string, q Quota, ids []string) ([]Decision, time.Time, error) {
 	r := &request{tenant: tenant, key: windowKey(g.opts.prefix, tenant, q), q: q, gran: g.gran, ids: ids}
 	cctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
 	defer cancel()
-	var ds []Decision
-	var err error
-	if g.commit != nil {
-		ds, err = g.commit.do(cctx, r, g.releaseAbandoned)
-	} else {
-		ds, err = g.direct(cctx, r)
-	}
+	ds, err := g.commit.do(cctx, r, g.releaseAbandoned)
 	if err != nil {
-		return nil, callError(ctx, "admit", tenant, err)
+		return nil, time.Time{}, callError(ctx, "admit", tenant, err)
 	}
-	return ds, nil
-}
-
-// direct decides r with one script call of its own.
-func (g *Gate) direct(ctx context.Context, r *request) ([]Decision, error) {
-	script, args := g.admit, appendAdmitArgs(make([]any, 0, 5+len(r.ids)), r.q, r.gran, r.ids)
-	if r.q.Mode == Counter {
-		script, args = g.counter, appendCounterArgs(make([]any, 0, 6), r.q, r.gran, len(r.ids))
-	}
-	res, err := script.Run(ctx, g.rdb, []string{r.key}, args...).Int64Slice()
-	if err != nil {
-		return nil, err
-	}
-	if len(res) == 0 {
-		return nil, errors.New("admitq: admit script returned nothing")
-	}
-	return parseDecisions(r.tenant, r.ids, res[0], res[1:])
+	return ds, r.hint, nil
 }
 
 // appendCounterArgs appends counter.lua's ARGV for n requests.
@@ -224,11 +218,16 @@ func appendAdmitArgs(args []any, q Quota, gran int64, ids []string) []any {
 	return args
 }
 
-// parseDecisions reads admit.lua's reply for ids: the server time nowµs,
-// and res, which holds outcome, slot and remaining for each ID.
-func parseDecisions(tenant string, ids []string, nowµs int64, res []int64) ([]Decision, error) {
-	if len(res) != 3*len(ids) {
-		return nil, fmt.Errorf("admitq: admit script returned %d values for %d IDs", len(res), len(ids))
+// parseDecisions reads one key's part of a script reply for ids: the
+// server time nowµs, and res, which holds outcome, slot and remaining for
+// each ID, then the key's retry hint (see admit.lua), 0 for none.
+func parseDecisions(tenant string, ids []string, nowµs int64, res []int64) ([]Decision, time.Time, error) {
+	if len(res) != 3*len(ids)+1 {
+		return nil, time.Time{}, fmt.Errorf("admitq: admit script returned %d values for %d IDs", len(res), len(ids))
+	}
+	var hint time.Time
+	if h := res[len(res)-1]; h > 0 {
+		hint = time.UnixMicro(h)
 	}
 	now := time.UnixMicro(nowµs)
 	ds := make([]Decision, len(ids))
@@ -247,11 +246,11 @@ func parseDecisions(tenant string, ids []string, nowµs int64, res []int64) ([]D
 		case 4:
 			d.Outcome, d.Existing = Deferred, true
 		default:
-			return nil, fmt.Errorf("admitq: admit script returned outcome %d", code)
+			return nil, time.Time{}, fmt.Errorf("admitq: admit script returned outcome %d", code)
 		}
 		ds[i] = d
 	}
-	return ds, nil
+	return ds, hint, nil
 }
 
 // releaseAbandoned gives back a slot recorded for a caller that stopped
@@ -283,13 +282,14 @@ func (g *Gate) Release(ctx context.Context, d Decision) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
 	defer cancel()
-	if q.Mode == Counter {
-		bucket := d.At.UnixMicro() / counterWidth(q)
-		args := append(appendCounterArgs(nil, q, 1, 1), bucket)
-		err = g.counter.Run(cctx, g.rdb, []string{counterKey(g.opts.prefix, d.Tenant)}, args...).Err()
-	} else {
-		err = g.rdb.ZRem(cctx, logKey(g.opts.prefix, d.Tenant), d.ID).Err()
-	}
+	err = bounded(cctx, func(ctx context.Context) error {
+		if q.Mode == Counter {
+			bucket := d.At.UnixMicro() / counterWidth(q)
+			args := append(appendCounterArgs(nil, q, 1, 1), bucket)
+			return g.counter.Run(ctx, g.rdb, []string{counterKey(g.opts.prefix, d.Tenant)}, args...).Err()
+		}
+		return g.rdb.ZRem(ctx, logKey(g.opts.prefix, d.Tenant), d.ID).Err()
+	})
 	if err != nil {
 		return callError(ctx, "release", d.Tenant, err)
 	}
@@ -333,7 +333,11 @@ func (g *Gate) Usage(ctx context.Context, tenant string) (Usage, error) {
 	if q.Mode == Counter {
 		script, args = g.counter, appendCounterArgs(nil, q, 1, 0)
 	}
-	res, err := script.Run(cctx, g.rdb, []string{windowKey(g.opts.prefix, tenant, q)}, args...).Int64Slice()
+	var res []int64
+	err = bounded(cctx, func(ctx context.Context) (err error) {
+		res, err = script.Run(ctx, g.rdb, []string{windowKey(g.opts.prefix, tenant, q)}, args...).Int64Slice()
+		return err
+	})
 	if err != nil {
 		return Usage{}, callError(ctx, "usage", tenant, err)
 	}
@@ -350,6 +354,21 @@ func (g *Gate) Usage(ctx context.Context, tenant string) (Usage, error) {
 	}, nil
 }
 
+// bounded runs call and returns when it does or when ctx ends, whichever
+// is first. A go-redis client without ContextTimeoutEnabled ignores context
+// deadlines while it waits for a reply; the call then finishes in the
+// background, bounded by the client's ReadTimeout.
+func bounded(ctx context.Context, call func(context.Context) error) error {
+	done := make(chan error, 1)
+	go func() { done <- call(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
 // callError maps a failed Redis call to the error a caller sees: the
 // caller's own context error when ctx (the caller's, not the per-call
 // deadline) is done, ErrUnavailable when Redis could not be reached or
@@ -364,16 +383,24 @@ func callError(ctx context.Context, op, tenant string, err error) error {
 	return fmt.Errorf("admitq: %s %q: %w", op, tenant, err)
 }
 
-// unavailable reports whether err means Redis could not serve the call now,
-// as opposed to refusing it (a wrong key type, a script error).
+// unavailable reports whether err means Redis could not serve the call now:
+// it could not be reached, did not answer in time, or said it cannot serve
+// (loading, read-only replica, cluster down). Anything else, such as a
+// wrong key type or a script error, is an answer, not an outage.
 func unavailable(err error) bool {
+	var nerr net.Error
 	var rerr redis.Error
-	if !errors.As(err, &rerr) {
-		return true // network errors, timeouts, closed pools
-	}
-	for _, p := range []string{"LOADING", "READONLY", "CLUSTERDOWN", "MASTERDOWN", "TRYAGAIN", "BUSY"} {
-		if strings.HasPrefix(rerr.Error(), p) {
-			return true
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &nerr),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout):
+		return true
+	case errors.As(err, &rerr):
+		for _, p := range []string{"LOADING", "READONLY", "CLUSTERDOWN", "MASTERDOWN", "TRYAGAIN", "BUSY"} {
+			if strings.HasPrefix(rerr.Error(), p) {
+				return true
+			}
 		}
 	}
 	return false

@@ -25,6 +25,8 @@ type modelResult struct {
 	Code, At, Remaining int64
 }
 
+// admit decides ids and returns their results followed by the retry hint
+// as a last modelResult{Code: hint}.
 func (m *slotModel) admit(now int64, q Quota, gran int64, ids []string) []modelResult {
 	w, d, limit := q.Window.Microseconds(), q.MaxDelay.Microseconds(), q.Limit
 	for id, s := range m.log {
@@ -81,7 +83,20 @@ func (m *slotModel) admit(now int64, q Quota, gran int64, ids []string) []modelR
 		}
 		out = append(out, modelResult{code, slot, remaining})
 	}
-	return out
+	var hint int64
+	if retryAt != nil {
+		hint = *retryAt
+	} else {
+		free := newest
+		if len(m.log) >= limit {
+			scores := slices.Sorted(mapValues(m.log))
+			free = max(free, scores[len(scores)-limit]+w)
+		}
+		if free-now > d {
+			hint = free - d
+		}
+	}
+	return append(out, modelResult{Code: hint})
 }
 
 func mapValues(m map[string]int64) func(func(int64) bool) {
@@ -152,6 +167,7 @@ func TestScriptMatchesModel(t *testing.T) {
 				for i := 1; i+2 < len(res); i += 3 {
 					got = append(got, modelResult{res[i], res[i+1], res[i+2]})
 				}
+				got = append(got, modelResult{Code: res[len(res)-1]})
 				want := m.admit(now.UnixMicro(), q, gran, ids)
 				if diff := cmp.Diff(want, got); diff != "" {
 					t.Fatalf("%s: admit %v (-model,+script):\n%s", desc, ids, diff)

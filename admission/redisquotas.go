@@ -256,7 +256,7 @@ func (r *RedisQuotas) invalidate(field string) {
 func (r *RedisQuotas) do(ctx context.Context, call func(context.Context) error) error {
 	cctx, cancel := context.WithTimeout(ctx, r.opts.timeout)
 	defer cancel()
-	if err := call(cctx); err != nil {
+	if err := bounded(cctx, call); err != nil {
 		return callError(ctx, "quotas", r.key, err)
 	}
 	return nil

@@ -3,10 +3,13 @@
 -- KEYS[k]  the log of the k-th tenant: a ZSET of entry ID -> slot (Redis time, µs)
 -- ARGV     for each key k, in order: limit, window µs, max delay µs,
 --          granularity µs (1 = none), n, then n entry IDs in request order
--- Returns  {now µs, then for each ID in order: outcome, at µs, remaining}
+-- Returns  {now µs, then for each key: for each of its IDs in order
+--          outcome, at µs, remaining; then the key's retry hint µs}
 --          outcome 0 admitted, 1 deferred, 2 rejected,
 --                  3 admitted earlier (ID already in the log), 4 deferred earlier.
 --          at is the slot; for a rejection, the earliest time a retry could be deferred.
+--          The retry hint is 0, or the time until which any new request for
+--          the key will be rejected: callers may answer those without Redis.
 --
 -- A new slot is max(now, newest slot, L-th newest slot + window): every interval
 -- of length window then holds at most limit slots, and slots never go backwards
@@ -86,6 +89,19 @@ for k = 1, #KEYS do
     out[#out + 1] = remaining
   end
   a = a + n
+
+  local hint = retryAt or 0
+  if not retryAt then
+    local free = newest
+    if card >= limit then
+      local e = redis.call('ZRANGE', key, -limit, -limit, 'WITHSCORES')
+      free = math.max(free, tonumber(e[2]) + window)
+    end
+    if free - now > maxDelay then
+      hint = free - maxDelay
+    end
+  end
+  out[#out + 1] = hint
 
   if added then
     redis.call('PEXPIRE', key, math.ceil((newest + window - now) / 1000) + 1)

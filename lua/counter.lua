@@ -11,8 +11,10 @@
 -- ARGV[5]  buckets per window
 -- ARGV[6]  n, the number of requests, decided in order; 0 asks for usage
 -- ARGV[7]  (with n > 0) a bucket to release an entry from instead: n must be 1
--- Returns  {now µs, then for each request: outcome, at µs, remaining}
---          outcome 0 admitted, 1 deferred, 2 rejected, as in admit.lua;
+-- Returns  {now µs, then for each request: outcome, at µs, remaining;
+--          then the retry hint µs}
+--          outcome 0 admitted, 1 deferred, 2 rejected, and the retry hint,
+--          as in admit.lua;
 --          for n = 0: {now µs, entries counted in the window, entries ahead,
 --          next free slot µs}, writing nothing;
 --          for a release: {now µs, 1 if an entry was released else 0}
@@ -148,6 +150,14 @@ for _ = 1, n do
   out[#out + 1] = slot
   out[#out + 1] = remaining
 end
+local hint = retryAt or 0
+if not retryAt then
+  local free = slotFrom(math.max(now, last))
+  if free - now > maxDelay then
+    hint = free - maxDelay
+  end
+end
+out[#out + 1] = hint
 if added then
   redis.call('HSET', key, 'last', string.format('%.0f', last))
   redis.call('PEXPIRE', key, math.ceil((last + window + width - now) / 1000) + 1)

@@ -1,0 +1,204 @@
+package admission_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/internal/redistest"
+)
+
+// scriptCalls returns how many EVALSHA and EVAL calls Redis has served.
+func scriptCalls(t *testing.T, rdb *redis.Client) int64 {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(line[strings.Index(line, ":")+1:], "calls="), ",")
+		c, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			t.Fatalf("parse %q: %v", line, err)
+		}
+		n += c
+	}
+	return n
+}
+
+// TestGroupCommitSharesScriptCalls: concurrent callers over many tenants
+// share script calls, so Redis serves far fewer calls than decisions.
+func TestGroupCommitSharesScriptCalls(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	g := admission.New(srv.Client(t), static(admission.Quota{Limit: 1000, Window: time.Second}))
+	defer g.Close()
+	before := scriptCalls(t, rdb)
+	var wg sync.WaitGroup
+	const workers, each = 64, 100
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				if _, err := g.Admit(t.Context(), "t"+strconv.Itoa((w*each+i)%500)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	calls := scriptCalls(t, rdb) - before
+	perDecision := float64(calls) / (workers * each)
+	t.Logf("%d decisions, %d script calls: %.3f calls per decision", workers*each, calls, perDecision)
+	if perDecision > 0.5 {
+		t.Fatalf("%.3f script calls per decision: group commit is not sharing calls", perDecision)
+	}
+}
+
+// TestDenyCacheFlood: one tenant flooding at 20× its quota costs Redis one
+// script call per admission, which the log must record, and almost nothing
+// for the 19 in 20 requests it rejects: the floor is 1/20 = 0.05 calls per
+// decision, and rejections may add at most 0.01 more. A quiet tenant beside
+// the flood is still decided by Redis, promptly.
+func TestDenyCacheFlood(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	q := admission.Quota{Limit: 50, Window: 500 * time.Millisecond}
+	g := admission.New(srv.Client(t), static(q))
+	defer g.Close()
+	before := scriptCalls(t, rdb)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
+	defer cancel()
+	var (
+		wg              sync.WaitGroup
+		mu              sync.Mutex
+		flood, admitted int
+		local           int
+	)
+	// 20× the quota: 3 windows × 50 × 20 = 3000 requests, paced evenly.
+	const sent = 3 * 50 * 20
+	pace := 1500 * time.Millisecond / sent
+	for w := range 4 {
+		wg.Go(func() {
+			tick := time.NewTicker(4 * pace)
+			defer tick.Stop()
+			for i := w; i < sent; i += 4 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				d, err := g.Admit(ctx, "noisy")
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Error(err)
+					}
+					return
+				}
+				mu.Lock()
+				flood++
+				if d.Outcome == admission.Admitted {
+					admitted++
+				}
+				if d.Local {
+					local++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	var quiet []time.Duration
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			start := time.Now()
+			d, err := g.Admit(ctx, "quiet")
+			if err != nil {
+				return
+			}
+			if d.Local || d.Outcome != admission.Admitted {
+				t.Errorf("quiet tenant: %+v, want admitted by Redis", d)
+				return
+			}
+			mu.Lock()
+			quiet = append(quiet, time.Since(start))
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	wg.Wait()
+	calls := scriptCalls(t, rdb) - before - int64(len(quiet))
+	perDecision := float64(calls) / float64(flood)
+	var worst time.Duration
+	for _, d := range quiet {
+		worst = max(worst, d)
+	}
+	t.Logf("flood: %d decisions, %d admitted, %d local, %d script calls (%.4f per decision); quiet tenant: %d calls, worst %v",
+		flood, admitted, local, calls, perDecision, len(quiet), worst)
+	if flood < sent/2 {
+		t.Fatalf("only %d of %d flood requests were made", flood, sent)
+	}
+	rejected := flood - admitted
+	if extra := float64(calls-int64(admitted)) / float64(rejected); extra > 0.01 {
+		t.Fatalf("%d script calls for %d admissions: rejections cost %.4f calls each, want at most 0.01", calls, admitted, extra)
+	}
+	if floor := float64(admitted) / float64(flood); perDecision > floor+0.01 {
+		t.Fatalf("%.4f script calls per flood decision, want at most the floor %.4f + 0.01", perDecision, floor)
+	}
+	if worst > 100*time.Millisecond {
+		t.Fatalf("quiet tenant waited up to %v during the flood", worst)
+	}
+}
+
+// TestAbandonedCallHoldsNoSlot: a caller whose context ends while its
+// request is in flight gets its context's error at once, and a slot Redis
+// recorded for it is given back.
+func TestAbandonedCallHoldsNoSlot(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	g := admission.New(srv.Client(t), static(admission.Quota{Limit: 1000, Window: time.Minute}))
+	defer g.Close()
+	abandoned := 0
+	for i := range 200 {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Duration(i%40)*10*time.Microsecond)
+		_, err := g.AdmitID(ctx, "gone", "id"+strconv.Itoa(i))
+		cancel()
+		switch {
+		case err == nil:
+		case errors.Is(err, context.DeadlineExceeded):
+			abandoned++
+			if errors.Is(err, admission.ErrUnavailable) {
+				t.Fatalf("caller's own deadline reported as Redis unavailable: %v", err)
+			}
+		default:
+			t.Fatalf("AdmitID: %v", err)
+		}
+	}
+	// Every admitted call holds its slot; every abandoned one holds none.
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		n := rdb.ZCard(t.Context(), "admitq:{gone}:log").Val()
+		if n == int64(200-abandoned) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("log holds %d entries for %d successful calls (%d abandoned)", n, 200-abandoned, abandoned)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if abandoned == 0 {
+		t.Skip("no call was abandoned in flight on this machine; nothing to check")
+	}
+	t.Logf("%d of 200 calls abandoned, none holds a slot", abandoned)
+}
