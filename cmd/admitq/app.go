@@ -168,7 +168,7 @@ rediss:// for TLS; or --redis-cluster for a Redis Cluster.`,
 		a.newStatusCmd(),
 		a.newEnqueueCmd(),
 		a.newWorkerCmd(),
-		// bench.go adds a.newBenchCmd() here.
+		a.newBenchCmd(), // bench.go
 	)
 	return root
 }

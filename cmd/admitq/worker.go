@@ -165,4 +165,3 @@ func queueList(qs map[string]int) string {
 	slices.Sort(parts)
 	return strings.Join(parts, ",")
 }
-
