@@ -111,7 +111,9 @@ func TestEnqueueBatchFailsAsAWhole(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			f := newFixture(t, fixtureConfig{quota: roomy})
-			c := enqueue.New(f.asynq, admission.New(f.rdb, tc.quotas))
+			g := admission.New(f.rdb, tc.quotas)
+			defer g.Close()
+			c := enqueue.New(f.asynq, g)
 			rs, err := c.EnqueueBatch(context.Background(), tc.tenant, []*asynq.Task{asynq.NewTask("test", nil)}, tc.opts...)
 			if err == nil || (tc.wantErr != nil && !errors.Is(err, tc.wantErr)) {
 				t.Fatalf("EnqueueBatch = %v, %v; want an error matching %v", rs, err, tc.wantErr)

@@ -19,6 +19,7 @@
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 //	q := admission.Quota{Limit: 100, Window: time.Minute, MaxDelay: 10 * time.Minute}
 //	gate := admission.New(rdb, admission.StaticQuotas{Default: &q})
+//	defer gate.Close()
 //	client := enqueue.New(asynq.NewClientFromRedisClient(rdb), gate)
 //
 //	info, d, err := client.Enqueue(ctx, "acme", asynq.NewTask("email:send", payload))

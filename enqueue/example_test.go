@@ -28,7 +28,9 @@ func ExampleClient_Enqueue() {
 
 	// Two tasks a minute per tenant; a task may wait up to a minute.
 	q := admission.Quota{Limit: 2, Window: time.Minute, MaxDelay: time.Minute}
-	client := enqueue.New(asynq.NewClientFromRedisClient(rdb), admission.New(rdb, admission.StaticQuotas{Default: &q}))
+	gate := admission.New(rdb, admission.StaticQuotas{Default: &q})
+	defer gate.Close()
+	client := enqueue.New(asynq.NewClientFromRedisClient(rdb), gate)
 
 	for i := 1; i <= 5; i++ {
 		task := asynq.NewTask("email:send", []byte(`{"to":"ann@example.com"}`))
@@ -37,7 +39,9 @@ func ExampleClient_Enqueue() {
 		var rej *enqueue.RejectedError
 		switch {
 		case errors.As(err, &rej):
-			fmt.Printf("%s rejected, retry after %v\n", id, rej.RetryAfter())
+			// Whole seconds, rounded up, as in an HTTP Retry-After header.
+			secs := (rej.RetryAfter() + time.Second - 1) / time.Second
+			fmt.Printf("%s rejected, retry after %ds\n", id, secs)
 		case err != nil:
 			fmt.Printf("%s not enqueued: %v\n", id, err)
 		default:
@@ -49,7 +53,7 @@ func ExampleClient_Enqueue() {
 	// job-2 admitted, runs in 0s
 	// job-3 deferred, runs in 1m0s
 	// job-4 deferred, runs in 1m0s
-	// job-5 rejected, retry after 1m0s
+	// job-5 rejected, retry after 60s
 }
 
 func ExampleClient_EnqueueBatch() {
@@ -63,7 +67,9 @@ func ExampleClient_EnqueueBatch() {
 	defer rdb.Close()
 
 	q := admission.Quota{Limit: 1, Window: time.Second, MaxDelay: 2 * time.Second}
-	client := enqueue.New(asynq.NewClientFromRedisClient(rdb), admission.New(rdb, admission.StaticQuotas{Default: &q}))
+	gate := admission.New(rdb, admission.StaticQuotas{Default: &q})
+	defer gate.Close()
+	client := enqueue.New(asynq.NewClientFromRedisClient(rdb), gate)
 
 	var tasks []*asynq.Task
 	for i := 1; i <= 4; i++ {
