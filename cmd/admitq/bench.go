@@ -29,8 +29,9 @@ sliding windows of the design notes, a fixed-window counter,
 go-redis/redis_rate, bare asynq Enqueue and enqueue.Client.Enqueue. Then one
 tenant flooding at --flood times its quota, for the deny cache.
 
-Each runs --warmup unmeasured, then --duration with --concurrency callers in a
-closed loop over --tenants tenants (uniform, or --zipf). For each it prints
+Each is measured for --duration with --concurrency callers in a closed loop
+over --tenants tenants (uniform, or --zipf), in --rounds slices taken in turn
+with the other contenders, each slice after --warmup on empty keys. For each it prints
 decisions/s, p50 and p99, script calls per decision and Redis's µs per script
 call (INFO commandstats), Redis CPU per decision (INFO cpu), bytes per log
 entry (MEMORY USAGE over ZCARD of sampled logs), the outcomes, and last the
@@ -57,6 +58,8 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 				return usageErrorf("--tenants %d: want at least 1", cfg.Tenants)
 			case cfg.Duration <= 0:
 				return usageErrorf("--duration %v: want more than 0", cfg.Duration)
+			case cfg.Rounds < 1:
+				return usageErrorf("--rounds %d: want at least 1", cfg.Rounds)
 			case cfg.Warmup < 0:
 				return usageErrorf("--warmup %v: want 0 or more", cfg.Warmup)
 			case cfg.Zipf != 0 && cfg.Zipf <= 1:
@@ -142,8 +145,9 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 	f.IntVar(&limit, "limit", 100, "quota: admissions per --window, per tenant, for every contender")
 	f.DurationVar(&window, "window", time.Second, "quota: the window")
 	f.DurationVar(&maxWait, "max-delay", 0, "quota: how far ahead the gate may defer (the others can only reject)")
-	f.DurationVar(&cfg.Duration, "duration", 5*time.Second, "measured time per contender")
-	f.DurationVar(&cfg.Warmup, "warmup", time.Second, "unmeasured time per contender, before it")
+	f.DurationVar(&cfg.Duration, "duration", 5*time.Second, "measured time per contender, in all")
+	f.IntVar(&cfg.Rounds, "rounds", 3, "slices each contender's --duration is run in, round-robin with the others, to spread out noise")
+	f.DurationVar(&cfg.Warmup, "warmup", 500*time.Millisecond, "unmeasured time before each slice")
 	f.IntVar(&cfg.FloodFactor, "flood", 20, "the flood row's offered load, as a multiple of the quota")
 	f.StringSliceVar(&cfg.Only, "only", nil, "run only these contenders: "+strings.Join(bench.Contenders(), ","))
 	f.BoolVar(&asJSON, "json", false, "print JSON")
@@ -157,7 +161,8 @@ func (a *app) benchProgress(p bench.Progress) {
 	if p.Warmup {
 		phase = "warming up"
 	}
-	line := fmt.Sprintf("[%d/%d] %s: %s %v of %v", p.Index+1, p.Total, p.Name, phase, p.Elapsed.Round(100*time.Millisecond), p.Duration)
+	line := fmt.Sprintf("round %d/%d, %d/%d %s: %s %v of %v", p.Round+1, p.Rounds, p.Index+1, p.Total, p.Name, phase,
+		p.Elapsed.Round(100*time.Millisecond), p.Duration)
 	if !p.Warmup && p.Elapsed > 0 {
 		line += fmt.Sprintf(", %.0f decisions/s", float64(p.Decisions)/p.Elapsed.Seconds())
 	}

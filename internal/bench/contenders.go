@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"time"
+
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -27,9 +29,10 @@ const floodTenant = "flood"
 
 // env is what a contender is built from.
 type env struct {
-	rdb    *redis.Client // the contender's own client; closed after its run
-	prefix string        // Prefix:id, for its keys
-	quota  admission.Quota
+	rdb     *redis.Client // the contender's own client; closed after the run
+	prefix  string        // Prefix:id, for its keys
+	quota   admission.Quota
+	timeout time.Duration // the gate's per-call deadline
 }
 
 // contender is one row of the report.
@@ -49,7 +52,7 @@ func gateLogKey(prefix, tenant string) string { return prefix + ":{" + tenant + 
 func zsetKey(prefix, tenant string) string { return prefix + ":{" + tenant + "}" }
 
 func newGate(e env, opts ...admission.Option) *admission.Gate {
-	opts = append([]admission.Option{admission.WithPrefix(e.prefix)}, opts...)
+	opts = append([]admission.Option{admission.WithPrefix(e.prefix), admission.WithTimeout(e.timeout)}, opts...)
 	return admission.New(e.rdb, admission.StaticQuotas{Default: &e.quota}, opts...)
 }
 

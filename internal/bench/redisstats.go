@@ -101,11 +101,10 @@ func redisVersion(ctx context.Context, rdb *redis.Client) string {
 	return v
 }
 
-// bytesPerEntry samples MEMORY USAGE and ZCARD of the given sorted sets and
-// returns their total bytes over their total entries, with the number of
-// keys that held any. Keys that do not exist (a tenant that went idle) are
-// skipped. It returns 0 when no key held an entry.
-func bytesPerEntry(ctx context.Context, rdb *redis.Client, keys []string) (float64, int, error) {
+// logMemory samples MEMORY USAGE and ZCARD of the given sorted sets and
+// returns their total bytes and entries, and how many of the keys held any.
+// Keys that do not exist (a tenant that went idle) are skipped.
+func logMemory(ctx context.Context, rdb *redis.Client, keys []string) (bytes, entries int64, sampled int, err error) {
 	pipe := rdb.Pipeline()
 	mem := make([]*redis.IntCmd, len(keys))
 	card := make([]*redis.IntCmd, len(keys))
@@ -114,10 +113,8 @@ func bytesPerEntry(ctx context.Context, rdb *redis.Client, keys []string) (float
 		card[i] = pipe.ZCard(ctx, k)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	var bytes, entries int64
-	var sampled int
 	for i := range keys {
 		n, m := card[i].Val(), mem[i].Val()
 		if n == 0 || m == 0 {
@@ -127,10 +124,7 @@ func bytesPerEntry(ctx context.Context, rdb *redis.Client, keys []string) (float
 		entries += n
 		sampled++
 	}
-	if entries == 0 {
-		return 0, 0, nil
-	}
-	return float64(bytes) / float64(entries), sampled, nil
+	return bytes, entries, sampled, nil
 }
 
 // unlinkMatching removes every key that matches one of the patterns, with

@@ -18,11 +18,14 @@ type Report struct {
 	Concurrency int       `json:"concurrency"`
 	Tenants     int       `json:"tenants"`
 	// Distribution is "uniform" or "zipf s=<exponent>".
-	Distribution string        `json:"distribution"`
-	Quota        QuotaInfo     `json:"quota"`
-	Duration     time.Duration `json:"duration_ns"`
-	Warmup       time.Duration `json:"warmup_ns"`
-	FloodFactor  int           `json:"flood_factor"`
+	Distribution string    `json:"distribution"`
+	Quota        QuotaInfo `json:"quota"`
+	// Duration is each contender's measured time in all, in Rounds
+	// slices, each after Warmup.
+	Duration    time.Duration `json:"duration_ns"`
+	Rounds      int           `json:"rounds"`
+	Warmup      time.Duration `json:"warmup_ns"`
+	FloodFactor int           `json:"flood_factor"`
 	// Rows are the contenders in the order they ran.
 	Rows []Row `json:"rows"`
 	// Ratios compare each closed-loop row with the gate (batched).
@@ -129,6 +132,7 @@ func newReport(cfg Config, addr, version string, embedded bool) Report {
 		Distribution: dist,
 		Quota:        QuotaInfo{Limit: cfg.Quota.Limit, Window: cfg.Quota.Window, MaxDelay: cfg.Quota.MaxDelay},
 		Duration:     cfg.Duration,
+		Rounds:       cfg.Rounds,
 		Warmup:       cfg.Warmup,
 		FloodFactor:  cfg.FloodFactor,
 		Rows:         []Row{},
@@ -219,8 +223,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Quota.MaxDelay > 0 {
 		q += fmt.Sprintf(", max delay %v", r.Quota.MaxDelay)
 	}
-	fmt.Fprintf(&b, "%d callers, %d tenants (%s), quota %s per tenant; %v per contender after %v warmup\n\n",
-		r.Concurrency, r.Tenants, r.Distribution, q, r.Duration, r.Warmup)
+	fmt.Fprintf(&b, "%d callers, %d tenants (%s), quota %s per tenant\n", r.Concurrency, r.Tenants, r.Distribution, q)
+	fmt.Fprintf(&b, "%v measured per contender, round-robin in %d slices of %v, each after %v warmup on empty keys\n\n",
+		r.Duration, r.Rounds, r.Duration/time.Duration(max(r.Rounds, 1)), r.Warmup)
 
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "contender\tdecisions/s\tp50\tp99\tscript calls/dec\tscript µs/call\tredis CPU µs/dec\tB/entry\tadmit\tdefer\treject\tlocal\terrors\t")

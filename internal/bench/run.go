@@ -40,11 +40,16 @@ type Config struct {
 	// so the gate admits or rejects; a MaxDelay makes it defer too, where
 	// the others can only reject.
 	Quota admission.Quota
-	// Duration is how long each contender is measured; 0 means 5s.
+	// Duration is how long each contender is measured in all; 0 means 5s.
 	Duration time.Duration
-	// Warmup is how long each contender runs unmeasured first, to dial
-	// connections, load scripts and fill the windows; 0 means 1s, and a
-	// negative value means none.
+	// Rounds splits each contender's Duration into this many slices, run
+	// round-robin (A B C … A B C …), so that a burst of load from elsewhere
+	// on the machine falls on every contender alike rather than on one; 0
+	// means 3.
+	Rounds int
+	// Warmup is how long each slice runs unmeasured first, to load scripts
+	// and fill the windows (every slice starts on empty keys); 0 means
+	// 500ms, and a negative value means none.
 	Warmup time.Duration
 	// FloodFactor is the offered load of the flood row, as a multiple of
 	// Limit per Window, paced over the callers; 0 means 20.
@@ -58,16 +63,20 @@ type Config struct {
 
 // Progress is where a run is, for a progress line.
 type Progress struct {
-	// Index counts the rows done; Total is how many there are.
+	// Index counts the contenders done in this round; Total is how many
+	// there are.
 	Index, Total int
+	// Round counts the rounds done; Rounds is how many there are.
+	Round, Rounds int
 	// ID and Name name the contender running.
 	ID, Name string
 	// Warmup is set while the contender runs unmeasured.
 	Warmup bool
-	// Elapsed is how far into the phase (warmup or measurement) it is, out
-	// of Duration.
+	// Elapsed is how far into the phase (warmup or measurement) of this
+	// slice it is, out of Duration.
 	Elapsed, Duration time.Duration
-	// Decisions is how many decisions it has measured so far.
+	// Decisions is how many decisions it has measured so far in this
+	// slice.
 	Decisions int64
 }
 
@@ -84,9 +93,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Duration == 0 {
 		c.Duration = 5 * time.Second
 	}
+	if c.Rounds == 0 {
+		c.Rounds = 3
+	}
 	switch {
 	case c.Warmup == 0:
-		c.Warmup = time.Second
+		c.Warmup = 500 * time.Millisecond
 	case c.Warmup < 0:
 		c.Warmup = 0
 	}
@@ -102,6 +114,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("bench: Zipf is %v, want 0 (uniform) or above 1", c.Zipf)
 	case c.Duration < 0:
 		return c, fmt.Errorf("bench: Duration is %v, want more than 0", c.Duration)
+	case c.Rounds < 1:
+		return c, fmt.Errorf("bench: Rounds is %d, want at least 1", c.Rounds)
 	case c.FloodFactor < 1:
 		return c, fmt.Errorf("bench: FloodFactor is %d, want at least 1", c.FloodFactor)
 	case c.Quota.Window%time.Millisecond != 0:
@@ -119,10 +133,11 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// Run measures every contender in turn, each for Duration after Warmup, on
-// the same Redis, and reports them side by side. It returns early, with the
-// rows done so far, when ctx is done or a contender cannot be set up; a
-// contender whose calls fail still gets its row, with Errors counted.
+// Run measures every contender on the same Redis, round-robin in Rounds
+// slices of Duration/Rounds each after Warmup, and reports them side by
+// side. It returns early when ctx is done or Redis fails outside a
+// contender's calls, with the rows measured so far; a contender whose calls
+// fail still gets its row, with Errors counted.
 func Run(ctx context.Context, cfg Config) (Report, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -150,31 +165,44 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	defer cleanup(ctx, admin)
 
-	var run []contender
-	for _, c := range contenders() {
-		if cfg.Only == nil || slices.Contains(cfg.Only, c.id) {
-			run = append(run, c)
-		}
-	}
 	tenants := make([]string, cfg.Tenants)
 	for i := range tenants {
 		tenants[i] = "t" + strconv.Itoa(i)
 	}
-	for i, c := range run {
-		r := &runner{cfg: cfg, opts: opts, admin: admin, tenants: tenants, c: c, index: i, total: len(run)}
-		row, err := r.run(ctx)
-		if err != nil {
-			rep.finish()
-			return rep, fmt.Errorf("bench: %s: %w", c.name, err)
+	var runners []*runner
+	for _, c := range contenders() {
+		if cfg.Only == nil || slices.Contains(cfg.Only, c.id) {
+			runners = append(runners, newRunner(cfg, opts, admin, tenants, c))
 		}
-		rep.Rows = append(rep.Rows, row)
-		if err := cleanup(ctx, admin); err != nil {
-			rep.finish()
-			return rep, fmt.Errorf("bench: remove the keys of %s: %w", c.name, err)
+	}
+	defer func() {
+		for _, r := range runners {
+			r.rdb.Close()
+		}
+	}()
+
+	err = func() error {
+		for round := range cfg.Rounds {
+			for i, r := range runners {
+				if err := r.slice(ctx, round, i, len(runners)); err != nil {
+					return fmt.Errorf("bench: %s: %w", r.c.name, err)
+				}
+				// Every slice starts on empty keys, and asynq's tasks
+				// must not pile up over the run.
+				if err := cleanup(ctx, admin); err != nil {
+					return fmt.Errorf("bench: remove the keys of %s: %w", r.c.name, err)
+				}
+			}
+		}
+		return nil
+	}()
+	for _, r := range runners {
+		if r.slices > 0 {
+			rep.Rows = append(rep.Rows, r.row())
 		}
 	}
 	rep.finish()
-	return rep, nil
+	return rep, err
 }
 
 // cleanup removes every key the bench wrote, even when ctx is done.
@@ -194,14 +222,45 @@ func withPool(o *redis.Options, size int) *redis.Options {
 	return &c
 }
 
-// runner measures one contender.
+// runner measures one contender, slice by slice, and adds the slices up.
 type runner struct {
-	cfg          Config
-	opts         *redis.Options
-	admin        *redis.Client
-	tenants      []string
-	c            contender
-	index, total int
+	cfg     Config
+	admin   *redis.Client
+	tenants []string
+	c       contender
+	prefix  string
+	rdb     *redis.Client // the contender's own
+	lim     Limiter
+
+	// Sums over the slices so far.
+	slices               int
+	elapsed              time.Duration
+	hist                 histogram
+	total                worker
+	firstErr             error
+	scriptCalls, usec    int64
+	cpu                  float64
+	logBytes, logEntries int64
+	logKeys              int
+}
+
+func newRunner(cfg Config, opts *redis.Options, admin *redis.Client, tenants []string, c contender) *runner {
+	rdb := redis.NewClient(withPool(opts, cfg.Concurrency+4))
+	prefix := Prefix + ":" + c.id
+	return &runner{
+		cfg: cfg, admin: admin, tenants: tenants, c: c, prefix: prefix, rdb: rdb,
+		lim: c.build(env{rdb: rdb, prefix: prefix, quota: cfg.Quota, timeout: callTimeout(opts)}),
+	}
+}
+
+// callTimeout is the deadline the gate gets for one Redis call: the same
+// as the other contenders' go-redis read timeout, so that a machine too
+// loaded to answer in the gate's short default does not fail only the gate.
+func callTimeout(o *redis.Options) time.Duration {
+	if o.ReadTimeout > 0 {
+		return o.ReadTimeout
+	}
+	return 3 * time.Second // go-redis's default
 }
 
 const (
@@ -244,12 +303,12 @@ func (w *worker) record(res Result, err error, lat time.Duration) {
 	w.progress.Add(1)
 }
 
-func (r *runner) run(ctx context.Context) (Row, error) {
+// slice runs the contender for one warmup and one measured slice, and adds
+// what it measured to the sums.
+func (r *runner) slice(ctx context.Context, round, index, total int) error {
 	cfg := r.cfg
-	rdb := redis.NewClient(withPool(r.opts, cfg.Concurrency+4))
-	defer rdb.Close()
-	prefix := Prefix + ":" + r.c.id
-	lim := r.c.build(env{rdb: rdb, prefix: prefix, quota: cfg.Quota})
+	d := cfg.Duration / time.Duration(cfg.Rounds)
+	p := Progress{Index: index, Total: total, Round: round, Rounds: cfg.Rounds, ID: r.c.id, Name: r.c.name}
 
 	var phase atomic.Int32
 	workers := make([]*worker, cfg.Concurrency)
@@ -262,65 +321,95 @@ func (r *runner) run(ctx context.Context) (Row, error) {
 		wg.Add(1)
 		if r.c.flood {
 			first := start.Add(floodEvery * time.Duration(i) / time.Duration(cfg.Concurrency))
-			go func() { defer wg.Done(); w.paced(ctx, lim, &phase, first, floodEvery) }()
+			go func() { defer wg.Done(); w.paced(ctx, r.lim, &phase, first, floodEvery) }()
 		} else {
-			pick := r.picker(uint64(i))
-			go func() { defer wg.Done(); w.closedLoop(ctx, lim, &phase, r.tenants, pick) }()
+			pick := r.picker(uint64(round), uint64(i))
+			go func() { defer wg.Done(); w.closedLoop(ctx, r.lim, &phase, r.tenants, pick) }()
 		}
 	}
-	stopWorkers := func() { phase.Store(phaseStop); wg.Wait() }
 
-	r.wait(ctx, true, cfg.Warmup, nil)
+	p.Warmup = true
+	r.wait(ctx, p, cfg.Warmup, nil)
 	before, err := readStats(ctx, r.admin)
 	if err != nil {
-		stopWorkers()
-		return Row{}, fmt.Errorf("INFO: %w", err)
+		phase.Store(phaseStop)
+		wg.Wait()
+		return fmt.Errorf("INFO: %w", err)
 	}
 	phase.Store(phaseMeasure)
 	t0 := time.Now()
-	r.wait(ctx, false, cfg.Duration, workers)
+	p.Warmup = false
+	r.wait(ctx, p, d, workers)
 	phase.Store(phaseStop)
 	elapsed := time.Since(t0)
 	after, err := readStats(ctx, r.admin)
 	wg.Wait()
 	if err != nil {
-		return Row{}, fmt.Errorf("INFO: %w", err)
+		return fmt.Errorf("INFO: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return Row{}, err
+		return err
 	}
 
-	row := Row{ID: r.c.id, Name: r.c.name, Workload: r.workload(), Seconds: elapsed.Seconds()}
-	var h histogram
+	r.slices++
+	r.elapsed += elapsed
 	for _, w := range workers {
-		h.merge(&w.hist)
-		row.Decisions += w.decisions
-		row.Errors += w.errs
-		row.Admitted += w.admitted
-		row.Deferred += w.deferred
-		row.Rejected += w.rejected
-		row.Local += w.local
-		if row.FirstError == "" && w.firstErr != nil {
-			row.FirstError = w.firstErr.Error()
+		r.hist.merge(&w.hist)
+		t := &r.total
+		t.decisions += w.decisions
+		t.errs += w.errs
+		t.admitted += w.admitted
+		t.deferred += w.deferred
+		t.rejected += w.rejected
+		t.local += w.local
+		if r.firstErr == nil {
+			r.firstErr = w.firstErr
 		}
 	}
-	row.PerSecond = float64(row.Decisions) / elapsed.Seconds()
-	row.P50, row.P99, row.P999, row.Max = h.quantile(0.50), h.quantile(0.99), h.quantile(0.999), h.max
-
 	calls, usec := scriptDelta(before, after)
-	if row.Decisions > 0 {
-		row.ScriptCallsPerDecision = float64(calls) / float64(row.Decisions)
-		row.RedisCPUPerDecision = (after.cpu - before.cpu) * 1e6 / float64(row.Decisions)
-	}
-	if calls > 0 {
-		row.ScriptUsecPerCall = float64(usec) / float64(calls)
-	}
+	r.scriptCalls += calls
+	r.usec += usec
+	r.cpu += after.cpu - before.cpu
 	if r.c.logKey != nil {
-		if row.BytesPerEntry, row.LogKeysSampled, err = bytesPerEntry(ctx, r.admin, r.sampleKeys(prefix)); err != nil {
-			return Row{}, fmt.Errorf("MEMORY USAGE: %w", err)
+		bytes, entries, keys, err := logMemory(ctx, r.admin, r.sampleKeys())
+		if err != nil {
+			return fmt.Errorf("MEMORY USAGE: %w", err)
 		}
+		r.logBytes += bytes
+		r.logEntries += entries
+		r.logKeys += keys
 	}
-	return row, nil
+	return nil
+}
+
+// row is the sums as a Row.
+func (r *runner) row() Row {
+	t := &r.total
+	row := Row{
+		ID: r.c.id, Name: r.c.name, Workload: r.workload(), Seconds: r.elapsed.Seconds(),
+		Decisions: t.decisions, Errors: t.errs,
+		Admitted: t.admitted, Deferred: t.deferred, Rejected: t.rejected, Local: t.local,
+		P50: r.hist.quantile(0.50), P99: r.hist.quantile(0.99), P999: r.hist.quantile(0.999), Max: r.hist.max,
+	}
+	if r.firstErr != nil {
+		row.FirstError = r.firstErr.Error()
+	}
+	if r.elapsed > 0 {
+		row.PerSecond = float64(t.decisions) / r.elapsed.Seconds()
+	}
+	if t.decisions > 0 {
+		row.ScriptCallsPerDecision = float64(r.scriptCalls) / float64(t.decisions)
+		row.RedisCPUPerDecision = r.cpu * 1e6 / float64(t.decisions)
+	}
+	if r.scriptCalls > 0 {
+		row.ScriptUsecPerCall = float64(r.usec) / float64(r.scriptCalls)
+	}
+	if r.logEntries > 0 {
+		// Summed, not averaged: a log with more entries weighs more.
+		row.BytesPerEntry = float64(r.logBytes) / float64(r.logEntries)
+		row.LogKeysSampled = r.logKeys
+	}
+	return row
 }
 
 // logSamples is how many tenants' logs bytes per entry is measured over.
@@ -328,14 +417,14 @@ const logSamples = 16
 
 // sampleKeys names the logs to measure: the flood tenant's, or those of
 // tenants spread evenly over the range (under Zipf, the hottest first).
-func (r *runner) sampleKeys(prefix string) []string {
+func (r *runner) sampleKeys() []string {
 	if r.c.flood {
-		return []string{r.c.logKey(prefix, floodTenant)}
+		return []string{r.c.logKey(r.prefix, floodTenant)}
 	}
 	n := min(logSamples, len(r.tenants))
 	keys := make([]string, n)
 	for i := range keys {
-		keys[i] = r.c.logKey(prefix, r.tenants[i*len(r.tenants)/n])
+		keys[i] = r.c.logKey(r.prefix, r.tenants[i*len(r.tenants)/n])
 	}
 	return keys
 }
@@ -351,10 +440,10 @@ func (r *runner) workload() string {
 	return fmt.Sprintf("%d tenants, %s", r.cfg.Tenants, dist)
 }
 
-// picker returns the tenant chooser of worker i: its own generator, so the
-// callers draw without sharing state.
-func (r *runner) picker(i uint64) func() int {
-	rng := rand.New(rand.NewPCG(0x5eed, i))
+// picker returns the tenant chooser of worker i in a round: its own
+// generator, so the callers draw without sharing state.
+func (r *runner) picker(round, i uint64) func() int {
+	rng := rand.New(rand.NewPCG(round, i))
 	n := len(r.tenants)
 	if r.cfg.Zipf > 1 && n > 1 {
 		z := rand.NewZipf(rng, r.cfg.Zipf, 1, uint64(n-1))
@@ -364,16 +453,17 @@ func (r *runner) picker(i uint64) func() int {
 }
 
 // wait lets the workers run for d, reporting progress, or until ctx is done.
-func (r *runner) wait(ctx context.Context, warmup bool, d time.Duration, workers []*worker) {
+func (r *runner) wait(ctx context.Context, p Progress, d time.Duration, workers []*worker) {
 	start := time.Now()
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	end := time.NewTimer(d)
 	defer end.Stop()
+	p.Duration = d
 	for {
 		if r.cfg.Progress != nil {
-			p := Progress{Index: r.index, Total: r.total, ID: r.c.id, Name: r.c.name, Warmup: warmup,
-				Elapsed: min(time.Since(start), d), Duration: d}
+			p.Elapsed = min(time.Since(start), d)
+			p.Decisions = 0
 			for _, w := range workers {
 				p.Decisions += w.progress.Load()
 			}
