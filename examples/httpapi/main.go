@@ -1,0 +1,238 @@
+// Command httpapi is an HTTP front end that takes jobs for tenants and
+// enqueues them through admitq. A tenant within its quota gets 202 Accepted,
+// with the job admitted now or deferred to its slot; a tenant over it gets
+// 429 Too Many Requests with a Retry-After header.
+//
+//	POST /tenants/{tenant}/jobs
+//	{"type": "email:send", "payload": {"to": "ann@example.com"}}
+//
+// See README.md. Run a worker (../worker) to process the jobs.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/enqueue"
+)
+
+func main() {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	cfg, err := parseFlags(os.Args[1:], os.Getenv, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		os.Exit(2) // the error and the usage are printed already
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, log); err != nil {
+		log.Error("httpapi", "err", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	redis string
+	addr  string
+	quota admission.Quota
+}
+
+// parseFlags reads the command line, with defaults from the environment.
+// Errors and usage go to stderr.
+func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	fs := flag.NewFlagSet("httpapi", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg config
+	fs.StringVar(&cfg.redis, "redis", envOr(getenv, "ADMITQ_REDIS", "127.0.0.1:6379"), "Redis address (env ADMITQ_REDIS)")
+	fs.StringVar(&cfg.addr, "addr", envOr(getenv, "ADMITQ_HTTP", "127.0.0.1:8080"), "address to listen on (env ADMITQ_HTTP)")
+	fs.IntVar(&cfg.quota.Limit, "limit", 10, "jobs each tenant may start in any window")
+	fs.DurationVar(&cfg.quota.Window, "window", time.Second, "length of the sliding window")
+	fs.DurationVar(&cfg.quota.MaxDelay, "max-delay", 5*time.Second, "how far ahead a job may be deferred before it is refused")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if err := cfg.quota.Validate(); err != nil {
+		fmt.Fprintln(fs.Output(), err)
+		fs.Usage()
+		return config{}, err
+	}
+	return cfg, nil
+}
+
+func envOr(getenv func(string) string, key, def string) string {
+	if v := getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// run serves the API until ctx is done, then shuts down gracefully.
+func run(ctx context.Context, cfg config, log *slog.Logger) error {
+	rdb := redis.NewClient(&redis.Options{Addr: cfg.redis})
+	defer rdb.Close()
+	gate := admission.New(rdb, admission.StaticQuotas{Default: &cfg.quota})
+	defer gate.Close()
+	client := enqueue.New(asynq.NewClientFromRedisClient(rdb), gate)
+
+	srv := &http.Server{
+		Addr:              cfg.addr,
+		Handler:           newHandler(client, log),
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	log.Info("httpapi listening", "addr", cfg.addr, "redis", cfg.redis, "quota", cfg.quota.String())
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
+
+// maxBody bounds a request body.
+const maxBody = 1 << 20
+
+// newHandler returns the API, enqueueing through client and logging
+// failures other than the caller's to log.
+func newHandler(client *enqueue.Client, log *slog.Logger) http.Handler {
+	a := &api{client: client, log: log}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /tenants/{tenant}/jobs", a.createJob)
+	return mux
+}
+
+type api struct {
+	client *enqueue.Client
+	log    *slog.Logger
+}
+
+// jobRequest is the body of POST /tenants/{tenant}/jobs.
+type jobRequest struct {
+	// Type is the asynq task type, for the worker's mux; required.
+	Type string `json:"type"`
+	// Payload is handed to the worker as is; optional.
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// jobResponse is the body of a 202.
+type jobResponse struct {
+	ID    string    `json:"id"`
+	State string    `json:"state"` // "admitted" or "deferred"
+	RunAt time.Time `json:"run_at"`
+}
+
+// errorResponse is the body of every other answer.
+type errorResponse struct {
+	Error      string     `json:"error"`
+	RetryAfter int        `json:"retry_after,omitempty"` // seconds, as in the Retry-After header
+	RetryAt    *time.Time `json:"retry_at,omitempty"`
+}
+
+func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
+	tenant := r.PathValue("tenant")
+	if err := admission.ValidateTenant(tenant); err != nil {
+		writeJSON(w, http.StatusBadRequest, errorResponse{Error: err.Error()})
+		return
+	}
+	req, err := decodeJob(w, r)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, errorResponse{Error: err.Error()})
+		return
+	}
+	var opts []asynq.Option
+	// A client that retries with the same Idempotency-Key gets the same job
+	// and takes no second slot.
+	if key, ok := r.Header["Idempotency-Key"]; ok {
+		if len(key) != 1 || strings.TrimSpace(key[0]) == "" {
+			writeJSON(w, http.StatusBadRequest, errorResponse{Error: "Idempotency-Key must be one non-empty value"})
+			return
+		}
+		opts = append(opts, asynq.TaskID(key[0]))
+	}
+
+	task := asynq.NewTask(req.Type, req.Payload)
+	info, d, err := a.client.Enqueue(r.Context(), tenant, task, opts...)
+	var rej *enqueue.RejectedError
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusAccepted, jobResponse{ID: info.ID, State: d.Outcome.String(), RunAt: d.At.UTC()})
+	case errors.As(err, &rej):
+		secs := retryAfterSeconds(rej.RetryAfter())
+		at := rej.Decision.At.UTC()
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		writeJSON(w, http.StatusTooManyRequests, errorResponse{
+			Error:      fmt.Sprintf("tenant %q is over its quota", tenant),
+			RetryAfter: secs,
+			RetryAt:    &at,
+		})
+	case errors.Is(err, asynq.ErrTaskIDConflict) && d.Existing:
+		// A retry of a job that is already queued: answer as the first time.
+		writeJSON(w, http.StatusAccepted, jobResponse{ID: d.ID, State: d.Outcome.String(), RunAt: d.At.UTC()})
+	case errors.Is(err, asynq.ErrTaskIDConflict):
+		writeJSON(w, http.StatusConflict, errorResponse{Error: "a job with this Idempotency-Key already exists"})
+	case errors.Is(err, admission.ErrNoQuota):
+		writeJSON(w, http.StatusForbidden, errorResponse{Error: fmt.Sprintf("tenant %q has no quota", tenant)})
+	case errors.Is(err, admission.ErrUnavailable):
+		a.log.Warn("httpapi: redis unavailable", "tenant", tenant, "err", err)
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, errorResponse{Error: "try again shortly", RetryAfter: 1})
+	case r.Context().Err() != nil:
+		// The client went away; nobody reads the answer.
+	default:
+		a.log.Error("httpapi: enqueue failed", "tenant", tenant, "err", err)
+		writeJSON(w, http.StatusInternalServerError, errorResponse{Error: "internal error"})
+	}
+}
+
+// decodeJob reads and checks the request body.
+func decodeJob(w http.ResponseWriter, r *http.Request) (jobRequest, error) {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	var req jobRequest
+	if err := dec.Decode(&req); err != nil {
+		if errors.Is(err, io.EOF) {
+			return jobRequest{}, errors.New("empty body, want a JSON object with a type")
+		}
+		return jobRequest{}, fmt.Errorf("invalid JSON body: %w", err)
+	}
+	if dec.More() {
+		return jobRequest{}, errors.New("invalid JSON body: more than one value")
+	}
+	if strings.TrimSpace(req.Type) == "" {
+		return jobRequest{}, errors.New(`"type" is required`)
+	}
+	return req, nil
+}
+
+// retryAfterSeconds turns d into a Retry-After value: whole seconds,
+// rounded up, and at least 1, since 0 would invite an immediate retry.
+func retryAfterSeconds(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

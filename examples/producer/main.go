@@ -1,0 +1,138 @@
+// Command producer enqueues a burst of tasks for one tenant through admitq
+// and prints what the gate decided for each: admitted now, deferred to a
+// slot, or rejected with a time to retry. Run a worker (../worker) to see
+// the tasks run, flattened to the tenant's quota.
+//
+// See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/enqueue"
+)
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:], os.Getenv, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		os.Exit(2) // the error and the usage are printed already
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "producer:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	redis    string
+	tenant   string
+	taskType string
+	n        int
+	batch    bool
+	quota    admission.Quota
+}
+
+// parseFlags reads the command line, with defaults from the environment.
+// Errors and usage go to stderr.
+func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	fs := flag.NewFlagSet("producer", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	redisAddr := getenv("ADMITQ_REDIS")
+	if redisAddr == "" {
+		redisAddr = "127.0.0.1:6379"
+	}
+	var cfg config
+	fs.StringVar(&cfg.redis, "redis", redisAddr, "Redis address (env ADMITQ_REDIS)")
+	fs.StringVar(&cfg.tenant, "tenant", "acme", "tenant to enqueue for")
+	fs.StringVar(&cfg.taskType, "type", "example:hello", "asynq task type")
+	fs.IntVar(&cfg.n, "n", 20, "number of tasks to send")
+	fs.BoolVar(&cfg.batch, "batch", false, "send all tasks in one EnqueueBatch instead of one Enqueue each")
+	fs.IntVar(&cfg.quota.Limit, "limit", 5, "tasks the tenant may start in any window")
+	fs.DurationVar(&cfg.quota.Window, "window", time.Second, "length of the sliding window")
+	fs.DurationVar(&cfg.quota.MaxDelay, "max-delay", 2*time.Second, "how far ahead a task may be deferred before it is rejected")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if err := cfg.quota.Validate(); err != nil {
+		fmt.Fprintln(stderr, err)
+		fs.Usage()
+		return config{}, err
+	}
+	if cfg.n < 0 {
+		err := fmt.Errorf("-n is %d, want 0 or more", cfg.n)
+		fmt.Fprintln(stderr, err)
+		return config{}, err
+	}
+	return cfg, nil
+}
+
+// run sends cfg.n tasks and prints one line per task, then a summary.
+func run(ctx context.Context, cfg config, out io.Writer) error {
+	rdb := redis.NewClient(&redis.Options{Addr: cfg.redis})
+	defer rdb.Close()
+	// A real deployment reads quotas from Redis (admission.NewRedisQuotas),
+	// so that every producer shares them; a fixed one keeps the example short.
+	gate := admission.New(rdb, admission.StaticQuotas{Default: &cfg.quota})
+	defer gate.Close()
+	client := enqueue.New(asynq.NewClientFromRedisClient(rdb), gate)
+
+	tasks := make([]*asynq.Task, cfg.n)
+	for i := range tasks {
+		tasks[i] = asynq.NewTask(cfg.taskType, fmt.Appendf(nil, `{"n":%d}`, i+1))
+	}
+	var results []enqueue.Result
+	if cfg.batch {
+		rs, err := client.EnqueueBatch(ctx, cfg.tenant, tasks)
+		if err != nil {
+			return err
+		}
+		results = rs
+	} else {
+		for _, t := range tasks {
+			info, d, err := client.Enqueue(ctx, cfg.tenant, t)
+			results = append(results, enqueue.Result{Info: info, Decision: d, Err: err})
+		}
+	}
+
+	count := make(map[string]int)
+	for i, r := range results {
+		var rej *enqueue.RejectedError
+		switch {
+		case errors.As(r.Err, &rej):
+			count["rejected"]++
+			fmt.Fprintf(out, "task %2d: rejected, retry after %v\n", i+1, rej.RetryAfter().Round(time.Millisecond))
+		case r.Err != nil:
+			count["failed"]++
+			fmt.Fprintf(out, "task %2d: failed: %v\n", i+1, r.Err)
+		case r.Decision.Outcome == admission.Deferred:
+			count["deferred"]++
+			fmt.Fprintf(out, "task %2d: deferred, runs at %s (in %v)  id %s\n", i+1,
+				r.Info.NextProcessAt.Format("15:04:05"), r.Decision.Delay().Round(time.Millisecond), r.Info.ID)
+		default:
+			count["admitted"]++
+			fmt.Fprintf(out, "task %2d: admitted, runs now  id %s\n", i+1, r.Info.ID)
+		}
+	}
+	fmt.Fprintf(out, "%d sent for tenant %q (quota %v): %d admitted, %d deferred, %d rejected, %d failed\n",
+		cfg.n, cfg.tenant, cfg.quota, count["admitted"], count["deferred"], count["rejected"], count["failed"])
+	if count["failed"] > 0 {
+		return fmt.Errorf("%d tasks failed", count["failed"])
+	}
+	return nil
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/hibiken/asynq"
+
+	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/internal/redistest"
+)
+
+func TestRun(t *testing.T) {
+	// Limit 3 a second, deferrable by 2s: three tasks are admitted, the next
+	// three deferred to the first slot the window frees, a second on,
+	// rounded up to a whole second (at most 2s ahead), and the rest
+	// rejected: their slot would be a second later still, over 2s ahead.
+	for _, batch := range []bool{false, true} {
+		t.Run(map[bool]string{false: "one Enqueue per task", true: "EnqueueBatch"}[batch], func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			cfg := config{
+				redis: srv.Addr(), tenant: "acme", taskType: "example:hello", n: 8, batch: batch,
+				quota: admission.Quota{Limit: 3, Window: time.Second, MaxDelay: 2 * time.Second},
+			}
+			var out strings.Builder
+			if err := run(context.Background(), cfg, &out); err != nil {
+				t.Fatalf("run: %v\n%s", err, out.String())
+			}
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			var got []string
+			for _, l := range lines[:len(lines)-1] {
+				got = append(got, strings.Fields(l)[2]) // "task  1: admitted, ..."
+			}
+			want := []string{"admitted,", "admitted,", "admitted,", "deferred,", "deferred,", "deferred,", "rejected,", "rejected,"}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("outcomes mismatch (-want,+got):\n%s\noutput:\n%s", diff, out.String())
+			}
+			if summary := lines[len(lines)-1]; !strings.Contains(summary, "3 admitted, 3 deferred, 2 rejected, 0 failed") {
+				t.Errorf("summary = %q", summary)
+			}
+			in := asynq.NewInspectorFromRedisClient(srv.Client(t))
+			qi, err := in.GetQueueInfo("default")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if qi.Pending != 3 || qi.Scheduled != 3 {
+				t.Errorf("queue: %d pending, %d scheduled; want 3 and 3", qi.Pending, qi.Scheduled)
+			}
+		})
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	tests := []struct {
+		desc    string
+		args    []string
+		env     map[string]string
+		want    config
+		wantErr bool
+	}{
+		{
+			desc: "defaults",
+			want: config{redis: "127.0.0.1:6379", tenant: "acme", taskType: "example:hello", n: 20,
+				quota: admission.Quota{Limit: 5, Window: time.Second, MaxDelay: 2 * time.Second}},
+		},
+		{
+			desc: "ADMITQ_REDIS sets the default address, -redis wins over it",
+			args: []string{"-redis", "b:1", "-n", "3", "-batch", "-tenant", "globex"},
+			env:  map[string]string{"ADMITQ_REDIS": "a:1"},
+			want: config{redis: "b:1", tenant: "globex", taskType: "example:hello", n: 3, batch: true,
+				quota: admission.Quota{Limit: 5, Window: time.Second, MaxDelay: 2 * time.Second}},
+		},
+		{desc: "an invalid quota", args: []string{"-window", "0s"}, wantErr: true},
+		{desc: "a negative count", args: []string{"-n", "-1"}, wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			got, err := parseFlags(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("parseFlags: err = %v, want error %v", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(config{})); !tc.wantErr && diff != "" {
+				t.Errorf("config mismatch (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/hibiken/asynq"
+	"go.uber.org/goleak"
+
+	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/enqueue"
+	"github.com/admitq/admitq/internal/redistest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// syncBuffer is a bytes.Buffer safe for the worker's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestHandlerLogsTheTenant enqueues a task through admitq and waits for the
+// worker to log it with its tenant.
+func TestHandlerLogsTheTenant(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	q := admission.Quota{Limit: 10, Window: time.Second}
+	gate := admission.New(rdb, admission.StaticQuotas{Default: &q}, admission.WithTimeout(5*time.Second))
+	defer gate.Close()
+	client := enqueue.New(asynq.NewClientFromRedisClient(rdb), gate)
+	info, _, err := client.Enqueue(context.Background(), "globex", asynq.NewTask("example:hello", []byte(`{"n":1}`)))
+	if err != nil {
+		t.Fatalf("Enqueue: %v", err)
+	}
+
+	var out syncBuffer
+	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	w := newWorker(config{redis: srv.Addr(), concurrency: 2}, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err := w.Start(newHandler(log)); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer w.Shutdown()
+
+	want := `msg=task tenant=globex type=example:hello id=` + info.ID + ` payload="{\"n\":1}"`
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the handler did not log %q in 10s; log:\n%s", want, out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	tests := []struct {
+		desc    string
+		args    []string
+		env     map[string]string
+		want    config
+		wantErr bool
+	}{
+		{desc: "defaults", want: config{redis: "127.0.0.1:6379", concurrency: 10}},
+		{desc: "ADMITQ_REDIS sets the address", env: map[string]string{"ADMITQ_REDIS": "r:1"}, want: config{redis: "r:1", concurrency: 10}},
+		{desc: "flags win", args: []string{"-redis", "s:2", "-concurrency", "3"}, env: map[string]string{"ADMITQ_REDIS": "r:1"}, want: config{redis: "s:2", concurrency: 3}},
+		{desc: "no concurrency", args: []string{"-concurrency", "0"}, wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			got, err := parseFlags(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("parseFlags: err = %v, want error %v", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(config{})); !tc.wantErr && diff != "" {
+				t.Errorf("config mismatch (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
