@@ -284,4 +284,3 @@ func TestParseFlags(t *testing.T) {
 		t.Error("parseFlags(-limit 0) succeeded, want an error")
 	}
 }
-
