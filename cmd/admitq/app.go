@@ -107,9 +107,6 @@ func (a *app) exit(err error, args []string) int {
 		msg = strings.ReplaceAll(msg, s, "xxxxx")
 	}
 	fmt.Fprintf(a.stderr, "admitq: %s\n", msg)
-	if code == exitUsage && !a.started {
-		fmt.Fprintln(a.stderr, "Run 'admitq --help' for usage.")
-	}
 	return code
 }
 

@@ -155,7 +155,7 @@ func (a *app) newQuotaGetCmd() *cobra.Command {
 				return inputError(err)
 			}
 			if asJSON {
-				return writeJSON(a.stdout, quotaEntry{Tenant: tenant, quotaJSON: toQuotaJSON(q)}, true)
+				return writeJSON(a.stdout, toQuotaEntry(tenant, q), true)
 			}
 			fmt.Fprintf(a.stdout, "%s: %s\n", tenant, q)
 			return nil
@@ -257,8 +257,15 @@ func toQuotaJSON(q admission.Quota) quotaJSON {
 }
 
 type quotaEntry struct {
-	Tenant string `json:"tenant"`
-	quotaJSON
+	Tenant   string `json:"tenant"`
+	Limit    int    `json:"limit"`
+	Window   string `json:"window"`
+	MaxDelay string `json:"max_delay"`
+}
+
+func toQuotaEntry(tenant string, q admission.Quota) quotaEntry {
+	j := toQuotaJSON(q)
+	return quotaEntry{Tenant: tenant, Limit: j.Limit, Window: j.Window, MaxDelay: j.MaxDelay}
 }
 
 // quotaList is the output of quota list.
@@ -274,7 +281,7 @@ func toQuotaList(s admission.StaticQuotas) quotaList {
 		l.Default = &d
 	}
 	for t, q := range s.Tenants {
-		l.Tenants = append(l.Tenants, quotaEntry{Tenant: t, quotaJSON: toQuotaJSON(q)})
+		l.Tenants = append(l.Tenants, toQuotaEntry(t, q))
 	}
 	slices.SortFunc(l.Tenants, func(x, y quotaEntry) int { return cmp.Compare(x.Tenant, y.Tenant) })
 	return l
@@ -294,7 +301,7 @@ func writeQuotaTable(w io.Writer, l quotaList) error {
 		row("(default)", *l.Default)
 	}
 	for _, e := range l.Tenants {
-		row(e.Tenant, e.quotaJSON)
+		row(e.Tenant, quotaJSON{Limit: e.Limit, Window: e.Window, MaxDelay: e.MaxDelay})
 	}
 	return tw.Flush()
 }

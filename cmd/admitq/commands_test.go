@@ -1,0 +1,148 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/admitq/admitq/internal/redistest"
+)
+
+func TestQuotaRoundTrip(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	r := func(args ...string) result { return mustRun(t, append([]string{"--redis", srv.URL()}, args...)...) }
+
+	if got, want := r("quota", "set", "acme", "--limit", "100", "--window", "1m", "--max-delay", "30s").stdout, "acme: 100/1m0s, max delay 30s\n"; got != want {
+		t.Errorf("quota set printed %q, want %q", got, want)
+	}
+	r("quota", "set", "globex", "--limit", "5", "--window", "1s")
+	r("quota", "set-default", "--limit", "10", "--window", "10s")
+	if got, want := r("quota", "get", "acme").stdout, "acme: 100/1m0s, max delay 30s\n"; got != want {
+		t.Errorf("quota get printed %q, want %q", got, want)
+	}
+
+	var got quotaList
+	if err := json.Unmarshal([]byte(r("quota", "list", "--json").stdout), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := quotaList{
+		Default: &quotaJSON{Limit: 10, Window: "10s", MaxDelay: "0s"},
+		Tenants: []quotaEntry{
+			{Tenant: "acme", Limit: 100, Window: "1m0s", MaxDelay: "30s"},
+			{Tenant: "globex", Limit: 5, Window: "1s", MaxDelay: "0s"},
+		},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("quota list --json (-want,+got):\n%s", diff)
+	}
+	table := r("quota", "list").stdout
+	for _, line := range []string{"(default)  10     10s     0s", "acme       100    1m0s    30s", "globex     5      1s      0s"} {
+		if !strings.Contains(table, line+"\n") {
+			t.Errorf("quota list lacks the line %q:\n%s", line, table)
+		}
+	}
+
+	r("quota", "delete", "acme")
+	res := admitq(t, "--redis", srv.URL(), "quota", "get", "acme")
+	if res.code != exitFailure || !strings.Contains(res.stderr, "the default 10/10s applies") {
+		t.Errorf("quota get after delete: %v\nwant exit 1 naming the default", res)
+	}
+	oneLine(t, "quota get after delete", res.stderr)
+	r("quota", "delete-default")
+	if err := json.Unmarshal([]byte(r("quota", "list", "--json").stdout), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Default != nil || len(got.Tenants) != 1 || got.Tenants[0].Tenant != "globex" {
+		t.Errorf("after deleting acme and the default, list = %+v, want globex alone", got)
+	}
+}
+
+func TestEnqueueExitCodes(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	base := []string{"--redis", srv.URL()}
+	// One per 10 s, deferred up to 15 s: the second task is deferred by
+	// about 10 s, the third would be by 20 s and is rejected.
+	mustRun(t, append(base, "quota", "set", "acme", "--limit", "1", "--window", "10s", "--max-delay", "15s")...)
+	send := append(base, "enqueue", "--tenant", "acme", "--type", "email:send", "--payload", `{"to":"a@example.com"}`)
+
+	for _, c := range []struct {
+		desc   string
+		code   int
+		prefix string
+	}{
+		{"a free slot admits the task", exitOK, "admitted: task "},
+		{"a full window defers it to the next free slot", exitOK, "deferred until "},
+		{"a slot past max-delay rejects it", exitRejected, "rejected, retry after "},
+	} {
+		res := admitq(t, send...)
+		if res.code != c.code || !strings.HasPrefix(res.stdout, c.prefix) || res.stderr != "" {
+			t.Errorf("%s: %v\nwant exit %d, stdout starting %q, empty stderr", c.desc, res, c.code, c.prefix)
+		}
+	}
+
+	// The task ID makes a retry idempotent: it takes no second slot.
+	mustRun(t, append(base, "quota", "set", "globex", "--limit", "1", "--window", "10s")...)
+	withID := append(base, "enqueue", "--tenant", "globex", "--type", "x", "--id", "order-42", "--queue", "low")
+	if res := mustRun(t, withID...); res.stdout != "admitted: task order-42 in queue low\n" {
+		t.Errorf("enqueue --id: stdout %q", res.stdout)
+	}
+	if res := admitq(t, withID...); res.code != exitFailure || !strings.Contains(res.stderr, "order-42") {
+		t.Errorf("enqueue of a task ID already in the queue: %v\nwant exit 1 naming the ID", res)
+	}
+
+	if res := admitq(t, append(base, "enqueue", "--tenant", "nobody", "--type", "x")...); res.code != exitFailure || !strings.Contains(res.stderr, "no quota") {
+		t.Errorf("enqueue for a tenant without a quota: %v\nwant exit 1, no quota", res)
+	}
+}
+
+func TestStatusJSON(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	base := []string{"--redis", srv.URL()}
+	mustRun(t, append(base, "quota", "set", "acme", "--limit", "2", "--window", "10s", "--max-delay", "20s")...)
+	mustRun(t, append(base, "quota", "set", "globex", "--limit", "5", "--window", "1s")...)
+	for range 3 { // two admitted, one deferred
+		mustRun(t, append(base, "enqueue", "--tenant", "acme", "--type", "x")...)
+	}
+
+	var got statusReport
+	out := mustRun(t, append(base, "status", "--json")...).stdout
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("status --json does not parse: %v\n%s", err, out)
+	}
+	if len(got.Tenants) != 2 || got.Tenants[0].Tenant != "acme" || got.Tenants[1].Tenant != "globex" {
+		t.Fatalf("status --json tenants = %+v, want acme and globex", got.Tenants)
+	}
+	acme := got.Tenants[0]
+	if acme.InWindow != 2 || acme.Reserved != 1 || acme.Quota == nil || acme.Quota.Limit != 2 || acme.Default {
+		t.Errorf("acme = %+v, want 2 in the window, 1 reserved ahead, its own quota of 2", acme)
+	}
+	if acme.NextFree == nil || !acme.NextFree.After(got.Time) {
+		t.Errorf("acme next free = %v, want after now %v", acme.NextFree, got.Time)
+	}
+	want := []queueStatus{{Queue: "default", Pending: 2, Scheduled: 1}}
+	if diff := cmp.Diff(want, got.Queues); diff != "" {
+		t.Errorf("queues (-want,+got):\n%s", diff)
+	}
+
+	// Named tenants: one on the default, one with no quota at all.
+	mustRun(t, append(base, "quota", "set-default", "--limit", "7", "--window", "1s")...)
+	out = mustRun(t, append(base, "status", "--json", "initech")...).stdout
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Tenants) != 1 || !got.Tenants[0].Default || got.Tenants[0].Quota.Limit != 7 {
+		t.Errorf("status initech = %+v, want the default quota of 7", got.Tenants)
+	}
+
+	text := mustRun(t, append(base, "status")...).stdout
+	for _, s := range []string{"acme", "2/2", "QUEUE", "default"} {
+		if !strings.Contains(text, s) {
+			t.Errorf("status lacks %q:\n%s", s, text)
+		}
+	}
+}
