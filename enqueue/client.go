@@ -86,7 +86,9 @@ func New(c *asynq.Client, g *admission.Gate, opts ...Option) *Client {
 // asynq); without one, Enqueue makes an ID and passes it on. Enqueueing the
 // same ID again while it is in the window takes no second slot: a retry
 // after a timeout keeps the original slot, and gets asynq.ErrTaskIDConflict
-// if the first attempt did reach the queue.
+// if the first attempt did reach the queue. asynq task IDs are unique per
+// queue, across tenants, while each tenant's log is its own: where tenants
+// pick IDs (say, from idempotency keys), put the tenant in the ID.
 //
 // A task with its own asynq.ProcessAt or asynq.ProcessIn runs at the later
 // of that time and its slot. The tenant is stored in the task's headers

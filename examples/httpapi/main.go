@@ -168,7 +168,7 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusBadRequest, errorResponse{Error: "Idempotency-Key must be one non-empty value"})
 			return
 		}
-		opts = append(opts, asynq.TaskID(key[0]))
+		opts = append(opts, asynq.TaskID(jobID(tenant, key[0])))
 	}
 
 	task := asynq.NewTask(req.Type, req.Payload)
@@ -190,6 +190,8 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 		// A retry of a job that is already queued: answer as the first time.
 		writeJSON(w, http.StatusAccepted, jobResponse{ID: d.ID, State: d.Outcome.String(), RunAt: d.At.UTC()})
 	case errors.Is(err, asynq.ErrTaskIDConflict):
+		// The job exists but no longer holds a slot (it ran and was kept,
+		// say): the key cannot be used again yet.
 		writeJSON(w, http.StatusConflict, errorResponse{Error: "a job with this Idempotency-Key already exists"})
 	case errors.Is(err, admission.ErrNoQuota):
 		writeJSON(w, http.StatusForbidden, errorResponse{Error: fmt.Sprintf("tenant %q has no quota", tenant)})
@@ -203,6 +205,13 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 		a.log.Error("httpapi: enqueue failed", "tenant", tenant, "err", err)
 		writeJSON(w, http.StatusInternalServerError, errorResponse{Error: "internal error"})
 	}
+}
+
+// jobID turns a tenant's idempotency key into a task ID. asynq task IDs are
+// global, while each tenant picks its keys, so the ID carries the tenant;
+// the length prefix keeps ("a:b", "c") and ("a", "b:c") apart.
+func jobID(tenant, key string) string {
+	return strconv.Itoa(len(tenant)) + ":" + tenant + ":" + key
 }
 
 // decodeJob reads and checks the request body.

@@ -216,8 +216,12 @@ func TestIdempotencyKey(t *testing.T) {
 	if diff := cmp.Diff(first, retry, cmp.AllowUnexported(answer{})); diff != "" {
 		t.Errorf("retry answered differently (-first,+retry):\n%s", diff)
 	}
-	if first.status != http.StatusAccepted || first.body["id"] != "order-42" {
-		t.Errorf("first: %d %v, want 202 with id order-42", first.status, first.body)
+	if first.status != http.StatusAccepted || first.body["id"] != jobID("acme", "order-42") {
+		t.Errorf("first: %d %v, want 202 with id %q", first.status, first.body, jobID("acme", "order-42"))
+	}
+	// Another tenant's key of the same name is another job.
+	if other := post(t, base+"/tenants/globex/jobs", `{"type":"t"}`, "Idempotency-Key", "order-42"); other.status != http.StatusAccepted {
+		t.Errorf("globex's order-42: %d %v, want 202", other.status, other.body)
 	}
 	// The retry took no slot: one more job is still admitted now.
 	if other := post(t, url, `{"type":"t"}`); other.body["state"] != "admitted" {
@@ -227,8 +231,14 @@ func TestIdempotencyKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if qi.Pending != 2 {
-		t.Errorf("queue holds %d pending jobs, want 2", qi.Pending)
+	if qi.Pending != 3 {
+		t.Errorf("queue holds %d pending jobs, want 3", qi.Pending)
+	}
+}
+
+func TestJobID(t *testing.T) {
+	if a, b := jobID("a:b", "c"), jobID("a", "b:c"); a == b {
+		t.Errorf("jobID(a:b, c) = jobID(a, b:c) = %q", a)
 	}
 }
 
