@@ -90,6 +90,11 @@ type Row struct {
 	// RedisCPUPerDecision is Redis's CPU time (INFO cpu, user+sys) over
 	// Decisions, µs: scripts, commands and network I/O together.
 	RedisCPUPerDecision float64 `json:"redis_cpu_usec_per_decision"`
+	// ClientCPUPerDecision is the bench process's own CPU time (user+sys)
+	// over Decisions, µs: the contender's client side (go-redis, batching,
+	// asynq's encoding) and the bench's few nanoseconds of bookkeeping. 0
+	// where the OS does not say.
+	ClientCPUPerDecision float64 `json:"client_cpu_usec_per_decision"`
 	// BytesPerEntry is MEMORY USAGE over ZCARD, summed over
 	// LogKeysSampled tenants' logs right after the run; 0 for contenders
 	// that keep no log.
@@ -228,11 +233,12 @@ func (r *Report) WriteText(w io.Writer) error {
 		r.Duration, r.Rounds, r.Duration/time.Duration(max(r.Rounds, 1)), r.Warmup)
 
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "contender\tdecisions/s\tp50\tp99\tscript calls/dec\tscript µs/call\tredis CPU µs/dec\tB/entry\tadmit\tdefer\treject\tlocal\terrors\t")
+	fmt.Fprintln(tw, "contender\tdecisions/s\tp50\tp99\tscript calls/dec\tscript µs/call\tredis CPU µs/dec\tclient CPU µs/dec\tB/entry\tadmit\tdefer\treject\tlocal\terrors\t")
 	for _, row := range r.Rows {
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%d\t\n",
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n",
 			row.Name, row.PerSecond, fmtDur(row.P50), fmtDur(row.P99),
 			fmtRatio(row.ScriptCallsPerDecision), fmtOpt(row.ScriptUsecPerCall, "%.1f"), row.RedisCPUPerDecision,
+			fmtOpt(row.ClientCPUPerDecision, "%.1f"),
 			fmtOpt(row.BytesPerEntry, "%.1f"),
 			pct(row.Admitted, row.Decisions), pct(row.Deferred, row.Decisions), pct(row.Rejected, row.Decisions), pct(row.Local, row.Decisions),
 			row.Errors)

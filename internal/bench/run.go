@@ -240,6 +240,7 @@ type runner struct {
 	firstErr             error
 	scriptCalls, usec    int64
 	cpu                  float64
+	clientCPU            time.Duration
 	logBytes, logEntries int64
 	logKeys              int
 }
@@ -308,6 +309,13 @@ func (w *worker) record(res Result, err error, lat time.Duration) {
 func (r *runner) slice(ctx context.Context, round, index, total int) error {
 	cfg := r.cfg
 	d := cfg.Duration / time.Duration(cfg.Rounds)
+	if r.c.flood {
+		// A flood admits Limit at the start of each window and then only
+		// rejects, so a slice measures whole windows, or its admissions
+		// (and script calls) per decision would depend on where it cut.
+		w := cfg.Quota.Window
+		d = max(w, (d+w/2)/w*w)
+	}
 	p := Progress{Index: index, Total: total, Round: round, Rounds: cfg.Rounds, ID: r.c.id, Name: r.c.name}
 
 	var phase atomic.Int32
@@ -336,12 +344,14 @@ func (r *runner) slice(ctx context.Context, round, index, total int) error {
 		wg.Wait()
 		return fmt.Errorf("INFO: %w", err)
 	}
+	cpu0 := processCPU()
 	phase.Store(phaseMeasure)
 	t0 := time.Now()
 	p.Warmup = false
 	r.wait(ctx, p, d, workers)
 	phase.Store(phaseStop)
 	elapsed := time.Since(t0)
+	r.clientCPU += processCPU() - cpu0
 	after, err := readStats(ctx, r.admin)
 	wg.Wait()
 	if err != nil {
@@ -400,6 +410,7 @@ func (r *runner) row() Row {
 	if t.decisions > 0 {
 		row.ScriptCallsPerDecision = float64(r.scriptCalls) / float64(t.decisions)
 		row.RedisCPUPerDecision = r.cpu * 1e6 / float64(t.decisions)
+		row.ClientCPUPerDecision = float64(r.clientCPU.Microseconds()) / float64(t.decisions)
 	}
 	if r.scriptCalls > 0 {
 		row.ScriptUsecPerCall = float64(r.usec) / float64(r.scriptCalls)

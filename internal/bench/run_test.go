@@ -152,8 +152,8 @@ func checkRow(t *testing.T, rep Report, row Row) {
 			t.Errorf("script calls per decision %.3f, µs per call %.2f, want both above 0", row.ScriptCallsPerDecision, row.ScriptUsecPerCall)
 		}
 	}
-	if row.RedisCPUPerDecision <= 0 {
-		t.Errorf("Redis CPU per decision %.2fµs, want above 0", row.RedisCPUPerDecision)
+	if row.RedisCPUPerDecision <= 0 || row.ClientCPUPerDecision <= 0 {
+		t.Errorf("CPU per decision: Redis %.2fµs, client %.2fµs, want both above 0", row.RedisCPUPerDecision, row.ClientCPUPerDecision)
 	}
 	switch row.ID {
 	case "gate-batched", "gate-unbatched", "tx-pipeline", "plain-lua", "enqueue", "gate-flood":
