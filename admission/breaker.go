@@ -70,25 +70,42 @@ func (b *breaker) probeLoop() {
 	defer b.probing.Done()
 	t := time.NewTicker(b.probeEvery)
 	defer t.Stop()
+	// The probe runs apart from this loop, so that Close never waits on
+	// it: go-redis honours a context's deadline on the socket only with
+	// ContextTimeoutEnabled, and otherwise a probe of a Redis that accepts
+	// connections but never answers (a frozen process, a partition) blocks
+	// for the client's ReadTimeout, seconds. A probe still out when the
+	// next tick comes is left to finish; one at a time, so that they never
+	// pile up on the client's pool.
+	result := make(chan error, 1)
+	inFlight := false
 	for {
 		select {
 		case <-b.stop:
-			return
+			return // a probe still out ends with the client's timeouts, or its Close
+		case err := <-result:
+			inFlight = false
+			if err == nil {
+				b.failures.Store(0)
+				b.open.Store(false)
+				b.logger.Info("admitq: redis answers again, breaker closed")
+				return
+			}
 		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-		err := b.probe(ctx)
-		cancel()
-		if err == nil {
-			b.failures.Store(0)
-			b.open.Store(false)
-			b.logger.Info("admitq: redis answers again, breaker closed")
-			return
+			if !inFlight {
+				inFlight = true
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+					defer cancel()
+					result <- b.probe(ctx)
+				}()
+			}
 		}
 	}
 }
 
-// close stops a running probe and waits for it.
+// close stops the probe loop and waits for it, but not for a probe call
+// still out (see probeLoop).
 func (b *breaker) close() {
 	b.mu.Lock()
 	if !b.stopped {

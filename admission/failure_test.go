@@ -1,0 +1,548 @@
+package admission
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/admitq/admitq/internal/redistest"
+)
+
+// Failure behaviour without a Redis to kill: the fallback limiter and the
+// breaker on their own, and gates pointed at addresses that refuse or
+// swallow connections. The chaos tests do the same to real servers.
+
+// fakeClock is a settable clock for the local limiter.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func newTestLimiter(instances int) (*localLimiter, *fakeClock) {
+	c := &fakeClock{t: time.Unix(1_780_000_000, 0)}
+	l := newLocalLimiter(instances)
+	l.clock = c.now
+	return l, c
+}
+
+func outcomes(ds []Decision) string {
+	var b strings.Builder
+	for _, d := range ds {
+		b.WriteByte(d.Outcome.String()[0])
+	}
+	return b.String()
+}
+
+// TestLocalLimiter: the fallback is a sliding-window log of Limit/instances
+// per tenant that admits or rejects, never defers, and marks every decision
+// Local.
+func TestLocalLimiter(t *testing.T) {
+	q := Quota{Limit: 12, Window: time.Second, MaxDelay: time.Hour}
+	l, clk := newTestLimiter(4) // 3 per window each
+	ids := []string{"a", "b", "c", "d", "e"}
+
+	ds := l.admit("t", q, ids, clk.now())
+	if got := outcomes(ds); got != "aaarr" {
+		t.Fatalf("outcomes = %s, want aaarr: Limit/instances = 3 admitted, never deferred", got)
+	}
+	first := ds[0].At
+	for i, d := range ds {
+		if !d.Local || d.Tenant != "t" {
+			t.Fatalf("decision %d = %+v, want Local for tenant t", i, d)
+		}
+		switch d.Outcome {
+		case Admitted:
+			if d.ID != ids[i] || !d.At.Equal(d.Now) || d.Remaining != 2-i {
+				t.Fatalf("admission %d = %+v, want ID %q, At = Now, Remaining %d", i, d, ids[i], 2-i)
+			}
+		case Rejected:
+			if d.ID != "" || !d.At.Equal(first.Add(q.Window)) {
+				t.Fatalf("rejection %d = %+v, want no ID and At = first admission + window", i, d)
+			}
+		}
+	}
+	if got := outcomes(l.admit("u", q, ids[:1], clk.now())); got != "a" {
+		t.Fatalf("another tenant: %s, want its own window", got)
+	}
+
+	clk.add(q.Window - time.Microsecond) // still inside (now-W, now]
+	if got := outcomes(l.admit("t", q, ids[:1], clk.now())); got != "r" {
+		t.Fatalf("just inside the window: %s, want r", got)
+	}
+	clk.add(time.Microsecond) // the first admissions leave the window
+	if got := outcomes(l.admit("t", q, ids, clk.now())); got != "aaarr" {
+		t.Fatalf("a window later: %s, want aaarr", got)
+	}
+
+	one, clk1 := newTestLimiter(100)
+	if got := outcomes(one.admit("t", q, ids, clk1.now())); got != "arrrr" {
+		t.Fatalf("more instances than Limit: %s, want one admission per window, not none", got)
+	}
+}
+
+// TestLocalLimiterRecordsDecisionTime: a caller that waited out a Redis
+// timeout passes the time it began; the admission is recorded when it is
+// made, so it cannot leave the window early. Recording the stale time let
+// the chaos test see 11 local admissions in 200ms with a share of 10.
+func TestLocalLimiterRecordsDecisionTime(t *testing.T) {
+	q := Quota{Limit: 1, Window: time.Second}
+	l, clk := newTestLimiter(1)
+	began := clk.now()
+	clk.add(900 * time.Millisecond) // the Redis call timed out meanwhile
+	d := l.admit("t", q, []string{"late"}, began)[0]
+	if d.Outcome != Admitted || !d.At.Equal(clk.now()) {
+		t.Fatalf("decision = %+v, want admitted at the clock's time %v, not when the call began", d, clk.now())
+	}
+	clk.add(200 * time.Millisecond) // 1.1s after began, 0.2s after the admission
+	if d := l.admit("t", q, []string{"next"}, clk.now())[0]; d.Outcome != Rejected {
+		t.Fatalf("second admission 200ms after the first = %v, want rejected", d.Outcome)
+	}
+	// A caller later than the clock keeps its own time, and the log stays
+	// in order.
+	ahead := clk.now().Add(5 * time.Second)
+	if d := l.admit("t", q, []string{"ahead"}, ahead)[0]; d.Outcome != Admitted || !d.At.Equal(ahead) {
+		t.Fatalf("decision = %+v, want admitted at %v", d, ahead)
+	}
+	if d := l.admit("t", q, []string{"behind"}, clk.now())[0]; d.Outcome != Rejected {
+		t.Fatalf("decision after a later one = %+v, want rejected", d)
+	}
+}
+
+// TestLocalLimiterMemory: memory is bounded. A tenant holds at most its
+// local limit of times, and past maxTenants idle tenants are evicted, each
+// judged by its own window, before any active one.
+func TestLocalLimiterMemory(t *testing.T) {
+	l, clk := newTestLimiter(1)
+	l.maxTenants = 3
+	short := Quota{Limit: 2, Window: 100 * time.Millisecond}
+	long := Quota{Limit: 2, Window: time.Hour}
+
+	for range 10 {
+		l.admit("flood", long, []string{"a", "b", "c"}, clk.now())
+	}
+	if n := len(l.logs["flood"].times); n != 2 {
+		t.Fatalf("flooded tenant holds %d times, want its limit 2", n)
+	}
+	l.admit("long", long, []string{"a"}, clk.now())
+	l.admit("idle", short, []string{"a"}, clk.now())
+	clk.add(time.Second) // idle's window passes; long's does not
+	l.admit("new", short, []string{"a"}, clk.now())
+	if _, ok := l.logs["idle"]; ok {
+		t.Fatal("idle tenant not evicted")
+	}
+	for _, tenant := range []string{"flood", "long", "new"} {
+		if _, ok := l.logs[tenant]; !ok {
+			t.Fatalf("active tenant %q evicted; tracked: %v", tenant, keys(l.logs))
+		}
+	}
+	// The long-window tenant is still at its limit: evicting it would have
+	// let it start afresh.
+	if d := l.admit("long", long, []string{"b", "c"}, clk.now()); outcomes(d) != "ar" {
+		t.Fatalf("long-window tenant: %s, want ar", outcomes(d))
+	}
+
+	// All active: memory still bounded, at the price of an active tenant.
+	for i := range 10 {
+		l.admit(fmt.Sprint("burst", i), long, []string{"a"}, clk.now())
+		if len(l.logs) > l.maxTenants {
+			t.Fatalf("%d tenants tracked, bound is %d", len(l.logs), l.maxTenants)
+		}
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+// logBuffer is a slog handler's destination that tests can read while the
+// breaker writes.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *logBuffer) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// TestBreaker: it opens after threshold failures in a row, probes in the
+// background, closes within a probe interval of the probe succeeding, and
+// Close stops the probe.
+func TestBreaker(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	var up atomic.Bool
+	var probes atomic.Int32
+	var logs logBuffer
+	b := newBreaker(func(ctx context.Context) error {
+		probes.Add(1)
+		if up.Load() {
+			return nil
+		}
+		<-ctx.Done() // a black hole: the probe waits out its timeout
+		return ctx.Err()
+	}, 20*time.Millisecond, logs.logger())
+	b.probeEvery = 10 * time.Millisecond
+	down := errors.New("down")
+
+	b.failure(down)
+	b.failure(down)
+	b.success() // a success in between: the count starts again
+	b.failure(down)
+	b.failure(down)
+	if b.isOpen() {
+		t.Fatal("open after 2 failures in a row")
+	}
+	b.failure(down)
+	if !b.isOpen() {
+		t.Fatal("closed after 3 failures in a row")
+	}
+	waitUntil(t, time.Second, "3 probes", func() bool { return probes.Load() >= 3 })
+	b.success() // a call that began before the outage: not a probe
+	if !b.isOpen() {
+		t.Fatal("closed by a straggling success")
+	}
+
+	up.Store(true)
+	answered := time.Now()
+	waitUntil(t, time.Second, "the breaker to close", func() bool { return !b.isOpen() })
+	t.Logf("closed %v after the probe could succeed (probe every %v)", time.Since(answered).Round(time.Millisecond), b.probeEvery)
+	if log := logs.String(); !strings.Contains(log, "breaker open") || !strings.Contains(log, "breaker closed") {
+		t.Fatalf("log = %q, want the breaker opening and closing", log)
+	}
+
+	up.Store(false)
+	for range 3 {
+		b.failure(down)
+	}
+	if !b.isOpen() {
+		t.Fatal("did not open again")
+	}
+	b.close()
+	b.close() // idempotent
+	before := probes.Load()
+	for range 3 {
+		b.failure(down)
+	}
+	if probes.Load() != before {
+		t.Fatal("probed after close")
+	}
+}
+
+// TestBreakerHangingProbe: a probe that ignores its deadline, as a go-redis
+// call to a frozen Redis does without ContextTimeoutEnabled, is not issued
+// again while it hangs, and Close does not wait for it. Before, Close of a
+// gate on a frozen Redis took 10s (two go-redis ReadTimeouts).
+func TestBreakerHangingProbe(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	release := make(chan struct{})
+	var probes atomic.Int32
+	b := newBreaker(func(context.Context) error {
+		probes.Add(1)
+		<-release
+		return nil
+	}, 10*time.Millisecond, slog.New(slog.DiscardHandler))
+	b.probeEvery = 5 * time.Millisecond
+	for range 3 {
+		b.failure(errors.New("down"))
+	}
+	waitUntil(t, time.Second, "a probe", func() bool { return probes.Load() == 1 })
+	time.Sleep(10 * b.probeEvery) // ticks pass while the probe hangs
+	if n := probes.Load(); n != 1 {
+		t.Fatalf("%d probes in flight at once, want 1", n)
+	}
+	start := time.Now()
+	b.close()
+	if took := time.Since(start); took > 50*time.Millisecond {
+		t.Fatalf("close took %v waiting for a hanging probe", took)
+	}
+	close(release) // the client gives up or is closed: the probe ends
+}
+
+// TestBreakerRecoversWithinASecond: with the gate's own settings, the
+// breaker closes within 1s of Redis answering again.
+func TestBreakerRecoversWithinASecond(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	var up atomic.Bool
+	b := newBreaker(func(context.Context) error {
+		if up.Load() {
+			return nil
+		}
+		return errors.New("connection refused")
+	}, DefaultTimeout, slog.New(slog.DiscardHandler))
+	defer b.close()
+	for range 3 {
+		b.failure(errors.New("down"))
+	}
+	time.Sleep(3 * b.probeEvery / 2) // let probes fail, so the next is a tick away
+	up.Store(true)
+	answered := time.Now()
+	waitUntil(t, time.Second, "the breaker to close after Redis answers", func() bool { return !b.isOpen() })
+	t.Logf("closed %v after Redis answered", time.Since(answered).Round(time.Millisecond))
+}
+
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: not within %v", what, d)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// deadAddr returns a loopback address that refuses connections.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// blackHole returns a loopback address that accepts connections and never
+// answers: a frozen or partitioned Redis, without root. It is closed when
+// the test ends.
+func blackHole(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-done
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return l.Addr().String()
+}
+
+// TestUnreachable: a gate whose Redis refuses or swallows connections.
+// FailClosed returns errors wrapping ErrUnavailable; FailOpen decides
+// locally. Either way, after the breaker opens no call waits for Redis.
+func TestUnreachable(t *testing.T) {
+	const timeout = 50 * time.Millisecond
+	q := Quota{Limit: 8, Window: time.Minute, MaxDelay: time.Hour}
+	for _, where := range []string{"refused", "black hole"} {
+		for _, batching := range []bool{true, false} {
+			for _, policy := range []FailurePolicy{FailClosed, FailOpen} {
+				t.Run(fmt.Sprintf("%s/batching=%v/%v", where, batching, policy), func(t *testing.T) {
+					addr := deadAddr(t)
+					if where == "black hole" {
+						addr = blackHole(t)
+					}
+					// An ordinary client: ContextTimeoutEnabled off, so on a
+					// black hole go-redis itself waits for ReadTimeout (5s).
+					rdb := redis.NewClient(&redis.Options{Addr: addr})
+					defer rdb.Close()
+					g := New(rdb, StaticQuotas{Default: &q}, WithTimeout(timeout), WithBatching(batching),
+						WithFailurePolicy(policy), WithInstances(2))
+					defer func() {
+						start := time.Now()
+						g.Close()
+						if took := time.Since(start); took > timeout+latencySlack {
+							t.Errorf("Close took %v, want at most the timeout %v", took, timeout)
+						}
+					}()
+					ctx := t.Context()
+					var worst time.Duration
+					var ds []Decision
+					for i := range 20 {
+						start := time.Now()
+						d, err := g.Admit(ctx, "t")
+						took := time.Since(start)
+						worst = max(worst, took)
+						switch {
+						case policy == FailClosed && !errors.Is(err, ErrUnavailable):
+							t.Fatalf("call %d: err = %v, want ErrUnavailable", i, err)
+						case policy == FailOpen && err != nil:
+							t.Fatalf("call %d: err = %v, want a local decision", i, err)
+						case took > timeout+latencySlack:
+							t.Fatalf("call %d took %v, want at most the timeout %v", i, took, timeout)
+						case int64(i) >= g.brk.threshold && took > timeout/2:
+							t.Fatalf("call %d took %v with the breaker open, want no wait for Redis", i, took)
+						}
+						ds = append(ds, d)
+					}
+					if where == "black hole" {
+						// Let a probe go out and hang, for Close to cope with.
+						time.Sleep(3 * g.brk.probeEvery / 2)
+					}
+					if policy == FailOpen {
+						if got, want := outcomes(ds), strings.Repeat("a", 4)+strings.Repeat("r", 16); got != want {
+							t.Fatalf("local outcomes = %s, want %s: Limit/instances = 4, never deferred", got, want)
+						}
+					}
+					t.Logf("worst call %v", worst.Round(time.Millisecond))
+				})
+			}
+		}
+	}
+}
+
+// latencySlack is what a call may take beyond its timeout on a loaded
+// machine under -race.
+const latencySlack = 100 * time.Millisecond
+
+// TestNoPasswordInErrorsOrLogs: whatever goes wrong, neither the password a
+// client sends nor the server's shows up in an error or in the gate's log:
+// a wrong password (requirepass and ACL user), and a dead address reached
+// through URLs that carry one (plain and cluster).
+func TestNoPasswordInErrorsOrLogs(t *testing.T) {
+	const (
+		serverPW = "server-secret-5f2a"
+		aclPW    = "acl-secret-91c7"
+		wrongPW  = "wrong-secret-3e8d"
+		urlPW    = "url-secret-b04e"
+	)
+	secrets := []string{serverPW, aclPW, wrongPW, urlPW}
+	withPW := redistest.Start(t, redistest.WithPassword(serverPW))
+	withACL := redistest.Start(t, redistest.WithACLUser("admitq", aclPW))
+
+	wrongDefault := withPW.Options()
+	wrongDefault.Password = wrongPW
+	wrongACL := withACL.Options()
+	wrongACL.Password = wrongPW
+	noPW := withACL.Options()
+	noPW.Username, noPW.Password = "", ""
+	deadURL, err := redis.ParseURL("redis://admitq:" + urlPW + "@" + deadAddr(t) + "/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadCluster, err := redis.ParseClusterURL("redis://admitq:" + urlPW + "@" + deadAddr(t) + "?addr=" + deadAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients := []struct {
+		desc string
+		rdb  redis.UniversalClient
+	}{
+		{"wrong password", redis.NewClient(wrongDefault)},
+		{"wrong ACL password", redis.NewClient(wrongACL)},
+		{"no password for an ACL server", redis.NewClient(noPW)},
+		{"dead address from a URL with a password", redis.NewClient(deadURL)},
+		{"dead cluster from a URL with a password", redis.NewClusterClient(deadCluster)},
+	}
+	q := Quota{Limit: 5, Window: time.Second}
+	for _, c := range clients {
+		t.Run(c.desc, func(t *testing.T) {
+			defer c.rdb.Close()
+			var logs logBuffer
+			var errs []error
+			note := func(err error) {
+				if err != nil {
+					errs = append(errs, err)
+				}
+			}
+			ctx := t.Context()
+			opts := []Option{WithLogger(logs.logger()), WithTimeout(30 * time.Millisecond)}
+			store := NewRedisQuotas(c.rdb, opts...)
+			note(store.Set(ctx, "t", q))
+			note(store.SetDefault(ctx, q))
+			_, err := store.Get(ctx, "t")
+			note(err)
+			_, err = store.List(ctx)
+			note(err)
+			_, err = store.Quota(ctx, "t")
+			note(err)
+			note(store.Delete(ctx, "t"))
+			for _, policy := range []FailurePolicy{FailClosed, FailOpen} {
+				for _, batching := range []bool{true, false} {
+					g := New(c.rdb, StaticQuotas{Default: &q}, append(opts, WithFailurePolicy(policy), WithBatching(batching))...)
+					for range 5 { // enough to open the breaker, which logs
+						_, err := g.Admit(ctx, "t")
+						note(err)
+					}
+					_, err = g.AdmitBatch(ctx, "t", []string{"x", "y"})
+					note(err)
+					_, err = g.Usage(ctx, "t")
+					note(err)
+					note(g.Release(ctx, Decision{Tenant: "t", ID: "x", Outcome: Admitted}))
+					_, err = New(c.rdb, store, opts...).Admit(ctx, "t")
+					note(err)
+					g.Close()
+				}
+			}
+			if len(errs) == 0 {
+				t.Fatal("no call failed: the test does not test anything")
+			}
+			var texts []string
+			for _, err := range errs {
+				texts = append(texts, err.Error(), fmt.Sprintf("%+v", err), fmt.Sprintf("%#v", err))
+			}
+			log := logs.String()
+			for _, s := range secrets {
+				for _, text := range texts {
+					if strings.Contains(text, s) {
+						t.Fatalf("an error holds the password %q: %s", s, text)
+					}
+				}
+				if strings.Contains(log, s) {
+					t.Fatalf("the log holds the password %q:\n%s", s, log)
+				}
+			}
+			t.Logf("%d errors, e.g. %v; %d bytes of log", len(errs), errs[0], len(log))
+		})
+	}
+}
