@@ -16,6 +16,11 @@
 // the slot is given back. The tenant travels in the task's headers under
 // TenantHeader; package worker hands it to handlers.
 //
+// Slots are on the Redis clock, while asynq runs scheduled tasks by the
+// clocks of producers and workers, so keep those in step with Redis (NTP).
+// A producer whose clock runs ahead of Redis by more than a task's delay
+// makes asynq enqueue the deferred task at once.
+//
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 //	q := admission.Quota{Limit: 100, Window: time.Minute, MaxDelay: 10 * time.Minute}
 //	gate := admission.New(rdb, admission.StaticQuotas{Default: &q})
