@@ -201,12 +201,10 @@ func (a *app) dial(ctx context.Context) (redis.UniversalClient, redisConfig, err
 }
 
 func (a *app) dialConfig(ctx context.Context, cfg redisConfig) (redis.UniversalClient, redisConfig, error) {
-	rdb := cfg.client()
-	if err := ping(ctx, rdb, cfg, a.timeout); err != nil {
-		_ = rdb.Close()
+	if err := ping(ctx, cfg, a.timeout); err != nil {
 		return nil, redisConfig{}, err
 	}
-	return rdb, cfg, nil
+	return cfg.client(), cfg, nil
 }
 
 // gateOptions are the admission options every command uses.

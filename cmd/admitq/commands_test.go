@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/internal/redistest"
 )
 
@@ -145,4 +148,92 @@ func TestStatusJSON(t *testing.T) {
 			t.Errorf("status lacks %q:\n%s", s, text)
 		}
 	}
+}
+
+func TestRedisCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	base := []string{"--redis-cluster", strings.Join(cl.Addrs(), ",")}
+	mustRun(t, append(base, "quota", "set", "acme", "--limit", "1", "--window", "10s", "--max-delay", "15s")...)
+	mustRun(t, append(base, "quota", "set", "globex", "--limit", "1", "--window", "10s")...)
+	for _, c := range []struct {
+		tenant, prefix string
+		code           int
+	}{
+		{"acme", "admitted", exitOK},
+		{"acme", "deferred until", exitOK},
+		{"acme", "rejected", exitRejected},
+		{"globex", "admitted", exitOK},
+	} {
+		res := admitq(t, append(base, "enqueue", "--tenant", c.tenant, "--type", "x")...)
+		if res.code != c.code || !strings.HasPrefix(res.stdout, c.prefix) {
+			t.Errorf("enqueue %s on a cluster: %v\nwant exit %d, %s", c.tenant, res, c.code, c.prefix)
+		}
+	}
+	var got statusReport
+	if err := json.Unmarshal([]byte(mustRun(t, append(base, "status", "--json")...).stdout), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Tenants) != 2 || got.Tenants[0].InWindow != 1 || got.Tenants[0].Reserved != 1 || got.Tenants[1].InWindow != 1 {
+		t.Errorf("status on a cluster: %+v", got.Tenants)
+	}
+	if diff := cmp.Diff([]queueStatus{{Queue: "default", Pending: 2, Scheduled: 1}}, got.Queues); diff != "" {
+		t.Errorf("queues on a cluster (-want,+got):\n%s", diff)
+	}
+}
+
+func TestStatusWatchRedrawsUntilInterrupted(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	mustRun(t, "--redis", srv.URL(), "quota", "set", "acme", "--limit", "3", "--window", "1s")
+	ctx, cancel := context.WithTimeout(t.Context(), 2500*time.Millisecond)
+	defer cancel()
+	var out, errb syncBuffer
+	a := &app{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	if code := a.run(ctx, []string{"--redis", srv.URL(), "status", "--watch", "--json"}); code != 0 {
+		t.Fatalf("status --watch exited %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) < 2 || len(lines) > 4 {
+		t.Fatalf("status --watch --json printed %d lines in 2.5s, want one a second:\n%s", len(lines), out.String())
+	}
+	for _, l := range lines {
+		var r statusReport
+		if err := json.Unmarshal([]byte(l), &r); err != nil || len(r.Tenants) != 1 {
+			t.Errorf("line %q: %v, %d tenants", l, err, len(r.Tenants))
+		}
+	}
+}
+
+// A running producer picks up a quota changed with admitq quota set within
+// a second.
+func TestRunningProducerPicksUpAQuotaChange(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	mustRun(t, "--redis", srv.URL(), "quota", "set", "acme", "--limit", "1", "--window", "1m")
+	gate := admission.New(rdb, admission.NewRedisQuotas(rdb))
+	defer gate.Close()
+	for i, want := range []admission.Outcome{admission.Admitted, admission.Rejected} {
+		if d, err := gate.Admit(t.Context(), "acme"); err != nil || d.Outcome != want {
+			t.Fatalf("admit %d: %v, %v; want %v", i, d.Outcome, err, want)
+		}
+	}
+
+	mustRun(t, "--redis", srv.URL(), "quota", "set", "acme", "--limit", "100", "--window", "1m")
+	changed := time.Now()
+	for {
+		d, err := gate.Admit(t.Context(), "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Outcome == admission.Admitted {
+			break
+		}
+		if time.Since(changed) > time.Second {
+			t.Fatalf("still %v a second after the quota was raised", d.Outcome)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("the raised quota applied after %v", time.Since(changed).Round(time.Millisecond))
 }

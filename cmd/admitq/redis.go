@@ -39,6 +39,19 @@ func (c redisConfig) client() redis.UniversalClient {
 	return redis.NewClient(&o)
 }
 
+// probe returns a client for a first PING that fails fast: no retries, one
+// dial. The client for the real work keeps go-redis's retries.
+func (c redisConfig) probe() redis.UniversalClient {
+	if c.cluster != nil {
+		o := *c.cluster
+		o.MaxRetries, o.DialerRetries = -1, 1
+		return redis.NewClusterClient(&o)
+	}
+	o := *c.single
+	o.MaxRetries, o.DialerRetries = -1, 1
+	return redis.NewClient(&o)
+}
+
 // connOpt makes c an asynq.RedisConnOpt, so that a worker's asynq server
 // gets the same TLS, credentials and timeouts, and owns (closes) its client.
 type connOpt struct{ cfg redisConfig }
@@ -223,9 +236,11 @@ func urlSecrets(raw string) []string {
 }
 
 // ping checks that Redis answers within timeout, and names the server if not.
-func ping(ctx context.Context, rdb redis.UniversalClient, cfg redisConfig, timeout time.Duration) error {
+func ping(ctx context.Context, cfg redisConfig, timeout time.Duration) error {
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	rdb := cfg.probe()
+	defer rdb.Close()
 	err := rdb.Ping(pctx).Err()
 	if err == nil {
 		return nil

@@ -54,11 +54,11 @@ Prometheus metrics (package metrics) at http://ADDR/metrics.`,
 			if err != nil {
 				return err
 			}
-			rdb, _, err := a.dialConfig(cmd.Context(), cfg)
-			if err != nil {
+			// The worker makes its own clients; check the address first, to
+			// fail in one line rather than in asynq's retry logs.
+			if err := ping(cmd.Context(), cfg, a.timeout); err != nil {
 				return err
 			}
-			_ = rdb.Close() // the worker makes its own clients; this one only checked the address
 
 			log := slog.New(slog.NewTextHandler(a.stderr, nil))
 			m := metrics.New()

@@ -501,8 +501,28 @@ func (r *run) finish(ctx context.Context, w *worker.Worker, workerUp *bool, star
 	}
 	if q, err := insp.GetQueueInfo(r.cfg.Queue); err == nil && q.Size == 0 {
 		_ = insp.DeleteQueue(r.cfg.Queue, false)
+		// DeleteQueue leaves the queue's counters behind.
+		unlinkMatching(ctx, r.cfg.Redis, "asynq:{"+r.cfg.Queue+"}:*")
 	}
 	return res, nil
+}
+
+// unlinkMatching removes the keys that match pattern, on every master of a
+// cluster.
+func unlinkMatching(ctx context.Context, rdb redis.UniversalClient, pattern string) {
+	scan := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, pattern, 100).Iterator()
+		for iter.Next(ctx) {
+			c.Unlink(ctx, iter.Val())
+		}
+		return iter.Err()
+	}
+	switch c := rdb.(type) {
+	case *redis.Client:
+		_ = scan(ctx, c)
+	case *redis.ClusterClient:
+		_ = c.ForEachMaster(ctx, scan)
+	}
 }
 
 func inAsynq(insp *asynq.Inspector, queue, id string) bool {

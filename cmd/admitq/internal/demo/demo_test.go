@@ -88,6 +88,9 @@ func TestRunFlattensTheNoisyTenantAndLosesNothing(t *testing.T) {
 	if n := rdb.HLen(t.Context(), "test-"+id+":quotas").Val(); n != 0 {
 		t.Errorf("%d quotas left behind", n)
 	}
+	if keys := rdb.Keys(t.Context(), "asynq:{test-"+id+"}:*").Val(); len(keys) != 0 {
+		t.Errorf("asynq keys left behind: %v", keys)
+	}
 }
 
 func TestMaxInWindowIsExact(t *testing.T) {
