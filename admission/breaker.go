@@ -21,8 +21,9 @@ type breaker struct {
 	probe      func(context.Context) error
 	logger     *slog.Logger
 
-	failures atomic.Int64
-	open     atomic.Bool
+	failures    atomic.Int64
+	open        atomic.Bool
+	lastFailure time.Time // guarded by mu
 
 	mu      sync.Mutex
 	stop    chan struct{} // closed by Close
@@ -51,14 +52,18 @@ func (b *breaker) success() {
 	}
 }
 
-// failure records a call that found Redis unavailable.
-func (b *breaker) failure(err error) {
-	if b.failures.Add(1) < b.threshold || !b.open.CompareAndSwap(false, true) {
-		return
-	}
+// failure records a call, started at started, that found Redis
+// unavailable. Calls that overlap a failure already counted count with it:
+// one slow round trip that times out 64 waiting callers is one failure,
+// not 64, and opens nothing by itself.
+func (b *breaker) failure(err error, started time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.stopped {
+	if started.Before(b.lastFailure) {
+		return
+	}
+	b.lastFailure = time.Now()
+	if b.failures.Add(1) < b.threshold || !b.open.CompareAndSwap(false, true) || b.stopped {
 		return
 	}
 	b.logger.Warn("admitq: redis unavailable, breaker open", "err", err)

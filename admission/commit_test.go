@@ -202,3 +202,27 @@ func TestAbandonedCallHoldsNoSlot(t *testing.T) {
 	}
 	t.Logf("%d of 200 calls abandoned, none holds a slot", abandoned)
 }
+
+// TestDenyCacheKeepsIdempotency: while a tenant is cached as rejected, a
+// retried ID that holds a slot still gets its slot back, and new requests
+// are answered locally.
+func TestDenyCacheKeepsIdempotency(t *testing.T) {
+	srv := redistest.Start(t)
+	g := admission.New(srv.Client(t), static(admission.Quota{Limit: 1, Window: time.Minute}))
+	defer g.Close()
+	ctx := t.Context()
+	first, err := g.AdmitID(ctx, "t", "job-1")
+	if err != nil || first.Outcome != admission.Admitted {
+		t.Fatalf("job-1 = %+v, %v; want admitted", first, err)
+	}
+	if d, _ := g.AdmitID(ctx, "t", "job-2"); d.Outcome != admission.Rejected {
+		t.Fatalf("job-2 = %v, want rejected", d.Outcome)
+	}
+	if d, _ := g.Admit(ctx, "t"); d.Outcome != admission.Rejected || !d.Local {
+		t.Fatalf("a new request = %+v, want rejected locally", d)
+	}
+	again, err := g.AdmitID(ctx, "t", "job-1")
+	if err != nil || !again.Existing || again.Outcome != admission.Admitted || !again.At.Equal(first.At) {
+		t.Fatalf("retry of job-1 = %+v, %v; want its original slot, Existing", again, err)
+	}
+}

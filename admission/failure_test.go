@@ -223,15 +223,15 @@ func TestBreaker(t *testing.T) {
 	b.probeEvery = 10 * time.Millisecond
 	down := errors.New("down")
 
-	b.failure(down)
-	b.failure(down)
+	b.failure(down, time.Now())
+	b.failure(down, time.Now())
 	b.success() // a success in between: the count starts again
-	b.failure(down)
-	b.failure(down)
+	b.failure(down, time.Now())
+	b.failure(down, time.Now())
 	if b.isOpen() {
 		t.Fatal("open after 2 failures in a row")
 	}
-	b.failure(down)
+	b.failure(down, time.Now())
 	if !b.isOpen() {
 		t.Fatal("closed after 3 failures in a row")
 	}
@@ -251,7 +251,7 @@ func TestBreaker(t *testing.T) {
 
 	up.Store(false)
 	for range 3 {
-		b.failure(down)
+		b.failure(down, time.Now())
 	}
 	if !b.isOpen() {
 		t.Fatal("did not open again")
@@ -260,7 +260,7 @@ func TestBreaker(t *testing.T) {
 	b.close() // idempotent
 	before := probes.Load()
 	for range 3 {
-		b.failure(down)
+		b.failure(down, time.Now())
 	}
 	if probes.Load() != before {
 		t.Fatal("probed after close")
@@ -282,7 +282,7 @@ func TestBreakerHangingProbe(t *testing.T) {
 	}, 10*time.Millisecond, slog.New(slog.DiscardHandler))
 	b.probeEvery = 5 * time.Millisecond
 	for range 3 {
-		b.failure(errors.New("down"))
+		b.failure(errors.New("down"), time.Now())
 	}
 	waitUntil(t, time.Second, "a probe", func() bool { return probes.Load() == 1 })
 	time.Sleep(10 * b.probeEvery) // ticks pass while the probe hangs
@@ -310,7 +310,7 @@ func TestBreakerRecoversWithinASecond(t *testing.T) {
 	}, DefaultTimeout, slog.New(slog.DiscardHandler))
 	defer b.close()
 	for range 3 {
-		b.failure(errors.New("down"))
+		b.failure(errors.New("down"), time.Now())
 	}
 	time.Sleep(3 * b.probeEvery / 2) // let probes fail, so the next is a tick away
 	up.Store(true)

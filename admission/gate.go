@@ -101,7 +101,11 @@ func (g *Gate) AtGranularity(d time.Duration) *Gate {
 
 // Admit decides one request for tenant under a generated entry ID.
 func (g *Gate) Admit(ctx context.Context, tenant string) (Decision, error) {
-	return g.AdmitID(ctx, tenant, g.ids.next())
+	ds, err := g.admitBatch(ctx, tenant, []string{g.ids.next()}, true)
+	if err != nil {
+		return Decision{}, err
+	}
+	return ds[0], nil
 }
 
 // AdmitID decides one request for tenant under the entry ID id. It is
@@ -120,6 +124,12 @@ func (g *Gate) AdmitID(ctx context.Context, tenant, id string) (Decision, error)
 // in order: slots never go backwards through the batch, and once one request
 // is rejected so is every one after it.
 func (g *Gate) AdmitBatch(ctx context.Context, tenant string, ids []string) ([]Decision, error) {
+	return g.admitBatch(ctx, tenant, ids, false)
+}
+
+// admitBatch decides ids; fresh says the gate generated them, so none can
+// be in the log yet.
+func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, fresh bool) ([]Decision, error) {
 	if err := ValidateTenant(tenant); err != nil {
 		return nil, err
 	}
@@ -135,7 +145,7 @@ func (g *Gate) AdmitBatch(ctx context.Context, tenant string, ids []string) ([]D
 	if err != nil {
 		return nil, err
 	}
-	return g.decide(ctx, tenant, q, ids)
+	return g.decide(ctx, tenant, q, ids, fresh)
 }
 
 // ErrInvalidID is returned for an empty entry ID.
@@ -152,20 +162,20 @@ func (g *Gate) quota(ctx context.Context, tenant string) (Quota, error) {
 	return q, nil
 }
 
-func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string) ([]Decision, error) {
+func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string, fresh bool) ([]Decision, error) {
 	now := time.Now()
-	if g.deny != nil {
-		if d, ok := g.deny.lookup(tenant, q, now); ok {
-			return d.decisions(tenant, ids, now), nil
-		}
-	}
 	if g.brk.isOpen() {
 		return g.withoutRedis(tenant, q, ids, now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, tenant))
+	}
+	if g.deny != nil {
+		if d, ok := g.deny.lookup(tenant, q, now); ok && (fresh || q.Mode == Counter || !g.held(ctx, tenant, ids)) {
+			return d.decisions(tenant, ids, now), nil
+		}
 	}
 	ds, hint, err := g.remote(ctx, tenant, q, ids)
 	if err != nil {
 		if errors.Is(err, ErrUnavailable) {
-			g.brk.failure(err)
+			g.brk.failure(err, now)
 			return g.withoutRedis(tenant, q, ids, now, err)
 		}
 		return nil, err
@@ -177,6 +187,29 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string)
 		g.deny.put(tenant, q, ds[0].Now, hint, time.Now())
 	}
 	return ds, nil
+}
+
+// held reports whether any of the caller's ids may already hold a slot in
+// tenant's log, in which case the deny cache must not answer: a retried ID
+// gets its original slot back. One ZMSCORE, far cheaper for Redis than the
+// script; when it fails, the script decides.
+func (g *Gate) held(ctx context.Context, tenant string, ids []string) bool {
+	ctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
+	defer cancel()
+	var scores []float64
+	err := bounded(ctx, func(ctx context.Context) (err error) {
+		scores, err = g.rdb.ZMScore(ctx, logKey(g.opts.prefix, tenant), ids...).Result()
+		return err
+	})
+	if err != nil {
+		return true
+	}
+	for _, s := range scores {
+		if s != 0 { // go-redis reads a missing member as 0; no slot is 0
+			return true
+		}
+	}
+	return false
 }
 
 // withoutRedis decides while Redis is unavailable, as the failure policy

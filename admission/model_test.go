@@ -55,11 +55,10 @@ func (m *slotModel) admit(now int64, q Quota, gran int64, ids []string) []modelR
 			switch {
 			case slot <= now:
 				code = 0
-			case slot-now <= d:
-				code = 1
-				slot = (slot + gran - 1) / gran * gran
+			case ceil(slot, gran) <= ceil(now+d, gran):
+				code, slot = 1, ceil(slot, gran)
 			default:
-				code = 2
+				code, slot = 2, ceil(slot, gran)
 			}
 		}
 		switch {
@@ -70,7 +69,7 @@ func (m *slotModel) admit(now int64, q Quota, gran int64, ids []string) []modelR
 			}
 		case code == 2:
 			if retryAt == nil {
-				slot -= d
+				slot = slot - gran - d + 1
 				retryAt = &slot
 			}
 		default:
@@ -92,12 +91,14 @@ func (m *slotModel) admit(now int64, q Quota, gran int64, ids []string) []modelR
 			scores := slices.Sorted(mapValues(m.log))
 			free = max(free, scores[len(scores)-limit]+w)
 		}
-		if free-now > d {
-			hint = free - d
+		if free > now && ceil(free, gran) > ceil(now+d, gran) {
+			hint = ceil(free, gran) - gran - d + 1
 		}
 	}
 	return append(out, modelResult{Code: hint})
 }
+
+func ceil(x, g int64) int64 { return (x + g - 1) / g * g }
 
 func mapValues(m map[string]int64) func(func(int64) bool) {
 	return func(yield func(int64) bool) {

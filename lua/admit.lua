@@ -14,11 +14,24 @@
 -- A new slot is max(now, newest slot, L-th newest slot + window): every interval
 -- of length window then holds at most limit slots, and slots never go backwards
 -- (FIFO), even when deferred slots are rounded up to the granularity.
+-- MaxDelay is compared in whole granules: a slot is deferred when, rounded up,
+-- it is no later than now + max delay rounded up. So requests that share a
+-- rounded slot share its outcome too.
 -- Once one ID of a key is rejected, every later ID of that key is too.
 -- Scores are written with %.0f because Lua's own number format keeps only
 -- 14 digits, and a µs timestamp has 16.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+-- ceil rounds x up to a multiple of g; fmod is exact, unlike x / g.
+local function ceil(x, g)
+  local r = math.fmod(x, g)
+  if r > 0 then
+    return x - r + g
+  end
+  return x
+end
+
 local out = {now}
 local a = 1
 for k = 1, #KEYS do
@@ -51,11 +64,10 @@ for k = 1, #KEYS do
       end
       if slot <= now then
         code = 0
-      elseif slot - now <= maxDelay then
-        code = 1
-        local r = math.fmod(slot, gran) -- exact, unlike ceil(slot / gran)
-        if r > 0 then
-          slot = slot - r + gran
+      else
+        slot = ceil(slot, gran)
+        if slot <= ceil(now + maxDelay, gran) then
+          code = 1
         end
       end
     end
@@ -66,7 +78,8 @@ for k = 1, #KEYS do
         slot = tonumber(s)
         code = 3
       elseif not retryAt then
-        retryAt = slot - maxDelay
+        -- The first moment t with ceil(t + maxDelay) >= slot.
+        retryAt = slot - gran - maxDelay + 1
         slot = retryAt
       end
     elseif redis.call('ZADD', key, 'NX', string.format('%.0f', slot), id) == 1 then
@@ -97,8 +110,11 @@ for k = 1, #KEYS do
       local e = redis.call('ZRANGE', key, -limit, -limit, 'WITHSCORES')
       free = math.max(free, tonumber(e[2]) + window)
     end
-    if free - now > maxDelay then
-      hint = free - maxDelay
+    if free > now then
+      free = ceil(free, gran)
+      if free > ceil(now + maxDelay, gran) then
+        hint = free - gran - maxDelay + 1
+      end
     end
   end
   out[#out + 1] = hint

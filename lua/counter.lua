@@ -19,6 +19,7 @@
 --          next free slot µs}, writing nothing;
 --          for a release: {now µs, 1 if an entry was released else 0}
 --
+-- MaxDelay is compared in whole granules, as in admit.lua.
 -- A slot is free when the buckets that overlap the window ending at it hold
 -- fewer than limit entries. Counting every overlapping bucket whole is an
 -- upper bound on the true count, so the mode never admits more than limit in
@@ -72,6 +73,15 @@ local function load(b)
   return sum, oldest
 end
 
+-- ceil rounds x up to a multiple of the granularity; fmod is exact.
+local function ceil(x)
+  local r = math.fmod(x, gran)
+  if r > 0 then
+    return x - r + gran
+  end
+  return x
+end
+
 -- slotFrom returns the first free slot at or after t, rounded up to the
 -- granularity when it lies ahead.
 local function slotFrom(t)
@@ -82,11 +92,10 @@ local function slotFrom(t)
       if t <= now then
         return now
       end
-      local r = math.fmod(t, gran)
-      if r == 0 then
+      if math.fmod(t, gran) == 0 then
         return t
       end
-      t = t - r + gran -- check the bucket the rounded slot falls in
+      t = ceil(t) -- check the bucket the rounded slot falls in
       if math.floor(t / width) == b then
         return t
       end
@@ -128,10 +137,10 @@ for _ = 1, n do
     slot = slotFrom(math.max(now, last))
     if slot <= now then
       code = 0
-    elseif slot - now <= maxDelay then
+    elseif slot <= ceil(now + maxDelay) then
       code = 1
     else
-      retryAt = slot - maxDelay
+      retryAt = slot - gran - maxDelay + 1
       slot = retryAt
     end
   end
@@ -153,8 +162,8 @@ end
 local hint = retryAt or 0
 if not retryAt then
   local free = slotFrom(math.max(now, last))
-  if free - now > maxDelay then
-    hint = free - maxDelay
+  if free > ceil(now + maxDelay) then
+    hint = free - gran - maxDelay + 1
   end
 end
 out[#out + 1] = hint
