@@ -71,7 +71,10 @@ func BenchmarkGate(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/tenants=%d/parallel=%d", mode.name, tenants, parallel), func(b *testing.B) {
 				rdb := benchClient(b, srv, parallel)
 				prefix := fmt.Sprintf("%s:gobench:%s:%d", Prefix, mode.name, parallel)
-				g := admission.New(rdb, admission.StaticQuotas{Default: &q}, append([]admission.Option{admission.WithPrefix(prefix)}, mode.opts...)...)
+				// The clients' read timeout, not the gate's short default: a
+				// machine busy with other tests must not fail the benchmark.
+				opts := append([]admission.Option{admission.WithPrefix(prefix), admission.WithTimeout(callTimeout(rdb.Options()))}, mode.opts...)
+				g := admission.New(rdb, admission.StaticQuotas{Default: &q}, opts...)
 				var seed atomic.Uint64
 				b.ReportAllocs()
 				b.SetParallelism(max(1, parallel/runtimeProcs()))

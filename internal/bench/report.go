@@ -283,6 +283,8 @@ func fmtDur(d time.Duration) string {
 	switch {
 	case d <= 0:
 		return "-"
+	case d < 10*time.Microsecond:
+		return fmt.Sprintf("%.1fµs", float64(d)/1e3)
 	case d < time.Millisecond:
 		return fmt.Sprintf("%.0fµs", float64(d)/1e3)
 	case d < time.Second:
