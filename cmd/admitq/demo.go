@@ -115,6 +115,7 @@ func (a *app) runDemo(ctx context.Context, duration time.Duration, chart, format
 		Queue:    "admitq-demo-" + id,
 		Tenants:  demo.DefaultTenants(),
 		Duration: duration,
+		Timeout:  a.timeout,
 		Metrics:  m,
 	}
 	p := &demoPrinter{w: a.stdout, color: a.colorful(a.stdout), tenants: dc.Tenants}

@@ -63,12 +63,17 @@ type Config struct {
 	// Duration is how long the producers send. Zero means 20 s.
 	Duration time.Duration
 	// Drain is how long, after sending stops, the run waits for deferred
-	// tasks to come due and run. Zero means the longest MaxDelay plus 2 s.
+	// tasks to come due and run. Zero means the longest MaxDelay plus 3 s:
+	// the gate compares MaxDelay in whole seconds for asynq, so a slot may
+	// lie up to a second past it.
 	Drain time.Duration
 	// Work is how long each task pretends to work. Zero means 20 ms.
 	Work time.Duration
 	// Concurrency of the worker. Zero means 20.
 	Concurrency int
+	// Timeout bounds each Redis call of the gate. Zero means
+	// admission.DefaultTimeout.
+	Timeout time.Duration
 	// Metrics, if not nil, observes decisions and task runs.
 	Metrics *metrics.Metrics
 	// Logger receives the worker's logs. Nil means none.
@@ -207,7 +212,7 @@ func withDefaults(cfg Config) Config {
 		for _, t := range cfg.Tenants {
 			cfg.Drain = max(cfg.Drain, t.Quota.MaxDelay)
 		}
-		cfg.Drain += 2 * time.Second
+		cfg.Drain += 3 * time.Second
 	}
 	if cfg.Work <= 0 {
 		cfg.Work = 20 * time.Millisecond
@@ -226,7 +231,7 @@ func (r *run) run(ctx context.Context) (Result, error) {
 	// Cleanup and inspection must work after an interrupt too.
 	bg := context.WithoutCancel(ctx)
 
-	opts := []admission.Option{admission.WithPrefix(cfg.Prefix)}
+	opts := []admission.Option{admission.WithPrefix(cfg.Prefix), admission.WithTimeout(cfg.Timeout)}
 	quotas := admission.NewRedisQuotas(cfg.Redis, opts...)
 	for _, t := range cfg.Tenants {
 		if err := quotas.Set(ctx, t.Name, t.Quota); err != nil {
@@ -296,7 +301,9 @@ func (r *run) run(ctx context.Context) (Result, error) {
 			sending = false
 			producers.Wait()
 		}
-		r.report(bg, gate, n, !sending)
+		// Second n covers [n-1, n) after start; it drains if sending
+		// had ended when it began.
+		r.report(bg, gate, n, time.Duration(n-1)*time.Second >= cfg.Duration)
 		if !sending && (r.drained() || time.Since(start) >= cfg.Duration+cfg.Drain) {
 			break
 		}
