@@ -3,14 +3,29 @@
 
 GO ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# FUZZTIME is how long make test runs each fuzz target.
+FUZZTIME ?= 3s
 
-.PHONY: test redis lint build bench
+.PHONY: test redis lint build bench fuzz
 
 ## test: go vet, then all tests with the race detector. ADMITQ_REQUIRE_REDIS=1
 ## turns "redis-server missing" from a skip into a failure.
 test: redis
 	$(GO) vet ./...
 	ADMITQ_REQUIRE_REDIS=1 $(GO) test -race -count=1 -timeout 12m ./...
+	$(GO) test -run '^$$' -fuzz '^FuzzTenant$$' -fuzztime $(FUZZTIME) ./admission/
+	$(GO) test -run '^$$' -fuzz '^FuzzQuota$$' -fuzztime $(FUZZTIME) ./admission/
+	$(GO) test -run '^$$' -fuzz '^FuzzRedisQuotas$$' -fuzztime $(FUZZTIME) ./admission/
+	$(GO) test -run '^$$' -fuzz '^FuzzScriptMatchesModel$$' -fuzztime $(FUZZTIME) ./admission/
+
+## fuzz: each fuzz target for a minute; make fuzz FUZZTIME=10m for longer.
+## A failing input lands in admission/testdata/fuzz, where go test replays it.
+fuzz: FUZZTIME = 1m
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzTenant$$' -fuzztime $(FUZZTIME) ./admission/
+	$(GO) test -run '^$$' -fuzz '^FuzzQuota$$' -fuzztime $(FUZZTIME) ./admission/
+	$(GO) test -run '^$$' -fuzz '^FuzzRedisQuotas$$' -fuzztime $(FUZZTIME) ./admission/
+	$(GO) test -run '^$$' -fuzz '^FuzzScriptMatchesModel$$' -fuzztime $(FUZZTIME) ./admission/
 
 ## redis: make sure redis-server and redis-cli are installed (apt-get as root).
 redis:
