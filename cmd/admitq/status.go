@@ -36,12 +36,10 @@ JSON object per line.`,
 				return err
 			}
 			defer rdb.Close()
-			s := &statusReader{
-				rdb:    rdb,
-				gate:   admission.New(rdb, admission.NewRedisQuotas(rdb, a.gateOptions()...), a.gateOptions()...),
-				quotas: admission.NewRedisQuotas(rdb, a.gateOptions()...),
-				insp:   asynq.NewInspectorFromRedisClient(rdb),
-			}
+			quotas := admission.NewRedisQuotas(rdb, a.gateOptions()...)
+			gate := admission.New(rdb, quotas, a.gateOptions()...)
+			defer gate.Close()
+			s := &statusReader{rdb: rdb, gate: gate, quotas: quotas, insp: asynq.NewInspectorFromRedisClient(rdb)}
 			if !watch {
 				r, err := s.read(cmd.Context(), tenants)
 				if err != nil {
