@@ -1,0 +1,358 @@
+package admission_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/internal/redistest"
+)
+
+// TestCluster runs the gate and the quota store end to end on a 3-master
+// Redis Cluster. The subtests share one cluster, which takes a few seconds
+// to form.
+func TestCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	t.Run("bound", func(t *testing.T) { testClusterBound(t, c) })
+	t.Run("tenants on every master", func(t *testing.T) { testClusterSpread(t, c) })
+	t.Run("quotas", func(t *testing.T) { testClusterQuotas(t, c) })
+	t.Run("script cache flushed", func(t *testing.T) { testClusterNoScript(t, c) })
+}
+
+// masterOf maps each hash slot's tenants to the master that serves them.
+type masterOf func(tenant string) string
+
+func clusterMasters(t *testing.T, cc *redis.ClusterClient) ([]string, masterOf) {
+	t.Helper()
+	slots, err := cc.ClusterSlots(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var masters []string
+	for _, s := range slots {
+		if !slices.Contains(masters, s.Nodes[0].Addr) {
+			masters = append(masters, s.Nodes[0].Addr)
+		}
+	}
+	if len(masters) != 3 {
+		t.Fatalf("cluster has masters %v, want 3", masters)
+	}
+	return masters, func(tenant string) string {
+		slot, err := cc.ClusterKeySlot(context.Background(), "{"+tenant+"}").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range slots {
+			if int64(s.Start) <= slot && slot <= int64(s.End) {
+				return s.Nodes[0].Addr
+			}
+		}
+		t.Fatalf("no master serves slot %d", slot)
+		return ""
+	}
+}
+
+// tenantsOnEveryMaster returns n tenants for each of the 3 masters, in turn.
+func tenantsOnEveryMaster(t *testing.T, cc *redis.ClusterClient, n int) []string {
+	t.Helper()
+	masters, master := clusterMasters(t, cc)
+	byMaster := map[string][]string{}
+	for i := 0; len(byMaster) < 3 || slices.ContainsFunc(masters, func(m string) bool { return len(byMaster[m]) < n }); i++ {
+		tenant := "c" + strconv.Itoa(i)
+		if m := master(tenant); len(byMaster[m]) < n {
+			byMaster[m] = append(byMaster[m], tenant)
+		}
+	}
+	var tenants []string
+	for i := range n {
+		for _, m := range masters {
+			tenants = append(tenants, byMaster[m][i])
+		}
+	}
+	return tenants
+}
+
+// testClusterBound is TestBound on the cluster: 64 goroutines on four
+// gates, each with its own cluster client, flood tenants that live on all
+// three masters; every decision and every snapshot of the logs must keep
+// at most L slots in any window W.
+func testClusterBound(t *testing.T, c *redistest.Cluster) {
+	q := admission.Quota{Limit: 20, Window: 200 * time.Millisecond, MaxDelay: 300 * time.Millisecond}
+	tenants := tenantsOnEveryMaster(t, c.Client(t), 2)
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			prefix := "cbound-" + v.name
+			const gates, workers = 4, 64
+			gs := make([]*admission.Gate, gates)
+			for i := range gs {
+				gs[i] = admission.New(c.Client(t), static(q), append([]admission.Option{admission.WithPrefix(prefix)}, v.opts...)...)
+				t.Cleanup(func() { gs[i].Close() })
+			}
+			var (
+				mu        sync.Mutex
+				decisions = map[string][]admission.Decision{}
+				snapshots = map[string][][]int64{}
+			)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			defer cancel()
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Go(func() {
+					g := gs[w%gates]
+					for i := 0; ctx.Err() == nil; i++ {
+						tenant := tenants[(w+i)%len(tenants)]
+						var ds []admission.Decision
+						var err error
+						if i%5 == 0 {
+							ds, err = g.AdmitBatch(ctx, tenant, []string{fmt.Sprintf("b%d.%d.a", w, i), fmt.Sprintf("b%d.%d.b", w, i)})
+						} else {
+							var d admission.Decision
+							d, err = g.Admit(ctx, tenant)
+							ds = []admission.Decision{d}
+						}
+						if err != nil {
+							if ctx.Err() != nil {
+								return
+							}
+							t.Errorf("admit: %v", err)
+							return
+						}
+						mu.Lock()
+						decisions[tenant] = append(decisions[tenant], ds...)
+						mu.Unlock()
+					}
+				})
+			}
+			cc := c.Client(t)
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					for _, tenant := range tenants {
+						zs, err := cc.ZRangeWithScores(context.Background(), prefix+":{"+tenant+"}:log", 0, -1).Result()
+						if err != nil {
+							t.Errorf("zrange: %v", err)
+							return
+						}
+						s := make([]int64, len(zs))
+						for j, z := range zs {
+							s[j] = int64(z.Score)
+						}
+						mu.Lock()
+						snapshots[tenant] = append(snapshots[tenant], s)
+						mu.Unlock()
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			})
+			wg.Wait()
+
+			total, admitted, snaps, local := 0, 0, 0, 0
+			for _, tenant := range tenants {
+				ds := decisions[tenant]
+				total += len(ds)
+				slots := slotsOf(ds)
+				admitted += len(slots)
+				if len(slots) == 0 {
+					t.Errorf("tenant %s: no slots", tenant)
+				}
+				for _, d := range ds {
+					if d.Local {
+						local++
+					}
+				}
+				checkBound(t, "decisions of "+tenant, slots, q)
+				for i, snap := range snapshots[tenant] {
+					checkBound(t, fmt.Sprintf("log snapshot %d of %s", i, tenant), snap, q)
+				}
+				snaps += len(snapshots[tenant])
+			}
+			if admitted == 0 || admitted == total {
+				t.Fatalf("%d of %d decisions took a slot: the load did not reach the limit", admitted, total)
+			}
+			t.Logf("%d tenants on 3 masters: %d decisions (%d from the deny cache), %d took slots, all checked; %d log snapshots checked",
+				len(tenants), total, local, admitted, snaps)
+		})
+	}
+}
+
+// testClusterSpread: many tenants, spread over all three masters, decided
+// concurrently: with batching on, the group commit sends one script call
+// per tenant in per-node pipelines; off, one call each. Either way every
+// tenant gets exactly its limit, and its log lives on its own master.
+func testClusterSpread(t *testing.T, c *redistest.Cluster) {
+	q := admission.Quota{Limit: 3, Window: time.Minute}
+	const tenants, perTenant = 300, 5
+	cc := c.Client(t)
+	_, master := clusterMasters(t, cc)
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			prefix := "spread-" + v.name
+			g := admission.New(c.Client(t), static(q), append([]admission.Option{admission.WithPrefix(prefix)}, v.opts...)...)
+			t.Cleanup(func() { g.Close() })
+			var mu sync.Mutex
+			admitted := map[string]int{}
+			var wg sync.WaitGroup
+			for w := range 32 {
+				wg.Go(func() {
+					for i := w; i < tenants*perTenant; i += 32 {
+						tenant := "s" + strconv.Itoa(i%tenants)
+						d, err := g.Admit(t.Context(), tenant)
+						if err != nil {
+							t.Errorf("Admit(%s): %v", tenant, err)
+							return
+						}
+						if d.Outcome == admission.Admitted && !d.Local {
+							mu.Lock()
+							admitted[tenant]++
+							mu.Unlock()
+						}
+					}
+				})
+			}
+			wg.Wait()
+			perMaster := map[string]int{}
+			for i := range tenants {
+				tenant := "s" + strconv.Itoa(i)
+				if admitted[tenant] != q.Limit {
+					t.Errorf("tenant %s: %d admitted, want %d", tenant, admitted[tenant], q.Limit)
+				}
+				perMaster[master(tenant)]++
+			}
+			// Each master holds exactly the logs of its own tenants.
+			var mmu sync.Mutex
+			keys := map[string]int64{}
+			err := cc.ForEachMaster(t.Context(), func(ctx context.Context, node *redis.Client) error {
+				ks, err := node.Keys(ctx, prefix+":*").Result()
+				mmu.Lock()
+				keys[node.Options().Addr] = int64(len(ks))
+				mmu.Unlock()
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]int64{}
+			for m, n := range perMaster {
+				want[m] = int64(n)
+			}
+			if diff := cmp.Diff(want, keys); diff != "" {
+				t.Fatalf("logs per master (-want,+got):\n%s", diff)
+			}
+			t.Logf("%d tenants: logs per master %v", tenants, keys)
+		})
+	}
+}
+
+// testClusterQuotas: RedisQuotas keeps its hash on one node of the cluster;
+// a gate reads quotas from it, and Usage and Release work on any master.
+func testClusterQuotas(t *testing.T, c *redistest.Cluster) {
+	ctx := t.Context()
+	cc := c.Client(t)
+	store := admission.NewRedisQuotas(cc, admission.WithPrefix("cq"))
+	def := admission.Quota{Limit: 2, Window: time.Minute}
+	own := admission.Quota{Limit: 1, Window: time.Minute, MaxDelay: 2 * time.Minute}
+	if err := store.SetDefault(ctx, def); err != nil {
+		t.Fatal(err)
+	}
+	tenants := tenantsOnEveryMaster(t, cc, 1)
+	for _, tenant := range tenants {
+		if err := store.Set(ctx, tenant, own); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := store.Get(ctx, tenants[0]); err != nil || got != own {
+		t.Fatalf("Get = %+v, %v; want %+v", got, err, own)
+	}
+	all, err := store.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all.Default == nil || *all.Default != def || len(all.Tenants) != len(tenants) {
+		t.Fatalf("List = %+v, want the default %v and %d tenants", all, def, len(tenants))
+	}
+
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			g := admission.New(cc, store, append([]admission.Option{admission.WithPrefix("cq-" + v.name)}, v.opts...)...)
+			t.Cleanup(func() { g.Close() })
+			for _, tenant := range tenants {
+				a, err := g.Admit(ctx, tenant)
+				if err != nil || a.Outcome != admission.Admitted {
+					t.Fatalf("%s: first Admit = %+v, %v; want admitted", tenant, a, err)
+				}
+				b, err := g.Admit(ctx, tenant)
+				if err != nil || b.Outcome != admission.Deferred || !b.At.Equal(a.At.Add(own.Window)) {
+					t.Fatalf("%s: second Admit = %+v, %v; want deferred a window after the first", tenant, b, err)
+				}
+				u, err := g.Usage(ctx, tenant)
+				if err != nil || u.InWindow != 1 || u.Reserved != 1 || u.Quota != own {
+					t.Fatalf("%s: Usage = %+v, %v; want 1 in the window, 1 reserved, quota %v", tenant, u, err, own)
+				}
+				if err := g.Release(ctx, b); err != nil {
+					t.Fatal(err)
+				}
+				if u, err := g.Usage(ctx, tenant); err != nil || u.Reserved != 0 {
+					t.Fatalf("%s: Usage after Release = %+v, %v; want nothing reserved", tenant, u, err)
+				}
+			}
+			// A tenant without a quota of its own gets the default.
+			for i := range def.Limit + 1 {
+				d, err := g.Admit(ctx, "nobody")
+				if want := i < def.Limit; err != nil || (d.Outcome == admission.Admitted) != want {
+					t.Fatalf("default quota, Admit %d = %+v, %v; admitted should be %v", i, d, err, want)
+				}
+			}
+		})
+	}
+	if err := store.Delete(ctx, tenants[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Get(ctx, tenants[0]); !errors.Is(err, admission.ErrNoQuota) {
+		t.Fatalf("Get after Delete: %v, want ErrNoQuota", err)
+	}
+}
+
+// testClusterNoScript: with the scripts flushed from every master, the
+// gate goes on without an error, batched (commit.go retries the failed
+// calls of a per-node pipeline with EVAL) and not.
+func testClusterNoScript(t *testing.T, c *redistest.Cluster) {
+	ctx := t.Context()
+	cc := c.Client(t)
+	tenants := tenantsOnEveryMaster(t, cc, 2)
+	q := admission.Quota{Limit: 1000, Window: time.Minute}
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			g := admission.New(cc, static(q), append([]admission.Option{admission.WithPrefix("cns-" + v.name)}, v.opts...)...)
+			t.Cleanup(func() { g.Close() })
+			admitAll := func(round string) {
+				var wg sync.WaitGroup
+				for _, tenant := range tenants {
+					wg.Go(func() {
+						if d, err := g.Admit(ctx, tenant); err != nil || d.Outcome != admission.Admitted {
+							t.Errorf("%s: Admit(%s) = %+v, %v; want admitted", round, tenant, d, err)
+						}
+					})
+				}
+				wg.Wait()
+			}
+			admitAll("before the flush")
+			if err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+				return node.ScriptFlush(ctx).Err()
+			}); err != nil {
+				t.Fatal(err)
+			}
+			admitAll("after the flush")
+			if _, err := g.Usage(ctx, tenants[0]); err != nil {
+				t.Fatalf("Usage after the flush: %v", err)
+			}
+		})
+	}
+}
