@@ -83,13 +83,12 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 				}
 			}
 
-			where := "a throwaway redis-server"
 			if a.redisURLOrEnv() != "" {
 				rc, err := a.redisConfig()
 				if err != nil {
 					return err
 				}
-				cfg.Redis, where = rc.single, rc.display
+				cfg.Redis = rc.single
 			}
 			if isTerminal(a.stderr) {
 				cfg.Progress = a.benchProgress
@@ -113,7 +112,7 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 				}
 			}
 			if err != nil {
-				return fmt.Errorf("bench on %s: %w", where, err)
+				return err
 			}
 			var failed []string
 			for _, row := range rep.Rows {

@@ -40,7 +40,8 @@ limit in any window, and that no task was lost; it exits 0 only if both hold.
 
 Without --redis (or ADMITQ_REDIS, or --redis-cluster) it runs on an embedded
 Redis (miniredis) inside the process. With one, it runs against that server,
-under its own key prefix and queue, and cleans up after itself.`,
+under its own key prefix and queue, and removes them afterwards, with any
+tasks still scheduled when it was interrupted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if duration < time.Second {

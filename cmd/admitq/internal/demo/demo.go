@@ -506,11 +506,11 @@ func (r *run) finish(ctx context.Context, w *worker.Worker, workerUp *bool, star
 		}
 		res.Tenants = append(res.Tenants, tr)
 	}
-	if q, err := insp.GetQueueInfo(r.cfg.Queue); err == nil && q.Size == 0 {
-		_ = insp.DeleteQueue(r.cfg.Queue, false)
-		// DeleteQueue leaves the queue's counters behind.
-		unlinkMatching(ctx, r.cfg.Redis, "asynq:{"+r.cfg.Queue+"}:*")
-	}
+	// The queue is the run's own; tasks still in it (after an interrupt)
+	// have been counted, and no worker will come for them.
+	_ = insp.DeleteQueue(r.cfg.Queue, true)
+	// DeleteQueue leaves the queue's counters behind.
+	unlinkMatching(ctx, r.cfg.Redis, "asynq:{"+r.cfg.Queue+"}:*")
 	return res, nil
 }
 
