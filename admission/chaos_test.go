@@ -28,11 +28,18 @@ const (
 	floodWorkers = 64 // goroutines per gate
 	floodTenants = 8
 	// outageFor is how long Redis stays away: long enough for the breaker
-	// to open and for a few fallback windows to pass.
-	outageFor = time.Second
+	// to open (breakerWaves timeouts) and for a few fallback windows to
+	// pass after.
+	outageFor = 1500 * time.Millisecond
 	// latencyMargin is what a call may take beyond the gate's timeout: the
-	// scheduling of hundreds of goroutines on a loaded machine under -race.
-	latencyMargin = 150 * time.Millisecond
+	// scheduling of hundreds of goroutines under -race on a machine that
+	// other work keeps busy. Small enough still to catch a call that waits
+	// on the connection, for go-redis' ReadTimeout (5s) or the outage.
+	latencyMargin = 250 * time.Millisecond
+	// breakerWaves is how many timeouts in a row each of a flood's
+	// callers pays before the breaker opens: its threshold, 3 failures
+	// that do not overlap.
+	breakerWaves = 3
 	// recoverWithin is the promise: back on Redis within 1 s of
 	// Redis answering again.
 	recoverWithin = time.Second
@@ -79,8 +86,9 @@ var phaseNames = [...]string{"before", "during", "after"}
 type floodStats struct {
 	calls       [3]int
 	maxLatency  [3]time.Duration
-	slow        [3]int // calls that took at least half the timeout
-	unavailable int    // errors wrapping ErrUnavailable
+	slow        [3]int    // calls that took at least half the timeout
+	lastSlow    time.Time // when the last slow call overlapping the outage ended
+	unavailable int       // errors wrapping ErrUnavailable
 	otherErrs   []error
 	local       []admission.Decision // Local decisions during the outage
 }
@@ -90,6 +98,9 @@ func (s *floodStats) merge(o *floodStats) {
 		s.calls[p] += o.calls[p]
 		s.maxLatency[p] = max(s.maxLatency[p], o.maxLatency[p])
 		s.slow[p] += o.slow[p]
+	}
+	if o.lastSlow.After(s.lastSlow) {
+		s.lastSlow = o.lastSlow
 	}
 	s.unavailable += o.unavailable
 	s.otherErrs = append(s.otherErrs, o.otherErrs...)
@@ -147,6 +158,9 @@ func (f *flood) work(ctx context.Context, w int) {
 			st.maxLatency[p] = max(st.maxLatency[p], lat)
 			if lat >= f.timeout/2 {
 				st.slow[p]++
+				if p == phaseDown {
+					st.lastSlow = start.Add(lat)
+				}
 			}
 		}
 		switch {
@@ -269,6 +283,7 @@ func runChaos(t *testing.T, srv *redistest.Server, o outage, gs []chaosGate) {
 	}
 
 	o.begin(srv)
+	down := time.Now()
 	phase.Store(phaseDown)
 	time.Sleep(outageFor) // the outage itself
 	phase.Store(phaseBack)
@@ -285,15 +300,17 @@ func runChaos(t *testing.T, srv *redistest.Server, o outage, gs []chaosGate) {
 	verifyNoLeaks(t, ignore)
 
 	for i, f := range floods {
-		checkFlood(t, f, stats[i], time.Unix(0, f.firstBack.Load()).Sub(back), o.recover)
+		checkFlood(t, f, stats[i], down, back, o.recover)
 	}
 }
 
-func checkFlood(t *testing.T, f *flood, st floodStats, recovery, recoverWithin time.Duration) {
+// checkFlood checks what one flood saw of an outage from down to back.
+func checkFlood(t *testing.T, f *flood, st floodStats, down, back time.Time, recoverWithin time.Duration) {
 	t.Helper()
-	t.Logf("%s: %d calls during the outage, worst %v, %d took over %v; %d ErrUnavailable, %d local decisions; back on Redis %v after it answered",
+	recovery := time.Unix(0, f.firstBack.Load()).Sub(back)
+	t.Logf("%s: %d calls during the outage, worst %v, %d took over %v, the last %v into it; %d ErrUnavailable, %d local decisions; back on Redis %v after it answered",
 		f.name, st.calls[phaseDown], st.maxLatency[phaseDown].Round(time.Millisecond), st.slow[phaseDown], f.timeout/2,
-		st.unavailable, len(st.local), recovery.Round(time.Millisecond))
+		st.lastSlow.Sub(down).Round(time.Millisecond), st.unavailable, len(st.local), recovery.Round(time.Millisecond))
 
 	for i, err := range st.otherErrs {
 		if i == 3 {
@@ -312,11 +329,16 @@ func checkFlood(t *testing.T, f *flood, st floodStats, recovery, recoverWithin t
 		t.Errorf("%s: a call %s the outage took %v, more than the timeout %v + %v",
 			f.name, strings.Join(late, ", "), st.maxLatency[phaseDown], f.timeout, latencyMargin)
 	}
-	// The breaker: only the calls in flight before it opened pay the
-	// timeout, not every call.
-	if st.slow[phaseDown] > 3*floodWorkers {
+	// The breaker: only calls made before it opened pay the timeout, not
+	// every call. It counts the failures of overlapping calls as one, so
+	// a flood pays in breakerWaves waves of floodWorkers calls.
+	if st.slow[phaseDown] > (breakerWaves+1)*floodWorkers {
 		t.Errorf("%s: %d of %d calls during the outage took over %v: the breaker does not spare callers the timeout",
 			f.name, st.slow[phaseDown], st.calls[phaseDown], f.timeout/2)
+	}
+	if open := st.lastSlow.Sub(down); open > breakerWaves*f.timeout+2*latencyMargin {
+		t.Errorf("%s: calls paid the timeout until %v into the outage, want the breaker open after %d timeouts",
+			f.name, open, breakerWaves)
 	}
 	if recovery > recoverWithin {
 		t.Errorf("%s: back on Redis %v after it answered, want within %v", f.name, recovery, recoverWithin)

@@ -94,7 +94,11 @@ func testClusterBound(t *testing.T, c *redistest.Cluster) {
 			const gates, workers = 4, 64
 			gs := make([]*admission.Gate, gates)
 			for i := range gs {
-				gs[i] = admission.New(c.Client(t), static(q), append([]admission.Option{admission.WithPrefix(prefix)}, v.opts...)...)
+				// A generous timeout: this is about the bound, and 64
+				// goroutines under -race on a shared machine can stall a
+				// call past the default.
+				gs[i] = admission.New(c.Client(t), static(q), append([]admission.Option{
+					admission.WithPrefix(prefix), admission.WithTimeout(2 * time.Second)}, v.opts...)...)
 				t.Cleanup(func() { gs[i].Close() })
 			}
 			var (
