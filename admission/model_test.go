@@ -42,7 +42,7 @@ func (m *slotModel) admit(now int64, q Quota, gran int64, ids []string) []modelR
 	var retryAt *int64
 	for _, id := range ids {
 		existing, has := m.log[id]
-		var code, slot int64
+		var code, slot, raw int64
 		switch {
 		case retryAt != nil:
 			code, slot = 2, *retryAt
@@ -55,10 +55,10 @@ func (m *slotModel) admit(now int64, q Quota, gran int64, ids []string) []modelR
 			switch {
 			case slot <= now:
 				code = 0
-			case ceil(slot, gran) <= ceil(now+d, gran):
+			case ceil(slot, gran)-now <= d:
 				code, slot = 1, ceil(slot, gran)
 			default:
-				code, slot = 2, ceil(slot, gran)
+				code, raw, slot = 2, slot, ceil(slot, gran)
 			}
 		}
 		switch {
@@ -69,7 +69,7 @@ func (m *slotModel) admit(now int64, q Quota, gran int64, ids []string) []modelR
 			}
 		case code == 2:
 			if retryAt == nil {
-				slot = slot - gran - d + 1
+				slot = min(raw, slot-d)
 				retryAt = &slot
 			}
 		default:
@@ -91,8 +91,8 @@ func (m *slotModel) admit(now int64, q Quota, gran int64, ids []string) []modelR
 			scores := slices.Sorted(mapValues(m.log))
 			free = max(free, scores[len(scores)-limit]+w)
 		}
-		if free > now && ceil(free, gran) > ceil(now+d, gran) {
-			hint = ceil(free, gran) - gran - d + 1
+		if free > now && ceil(free, gran)-now > d {
+			hint = min(free, ceil(free, gran)-d)
 		}
 	}
 	return append(out, modelResult{Code: hint})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -183,8 +184,10 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 // prepared is a task ready to be admitted and enqueued.
 type prepared struct {
 	tenant string
-	task   *asynq.Task    // a copy of the caller's task, tenant stamped
-	opts   []asynq.Option // the caller's Enqueue options, then the ID if made here
+	task   *asynq.Task       // the caller's task
+	topts  []asynq.Option    // the options the caller created task with
+	header map[string]string // a copy of task's headers, tenant stamped
+	opts   []asynq.Option    // the caller's Enqueue options, then the ID if made here
 	sched  scheduling
 	id     string
 	index  int // position in an EnqueueBatch
@@ -204,7 +207,7 @@ func (c *Client) prepare(tenant string, task *asynq.Task, opts []asynq.Option) (
 		return prepared{}, err
 	}
 	s := readScheduling(time.Now(), topts, opts)
-	p := prepared{tenant: tenant, sched: s, id: s.id, opts: opts}
+	p := prepared{tenant: tenant, task: task, topts: topts, sched: s, id: s.id, opts: opts}
 	if s.id == "" {
 		p.id = c.newID()
 		// Appended, not prepended: asynq applies the last TaskID, and
@@ -219,7 +222,7 @@ func (c *Client) prepare(tenant string, task *asynq.Task, opts []asynq.Option) (
 		h = make(map[string]string, 1)
 	}
 	h[TenantHeader] = tenant
-	p.task = asynq.NewTaskWithHeaders(task.Type(), task.Payload(), h, topts...)
+	p.header = h
 	return p, nil
 }
 
@@ -228,16 +231,21 @@ func (c *Client) enqueue(ctx context.Context, p prepared, d admission.Decision) 
 	if d.Outcome == admission.Rejected {
 		return nil, &RejectedError{Decision: d}
 	}
-	opts := p.opts
+	opts, slot := p.opts, d.At
 	if d.Outcome == admission.Deferred {
 		// The slot is a whole second already, unless another Gate with a
 		// finer granularity recorded this ID; rounding up is never early.
-		slot := ceilSecond(d.At)
+		slot = ceilSecond(d.At)
 		if !p.sched.at.After(slot) {
 			opts = append(opts[:len(opts):len(opts)], asynq.ProcessAt(slot))
 		}
 	}
-	info, err := c.asynq.EnqueueContext(ctx, p.task, opts...)
+	if p.sched.at.After(slot) {
+		slot = p.sched.at // the caller's own later time; asynq already has it
+	}
+	p.header[SlotHeader] = strconv.FormatInt(slot.UnixMilli(), 10)
+	task := asynq.NewTaskWithHeaders(p.task.Type(), p.task.Payload(), p.header, p.topts...)
+	info, err := c.asynq.EnqueueContext(ctx, task, opts...)
 	if err == nil {
 		return info, nil
 	}

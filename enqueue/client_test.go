@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -303,6 +304,7 @@ func TestDeferredSlotIsAWholeSecond(t *testing.T) {
 }
 
 func TestEnqueueStampsTheTenant(t *testing.T) {
+	baseMilli := strconv.FormatInt(base.UnixMilli(), 10) // admitted at once: the slot is the decision's time
 	tests := []struct {
 		desc        string
 		headers     map[string]string
@@ -310,17 +312,17 @@ func TestEnqueueStampsTheTenant(t *testing.T) {
 	}{
 		{
 			desc:        "a task without headers gets the tenant header",
-			wantHeaders: map[string]string{enqueue.TenantHeader: "acme"},
+			wantHeaders: map[string]string{enqueue.TenantHeader: "acme", enqueue.SlotHeader: baseMilli},
 		},
 		{
 			desc:        "the caller's headers are kept",
 			headers:     map[string]string{"trace-id": "abc", "lang": "de"},
-			wantHeaders: map[string]string{"trace-id": "abc", "lang": "de", enqueue.TenantHeader: "acme"},
+			wantHeaders: map[string]string{"trace-id": "abc", "lang": "de", enqueue.TenantHeader: "acme", enqueue.SlotHeader: baseMilli},
 		},
 		{
-			desc:        "a tenant header set by the caller is replaced by the admitted tenant",
-			headers:     map[string]string{enqueue.TenantHeader: "someone-else"},
-			wantHeaders: map[string]string{enqueue.TenantHeader: "acme"},
+			desc:        "tenant and slot headers set by the caller are replaced by the admitted tenant and its slot",
+			headers:     map[string]string{enqueue.TenantHeader: "someone-else", enqueue.SlotHeader: "1"},
+			wantHeaders: map[string]string{enqueue.TenantHeader: "acme", enqueue.SlotHeader: baseMilli},
 		},
 	}
 	for _, tc := range tests {

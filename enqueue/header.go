@@ -3,3 +3,8 @@ package enqueue
 // TenantHeader is the asynq task header that carries the tenant a task was
 // admitted for. Enqueue sets it; the worker package reads it.
 const TenantHeader = "admitq-tenant"
+
+// SlotHeader is the asynq task header that carries the task's slot: the
+// time, in Unix milliseconds, from which the gate let it run. A worker
+// measures queueing delay from it (package metrics).
+const SlotHeader = "admitq-slot"

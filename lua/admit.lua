@@ -7,16 +7,17 @@
 --          outcome, at µs, remaining; then the key's retry hint µs}
 --          outcome 0 admitted, 1 deferred, 2 rejected,
 --                  3 admitted earlier (ID already in the log), 4 deferred earlier.
---          at is the slot; for a rejection, the earliest time a retry could be deferred.
+--          at is the slot; for a rejection, the earliest time a retry could be
+--          admitted or deferred.
 --          The retry hint is 0, or the time until which any new request for
 --          the key will be rejected: callers may answer those without Redis.
 --
 -- A new slot is max(now, newest slot, L-th newest slot + window): every interval
 -- of length window then holds at most limit slots, and slots never go backwards
 -- (FIFO), even when deferred slots are rounded up to the granularity.
--- MaxDelay is compared in whole granules: a slot is deferred when, rounded up,
--- it is no later than now + max delay rounded up. So requests that share a
--- rounded slot share its outcome too.
+-- MaxDelay is compared with the rounded slot, so no request is ever deferred
+-- further than max delay, and requests that share a rounded slot are judged
+-- on the same slot.
 -- Once one ID of a key is rejected, every later ID of that key is too.
 -- Scores are written with %.0f because Lua's own number format keeps only
 -- 14 digits, and a µs timestamp has 16.
@@ -55,7 +56,7 @@ for k = 1, #KEYS do
 
   for i = a, a + n - 1 do
     local id = ARGV[i]
-    local code, slot = 2, retryAt
+    local code, slot, raw = 2, retryAt, nil
     if not retryAt then
       slot = newest
       if card >= limit then
@@ -65,8 +66,9 @@ for k = 1, #KEYS do
       if slot <= now then
         code = 0
       else
+        raw = slot
         slot = ceil(slot, gran)
-        if slot <= ceil(now + maxDelay, gran) then
+        if slot - now <= maxDelay then
           code = 1
         end
       end
@@ -78,8 +80,8 @@ for k = 1, #KEYS do
         slot = tonumber(s)
         code = 3
       elseif not retryAt then
-        -- The first moment t with ceil(t + maxDelay) >= slot.
-        retryAt = slot - gran - maxDelay + 1
+        -- A retry is admitted from raw on, or deferred from slot - maxDelay.
+        retryAt = math.min(raw, slot - maxDelay)
         slot = retryAt
       end
     elseif redis.call('ZADD', key, 'NX', string.format('%.0f', slot), id) == 1 then
@@ -110,11 +112,9 @@ for k = 1, #KEYS do
       local e = redis.call('ZRANGE', key, -limit, -limit, 'WITHSCORES')
       free = math.max(free, tonumber(e[2]) + window)
     end
-    if free > now then
-      free = ceil(free, gran)
-      if free > ceil(now + maxDelay, gran) then
-        hint = free - gran - maxDelay + 1
-      end
+    local rounded = ceil(free, gran)
+    if free > now and rounded - now > maxDelay then
+      hint = math.min(free, rounded - maxDelay)
     end
   end
   out[#out + 1] = hint

@@ -19,7 +19,7 @@
 --          next free slot µs}, writing nothing;
 --          for a release: {now µs, 1 if an entry was released else 0}
 --
--- MaxDelay is compared in whole granules, as in admit.lua.
+-- MaxDelay is compared with the rounded slot, as in admit.lua.
 -- A slot is free when the buckets that overlap the window ending at it hold
 -- fewer than limit entries. Counting every overlapping bucket whole is an
 -- upper bound on the true count, so the mode never admits more than limit in
@@ -83,28 +83,32 @@ local function ceil(x)
 end
 
 -- slotFrom returns the first free slot at or after t, rounded up to the
--- granularity when it lies ahead.
+-- granularity when it lies ahead, and the first moment a request would be
+-- admitted there without rounding.
 local function slotFrom(t)
+  local raw = nil
   for _ = 1, 10000 do
     local b = math.floor(t / width)
     local sum, oldest = load(b)
     if sum < limit then
       if t <= now then
-        return now
+        return now, now
       end
+      raw = raw or t
       if math.fmod(t, gran) == 0 then
-        return t
+        return t, raw
       end
       t = ceil(t) -- check the bucket the rounded slot falls in
       if math.floor(t / width) == b then
-        return t
+        return t, raw
       end
     else
       -- Nothing frees up before the oldest counted bucket leaves.
       t = math.max(t, (oldest + span + 1) * width)
+      raw = nil
     end
   end
-  return t
+  return t, raw or t
 end
 
 if ARGV[7] then
@@ -125,7 +129,7 @@ if n == 0 then
     end
   end
   gran = 1
-  return {now, (load(cur)), ahead, slotFrom(math.max(now, last))}
+  return {now, (load(cur)), ahead, (slotFrom(math.max(now, last)))}
 end
 
 local out = {now}
@@ -134,13 +138,14 @@ local added = false
 for _ = 1, n do
   local code, slot = 2, retryAt
   if not retryAt then
-    slot = slotFrom(math.max(now, last))
+    local raw
+    slot, raw = slotFrom(math.max(now, last))
     if slot <= now then
       code = 0
-    elseif slot <= ceil(now + maxDelay) then
+    elseif slot - now <= maxDelay then
       code = 1
     else
-      retryAt = slot - gran - maxDelay + 1
+      retryAt = math.min(raw, slot - maxDelay)
       slot = retryAt
     end
   end
@@ -161,9 +166,9 @@ for _ = 1, n do
 end
 local hint = retryAt or 0
 if not retryAt then
-  local free = slotFrom(math.max(now, last))
-  if free > ceil(now + maxDelay) then
-    hint = free - gran - maxDelay + 1
+  local free, raw = slotFrom(math.max(now, last))
+  if free - now > maxDelay then
+    hint = math.min(raw, free - maxDelay)
   end
 end
 out[#out + 1] = hint

@@ -24,12 +24,6 @@ const DefaultMaxTenants = 1000
 // WithMaxTenants.
 const OtherTenant = "_other"
 
-// SlotHeader is the task header that carries a task's slot, in Unix
-// milliseconds of Redis server time. Middleware reads it to measure the
-// queueing delay.
-//
-// TODO(lead): move to package enqueue, which stamps it, once it does.
-const SlotHeader = "admitq-slot"
 
 // DefaultDelayBuckets are the upper bounds, in seconds, of the
 // admitq_queue_delay_seconds buckets. A deferred task starts within about a
@@ -180,7 +174,7 @@ func (m *Metrics) ObserveDecision(d admission.Decision) {
 
 // Middleware returns asynq middleware that counts each run of a task by
 // tenant (from the enqueue.TenantHeader header) and, on a task's first run,
-// observes its queueing delay (from the SlotHeader header). Put it in
+// observes its queueing delay (from the enqueue.SlotHeader header). Put it in
 // worker.Config.Middleware, or use it with a plain asynq.ServeMux.
 func (m *Metrics) Middleware() asynq.MiddlewareFunc {
 	return func(next asynq.Handler) asynq.Handler {
@@ -210,9 +204,9 @@ func (m *Metrics) Middleware() asynq.MiddlewareFunc {
 	}
 }
 
-// TaskSlot returns the slot stamped in t's SlotHeader, if it has one.
+// TaskSlot returns the slot stamped in t's enqueue.SlotHeader, if it has one.
 func TaskSlot(t *asynq.Task) (time.Time, bool) {
-	v, ok := t.Headers()[SlotHeader]
+	v, ok := t.Headers()[enqueue.SlotHeader]
 	if !ok {
 		return time.Time{}, false
 	}

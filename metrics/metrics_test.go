@@ -22,7 +22,7 @@ import (
 func task(tenant string, slot time.Time) *asynq.Task {
 	h := map[string]string{enqueue.TenantHeader: tenant}
 	if !slot.IsZero() {
-		h[SlotHeader] = strconv.FormatInt(slot.UnixMilli(), 10)
+		h[enqueue.SlotHeader] = strconv.FormatInt(slot.UnixMilli(), 10)
 	}
 	return asynq.NewTaskWithHeaders("email:send", nil, h)
 }
