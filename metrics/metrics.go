@@ -24,7 +24,6 @@ const DefaultMaxTenants = 1000
 // WithMaxTenants.
 const OtherTenant = "_other"
 
-
 // DefaultDelayBuckets are the upper bounds, in seconds, of the
 // admitq_queue_delay_seconds buckets. A deferred task starts within about a
 // second of its slot when workers keep up (asynq promotes scheduled tasks
