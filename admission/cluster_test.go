@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ func TestCluster(t *testing.T) {
 	t.Run("tenants on every master", func(t *testing.T) { testClusterSpread(t, c) })
 	t.Run("quotas", func(t *testing.T) { testClusterQuotas(t, c) })
 	t.Run("script cache flushed", func(t *testing.T) { testClusterNoScript(t, c) })
+	t.Run("one master down", func(t *testing.T) { testClusterMasterDown(t, c) }) // last: it restarts a node
 }
 
 // masterOf maps each hash slot's tenants to the master that serves them.
@@ -358,5 +360,137 @@ func testClusterNoScript(t *testing.T, c *redistest.Cluster) {
 				t.Fatalf("Usage after the flush: %v", err)
 			}
 		})
+	}
+}
+
+// batchedClusterIsolation says whether the group commit keeps tenants on
+// healthy masters apart from a master that is down. It does not yet:
+// committer.flush sends one pipeline across every node and delivers no
+// result until the whole pipeline returns, so while one master refuses
+// connections, every tenant batched with its tenants waits out the
+// timeout, and the breaker, which is one per gate, then opens for all.
+// Reported to the owner of commit.go; set to true once fixed.
+const batchedClusterIsolation = false
+
+// testClusterMasterDown kills one of the three masters and floods tenants
+// on all of them, before the other masters notice (cluster-node-timeout,
+// 5s) and declare the cluster down. Tenants on the dead master fail as the
+// policy says; tenants on the others must go on being decided by Redis,
+// within the timeout. Then the master comes back empty, and every tenant
+// is decided by Redis again: the scripts are loaded anew on it.
+func testClusterMasterDown(t *testing.T, c *redistest.Cluster) {
+	cc := c.Client(t)
+	_, master := clusterMasters(t, cc)
+	tenants := tenantsOnEveryMaster(t, cc, 3)
+	node := c.Nodes()[0]
+	onDead := map[string]bool{}
+	for _, tenant := range tenants {
+		onDead[tenant] = master(tenant) == node.Addr()
+	}
+	q := admission.Quota{Limit: 1_000_000, Window: time.Second}
+	type tally struct {
+		healthyRemote, healthyLocal, healthyErr, healthySlow atomic.Int64
+		deadErr, deadLocal, deadRemote                       atomic.Int64
+		worst                                                atomic.Int64
+	}
+	type gate struct {
+		name    string
+		g       *admission.Gate
+		batched bool
+		policy  admission.FailurePolicy
+		n       tally
+	}
+	var gates []*gate
+	for _, v := range variants {
+		for _, p := range []admission.FailurePolicy{admission.FailClosed, admission.FailOpen} {
+			g := admission.New(c.Client(t), static(q), append([]admission.Option{
+				admission.WithPrefix("down-" + v.name), admission.WithFailurePolicy(p)}, v.opts...)...)
+			t.Cleanup(func() { g.Close() })
+			gates = append(gates, &gate{name: fmt.Sprintf("%s/%v", v.name, p), g: g, batched: v.name == "batched", policy: p})
+		}
+	}
+	var down atomic.Bool
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for _, gt := range gates {
+		for w := range 16 {
+			wg.Go(func() {
+				for i := 0; ctx.Err() == nil; i++ {
+					tenant := tenants[(w+i)%len(tenants)]
+					after := down.Load() // count only calls begun with the master dead
+					start := time.Now()
+					d, err := gt.g.Admit(ctx, tenant)
+					took := time.Since(start)
+					if !after || ctx.Err() != nil {
+						continue
+					}
+					n := &gt.n
+					for old := n.worst.Load(); int64(took) > old && !n.worst.CompareAndSwap(old, int64(took)); old = n.worst.Load() {
+					}
+					switch {
+					case onDead[tenant] && err != nil:
+						n.deadErr.Add(1)
+					case onDead[tenant] && d.Local:
+						n.deadLocal.Add(1)
+					case onDead[tenant]:
+						n.deadRemote.Add(1)
+					case err != nil:
+						n.healthyErr.Add(1)
+					case d.Local:
+						n.healthyLocal.Add(1)
+					default:
+						n.healthyRemote.Add(1)
+					}
+					if !onDead[tenant] && took > admission.DefaultTimeout/2 {
+						n.healthySlow.Add(1)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			})
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the flood gets going
+	node.Kill()
+	down.Store(true)
+	time.Sleep(time.Second) // well within cluster-node-timeout
+	cancel()
+	wg.Wait()
+
+	for _, gt := range gates {
+		n := &gt.n
+		t.Logf("%s, a master down: tenants on it: %d errors, %d local; on the others: %d from Redis, %d local, %d errors, %d slower than %v; worst call %v",
+			gt.name, n.deadErr.Load(), n.deadLocal.Load(), n.healthyRemote.Load(), n.healthyLocal.Load(), n.healthyErr.Load(),
+			n.healthySlow.Load(), admission.DefaultTimeout/2, time.Duration(n.worst.Load()).Round(time.Millisecond))
+		if worst := time.Duration(n.worst.Load()); worst > admission.DefaultTimeout+latencyMargin {
+			t.Errorf("%s: a call took %v, more than the timeout %v + %v", gt.name, worst, admission.DefaultTimeout, latencyMargin)
+		}
+		if n.deadRemote.Load() != 0 {
+			t.Errorf("%s: %d decisions from Redis for tenants of the dead master", gt.name, n.deadRemote.Load())
+		}
+		if gt.policy == admission.FailClosed && n.deadLocal.Load() != 0 || gt.policy == admission.FailOpen && n.deadErr.Load() != 0 {
+			t.Errorf("%s: tenants of the dead master got %d errors and %d local decisions", gt.name, n.deadErr.Load(), n.deadLocal.Load())
+		}
+		isolated := n.healthyRemote.Load() > 0 && n.healthyLocal.Load() == 0 && n.healthyErr.Load() == 0 && n.healthySlow.Load() == 0
+		switch {
+		case isolated:
+		case gt.batched && !batchedClusterIsolation:
+			t.Logf("%s: known bug: tenants on healthy masters suffer from the dead one (batchedClusterIsolation)", gt.name)
+		default:
+			t.Errorf("%s: tenants on healthy masters were not all decided by Redis, promptly", gt.name)
+		}
+	}
+
+	// The master comes back empty: every tenant is decided by Redis again.
+	node.Restart()
+	c.WaitHealthy(t)
+	for _, gt := range gates {
+		for _, tenant := range tenants {
+			var d admission.Decision
+			var err error
+			waitFor(t, 5*time.Second, gt.name+": a decision from Redis for "+tenant, func() bool {
+				d, err = gt.g.Admit(t.Context(), tenant)
+				return err == nil && !d.Local
+			})
+		}
 	}
 }
