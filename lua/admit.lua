@@ -19,8 +19,9 @@
 -- further than max delay, and requests that share a rounded slot are judged
 -- on the same slot.
 -- Once one ID of a key is rejected, every later ID of that key is too.
--- Scores are written with %.0f because Lua's own number format keeps only
--- 14 digits, and a µs timestamp has 16.
+-- Numbers passed to redis.call are converted exactly (Redis formats them
+-- with enough digits for a 16-digit µs timestamp; Lua's own tostring would
+-- not, so the script never builds strings from them).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
@@ -44,8 +45,10 @@ for k = 1, #KEYS do
   local n = tonumber(ARGV[a + 4])
   a = a + 5
 
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - window))
   local card = redis.call('ZCARD', key)
+  if card > 0 then
+    card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+  end
   local newest = now
   if card > 0 then
     local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
@@ -84,7 +87,7 @@ for k = 1, #KEYS do
         retryAt = math.min(raw, slot - maxDelay)
         slot = retryAt
       end
-    elseif redis.call('ZADD', key, 'NX', string.format('%.0f', slot), id) == 1 then
+    elseif redis.call('ZADD', key, 'NX', slot, id) == 1 then
       card = card + 1
       newest = slot
       added = true
