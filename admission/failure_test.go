@@ -546,3 +546,59 @@ func TestNoPasswordInErrorsOrLogs(t *testing.T) {
 		})
 	}
 }
+
+// quotaLookupHonoursBreaker says whether a gate on RedisQuotas decides
+// without waiting for Redis while its breaker is open, for tenants whose
+// quota is not cached yet. It does not yet: gate.quota asks RedisQuotas,
+// which reads Redis for an uncached tenant however long Redis has been
+// gone, so under FailOpen such a tenant gets ErrUnavailable after the full
+// timeout on every call, breaker or not, and its failures do not count
+// toward the breaker. Reported to the owner of gate.go and redisquotas.go;
+// set to true once fixed.
+const quotaLookupHonoursBreaker = false
+
+// TestFailOpenWithRedisQuotas: under FailOpen, a gate whose quotas live in
+// Redis keeps deciding locally while Redis is gone: for tenants whose quota
+// it has cached, and, once the breaker is open, without waiting.
+func TestFailOpenWithRedisQuotas(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(srv.Options())
+	defer rdb.Close()
+	ctx := t.Context()
+	const timeout = 50 * time.Millisecond
+	store := NewRedisQuotas(rdb, WithTimeout(timeout))
+	if err := store.SetDefault(ctx, Quota{Limit: 10, Window: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	g := New(rdb, store, WithFailurePolicy(FailOpen), WithTimeout(timeout))
+	defer g.Close()
+	if d, err := g.Admit(ctx, "known"); err != nil || d.Local {
+		t.Fatalf("Admit before the outage = %+v, %v; want a decision from Redis", d, err)
+	}
+	srv.Kill()
+	for i := range 6 {
+		for _, tenant := range []string{"known", "new"} {
+			start := time.Now()
+			d, err := g.Admit(ctx, tenant)
+			took := time.Since(start)
+			bad := ""
+			switch {
+			case err != nil || !d.Local:
+				bad = fmt.Sprintf("= %+v, %v; want a local decision", d, err)
+			case took > timeout+latencySlack:
+				bad = fmt.Sprintf("took %v, more than the timeout", took)
+			case i >= int(g.brk.threshold) && took > timeout/2:
+				bad = fmt.Sprintf("took %v with the breaker open", took)
+			}
+			switch {
+			case bad == "":
+			case tenant == "new" && !quotaLookupHonoursBreaker:
+				if i == 0 {
+					t.Logf("known bug (quotaLookupHonoursBreaker): Admit %d of an uncached tenant %s (%v)", i, bad, took.Round(time.Millisecond))
+				}
+			default:
+				t.Errorf("Admit %d of %s %s", i, tenant, bad)
+			}
+		}
+	}
+}
