@@ -382,7 +382,9 @@ func blackHole(t *testing.T) string {
 // FailClosed returns errors wrapping ErrUnavailable; FailOpen decides
 // locally. Either way, after the breaker opens no call waits for Redis.
 func TestUnreachable(t *testing.T) {
-	const timeout = 50 * time.Millisecond
+	// Long enough to tell a call that waits for Redis from one that does
+	// not, through the scheduling noise of a busy machine.
+	const timeout = 100 * time.Millisecond
 	q := Quota{Limit: 8, Window: time.Minute, MaxDelay: time.Hour}
 	for _, where := range []string{"refused", "black hole"} {
 		for _, batching := range []bool{true, false} {
@@ -425,7 +427,7 @@ func TestUnreachable(t *testing.T) {
 						}
 						ds = append(ds, d)
 					}
-					if where == "black hole" {
+					if where == "black hole" && policy == FailClosed {
 						// Let a probe go out and hang, for Close to cope with.
 						time.Sleep(3 * g.brk.probeEvery / 2)
 					}
@@ -443,7 +445,7 @@ func TestUnreachable(t *testing.T) {
 
 // latencySlack is what a call may take beyond its timeout on a loaded
 // machine under -race.
-const latencySlack = 100 * time.Millisecond
+const latencySlack = 150 * time.Millisecond
 
 // TestNoPasswordInErrorsOrLogs: whatever goes wrong, neither the password a
 // client sends nor the server's shows up in an error or in the gate's log:
@@ -565,7 +567,7 @@ func TestFailOpenWithRedisQuotas(t *testing.T) {
 	rdb := redis.NewClient(srv.Options())
 	defer rdb.Close()
 	ctx := t.Context()
-	const timeout = 50 * time.Millisecond
+	const timeout = 100 * time.Millisecond
 	store := NewRedisQuotas(rdb, WithTimeout(timeout))
 	if err := store.SetDefault(ctx, Quota{Limit: 10, Window: time.Second}); err != nil {
 		t.Fatal(err)
