@@ -32,9 +32,12 @@ type committer struct {
 	maxFlight int
 	timeout   time.Duration
 
+	timers sync.Pool // *time.Timer, stopped: one per waiting caller
+
 	mu       sync.Mutex
 	pending  []*request
 	inflight int
+	quotaArgs map[groupKey][]any // boxed ARGV prefixes, see argsFor
 }
 
 // Request states: a waiting caller and the pipeline that answers it race
@@ -73,10 +76,13 @@ func newCommitter(rdb redis.UniversalClient, admit, counter *redis.Script, timeo
 	}
 }
 
-// do queues r and waits for its decisions or for ctx, and returns Redis's
-// errors as they are, for the caller to map. If ctx ends first,
-// the call returns at once; should the pipeline still record slots for r,
-// it releases them, so a caller that gave up holds no slot.
+// do queues r and waits for its decisions, for ctx, or for the committer's
+// timeout, and returns Redis's errors as they are, for the caller to map.
+// If ctx or the timeout ends first, the call returns at once (with the
+// context's error or context.DeadlineExceeded); should the pipeline still
+// record slots for r, it releases them, so a caller that gave up holds no
+// slot. The wait never depends on the Redis connection, so it is bounded
+// even for a client that ignores context deadlines.
 func (c *committer) do(ctx context.Context, r *request, release func(Decision)) ([]Decision, error) {
 	r.done = make(chan struct{})
 	c.mu.Lock()
@@ -89,16 +95,32 @@ func (c *committer) do(ctx context.Context, r *request, release func(Decision)) 
 	if start {
 		go c.flushLoop(release)
 	}
+	// A pooled timer rather than context.WithTimeout: this is the hot path,
+	// and since Go 1.23 a stopped timer can be reset without draining.
+	t, _ := c.timers.Get().(*time.Timer)
+	if t == nil {
+		t = time.NewTimer(c.timeout)
+	} else {
+		t.Reset(c.timeout)
+	}
+	defer func() {
+		t.Stop()
+		c.timers.Put(t)
+	}()
+	var gaveUp error
 	select {
 	case <-r.done:
 		return r.ds, r.err
 	case <-ctx.Done():
-		if r.state.CompareAndSwap(waiting, abandoned) {
-			return nil, context.Cause(ctx)
-		}
-		<-r.done
-		return r.ds, r.err
+		gaveUp = context.Cause(ctx)
+	case <-t.C:
+		gaveUp = context.DeadlineExceeded
 	}
+	if r.state.CompareAndSwap(waiting, abandoned) {
+		return nil, gaveUp
+	}
+	<-r.done
+	return r.ds, r.err
 }
 
 func (c *committer) flushLoop(release func(Decision)) {
@@ -220,8 +242,12 @@ func (c *committer) exec(ctx context.Context, calls [][]*group, eval bool) ([][]
 		for _, g := range call {
 			if g.q.Mode == Counter {
 				script, args = c.counter, appendCounterArgs(args, g.q, g.gran, len(g.ids))
-			} else {
-				args = appendAdmitArgs(args, g.q, g.gran, g.ids)
+				continue
+			}
+			args = append(args, c.argsFor(groupKey{q: g.q, gran: g.gran})...)
+			args = append(args, len(g.ids))
+			for _, id := range g.ids {
+				args = append(args, id)
 			}
 		}
 		if eval {
@@ -246,23 +272,21 @@ func (c *committer) deliver(call []*group, res []int64, err error, release func(
 		if err == nil && len(res) < off+3*len(g.ids)+1 {
 			err = errors.New("admitq: admit script returned a short reply")
 		}
-		var hint []int64
+		var hint int64
 		if err == nil {
-			hint = res[off+3*len(g.ids) : off+3*len(g.ids)+1]
+			hint = res[off+3*len(g.ids)]
 		}
 		for i, r := range g.reqs {
 			if err != nil {
 				r.err = err
 			} else {
-				// Each request's part, followed by the hint for the last
-				// request only: an earlier one's successors are not rejected
-				// on its account.
-				n := 3 * len(r.ids)
-				part := append(res[off:off+n:off+n], 0)
+				// Each request's part, and the group's hint for the last
+				// request only: the hint speaks of the log after all of them.
+				n, h := 3*len(r.ids), int64(0)
 				if i == len(g.reqs)-1 {
-					part[n] = hint[0]
+					h = hint
 				}
-				r.ds, r.hint, r.err = parseDecisions(r.tenant, r.ids, res[0], part)
+				r.ds, r.hint, r.err = parseDecisions(r.tenant, r.ids, res[0], res[off:off+n], h)
 				off += n
 			}
 			if r.state.CompareAndSwap(waiting, delivered) {
@@ -277,6 +301,22 @@ func (c *committer) deliver(call []*group, res []int64, err error, release func(
 		}
 		off++ // the group's hint
 	}
+}
+
+// argsFor returns admit.lua's ARGV prefix for a quota and granularity,
+// boxed once: boxing a large int allocates, and there are few quotas.
+func (c *committer) argsFor(k groupKey) []any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, ok := c.quotaArgs[k]
+	if !ok {
+		if c.quotaArgs == nil || len(c.quotaArgs) >= 1024 {
+			c.quotaArgs = make(map[groupKey][]any)
+		}
+		a = []any{k.q.Limit, k.q.Window.Microseconds(), k.q.MaxDelay.Microseconds(), k.gran}
+		c.quotaArgs[k] = a
+	}
+	return a
 }
 
 func isNoScript(err error) bool {

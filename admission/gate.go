@@ -221,16 +221,14 @@ func (g *Gate) withoutRedis(tenant string, q Quota, ids []string, now time.Time,
 	return nil, err
 }
 
-// remote decides on Redis, through the group commit when it is on. The
-// whole call, queueing included, is bounded by the gate's timeout.
+// remote decides on Redis, through the group commit. The whole call,
+// queueing included, is bounded by the gate's timeout.
 //
 // Besides the decisions it returns the script's retry hint: zero, or the
 // Redis time until which every new request of tenant will be rejected.
 func (g *Gate) remote(ctx context.Context, tenant string, q Quota, ids []string) ([]Decision, time.Time, error) {
 	r := &request{tenant: tenant, key: windowKey(g.opts.prefix, tenant, q), q: q, gran: g.gran, ids: ids}
-	cctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
-	defer cancel()
-	ds, err := g.commit.do(cctx, r, g.releaseAbandoned)
+	ds, err := g.commit.do(ctx, r, g.releaseAbandoned)
 	if err != nil {
 		return nil, time.Time{}, callError(ctx, "admit", tenant, err)
 	}
@@ -251,16 +249,16 @@ func appendAdmitArgs(args []any, q Quota, gran int64, ids []string) []any {
 	return args
 }
 
-// parseDecisions reads one key's part of a script reply for ids: the
-// server time nowµs, and res, which holds outcome, slot and remaining for
-// each ID, then the key's retry hint (see admit.lua), 0 for none.
-func parseDecisions(tenant string, ids []string, nowµs int64, res []int64) ([]Decision, time.Time, error) {
-	if len(res) != 3*len(ids)+1 {
+// parseDecisions reads a script reply for ids: the server time nowµs; res,
+// which holds outcome, slot and remaining for each ID; and the retry hint
+// (see admit.lua), 0 for none.
+func parseDecisions(tenant string, ids []string, nowµs int64, res []int64, hintµs int64) ([]Decision, time.Time, error) {
+	if len(res) != 3*len(ids) {
 		return nil, time.Time{}, fmt.Errorf("admitq: admit script returned %d values for %d IDs", len(res), len(ids))
 	}
 	var hint time.Time
-	if h := res[len(res)-1]; h > 0 {
-		hint = time.UnixMicro(h)
+	if hintµs > 0 {
+		hint = time.UnixMicro(hintµs)
 	}
 	now := time.UnixMicro(nowµs)
 	ds := make([]Decision, len(ids))
