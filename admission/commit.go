@@ -34,9 +34,9 @@ type committer struct {
 
 	timers sync.Pool // *time.Timer, stopped: one per waiting caller
 
-	mu       sync.Mutex
-	pending  []*request
-	inflight int
+	mu        sync.Mutex
+	pending   []*request
+	inflight  int
 	quotaArgs map[groupKey][]any // boxed ARGV prefixes, see argsFor
 }
 
