@@ -1,5 +1,5 @@
 // Command admitq runs admitq's demo, a worker, one-off enqueues, and manages
-// per-tenant quotas in Redis. See README-cli.md.
+// per-tenant quotas in Redis. See the CLI section of the README.
 package main
 
 import (
