@@ -32,17 +32,22 @@ func TestQuotaRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := quotaList{
-		Default: &quotaJSON{Limit: 10, Window: "10s", MaxDelay: "0s"},
+		Default: &quotaJSON{Limit: 10, Window: "10s", MaxDelay: "0s", Mode: "log"},
 		Tenants: []quotaEntry{
-			{Tenant: "acme", Limit: 100, Window: "1m0s", MaxDelay: "30s"},
-			{Tenant: "globex", Limit: 5, Window: "1s", MaxDelay: "0s"},
+			{Tenant: "acme", Limit: 100, Window: "1m0s", MaxDelay: "30s", Mode: "log"},
+			{Tenant: "globex", Limit: 5, Window: "1s", MaxDelay: "0s", Mode: "log"},
 		},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("quota list --json (-want,+got):\n%s", diff)
 	}
 	table := r("quota", "list").stdout
-	for _, line := range []string{"(default)  10     10s     0s", "acme       100    1m0s    30s", "globex     5      1s      0s"} {
+	for _, line := range []string{
+		"TENANT     LIMIT  WINDOW  MAX DELAY  MODE",
+		"(default)  10     10s     0s         log",
+		"acme       100    1m0s    30s        log",
+		"globex     5      1s      0s         log",
+	} {
 		if !strings.Contains(table, line+"\n") {
 			t.Errorf("quota list lacks the line %q:\n%s", line, table)
 		}
@@ -60,6 +65,120 @@ func TestQuotaRoundTrip(t *testing.T) {
 	}
 	if got.Default != nil || len(got.Tenants) != 1 || got.Tenants[0].Tenant != "globex" {
 		t.Errorf("after deleting acme and the default, list = %+v, want globex alone", got)
+	}
+}
+
+// TestQuotaCounterMode: --mode counter is stored, shown by get, list and
+// status, and the gate enforces it.
+func TestQuotaCounterMode(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	base := []string{"--redis", srv.URL()}
+	r := func(args ...string) result { return mustRun(t, append(base, args...)...) }
+
+	// One per 10 s, deferred up to 15 s, as in TestEnqueueExitCodes.
+	if got, want := r("quota", "set", "bulk", "--limit", "1", "--window", "10s", "--max-delay", "15s", "--mode", "counter").stdout,
+		"bulk: 1/10s, max delay 15s, counter\n"; got != want {
+		t.Errorf("quota set --mode counter printed %q, want %q", got, want)
+	}
+	if got, want := r("quota", "set-default", "--limit", "10", "--window", "1s", "--mode", "counter").stdout, "default: 10/1s, counter\n"; got != want {
+		t.Errorf("quota set-default --mode counter printed %q, want %q", got, want)
+	}
+	r("quota", "set", "acme", "--limit", "5", "--window", "1s", "--mode", "log")
+	if raw := rdb.HGet(t.Context(), "admitq:quotas", "bulk").Val(); !strings.Contains(raw, `"mode":"counter"`) {
+		t.Errorf("stored quota %q lacks the mode", raw)
+	}
+	if raw := rdb.HGet(t.Context(), "admitq:quotas", "acme").Val(); strings.Contains(raw, "mode") {
+		t.Errorf("stored log quota %q names a mode; log is the default and is left out", raw)
+	}
+
+	if got, want := r("quota", "get", "bulk").stdout, "bulk: 1/10s, max delay 15s, counter\n"; got != want {
+		t.Errorf("quota get printed %q, want %q", got, want)
+	}
+	var entry quotaEntry
+	if err := json.Unmarshal([]byte(r("quota", "get", "bulk", "--json").stdout), &entry); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(quotaEntry{Tenant: "bulk", Limit: 1, Window: "10s", MaxDelay: "15s", Mode: "counter"}, entry); diff != "" {
+		t.Errorf("quota get --json (-want,+got):\n%s", diff)
+	}
+	var list quotaList
+	if err := json.Unmarshal([]byte(r("quota", "list", "--json").stdout), &list); err != nil {
+		t.Fatal(err)
+	}
+	want := quotaList{
+		Default: &quotaJSON{Limit: 10, Window: "1s", MaxDelay: "0s", Mode: "counter"},
+		Tenants: []quotaEntry{
+			{Tenant: "acme", Limit: 5, Window: "1s", MaxDelay: "0s", Mode: "log"},
+			{Tenant: "bulk", Limit: 1, Window: "10s", MaxDelay: "15s", Mode: "counter"},
+		},
+	}
+	if diff := cmp.Diff(want, list); diff != "" {
+		t.Errorf("quota list --json (-want,+got):\n%s", diff)
+	}
+	table := r("quota", "list").stdout
+	for _, line := range []string{
+		"(default)  10     1s      0s         counter",
+		"acme       5      1s      0s         log",
+		"bulk       1      10s     15s        counter",
+	} {
+		if !strings.Contains(table, line+"\n") {
+			t.Errorf("quota list lacks the line %q:\n%s", line, table)
+		}
+	}
+
+	send := append(base, "enqueue", "--tenant", "bulk", "--type", "x")
+	for _, c := range []struct {
+		desc   string
+		code   int
+		prefix string
+	}{
+		{"a free slot admits the task", exitOK, "admitted: task "},
+		{"a full window defers it", exitOK, "deferred until "},
+		{"a slot past max-delay rejects it", exitRejected, "rejected, retry after "},
+	} {
+		res := admitq(t, send...)
+		if res.code != c.code || !strings.HasPrefix(res.stdout, c.prefix) || res.stderr != "" {
+			t.Errorf("counter mode, %s: %v\nwant exit %d, stdout starting %q, empty stderr", c.desc, res, c.code, c.prefix)
+		}
+	}
+	if n := rdb.Exists(t.Context(), "admitq:{bulk}:ctr").Val(); n != 1 {
+		t.Errorf("counter mode: %d keys admitq:{bulk}:ctr, want 1", n)
+	}
+
+	var st statusReport
+	if err := json.Unmarshal([]byte(r("status", "--json", "bulk", "initech").stdout), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Tenants) != 2 || st.Tenants[0].Quota == nil || st.Tenants[1].Quota == nil {
+		t.Fatalf("status --json bulk initech = %+v, want two tenants with quotas", st.Tenants)
+	}
+	if b := st.Tenants[0]; b.Quota.Mode != "counter" || b.InWindow != 1 || b.Reserved != 1 || b.Default {
+		t.Errorf("status bulk = %+v, quota %+v; want counter mode, 1 in the window, 1 ahead", b, *b.Quota)
+	}
+	if i := st.Tenants[1]; i.Quota.Mode != "counter" || !i.Default {
+		t.Errorf("status initech = %+v, quota %+v; want the counter-mode default", i, *i.Quota)
+	}
+	text := r("status", "bulk", "acme", "initech").stdout
+	for _, s := range []string{"1/10s, max delay 15s, counter ", "10/1s, counter (default)", "5/1s "} {
+		if !strings.Contains(text, s) {
+			t.Errorf("status lacks %q:\n%s", s, text)
+		}
+	}
+	if strings.Contains(text, ", log") {
+		t.Errorf("status names log mode, the default:\n%s", text)
+	}
+
+	// Back to log mode: the quota no longer names a mode.
+	if got, want := r("quota", "set", "bulk", "--limit", "1", "--window", "10s").stdout, "bulk: 1/10s\n"; got != want {
+		t.Errorf("quota set back to log printed %q, want %q", got, want)
+	}
+	if err := json.Unmarshal([]byte(r("quota", "get", "bulk", "--json").stdout), &entry); err != nil {
+		t.Fatal(err)
+	}
+	if entry.Mode != "log" {
+		t.Errorf("quota get --json after set without --mode: mode %q, want log", entry.Mode)
 	}
 }
 

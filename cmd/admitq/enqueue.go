@@ -85,7 +85,7 @@ Exit status: 0 admitted or deferred, 3 rejected, 1 error, 2 bad usage.`,
 	fs.StringVar(&typ, "type", "", "asynq task type (required)")
 	fs.StringVar(&payload, "payload", "", "task payload: JSON, or @file to read it from a file")
 	fs.StringVar(&queue, "queue", "default", "asynq queue")
-	fs.StringVar(&id, "id", "", "task ID; sending the same ID again takes no second slot (default: a new UUID)")
+	fs.StringVar(&id, "id", "", "task ID; under a log-mode quota, sending the same ID again takes no second slot (default: a new UUID)")
 	return cmd
 }
 

@@ -33,11 +33,12 @@ change within a second. A tenant without a quota of its own gets the default.`,
 	return cmd
 }
 
-// quotaFlags are --limit, --window and --max-delay.
+// quotaFlags are --limit, --window, --max-delay and --mode.
 type quotaFlags struct {
 	limit    int
 	window   time.Duration
 	maxDelay time.Duration
+	mode     string
 }
 
 func (f *quotaFlags) register(cmd *cobra.Command) {
@@ -45,6 +46,7 @@ func (f *quotaFlags) register(cmd *cobra.Command) {
 	fs.IntVar(&f.limit, "limit", 0, "tasks admitted in any window (required)")
 	fs.DurationVar(&f.window, "window", 0, "length of the sliding window, e.g. 1s or 1m (required)")
 	fs.DurationVar(&f.maxDelay, "max-delay", 0, "how far ahead a task over the limit may be deferred; 0 rejects it at once")
+	fs.StringVar(&f.mode, "mode", admission.Log.String(), "how the window is kept: log (exact), or counter for quotas too large to log")
 }
 
 // quota checks the flags, naming them, before anything touches Redis.
@@ -62,7 +64,13 @@ func (f *quotaFlags) quota(cmd *cobra.Command) (admission.Quota, error) {
 	case f.maxDelay < 0:
 		return admission.Quota{}, usageErrorf("--max-delay %v: want 0 or more", f.maxDelay)
 	}
-	q := admission.Quota{Limit: f.limit, Window: f.window, MaxDelay: f.maxDelay}
+	// ParseMode takes "" for log; on the command line an empty --mode is a
+	// mistake, not a choice.
+	mode, err := admission.ParseMode(f.mode)
+	if err != nil || f.mode == "" {
+		return admission.Quota{}, usageErrorf("--mode %q: want log or counter", f.mode)
+	}
+	q := admission.Quota{Limit: f.limit, Window: f.window, MaxDelay: f.maxDelay, Mode: mode}
 	if err := q.Validate(); err != nil {
 		return admission.Quota{}, usageError(err)
 	}
@@ -72,10 +80,11 @@ func (f *quotaFlags) quota(cmd *cobra.Command) (admission.Quota, error) {
 func (a *app) newQuotaSetCmd() *cobra.Command {
 	var f quotaFlags
 	cmd := &cobra.Command{
-		Use:     "set TENANT --limit N --window D [--max-delay D]",
-		Short:   "Set a tenant's quota",
-		Example: "  admitq quota set acme --limit 100 --window 1m --max-delay 30s",
-		Args:    cobra.ExactArgs(1),
+		Use:   "set TENANT --limit N --window D [--max-delay D] [--mode log|counter]",
+		Short: "Set a tenant's quota",
+		Example: `  admitq quota set acme --limit 100 --window 1m --max-delay 30s
+  admitq quota set bulk --limit 1000000 --window 1m --mode counter`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tenant := args[0]
 			if err := validateTenants(tenant); err != nil {
@@ -104,7 +113,7 @@ func (a *app) newQuotaSetCmd() *cobra.Command {
 func (a *app) newQuotaSetDefaultCmd() *cobra.Command {
 	var f quotaFlags
 	cmd := &cobra.Command{
-		Use:   "set-default --limit N --window D [--max-delay D]",
+		Use:   "set-default --limit N --window D [--max-delay D] [--mode log|counter]",
 		Short: "Set the quota of tenants that have none of their own",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -245,15 +254,31 @@ func (a *app) quotas(cmd *cobra.Command) (*admission.RedisQuotas, func(), error)
 	return admission.NewRedisQuotas(rdb, a.gateOptions()...), func() { _ = rdb.Close() }, nil
 }
 
-// quotaJSON is a quota as the command prints it: durations as Go writes them.
+// quotaJSON is a quota as the command prints it: durations as Go writes
+// them, the mode as "log" or "counter".
 type quotaJSON struct {
 	Limit    int    `json:"limit"`
 	Window   string `json:"window"`
 	MaxDelay string `json:"max_delay"`
+	Mode     string `json:"mode"`
 }
 
 func toQuotaJSON(q admission.Quota) quotaJSON {
-	return quotaJSON{Limit: q.Limit, Window: q.Window.String(), MaxDelay: q.MaxDelay.String()}
+	return quotaJSON{Limit: q.Limit, Window: q.Window.String(), MaxDelay: q.MaxDelay.String(), Mode: q.Mode.String()}
+}
+
+// String formats j as admission.Quota.String does, e.g.
+// "100/1m0s, max delay 30s, counter", so that status prints a quota as
+// quota get does.
+func (j quotaJSON) String() string {
+	w, werr := time.ParseDuration(j.Window)
+	d, derr := time.ParseDuration(j.MaxDelay)
+	m, merr := admission.ParseMode(j.Mode)
+	if err := errors.Join(werr, derr, merr); err != nil {
+		// Not from toQuotaJSON: show the fields as they are.
+		return fmt.Sprintf("%d/%s, max delay %s, %s", j.Limit, j.Window, j.MaxDelay, j.Mode)
+	}
+	return admission.Quota{Limit: j.Limit, Window: w, MaxDelay: d, Mode: m}.String()
 }
 
 type quotaEntry struct {
@@ -261,11 +286,12 @@ type quotaEntry struct {
 	Limit    int    `json:"limit"`
 	Window   string `json:"window"`
 	MaxDelay string `json:"max_delay"`
+	Mode     string `json:"mode"`
 }
 
 func toQuotaEntry(tenant string, q admission.Quota) quotaEntry {
 	j := toQuotaJSON(q)
-	return quotaEntry{Tenant: tenant, Limit: j.Limit, Window: j.Window, MaxDelay: j.MaxDelay}
+	return quotaEntry{Tenant: tenant, Limit: j.Limit, Window: j.Window, MaxDelay: j.MaxDelay, Mode: j.Mode}
 }
 
 // quotaList is the output of quota list.
@@ -293,15 +319,15 @@ func writeQuotaTable(w io.Writer, l quotaList) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tLIMIT\tWINDOW\tMAX DELAY")
+	fmt.Fprintln(tw, "TENANT\tLIMIT\tWINDOW\tMAX DELAY\tMODE")
 	row := func(name string, q quotaJSON) {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", name, q.Limit, q.Window, q.MaxDelay)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", name, q.Limit, q.Window, q.MaxDelay, q.Mode)
 	}
 	if l.Default != nil {
 		row("(default)", *l.Default)
 	}
 	for _, e := range l.Tenants {
-		row(e.Tenant, quotaJSON{Limit: e.Limit, Window: e.Window, MaxDelay: e.MaxDelay})
+		row(e.Tenant, quotaJSON{Limit: e.Limit, Window: e.Window, MaxDelay: e.MaxDelay, Mode: e.Mode})
 	}
 	return tw.Flush()
 }

@@ -191,10 +191,7 @@ func writeStatus(w io.Writer, r statusReport) error {
 			fmt.Fprintf(tw, "%s\t%s\t\t\t\n", t.Tenant, "no quota")
 			continue
 		}
-		q := fmt.Sprintf("%d/%s", t.Quota.Limit, t.Quota.Window)
-		if t.Quota.MaxDelay != "0s" {
-			q += ", max delay " + t.Quota.MaxDelay
-		}
+		q := t.Quota.String()
 		if t.Default {
 			q += " (default)"
 		}
