@@ -19,9 +19,9 @@
 -- further than max delay, and requests that share a rounded slot are judged
 -- on the same slot.
 -- Once one ID of a key is rejected, every later ID of that key is too.
--- Numbers passed to redis.call are converted exactly (Redis formats them
--- with enough digits for a 16-digit µs timestamp; Lua's own tostring would
--- not, so the script never builds strings from them).
+-- Numbers passed to redis.call are converted exactly: Redis formats them
+-- with enough digits for a 16-digit µs timestamp. Lua's own tostring would
+-- not, so the one string built from a number uses %.0f.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
@@ -35,6 +35,9 @@ local function ceil(x, g)
 end
 
 local out = {now}
+-- Slots after now are rare (deferrals), and ZCOUNT answers with a number,
+-- cheaper than fetching the newest entry every time.
+local future = '(' .. string.format('%.0f', now)
 local a = 1
 for k = 1, #KEYS do
   local key = KEYS[k]
@@ -50,9 +53,9 @@ for k = 1, #KEYS do
     card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
   end
   local newest = now
-  if card > 0 then
+  if card > 0 and redis.call('ZCOUNT', key, future, '+inf') > 0 then
     local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    newest = math.max(now, tonumber(last[2]))
+    newest = tonumber(last[2])
   end
   local added = false
   local retryAt = nil
