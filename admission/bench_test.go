@@ -26,7 +26,7 @@ func BenchmarkAdmit(b *testing.B) {
 		for _, parallel := range []int{1, 64} {
 			b.Run(v.name+"/tenants=1000/parallel="+strconv.Itoa(parallel), func(b *testing.B) {
 				rdb := srv.Client(b)
-				g := admission.New(rdb, static(q), v.opts...)
+				g := admission.New(rdb, static(q), append([]admission.Option{admission.WithTimeout(5 * time.Second)}, v.opts...)...)
 				defer g.Close()
 				var n atomic.Int64
 				b.SetParallelism(parallel) // goroutines per GOMAXPROCS

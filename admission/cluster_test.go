@@ -363,15 +363,6 @@ func testClusterNoScript(t *testing.T, c *redistest.Cluster) {
 	}
 }
 
-// batchedClusterIsolation says whether the group commit keeps tenants on
-// healthy masters apart from a master that is down. It does not yet:
-// committer.flush sends one pipeline across every node and delivers no
-// result until the whole pipeline returns, so while one master refuses
-// connections, every tenant batched with its tenants waits out the
-// timeout, and the breaker, which is one per gate, then opens for all.
-// Reported to the owner of commit.go; set to true once fixed.
-const batchedClusterIsolation = false
-
 // testClusterMasterDown kills one of the three masters and floods tenants
 // on all of them, before the other masters notice (cluster-node-timeout,
 // 5s) and declare the cluster down. Tenants on the dead master fail as the
@@ -471,11 +462,7 @@ func testClusterMasterDown(t *testing.T, c *redistest.Cluster) {
 			t.Errorf("%s: tenants of the dead master got %d errors and %d local decisions", gt.name, n.deadErr.Load(), n.deadLocal.Load())
 		}
 		isolated := n.healthyRemote.Load() > 0 && n.healthyLocal.Load() == 0 && n.healthyErr.Load() == 0
-		switch {
-		case isolated:
-		case gt.batched && !batchedClusterIsolation:
-			t.Logf("%s: known bug: tenants on healthy masters suffer from the dead one (batchedClusterIsolation)", gt.name)
-		default:
+		if !isolated {
 			t.Errorf("%s: tenants on healthy masters were not all decided by Redis", gt.name)
 		}
 	}

@@ -190,6 +190,43 @@ func (c *committer) flush(batch []*request, release func(Decision)) {
 	if len(logs) > 0 {
 		calls = append(calls, logs)
 	}
+	parts := c.byNode(ctx, calls)
+	var wg sync.WaitGroup
+	for _, part := range parts[1:] {
+		wg.Go(func() { c.run(ctx, part, release) })
+	}
+	c.run(ctx, parts[0], release)
+	wg.Wait()
+}
+
+// byNode splits calls by the cluster master that serves them, so that one
+// master that is slow or down delays only its own tenants: each part is
+// sent and delivered on its own. On a single Redis there is one part.
+func (c *committer) byNode(ctx context.Context, calls [][]*group) [][][]*group {
+	cc, ok := c.rdb.(*redis.ClusterClient)
+	if !ok || len(calls) == 1 {
+		return [][][]*group{calls}
+	}
+	var parts [][][]*group
+	index := make(map[string]int)
+	for _, call := range calls {
+		addr := "" // unknown slot owner: go-redis will find it
+		if node, err := cc.MasterForKey(ctx, call[0].key); err == nil {
+			addr = node.Options().Addr
+		}
+		i, ok := index[addr]
+		if !ok {
+			i = len(parts)
+			index[addr] = i
+			parts = append(parts, nil)
+		}
+		parts[i] = append(parts[i], call)
+	}
+	return parts
+}
+
+// run sends calls in one pipeline and delivers their replies.
+func (c *committer) run(ctx context.Context, calls [][]*group, release func(Decision)) {
 	res, errs := c.exec(ctx, calls, false)
 	var retry [][]*group
 	for i, call := range calls {

@@ -42,7 +42,7 @@ type Gate struct {
 // batching off every request is a pipeline of its own.
 const (
 	maxBatch           = 256
-	maxFlight          = 4
+	maxFlight          = 2
 	maxFlightUnbatched = 64
 )
 

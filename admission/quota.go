@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strconv"
 	"time"
 )
@@ -128,7 +129,7 @@ func (q *Quota) UnmarshalText(b []byte) error {
 	if err := dec.Decode(&j); err != nil {
 		return fmt.Errorf("%w: %q: %v", ErrInvalidQuota, truncate(b), err)
 	}
-	if dec.More() {
+	if _, err := dec.Token(); err != io.EOF {
 		return fmt.Errorf("%w: %q: trailing data", ErrInvalidQuota, truncate(b))
 	}
 	w, err := time.ParseDuration(j.Window)

@@ -24,15 +24,22 @@ const maxCachedQuotas = 100_000
 // background, so a change reaches every running gate within about a second
 // and a lookup costs no round trip on the hot path.
 //
-// A RedisQuotas is safe for concurrent use. It starts no goroutine that
-// outlives a call.
+// While Redis cannot be reached, a tenant already cached keeps its quota,
+// and a tenant not yet cached gets the last default quota read, if any,
+// without waiting: a FailOpen gate can then go on deciding locally.
+//
+// A RedisQuotas is safe for concurrent use. Its only goroutines are the
+// background rereads, one per stale tenant at a time, each bounded by the
+// timeout.
 type RedisQuotas struct {
 	rdb  redis.UniversalClient
 	key  string
 	opts options
 
-	mu    sync.Mutex
-	cache map[string]*cachedQuota
+	mu          sync.Mutex
+	cache       map[string]*cachedQuota
+	lastDefault *Quota    // the default as last read, nil for none
+	downUntil   time.Time // no reads of uncached tenants before this
 }
 
 type cachedQuota struct {
@@ -91,9 +98,11 @@ func (r *RedisQuotas) GetDefault(ctx context.Context) (Quota, error) {
 
 func (r *RedisQuotas) get(ctx context.Context, field string) (Quota, error) {
 	var v string
+	missing := false
 	err := r.do(ctx, func(ctx context.Context) (err error) {
 		v, err = r.rdb.HGet(ctx, r.key, field).Result()
 		if errors.Is(err, redis.Nil) {
+			missing = true
 			return nil
 		}
 		return err
@@ -101,7 +110,7 @@ func (r *RedisQuotas) get(ctx context.Context, field string) (Quota, error) {
 	if err != nil {
 		return Quota{}, err
 	}
-	if v == "" {
+	if missing {
 		return Quota{}, noQuota(field)
 	}
 	var q Quota
@@ -180,14 +189,34 @@ func (r *RedisQuotas) Quota(ctx context.Context, tenant string) (Quota, error) {
 		r.mu.Unlock()
 		return q, err
 	}
+	down, def := now.Before(r.downUntil), r.lastDefault
 	r.mu.Unlock()
+	if down {
+		return r.outage(def, fmt.Errorf("%w: quotas %q: Redis did not answer just now", ErrUnavailable, r.key))
+	}
 
 	q, err := r.resolve(ctx, tenant)
+	if errors.Is(err, ErrUnavailable) {
+		r.mu.Lock()
+		r.downUntil, def = time.Now().Add(r.opts.refresh), r.lastDefault
+		r.mu.Unlock()
+		return r.outage(def, err)
+	}
 	if err != nil && !errors.Is(err, ErrNoQuota) && !errors.Is(err, ErrInvalidQuota) {
-		return Quota{}, err // Redis trouble: nothing worth caching
+		return Quota{}, err // the caller's context ended: nothing worth caching
 	}
 	r.store(tenant, q, err, now)
 	return q, err
+}
+
+// outage answers for a tenant not yet cached while Redis is unavailable:
+// with the last default read, which is the best guess there is, else err.
+// Nothing is cached.
+func (r *RedisQuotas) outage(def *Quota, err error) (Quota, error) {
+	if def != nil {
+		return *def, nil
+	}
+	return Quota{}, err
 }
 
 func (r *RedisQuotas) refresh(tenant string) {
@@ -226,6 +255,16 @@ func (r *RedisQuotas) resolve(ctx context.Context, tenant string) (Quota, error)
 	if err != nil {
 		return Quota{}, err
 	}
+	var def *Quota
+	if v, ok := vals[1].(string); ok {
+		var q Quota
+		if q.UnmarshalText([]byte(v)) == nil {
+			def = &q
+		}
+	}
+	r.mu.Lock()
+	r.lastDefault = def
+	r.mu.Unlock()
 	for i, field := range []string{tenant, defaultField} {
 		v, ok := vals[i].(string)
 		if !ok {
