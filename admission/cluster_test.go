@@ -35,31 +35,26 @@ type masterOf func(tenant string) string
 
 func clusterMasters(t *testing.T, cc *redis.ClusterClient) ([]string, masterOf) {
 	t.Helper()
-	slots, err := cc.ClusterSlots(t.Context()).Result()
+	var mu sync.Mutex
+	var masters []string
+	err := cc.ForEachMaster(t.Context(), func(_ context.Context, m *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		masters = append(masters, m.Options().Addr)
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	var masters []string
-	for _, s := range slots {
-		if !slices.Contains(masters, s.Nodes[0].Addr) {
-			masters = append(masters, s.Nodes[0].Addr)
-		}
 	}
 	if len(masters) != 3 {
 		t.Fatalf("cluster has masters %v, want 3", masters)
 	}
 	return masters, func(tenant string) string {
-		slot, err := cc.ClusterKeySlot(context.Background(), "{"+tenant+"}").Result()
+		m, err := cc.MasterForKey(context.Background(), "{"+tenant+"}")
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, s := range slots {
-			if int64(s.Start) <= slot && slot <= int64(s.End) {
-				return s.Nodes[0].Addr
-			}
-		}
-		t.Fatalf("no master serves slot %d", slot)
-		return ""
+		return m.Options().Addr
 	}
 }
 
