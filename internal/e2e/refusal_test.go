@@ -34,18 +34,27 @@ func TestRefusal(t *testing.T) {
 		mu       sync.Mutex
 		enqueued = make(map[string]bool)
 		rejected int
+		// The Redis times of the first and last decisions that took a slot.
+		first, last time.Time
 	)
 	var wg sync.WaitGroup
 	for p := range producers {
 		wg.Go(func() {
 			for i := range sent / producers {
 				id := fmt.Sprintf("p%d-%d", p, i)
-				info, _, err := s.client.Enqueue(ctx, "flood", asynq.NewTask("work", nil), asynq.TaskID(id))
+				info, d, err := s.client.Enqueue(ctx, "flood", asynq.NewTask("work", nil), asynq.TaskID(id))
 				var rej *enqueue.RejectedError
 				mu.Lock()
 				switch {
 				case err == nil:
 					enqueued[info.ID] = true
+					if first.IsZero() || d.Now.Before(first) {
+						first = d.Now
+					}
+					last = maxTime(last, d.Now)
+					if d.Delay() > q.MaxDelay {
+						t.Errorf("task %s: slot %v is %v after its decision (%v), more than MaxDelay", id, d.At, d.Delay(), d.Now)
+					}
 				case errors.As(err, &rej):
 					rejected++
 					if rej.RetryAfter() <= 0 {
@@ -64,9 +73,13 @@ func TestRefusal(t *testing.T) {
 	if got := len(enqueued) + rejected; got != sent {
 		t.Errorf("enqueued %d + rejected %d = %d, want the %d sent", len(enqueued), rejected, got, sent)
 	}
-	// At most limit now and limit in each window of MaxDelay ahead; the slots
-	// are whole seconds, so one window may be cut short by rounding.
-	if most := limit * (1 + int(q.MaxDelay/q.Window)); len(enqueued) < limit || len(enqueued) > most {
+	// Slots lie between the first decision's now and the last one's now +
+	// MaxDelay (the gate compares MaxDelay with the rounded slot), and each
+	// window of that span holds at most limit of them.
+	span := last.Add(q.MaxDelay).Sub(first)
+	most := limit * (1 + int(span/q.Window))
+	t.Logf("decisions from %v to %v (Redis time): slots may span %v, at most %d tasks", first, last, span, most)
+	if len(enqueued) < limit || len(enqueued) > most {
 		t.Errorf("%d enqueued, want %d to %d", len(enqueued), limit, most)
 	}
 	if rejected == 0 {
@@ -78,4 +91,11 @@ func TestRefusal(t *testing.T) {
 	if got := s.entries(t, "flood"); got != len(enqueued) {
 		t.Errorf("the log holds %d entries, want one per enqueued task, %d", got, len(enqueued))
 	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

@@ -22,48 +22,127 @@ import (
 // TestMain fails the package if a test leaves a goroutine behind: every
 // worker, client and server a test starts must be gone when it ends.
 func TestMain(m *testing.M) {
+	// The outage tests make go-redis log every failed dial; they count the
+	// errors themselves.
+	redis.SetLogger(quietLogger{})
 	goleak.VerifyTestMain(m)
 }
+
+// quietLogger drops go-redis's log lines.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // waitLimit bounds every wait. Passing runs never get near it; it only
 // turns a hang into a failure.
 const waitLimit = 20 * time.Second
 
-// stack is a producer's view of one throwaway Redis: the enqueue.Client
-// under test and what a test needs to look behind it.
+// stack is a producer's view of one throwaway Redis, a single server or a
+// cluster: the enqueue.Client under test and what a test needs to look
+// behind it.
 type stack struct {
-	conn      asynq.RedisClientOpt
-	rdb       *redis.Client // the gate's connection
-	asynqRDB  *redis.Client // asynq's connection; hooks go here
+	backend   backend
+	queue     string                // the asynq queue tasks go to; see enqueue
+	prefix    string                // the gate's key prefix
+	rdb       redis.UniversalClient // the gate's connection
+	asynqRDB  redis.UniversalClient // asynq's connection; hooks go here
 	asynq     *asynq.Client
 	gate      *admission.Gate
 	client    *enqueue.Client
 	inspector *asynq.Inspector
 }
 
+// backend is the Redis a stack runs on.
+type backend struct {
+	name      string
+	conn      asynq.RedisConnOpt // what workers connect with
+	newClient func(t *testing.T) redis.UniversalClient
+	server    *redistest.Server  // nil on a cluster
+	cluster   *redistest.Cluster // nil on a single server
+}
+
+// serverBackend starts a redis-server for t.
+func serverBackend(t *testing.T) backend {
+	t.Helper()
+	srv := redistest.Start(t)
+	return backend{
+		name:      "server",
+		conn:      asynq.RedisClientOpt{Addr: srv.Addr()},
+		newClient: func(t *testing.T) redis.UniversalClient { return srv.Client(t) },
+		server:    srv,
+	}
+}
+
+// clusterBackend runs stacks on cl. Stacks that share a cluster keep apart
+// by their queue and prefix (stackConfig).
+func clusterBackend(cl *redistest.Cluster) backend {
+	return backend{
+		name:      "cluster",
+		conn:      asynq.RedisClusterClientOpt{Addrs: cl.Addrs()},
+		newClient: func(t *testing.T) redis.UniversalClient { return cl.Client(t) },
+		cluster:   cl,
+	}
+}
+
+// stackConfig says how to build a stack; zero fields take the defaults.
+type stackConfig struct {
+	quotas admission.Quotas
+	// gate holds extra gate options. The gate runs with the default
+	// timeout, admission.DefaultTimeout, unless one of them sets another.
+	gate []admission.Option
+	// hooks are added to asynq's connection only.
+	hooks []redis.Hook
+	// queue is the asynq queue; "" is "default". Stacks that share a
+	// cluster each need their own, or their workers take each other's tasks.
+	queue string
+	// prefix is the gate's key prefix; "" is admitq's default.
+	prefix string
+	// asynqRDB is asynq's connection; nil means a new client of the backend.
+	asynqRDB redis.UniversalClient
+}
+
 // newStack starts a redis-server for t and builds an enqueue.Client on it
 // with quotas. hooks are added to asynq's connection only.
 func newStack(t *testing.T, quotas admission.Quotas, hooks ...redis.Hook) *stack {
 	t.Helper()
-	srv := redistest.Start(t)
-	s := &stack{
-		conn:     asynq.RedisClientOpt{Addr: srv.Addr()},
-		rdb:      srv.Client(t),
-		asynqRDB: srv.Client(t),
+	return buildStack(t, serverBackend(t), stackConfig{quotas: quotas, hooks: hooks})
+}
+
+// buildStack builds an enqueue.Client on b as cfg says. Everything it makes
+// is closed when t ends.
+func buildStack(t *testing.T, b backend, cfg stackConfig) *stack {
+	t.Helper()
+	s := &stack{backend: b, queue: cfg.queue, prefix: cfg.prefix}
+	if s.queue == "" {
+		s.queue = worker.DefaultQueue
 	}
-	for _, h := range hooks {
+	if s.prefix == "" {
+		s.prefix = "admitq"
+	}
+	s.rdb = b.newClient(t)
+	s.asynqRDB = cfg.asynqRDB
+	if s.asynqRDB == nil {
+		s.asynqRDB = b.newClient(t)
+	}
+	for _, h := range cfg.hooks {
 		s.asynqRDB.AddHook(h)
 	}
 	s.asynq = asynq.NewClientFromRedisClient(s.asynqRDB)
-	// The default 250ms deadline is for production. Here the tests of two
-	// CPUs' worth of packages run under -race at once, and one round trip
-	// that misses the deadline with three producers waiting on it opens the
-	// gate's breaker, which then refuses every call until its probe passes.
-	s.gate = admission.New(s.rdb, quotas, admission.WithTimeout(5*time.Second))
+	s.gate = admission.New(s.rdb, cfg.quotas, append([]admission.Option{admission.WithPrefix(s.prefix)}, cfg.gate...)...)
 	t.Cleanup(func() { _ = s.gate.Close() })
 	s.client = enqueue.New(s.asynq, s.gate)
 	s.inspector = asynq.NewInspectorFromRedisClient(s.rdb)
 	return s
+}
+
+// enqueue is s.client.Enqueue into the stack's queue.
+func (s *stack) enqueue(ctx context.Context, tenant string, task *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, admission.Decision, error) {
+	return s.client.Enqueue(ctx, tenant, task, append(opts, asynq.Queue(s.queue))...)
+}
+
+// enqueueBatch is s.client.EnqueueBatch into the stack's queue.
+func (s *stack) enqueueBatch(ctx context.Context, tenant string, tasks []*asynq.Task) ([]enqueue.Result, error) {
+	return s.client.EnqueueBatch(ctx, tenant, tasks, asynq.Queue(s.queue))
 }
 
 // testWorkerConfig is a worker.Config for tests. It keeps the worker's
@@ -82,7 +161,10 @@ func testWorkerConfig(t *testing.T, concurrency int) worker.Config {
 // startWorker runs a worker.Worker with cfg and h until the test ends.
 func (s *stack) startWorker(t *testing.T, cfg worker.Config, h asynq.Handler) {
 	t.Helper()
-	w := worker.New(s.conn, cfg)
+	if cfg.Queues == nil {
+		cfg.Queues = map[string]int{s.queue: 1}
+	}
+	w := worker.New(s.backend.conn, cfg)
 	if err := w.Start(h); err != nil {
 		t.Fatalf("worker Start: %v", err)
 	}

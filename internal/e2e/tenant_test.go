@@ -11,31 +11,46 @@ import (
 	"github.com/admitq/admitq/admission"
 )
 
-// TestTenantReachesTheHandler enqueues tasks for several tenants, admitted
-// and deferred, one by one and in a batch, and checks that worker.Tenant
-// gives each handler its task's tenant, with the caller's headers intact.
+// TestTenantReachesTheHandler runs the tenant scenario (see reachHandler)
+// on a single redis-server; TestCluster/tenant runs it on a cluster.
 func TestTenantReachesTheHandler(t *testing.T) {
 	t.Parallel()
-	tenants := []string{"acme", "globex corp", "ünïcødé 租户", "a:{b}:c"}
+	reachHandler(t, buildStack(t, serverBackend(t), tenantConfig()))
+}
+
+// handlerTenants are the tenants of the tenant scenario: plain, with a
+// space, non-ASCII, and with braces, which on a cluster make the hash tag of
+// the log key {a:{b} rather than the whole tenant. On a redistest cluster
+// their logs fall on all three masters.
+var handlerTenants = []string{"acme", "globex corp", "ünïcødé 租户", "a:{b}:c"}
+
+func tenantConfig() stackConfig {
 	// Limit 1: each tenant's second task is deferred to the next whole
 	// second or the one after, so the tenant also survives the scheduled set.
 	q := admission.Quota{Limit: 1, Window: time.Second, MaxDelay: 10 * time.Second}
-	s := newStack(t, admission.StaticQuotas{Default: &q})
-	rec := newRecorder(3 * len(tenants))
+	return stackConfig{quotas: admission.StaticQuotas{Default: &q}, queue: "tenant", prefix: "tenant"}
+}
+
+// reachHandler enqueues tasks for several tenants on s, admitted and
+// deferred, one by one and in a batch, and checks that worker.Tenant gives
+// each handler its task's tenant, with the caller's headers intact. On a
+// cluster it also checks that the tenants' logs are on all three masters.
+func reachHandler(t *testing.T, s *stack) {
+	rec := newRecorder(3 * len(handlerTenants))
 	s.startWorker(t, testWorkerConfig(t, 4), rec)
 	ctx := context.Background()
 
 	want := make(map[string]string) // task ID -> tenant
 	traced := make(map[string]bool) // tasks with the caller's own header
-	for _, tenant := range tenants {
+	for _, tenant := range handlerTenants {
 		task := asynq.NewTaskWithHeaders("work", nil, map[string]string{"trace-id": "t1"})
-		info, _, err := s.client.Enqueue(ctx, tenant, task)
+		info, _, err := s.enqueue(ctx, tenant, task)
 		if err != nil {
 			t.Fatalf("Enqueue(%q): %v", tenant, err)
 		}
 		want[info.ID] = tenant
 		traced[info.ID] = true
-		rs, err := s.client.EnqueueBatch(ctx, tenant, []*asynq.Task{
+		rs, err := s.enqueueBatch(ctx, tenant, []*asynq.Task{
 			asynq.NewTask("work", []byte("1")),
 			asynq.NewTask("work", []byte("2")),
 		})
@@ -51,6 +66,10 @@ func TestTenantReachesTheHandler(t *testing.T) {
 			}
 			want[r.Info.ID] = tenant
 		}
+	}
+
+	if s.backend.cluster != nil {
+		checkSpread(t, s, handlerTenants, nil) // each log holds a slot ahead
 	}
 
 	got := make(map[string]string)
