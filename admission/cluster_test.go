@@ -88,8 +88,7 @@ func testClusterBound(t *testing.T, c *redistest.Cluster) {
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			prefix := "cbound-" + v.name
-			const gates, workers = 4, 64
-			gs := make([]*admission.Gate, gates)
+			gs := make([]*admission.Gate, 4)
 			for i := range gs {
 				// A generous timeout: this is about the bound, and 64
 				// goroutines under -race on a shared machine can stall a
@@ -98,88 +97,9 @@ func testClusterBound(t *testing.T, c *redistest.Cluster) {
 					admission.WithPrefix(prefix), admission.WithTimeout(2 * time.Second)}, v.opts...)...)
 				t.Cleanup(func() { gs[i].Close() })
 			}
-			var (
-				mu        sync.Mutex
-				decisions = map[string][]admission.Decision{}
-				snapshots = map[string][][]int64{}
-			)
-			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-			defer cancel()
-			var wg sync.WaitGroup
-			for w := range workers {
-				wg.Go(func() {
-					g := gs[w%gates]
-					for i := 0; ctx.Err() == nil; i++ {
-						tenant := tenants[(w+i)%len(tenants)]
-						var ds []admission.Decision
-						var err error
-						if i%5 == 0 {
-							ds, err = g.AdmitBatch(ctx, tenant, []string{fmt.Sprintf("b%d.%d.a", w, i), fmt.Sprintf("b%d.%d.b", w, i)})
-						} else {
-							var d admission.Decision
-							d, err = g.Admit(ctx, tenant)
-							ds = []admission.Decision{d}
-						}
-						if err != nil {
-							if ctx.Err() != nil {
-								return
-							}
-							t.Errorf("admit: %v", err)
-							return
-						}
-						mu.Lock()
-						decisions[tenant] = append(decisions[tenant], ds...)
-						mu.Unlock()
-					}
-				})
-			}
-			cc := c.Client(t)
-			wg.Go(func() {
-				for ctx.Err() == nil {
-					for _, tenant := range tenants {
-						zs, err := cc.ZRangeWithScores(context.Background(), prefix+":{"+tenant+"}:log", 0, -1).Result()
-						if err != nil {
-							t.Errorf("zrange: %v", err)
-							return
-						}
-						s := make([]int64, len(zs))
-						for j, z := range zs {
-							s[j] = int64(z.Score)
-						}
-						mu.Lock()
-						snapshots[tenant] = append(snapshots[tenant], s)
-						mu.Unlock()
-					}
-					time.Sleep(20 * time.Millisecond)
-				}
-			})
-			wg.Wait()
-
-			total, admitted, snaps, local := 0, 0, 0, 0
-			for _, tenant := range tenants {
-				ds := decisions[tenant]
-				total += len(ds)
-				slots := slotsOf(ds)
-				admitted += len(slots)
-				if len(slots) == 0 {
-					t.Errorf("tenant %s: no slots", tenant)
-				}
-				for _, d := range ds {
-					if d.Local {
-						local++
-					}
-				}
-				checkBound(t, "decisions of "+tenant, slots, q)
-				for i, snap := range snapshots[tenant] {
-					checkBound(t, fmt.Sprintf("log snapshot %d of %s", i, tenant), snap, q)
-				}
-				snaps += len(snapshots[tenant])
-			}
-			if admitted == 0 || admitted == total {
-				t.Fatalf("%d of %d decisions took a slot: the load did not reach the limit", admitted, total)
-			}
+			r := floodAndCheckBound(t, boundRun{q: q, gates: gs, tenants: tenants, prefix: prefix, logs: c.Client(t), d: time.Second})
 			t.Logf("%d tenants on 3 masters: %d decisions (%d from the deny cache), %d took slots, all checked; %d log snapshots checked",
-				len(tenants), total, local, admitted, snaps)
+				len(tenants), r.total, r.local, r.admitted, r.snapshots)
 		})
 	}
 }

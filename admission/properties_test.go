@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/internal/redistest"
 )
@@ -63,86 +65,117 @@ func TestBound(t *testing.T) {
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			prefix := "bound-" + v.name
-			const gates, workers, tenants = 4, 64, 5
-			gs := make([]*admission.Gate, gates)
-			for i := range gs {
-				gs[i] = admission.New(srv.Client(t), static(q), append([]admission.Option{admission.WithPrefix(prefix)}, v.opts...)...)
+			gates := make([]*admission.Gate, 4)
+			for i := range gates {
+				gates[i] = admission.New(srv.Client(t), static(q), append([]admission.Option{admission.WithPrefix(prefix)}, v.opts...)...)
+				t.Cleanup(func() { gates[i].Close() })
 			}
-			var (
-				mu        sync.Mutex
-				decisions = map[string][]admission.Decision{}
-				snapshots = map[string][][]int64{}
-			)
-			ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
-			defer cancel()
-			var wg sync.WaitGroup
-			for w := range workers {
-				wg.Go(func() {
-					g := gs[w%gates]
-					for i := 0; ctx.Err() == nil; i++ {
-						tenant := "t" + strconv.Itoa((w+i)%tenants)
-						var ds []admission.Decision
-						var err error
-						if i%5 == 0 {
-							ds, err = g.AdmitBatch(ctx, tenant, []string{fmt.Sprintf("b%d.%d.a", w, i), fmt.Sprintf("b%d.%d.b", w, i)})
-						} else {
-							var d admission.Decision
-							d, err = g.Admit(ctx, tenant)
-							ds = []admission.Decision{d}
-						}
-						if err != nil {
-							if ctx.Err() != nil {
-								return
-							}
-							t.Errorf("admit: %v", err)
-							return
-						}
-						mu.Lock()
-						decisions[tenant] = append(decisions[tenant], ds...)
-						mu.Unlock()
-					}
-				})
-			}
-			// Snapshot the logs while they churn.
-			rdb := srv.Client(t)
-			wg.Go(func() {
-				for ctx.Err() == nil {
-					for i := range tenants {
-						tenant := "t" + strconv.Itoa(i)
-						zs, err := rdb.ZRangeWithScores(context.Background(), prefix+":{"+tenant+"}:log", 0, -1).Result()
-						if err != nil {
-							t.Errorf("zrange: %v", err)
-							return
-						}
-						s := make([]int64, len(zs))
-						for j, z := range zs {
-							s[j] = int64(z.Score)
-						}
-						mu.Lock()
-						snapshots[tenant] = append(snapshots[tenant], s)
-						mu.Unlock()
-					}
-					time.Sleep(20 * time.Millisecond)
-				}
-			})
-			wg.Wait()
-
-			total, admitted := 0, 0
-			for tenant, ds := range decisions {
-				total += len(ds)
-				slots := slotsOf(ds)
-				admitted += len(slots)
-				checkBound(t, "decisions of "+tenant, slots, q)
-				for i, snap := range snapshots[tenant] {
-					checkBound(t, fmt.Sprintf("log snapshot %d of %s", i, tenant), snap, q)
-				}
-			}
-			if admitted == 0 || admitted == total {
-				t.Fatalf("%d of %d decisions took a slot: the load did not reach the limit", admitted, total)
-			}
-			t.Logf("%d decisions, %d took slots, %d log snapshots checked", total, admitted, len(snapshots["t0"]))
+			r := floodAndCheckBound(t, boundRun{q: q, gates: gates, tenants: []string{"t0", "t1", "t2", "t3", "t4"},
+				prefix: prefix, logs: srv.Client(t), d: 1500 * time.Millisecond})
+			t.Logf("%d decisions (%d from the deny cache), %d took slots, %d log snapshots checked", r.total, r.local, r.admitted, r.snapshots)
 		})
 	}
+}
+
+// boundRun is one flood for the bound property.
+type boundRun struct {
+	q       admission.Quota
+	gates   []*admission.Gate
+	tenants []string
+	prefix  string
+	logs    redis.Cmdable // reads the logs for snapshots
+	d       time.Duration
+}
+
+type boundResult struct{ total, admitted, local, snapshots int }
+
+// floodAndCheckBound has 64 goroutines, spread over r's gates, admit
+// r.tenants' requests (singly and in batches) for r.d while the logs are
+// snapshotted, then checks the bound over every tenant's decisions and
+// every snapshot of its log.
+func floodAndCheckBound(t *testing.T, r boundRun) boundResult {
+	t.Helper()
+	const workers = 64
+	var (
+		mu        sync.Mutex
+		decisions = map[string][]admission.Decision{}
+		snapshots = map[string][][]int64{}
+	)
+	ctx, cancel := context.WithTimeout(t.Context(), r.d)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			g := r.gates[w%len(r.gates)]
+			for i := 0; ctx.Err() == nil; i++ {
+				tenant := r.tenants[(w+i)%len(r.tenants)]
+				var ds []admission.Decision
+				var err error
+				if i%5 == 0 {
+					ds, err = g.AdmitBatch(ctx, tenant, []string{fmt.Sprintf("b%d.%d.a", w, i), fmt.Sprintf("b%d.%d.b", w, i)})
+				} else {
+					var d admission.Decision
+					d, err = g.Admit(ctx, tenant)
+					ds = []admission.Decision{d}
+				}
+				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					t.Errorf("admit: %v", err)
+					return
+				}
+				mu.Lock()
+				decisions[tenant] = append(decisions[tenant], ds...)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Go(func() { // snapshot the logs while they churn
+		for ctx.Err() == nil {
+			for _, tenant := range r.tenants {
+				zs, err := r.logs.ZRangeWithScores(context.Background(), r.prefix+":{"+tenant+"}:log", 0, -1).Result()
+				if err != nil {
+					t.Errorf("zrange: %v", err)
+					return
+				}
+				s := make([]int64, len(zs))
+				for j, z := range zs {
+					s[j] = int64(z.Score)
+				}
+				mu.Lock()
+				snapshots[tenant] = append(snapshots[tenant], s)
+				mu.Unlock()
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	wg.Wait()
+
+	var res boundResult
+	for _, tenant := range r.tenants {
+		ds := decisions[tenant]
+		res.total += len(ds)
+		slots := slotsOf(ds)
+		res.admitted += len(slots)
+		if len(slots) == 0 {
+			t.Errorf("tenant %s: no slots", tenant)
+		}
+		for _, d := range ds {
+			if d.Local {
+				res.local++
+			}
+		}
+		checkBound(t, "decisions of "+tenant, slots, r.q)
+		for i, snap := range snapshots[tenant] {
+			checkBound(t, fmt.Sprintf("log snapshot %d of %s", i, tenant), snap, r.q)
+		}
+		res.snapshots += len(snapshots[tenant])
+	}
+	if res.admitted == 0 || res.admitted == res.total {
+		t.Fatalf("%d of %d decisions took a slot: the load did not reach the limit", res.admitted, res.total)
+	}
+	return res
 }
 
 // TestFIFO: slots never go backwards in request order, within a batch and
