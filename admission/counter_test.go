@@ -19,7 +19,9 @@ func clockedGate(t *testing.T, q Quota, opts ...Option) (*Gate, *miniredis.Minir
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	g := New(rdb, StaticQuotas{Default: &q}, append([]Option{WithBatching(false), WithDenyCache(false)}, opts...)...)
+	// miniredis runs Lua slowly, and slower still under -race on a busy
+	// machine: a generous timeout keeps these tests about the timeline.
+	g := New(rdb, StaticQuotas{Default: &q}, append([]Option{WithBatching(false), WithDenyCache(false), WithTimeout(5 * time.Second)}, opts...)...)
 	t.Cleanup(func() { g.Close() })
 	return g, mr, rdb
 }

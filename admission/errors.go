@@ -13,6 +13,9 @@ var (
 	// error's text names the field and the value. Nothing is written to Redis.
 	ErrInvalidQuota = errors.New("admitq: invalid quota")
 
+	// ErrInvalidID is returned for an empty entry ID.
+	ErrInvalidID = errors.New("admitq: invalid entry ID")
+
 	// ErrNoQuota is returned when a tenant has no quota of its own and there
 	// is no default quota either.
 	ErrNoQuota = errors.New("admitq: no quota")

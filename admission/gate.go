@@ -20,8 +20,11 @@ import (
 // decision is one atomic script call on Redis server time, so any number of
 // Gates in any number of processes share one exact limit per tenant.
 //
-// A Gate is safe for concurrent use. Most callers want Admit, or AdmitID when
-// they have an ID of their own to make retries idempotent.
+// A Gate is safe for concurrent use, and meant to be shared: concurrent
+// calls are group-committed into shared pipelines. Make one with New; the
+// zero value is not usable. Most callers want Admit, or AdmitID when they
+// have an ID of their own to make retries idempotent; AdmitBatch decides
+// many in one round trip.
 type Gate struct {
 	rdb     redis.UniversalClient
 	quotas  Quotas
@@ -32,7 +35,7 @@ type Gate struct {
 	counter *redis.Script
 	ids     *idGen
 
-	commit *committer // nil when batching is off
+	commit *committer // one request a pipeline when batching is off
 	deny   *denyCache // nil when the deny cache is off
 	brk    *breaker
 	local  *localLimiter
@@ -148,9 +151,6 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, fres
 	return g.decide(ctx, tenant, q, ids, fresh)
 }
 
-// ErrInvalidID is returned for an empty entry ID.
-var ErrInvalidID = errors.New("admitq: invalid entry ID")
-
 func (g *Gate) quota(ctx context.Context, tenant string) (Quota, error) {
 	q, err := g.quotas.Quota(ctx, tenant)
 	if err != nil {
@@ -238,15 +238,6 @@ func (g *Gate) remote(ctx context.Context, tenant string, q Quota, ids []string)
 // appendCounterArgs appends counter.lua's ARGV for n requests.
 func appendCounterArgs(args []any, q Quota, gran int64, n int) []any {
 	return append(args, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), gran, counterBuckets, n)
-}
-
-// appendAdmitArgs appends admit.lua's ARGV for one key.
-func appendAdmitArgs(args []any, q Quota, gran int64, ids []string) []any {
-	args = append(args, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), gran, len(ids))
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	return args
 }
 
 // parseDecisions reads a script reply for ids: the server time nowµs; res,

@@ -98,6 +98,16 @@ func (m *slotModel) admit(now int64, q Quota, gran int64, ids []string) []modelR
 	return append(out, modelResult{Code: hint})
 }
 
+// appendAdmitArgs appends admit.lua's ARGV for one key, as the committer
+// sends it.
+func appendAdmitArgs(args []any, q Quota, gran int64, ids []string) []any {
+	args = append(args, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), gran, len(ids))
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	return args
+}
+
 func ceil(x, g int64) int64 { return (x + g - 1) / g * g }
 
 func mapValues(m map[string]int64) func(func(int64) bool) {
