@@ -35,8 +35,6 @@ local function ceil(x, g)
 end
 
 local out = {now}
--- Slots after now are rare (deferrals), and ZCOUNT answers with a number,
--- cheaper than fetching the newest entry every time.
 local future = '(' .. string.format('%.0f', now)
 local a = 1
 for k = 1, #KEYS do
@@ -52,8 +50,13 @@ for k = 1, #KEYS do
   if card > 0 then
     card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
   end
+  local fresh = card == 0 -- the key is new (or emptied and gone): no TTL yet
+  -- Without rounding (gran 1) a slot never lies beyond the L-th newest
+  -- slot + window, so the newest slot cannot raise the max and is not read.
+  -- With rounding it can; slots after now are rare, and ZCOUNT answers
+  -- with a number, cheaper than reading the newest entry every time.
   local newest = now
-  if card > 0 and redis.call('ZCOUNT', key, future, '+inf') > 0 then
+  if gran > 1 and card > 0 and redis.call('ZCOUNT', key, future, '+inf') > 0 then
     local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     newest = tonumber(last[2])
   end
@@ -126,7 +129,14 @@ for k = 1, #KEYS do
   out[#out + 1] = hint
 
   if added then
-    redis.call('PEXPIRE', key, math.ceil((newest + window - now) / 1000) + 1)
+    -- GT on a key that has a TTL: never shorten it, say after a Release
+    -- freed a slot before a reservation that must outlive it.
+    local ttl = math.ceil((newest + window - now) / 1000) + 1
+    if fresh then
+      redis.call('PEXPIRE', key, ttl)
+    else
+      redis.call('PEXPIRE', key, ttl, 'GT')
+    end
   end
 end
 return out
