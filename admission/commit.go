@@ -144,16 +144,19 @@ func (c *committer) flushLoop(release func(Decision)) {
 }
 
 // group is one script call's share of a batch: one tenant's requests, in
-// arrival order.
+// arrival order. Most groups hold one request, whose IDs and pointer they
+// borrow rather than copy.
 type group struct {
 	key  string
 	q    Quota
 	gran int64
 	ids  []string
 	reqs []*request
+	one  [1]*request
 }
 
 func (c *committer) flush(batch []*request, release func(Decision)) {
+	all := make([]group, 0, len(batch)) // never grows: the pointers below stay valid
 	groups := make([]*group, 0, len(batch))
 	byKey := make(map[groupKey]*group, len(batch))
 	for _, r := range batch {
@@ -161,14 +164,17 @@ func (c *committer) flush(batch []*request, release func(Decision)) {
 			continue // its caller left before it was sent
 		}
 		k := groupKey{r.key, r.q, r.gran}
-		g := byKey[k]
-		if g == nil {
-			g = &group{key: r.key, q: r.q, gran: r.gran}
-			byKey[k] = g
-			groups = append(groups, g)
+		if g := byKey[k]; g != nil {
+			g.ids = append(g.ids[:len(g.ids):len(g.ids)], r.ids...) // copies: never the caller's
+			g.reqs = append(g.reqs, r)
+			continue
 		}
-		g.ids = append(g.ids, r.ids...)
-		g.reqs = append(g.reqs, r)
+		all = append(all, group{key: r.key, q: r.q, gran: r.gran, ids: r.ids})
+		g := &all[len(all)-1]
+		g.one[0] = r
+		g.reqs = g.one[:]
+		byKey[k] = g
+		groups = append(groups, g)
 	}
 	if len(groups) == 0 {
 		return
