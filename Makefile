@@ -42,6 +42,6 @@ lint:
 build:
 	$(GO) build ./...
 
-## bench: the admission benchmarks, no tests.
+## bench: the Go benchmarks (gate and script) against a real redis-server, no tests.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./admission/
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/bench/

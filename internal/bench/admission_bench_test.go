@@ -47,11 +47,11 @@ func measureRedis(b *testing.B, admin *redis.Client, decisionsPerOp int, f func(
 	}
 }
 
-// BenchmarkGate measures Gate.Admit with generated IDs, with and without
+// BenchmarkAdmit measures Gate.Admit with generated IDs, with and without
 // group commit, over 1000 tenants picked uniformly, each with a quota of
 // 100 per second and no MaxDelay (so it admits and rejects), against a real
 // redis-server.
-func BenchmarkGate(b *testing.B) {
+func BenchmarkAdmit(b *testing.B) {
 	srv := redistest.Start(b)
 	admin := srv.Client(b)
 	const tenants = 1000
