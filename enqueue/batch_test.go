@@ -148,6 +148,13 @@ func TestEnqueueRefusesInvalidTasksBeforeAdmission(t *testing.T) {
 		{desc: "an empty task type", tenant: "acme", task: asynq.NewTask("", nil)},
 		{desc: "a blank task ID", tenant: "acme", task: asynq.NewTask("test", nil), opts: []asynq.Option{asynq.TaskID("  ")}},
 		{desc: "an invalid tenant", tenant: "a\x00b", task: asynq.NewTask("test", nil), wantErr: admission.ErrInvalidTenant},
+		// What asynq would refuse, before it writes anything: refused
+		// before admission, so that it costs no slot.
+		{desc: "a Unique TTL under a second", tenant: "acme", task: asynq.NewTask("test", nil), opts: []asynq.Option{asynq.Unique(time.Millisecond)}},
+		{desc: "a Unique TTL under a second on the task", tenant: "acme", task: asynq.NewTask("test", nil, asynq.Unique(time.Millisecond))},
+		{desc: "a blank queue", tenant: "acme", task: asynq.NewTask("test", nil), opts: []asynq.Option{asynq.Queue(" ")}},
+		{desc: "a blank group", tenant: "acme", task: asynq.NewTask("test", nil), opts: []asynq.Option{asynq.Group("")}},
+		{desc: "a blank task ID overridden", tenant: "acme", task: asynq.NewTask("test", nil), opts: []asynq.Option{asynq.TaskID(""), asynq.TaskID("x")}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"strconv"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/admission"
 )
@@ -91,18 +93,36 @@ func New(c *asynq.Client, g *admission.Gate, opts ...Option) *Client {
 // queue, across tenants, while each tenant's log is its own: where tenants
 // pick IDs (say, from idempotency keys), put the tenant in the ID.
 //
+// Treat asynq.ErrTaskIDConflict as "the task is in the queue", even from a
+// single call with an ID of its own: go-redis retries a command that timed
+// out, and when the attempt that timed out did reach Redis, the retry finds
+// the task that attempt wrote.
+//
 // A task with its own asynq.ProcessAt or asynq.ProcessIn runs at the later
 // of that time and its slot. The tenant is stored in the task's headers
 // under TenantHeader, next to the task's own headers and options; the task
-// itself is not modified.
+// itself is not modified. Options that asynq would refuse (a blank queue
+// name, task ID or group, a Unique TTL under a second) are refused before
+// admission.
 //
-// If asynq fails to enqueue an admitted task, for example with
-// asynq.ErrDuplicateTask, a Redis error or a done ctx, Enqueue releases the
-// slot it took and returns asynq's error, wrapped (errors.Is works; when
-// ctx is done, the error matches context.Cause(ctx) as well). It
-// keeps the slot when asynq reports asynq.ErrTaskIDConflict, or when the
-// slot was not taken by this call (Decision.Existing): then it belongs to a
-// task already in asynq, or to another attempt at the same ID.
+// When ctx is done after admission, Enqueue does not call asynq; it
+// releases the slot it took and returns an error that matches ctx.Err()
+// and context.Cause(ctx). If asynq fails to enqueue an admitted task,
+// Enqueue returns asynq's error, wrapped (errors.Is works; when ctx is
+// done, the error matches ctx.Err() and context.Cause(ctx) as well), and
+// releases the slot only when the failure shows that nothing was written:
+// asynq.ErrDuplicateTask (another task holds the asynq.Unique lock), or a
+// Redis error reply that stopped asynq before its write. Any other failure
+// (a timeout, a network error, ctx done while asynq waited for Redis) is
+// ambiguous: the write may have reached Redis and the task may be in the
+// queue, so the slot stays with it, and a retry with the same ID finds it
+// (Decision.Existing). Should the task not be there, its slot idles until
+// the window passes: at most one slot for each such failure, never a task
+// past the quota. A slot this call did not take (Decision.Existing) is
+// never released, nor one whose enqueue got asynq.ErrTaskIDConflict: it
+// belongs to a task already in asynq, or to another attempt at the same ID.
+// When the release itself fails, its error is appended as text only, so
+// that errors.Is finds asynq's error and not the gate's.
 //
 // The Decision is returned with any error from asynq, for logging; it is the
 // zero value when the gate was not asked or failed.
@@ -206,6 +226,9 @@ func (c *Client) prepare(tenant string, task *asynq.Task, opts []asynq.Option) (
 	if err != nil {
 		return prepared{}, err
 	}
+	if err := checkOptions(topts, opts); err != nil {
+		return prepared{}, err
+	}
 	s := readScheduling(time.Now(), topts, opts)
 	p := prepared{tenant: tenant, task: task, topts: topts, sched: s, id: s.id, opts: opts}
 	if s.id == "" {
@@ -245,23 +268,94 @@ func (c *Client) enqueue(ctx context.Context, p prepared, d admission.Decision) 
 	}
 	p.header[SlotHeader] = strconv.FormatInt(slot.UnixMilli(), 10)
 	task := asynq.NewTaskWithHeaders(p.task.Type(), p.task.Payload(), p.header, p.topts...)
+	if ctx.Err() != nil {
+		// Done after admission: asynq is not called, so nothing was
+		// written and the slot can go back.
+		return nil, c.release(ctx, d, fmt.Errorf("enqueue: tenant %q, task %q: not enqueued: %w", p.tenant, p.id, ctxError(ctx)))
+	}
 	info, err := c.asynq.EnqueueContext(ctx, task, opts...)
 	if err == nil {
 		return info, nil
 	}
-	if cerr := context.Cause(ctx); cerr != nil && !errors.Is(err, cerr) {
+	refused := notWritten(err)
+	if ctx.Err() != nil && !(errors.Is(err, ctx.Err()) && errors.Is(err, context.Cause(ctx))) {
 		// asynq flattens Redis errors into text; keep the caller's
 		// cancellation visible to errors.Is.
-		err = fmt.Errorf("%w: %w", cerr, err)
+		err = fmt.Errorf("%w: %w", ctxError(ctx), err)
 	}
 	err = fmt.Errorf("enqueue: tenant %q, task %q: %w", p.tenant, p.id, err)
-	if d.Existing || errors.Is(err, asynq.ErrTaskIDConflict) {
+	if !refused {
+		// A timeout, a network error, a ctx done while asynq waited: the
+		// write may have reached Redis, which then runs it, so the task may
+		// be in the queue, and its slot stays with it. Releasing it would
+		// let the tenant's next task past the quota. At worst the slot
+		// idles until the window passes. ErrTaskIDConflict lands here too:
+		// the task with this ID is in the queue and owns the slot.
 		return nil, err
+	}
+	return nil, c.release(ctx, d, err)
+}
+
+// notWritten reports whether asynq's error err says for certain that the
+// task was not written, so that its slot can be released:
+//
+//   - asynq.ErrDuplicateTask: another task holds the Unique lock, and
+//     asynq's script wrote nothing. One case slips through: go-redis
+//     retries a script call that timed out, and if the attempt that timed
+//     out did run, it took the lock for this very task, so the retry finds
+//     the lock held and reports a duplicate of the task it enqueued. Only
+//     the lock's value (the ID that holds it) tells the two apart, and the
+//     Client has no connection of its own to asynq's Redis to read it.
+//     Releasing a duplicate's slot is what Unique callers need, or every
+//     refused duplicate would idle a slot for a window; the slip needs a
+//     timeout whose write landed, on a Unique task, and costs one slot.
+//   - a Redis error reply (a redis.Error that is not a connection or
+//     timeout problem). asynq v0.26.0 keeps one only from the SADD of the
+//     queue's name, which goes before the task's write and, failing, stops
+//     it. The write itself is asynq's Lua script, and asynq flattens the
+//     script's error into text ("redis eval error: ..."), where a reply such
+//     as WRONGTYPE or OOM reads much as a timeout does; telling them apart
+//     would mean parsing go-redis's and Redis's wording. Nor would that be
+//     safe: a script that failed part-way has run its earlier writes (Redis
+//     does not roll a script back), and a reply to a retry does not say that
+//     the attempt which timed out before it wrote nothing. So a failed
+//     script keeps its slot.
+//
+// Everything else may have reached Redis.
+func notWritten(err error) bool {
+	if errors.Is(err, asynq.ErrDuplicateTask) {
+		return true
+	}
+	var rerr redis.Error
+	var nerr net.Error
+	return errors.As(err, &rerr) && !errors.As(err, &nerr) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// release gives back the slot d took, for a task that is certainly not in
+// the queue, and returns err, the reason, with the Release's own error
+// appended when it fails. That error is text only (%v): errors.Is must not
+// find admission.ErrUnavailable in a failure that happened after admission.
+// It keeps a slot this call did not take (Decision.Existing): that slot
+// belongs to an earlier attempt at the same ID, which may have enqueued it.
+func (c *Client) release(ctx context.Context, d admission.Decision, err error) error {
+	if d.Existing {
+		return err
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	if rerr := c.gate.Release(rctx, d); rerr != nil {
-		return nil, fmt.Errorf("%w (releasing its slot failed too: %w)", err, rerr)
+		return fmt.Errorf("%w (releasing its slot failed too: %v)", err, rerr)
 	}
-	return nil, err
+	return err
+}
+
+// ctxError is the error of ctx, which is done: it matches both ctx.Err()
+// and context.Cause(ctx) through errors.Is.
+func ctxError(ctx context.Context) error {
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause == nil || cause == err {
+		return err
+	}
+	return fmt.Errorf("%w: %w", err, cause)
 }

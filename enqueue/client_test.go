@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/enqueue"
@@ -439,13 +441,18 @@ func TestRejectedError(t *testing.T) {
 
 func TestEnqueueFailureReleasesTheSlot(t *testing.T) {
 	// Each case enqueues "first", then "probe", whose asynq enqueue fails.
-	// The log must then hold wantEntries: 1 if probe's slot was released.
+	// The slot is released only when the failure shows that asynq wrote
+	// nothing: the log must then hold 1 entry, and 2 if the slot was kept.
 	tests := []struct {
 		desc        string
 		probeTask   *asynq.Task
 		probeOpts   []asynq.Option
 		cancelAsynq bool // cancel the context as asynq starts its enqueue
 		aroundGate  bool // enqueue first with asynq directly, so it has no entry
+		// breakKey, when set, is made a string before the probe, so that
+		// asynq's command on it fails with a WRONGTYPE reply; it is deleted
+		// again before the checks.
+		breakKey    string
 		firstTask   *asynq.Task
 		wantErr     error
 		wantEntries int
@@ -458,19 +465,39 @@ func TestEnqueueFailureReleasesTheSlot(t *testing.T) {
 			wantEntries: 1,
 		},
 		{
-			desc:        "a context cancelled after admission releases its slot",
+			// The hook cancels just before asynq's command, which then
+			// fails. Here it never left the client, but Enqueue cannot know
+			// that: a context that ends while asynq waits for Redis may end
+			// after the write reached Redis, so the failure is ambiguous and
+			// the slot stays with the task that may be in the queue.
+			desc:        "a context cancelled while asynq enqueues keeps the slot",
 			firstTask:   asynq.NewTask("test", nil),
 			probeTask:   asynq.NewTask("test", nil),
 			cancelAsynq: true,
 			wantErr:     context.Canceled,
+			wantEntries: 2,
+		},
+		{
+			// asynq records each new queue's name (SADD asynq:queues) before
+			// it writes the task, and keeps the Redis error of that call.
+			desc:        "a Redis error reply before asynq's write releases its slot",
+			firstTask:   asynq.NewTask("test", nil),
+			probeTask:   asynq.NewTask("test", nil),
+			probeOpts:   []asynq.Option{asynq.Queue("other")},
+			breakKey:    "asynq:queues",
+			wantErr:     redisError,
 			wantEntries: 1,
 		},
 		{
-			desc:        "an option asynq refuses releases its slot",
+			// asynq flattens its script's errors into text, and a script
+			// that fails part-way has made its earlier writes (here, the
+			// task's hash): the failure is ambiguous.
+			desc:        "a Redis error reply from asynq's script keeps the slot",
 			firstTask:   asynq.NewTask("test", nil),
 			probeTask:   asynq.NewTask("test", nil),
-			probeOpts:   []asynq.Option{asynq.Unique(time.Millisecond)},
-			wantEntries: 1,
+			probeOpts:   []asynq.Option{asynq.Queue("other")},
+			breakKey:    "asynq:{other}:pending",
+			wantEntries: 2,
 		},
 		{
 			desc:        "a TaskIDConflict keeps the slot of the task already in asynq",
@@ -510,12 +537,33 @@ func TestEnqueueFailureReleasesTheSlot(t *testing.T) {
 			if tc.cancelAsynq {
 				hook.arm(cancel)
 			}
+			var saved []string
+			if tc.breakKey != "" {
+				saved, _ = f.mr.Members(tc.breakKey) // asynq:queues is a set
+				f.mr.Del(tc.breakKey)
+				if err := f.mr.Set(tc.breakKey, "not a "+tc.breakKey); err != nil {
+					t.Fatal(err)
+				}
+			}
 			opts := append([]asynq.Option{asynq.TaskID("probe")}, tc.probeOpts...)
 			info, d, err := f.client.Enqueue(ctx, "acme", tc.probeTask, opts...)
+			if tc.breakKey != "" {
+				f.mr.Del(tc.breakKey)
+				if len(saved) > 0 {
+					if _, err := f.mr.SetAdd(tc.breakKey, saved...); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
 			if err == nil {
 				t.Fatalf("Enqueue(probe) = %+v, want an error", info)
 			}
-			if tc.wantErr != nil && !errors.Is(err, tc.wantErr) {
+			if tc.wantErr == redisError {
+				var rerr redis.Error
+				if !errors.As(err, &rerr) {
+					t.Errorf("err = %v, want a redis.Error in its chain", err)
+				}
+			} else if tc.wantErr != nil && !errors.Is(err, tc.wantErr) {
 				t.Errorf("err = %v, want errors.Is %v", err, tc.wantErr)
 			}
 			if d.Outcome != admission.Admitted {
@@ -529,5 +577,91 @@ func TestEnqueueFailureReleasesTheSlot(t *testing.T) {
 				t.Errorf("queue mismatch (-want,+got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// redisError stands for "a redis.Error" in the wantErr of a test case.
+var redisError = errors.New("a redis.Error")
+
+// TestEnqueueCancelledBeforeAsynq cancels the context between admission
+// and asynq: a batch of three is admitted in one round trip, and the
+// context ends once asynq has written the first task. Enqueue must not call
+// asynq for the others, and must give back the slot of each that this call
+// took; the one an earlier attempt took (Existing) stays.
+func TestEnqueueCancelledBeforeAsynq(t *testing.T) {
+	hook := &scriptDoneHook{}
+	f := newFixture(t, fixtureConfig{quota: roomy, asynqHook: hook})
+	// An earlier attempt at "b1" took its slot but never reached asynq.
+	if _, err := f.gate.AdmitID(context.Background(), "acme", "b1"); err != nil {
+		t.Fatalf("AdmitID(b1): %v", err)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	cause := errors.New("the caller gave up")
+	hook.arm(func() { cancel(cause) })
+
+	tasks := []*asynq.Task{
+		asynq.NewTask("test", nil, asynq.TaskID("b0")),
+		asynq.NewTask("test", nil, asynq.TaskID("b1")),
+		asynq.NewTask("test", nil, asynq.TaskID("b2")),
+	}
+	rs, err := f.client.EnqueueBatch(ctx, "acme", tasks)
+	if err != nil {
+		t.Fatalf("EnqueueBatch: %v", err)
+	}
+	if !hook.fired.Load() {
+		t.Fatal("the context was never cancelled")
+	}
+	if rs[0].Err != nil {
+		t.Errorf("b0: %v, want enqueued", rs[0].Err)
+	}
+	for i, r := range rs[1:] {
+		switch {
+		case !errors.Is(r.Err, context.Canceled) || !errors.Is(r.Err, cause):
+			t.Errorf("b%d: err = %v, want one matching context.Canceled and the cause", i+1, r.Err)
+		case r.Decision.Outcome != admission.Admitted:
+			t.Errorf("b%d: decision = %v, want admitted", i+1, r.Decision.Outcome)
+		}
+	}
+	if !rs[1].Decision.Existing || rs[2].Decision.Existing {
+		t.Errorf("existing = %v, %v; want true for b1 only", rs[1].Decision.Existing, rs[2].Decision.Existing)
+	}
+	if n := hook.after.Load(); n != 0 {
+		t.Errorf("asynq sent %d commands after the context was done, want none", n)
+	}
+	pending, scheduled := f.queued(t, "default")
+	if diff := cmp.Diff([]string{"b0"}, append(pending, scheduled...)); diff != "" {
+		t.Errorf("queue mismatch (-want,+got):\n%s", diff)
+	}
+	// b0's slot and b1's (taken by the earlier attempt) remain; b2's went back.
+	if got := f.usage(t, "acme"); got != 2 {
+		t.Errorf("log holds %d entries, want 2 (b0, b1)", got)
+	}
+}
+
+// TestEnqueueReleaseFailure makes the Release after a definite failure fail
+// too: the error must still match asynq's error, and not the gate's
+// admission.ErrUnavailable, which says the task was not admitted.
+func TestEnqueueReleaseFailure(t *testing.T) {
+	f := newFixture(t, fixtureConfig{quota: roomy, gateHook: failHook{name: "zrem"}})
+	task := asynq.NewTask("same", []byte("x"), asynq.Unique(time.Hour))
+	if _, _, err := f.client.Enqueue(context.Background(), "acme", task, asynq.TaskID("first")); err != nil {
+		t.Fatalf("Enqueue(first): %v", err)
+	}
+	_, d, err := f.client.Enqueue(context.Background(), "acme", task, asynq.TaskID("probe"))
+	if !errors.Is(err, asynq.ErrDuplicateTask) {
+		t.Fatalf("Enqueue(probe) = %v, want asynq.ErrDuplicateTask", err)
+	}
+	if errors.Is(err, admission.ErrUnavailable) {
+		t.Errorf("err = %v matches admission.ErrUnavailable", err)
+	}
+	if !strings.Contains(err.Error(), "releasing its slot failed too") {
+		t.Errorf("err = %v, want it to say that the release failed", err)
+	}
+	if d.Outcome != admission.Admitted || d.Existing {
+		t.Errorf("decision = %+v, want admitted by this call", d)
+	}
+	if got := f.usage(t, "acme"); got != 2 {
+		t.Errorf("log holds %d entries, want 2: the release failed", got)
 	}
 }

@@ -13,7 +13,15 @@
 //
 // The task ID is the gate's entry ID, so a producer that retries after a
 // timeout takes no second slot. If the asynq enqueue fails after admission,
-// the slot is given back. The tenant travels in the task's headers under
+// the slot is given back only when nothing can have been written: ctx was
+// done before asynq was called, asynq returned asynq.ErrDuplicateTask, or
+// Redis refused the call before the write. After an ambiguous failure (a
+// timeout, a network error, ctx done while asynq waited) the task may be in
+// the queue, so its slot is kept: at most one slot per such failure idles
+// until the window passes, and the tenant is never admitted past its quota.
+// asynq.ErrTaskIDConflict means the task is in the queue, even from a single
+// Enqueue: go-redis retries a command that timed out, and finds the task its
+// first attempt wrote. The tenant travels in the task's headers under
 // TenantHeader; package worker hands it to handlers.
 //
 // Slots are on the Redis clock, while asynq runs scheduled tasks by the
@@ -32,8 +40,11 @@
 //	switch {
 //	case errors.As(err, &rej):
 //		// Over quota: try again after rej.RetryAfter().
+//	case errors.Is(err, asynq.ErrTaskIDConflict):
+//		// The task is in the queue, put there by this call or an earlier one.
 //	case err != nil:
-//		// Not enqueued; the caller still holds the task.
+//		// Not enqueued, or (after a timeout) perhaps enqueued: retry with
+//		// the same task ID, which takes no second slot.
 //	default:
 //		log.Printf("task %s %s, runs at %v", info.ID, d.Outcome, info.NextProcessAt)
 //	}

@@ -2,6 +2,7 @@ package enqueue
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"time"
@@ -58,6 +59,32 @@ func readScheduling(now time.Time, lists ...[]asynq.Option) scheduling {
 		}
 	}
 	return s
+}
+
+// checkOptions refuses what asynq's option parsing would refuse: a blank
+// queue name, task ID or group key, or a Unique TTL under a second. Enqueue
+// checks before admission, since asynq's refusal, a plain error like any
+// other, could not be told from a failed write after it, and would cost the
+// tenant a slot until the window passes.
+func checkOptions(lists ...[]asynq.Option) error {
+	for _, opts := range lists {
+		for _, o := range opts {
+			if o == nil {
+				continue
+			}
+			switch v := o.Value(); o.Type() {
+			case asynq.QueueOpt, asynq.TaskIDOpt, asynq.GroupOpt:
+				if s, ok := v.(string); ok && isBlank(s) {
+					return fmt.Errorf("enqueue: option %v is blank", o)
+				}
+			case asynq.UniqueOpt:
+				if d, ok := v.(time.Duration); ok && d < time.Second {
+					return fmt.Errorf("enqueue: option %v: asynq needs a Unique TTL of at least 1s", o)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // hasTaskID reports whether opts set a task ID.

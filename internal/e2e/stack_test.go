@@ -309,3 +309,41 @@ func (h *cancelHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		return next(ctx, cmds)
 	}
 }
+
+// scriptDoneHook is a go-redis hook for asynq's connection that, once
+// armed, cancels a context as soon as a script call (asynq's write of a
+// task) has succeeded, and then counts every command that follows.
+type scriptDoneHook struct {
+	cancel atomic.Pointer[context.CancelFunc]
+	fired  atomic.Bool
+	after  atomic.Int64 // commands begun after the cancel
+}
+
+func (h *scriptDoneHook) arm(cancel context.CancelFunc) { h.cancel.Store(&cancel) }
+
+func (h *scriptDoneHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *scriptDoneHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.fired.Load() {
+			h.after.Add(1)
+		}
+		err := next(ctx, cmd)
+		if name := cmd.Name(); err == nil && (name == "evalsha" || name == "eval") {
+			if c := h.cancel.Swap(nil); c != nil {
+				h.fired.Store(true)
+				(*c)()
+			}
+		}
+		return err
+	}
+}
+
+func (h *scriptDoneHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.fired.Load() {
+			h.after.Add(int64(len(cmds)))
+		}
+		return next(ctx, cmds)
+	}
+}
