@@ -485,7 +485,7 @@ func TestEnqueueFailureReleasesTheSlot(t *testing.T) {
 			probeTask:   asynq.NewTask("test", nil),
 			probeOpts:   []asynq.Option{asynq.Queue("other")},
 			breakKey:    "asynq:queues",
-			wantErr:     redisError,
+			wantErr:     errRedisReply,
 			wantEntries: 1,
 		},
 		{
@@ -558,7 +558,7 @@ func TestEnqueueFailureReleasesTheSlot(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Enqueue(probe) = %+v, want an error", info)
 			}
-			if tc.wantErr == redisError {
+			if tc.wantErr == errRedisReply {
 				var rerr redis.Error
 				if !errors.As(err, &rerr) {
 					t.Errorf("err = %v, want a redis.Error in its chain", err)
@@ -580,8 +580,8 @@ func TestEnqueueFailureReleasesTheSlot(t *testing.T) {
 	}
 }
 
-// redisError stands for "a redis.Error" in the wantErr of a test case.
-var redisError = errors.New("a redis.Error")
+// errRedisReply stands for "a redis.Error" in the wantErr of a test case.
+var errRedisReply = errors.New("a redis.Error")
 
 // TestEnqueueCancelledBeforeAsynq cancels the context between admission
 // and asynq: a batch of three is admitted in one round trip, and the
