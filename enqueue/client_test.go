@@ -16,6 +16,7 @@ import (
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/enqueue"
+	"github.com/admitq/admitq/internal/redistest"
 )
 
 var roomy = admission.Quota{Limit: 100, Window: time.Minute, MaxDelay: time.Hour}
@@ -524,7 +525,7 @@ func TestEnqueueFailureReleasesTheSlot(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			cfg := fixtureConfig{quota: roomy}
-			hook := &cancelHook{}
+			hook := &redistest.CancelHook{}
 			cfg.asynqHook = hook
 			f := newFixture(t, cfg)
 			if tc.aroundGate {
@@ -535,7 +536,7 @@ func TestEnqueueFailureReleasesTheSlot(t *testing.T) {
 				t.Fatalf("Enqueue(first): %v", err)
 			}
 			if tc.cancelAsynq {
-				hook.arm(cancel)
+				hook.Arm(cancel)
 			}
 			var saved []string
 			if tc.breakKey != "" {
@@ -589,7 +590,7 @@ var errRedisReply = errors.New("a redis.Error")
 // asynq for the others, and must give back the slot of each that this call
 // took; the one an earlier attempt took (Existing) stays.
 func TestEnqueueCancelledBeforeAsynq(t *testing.T) {
-	hook := &scriptDoneHook{}
+	hook := &redistest.ScriptDoneHook{}
 	f := newFixture(t, fixtureConfig{quota: roomy, asynqHook: hook})
 	// An earlier attempt at "b1" took its slot but never reached asynq.
 	if _, err := f.gate.AdmitID(context.Background(), "acme", "b1"); err != nil {
@@ -598,7 +599,7 @@ func TestEnqueueCancelledBeforeAsynq(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	cause := errors.New("the caller gave up")
-	hook.arm(func() { cancel(cause) })
+	hook.Arm(func() { cancel(cause) })
 
 	tasks := []*asynq.Task{
 		asynq.NewTask("test", nil, asynq.TaskID("b0")),
@@ -609,7 +610,7 @@ func TestEnqueueCancelledBeforeAsynq(t *testing.T) {
 	if err != nil {
 		t.Fatalf("EnqueueBatch: %v", err)
 	}
-	if !hook.fired.Load() {
+	if !hook.Fired() {
 		t.Fatal("the context was never cancelled")
 	}
 	if rs[0].Err != nil {
@@ -626,7 +627,7 @@ func TestEnqueueCancelledBeforeAsynq(t *testing.T) {
 	if !rs[1].Decision.Existing || rs[2].Decision.Existing {
 		t.Errorf("existing = %v, %v; want true for b1 only", rs[1].Decision.Existing, rs[2].Decision.Existing)
 	}
-	if n := hook.after.Load(); n != 0 {
+	if n := hook.After(); n != 0 {
 		t.Errorf("asynq sent %d commands after the context was done, want none", n)
 	}
 	pending, scheduled := f.queued(t, "default")
@@ -643,7 +644,7 @@ func TestEnqueueCancelledBeforeAsynq(t *testing.T) {
 // too: the error must still match asynq's error, and not the gate's
 // admission.ErrUnavailable, which says the task was not admitted.
 func TestEnqueueReleaseFailure(t *testing.T) {
-	f := newFixture(t, fixtureConfig{quota: roomy, gateHook: failHook{name: "zrem"}})
+	f := newFixture(t, fixtureConfig{quota: roomy, gateHook: redistest.FailHook{Name: "zrem"}})
 	task := asynq.NewTask("same", []byte("x"), asynq.Unique(time.Hour))
 	if _, _, err := f.client.Enqueue(context.Background(), "acme", task, asynq.TaskID("first")); err != nil {
 		t.Fatalf("Enqueue(first): %v", err)

@@ -2,8 +2,6 @@ package enqueue_test
 
 import (
 	"context"
-	"io"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,94 +108,4 @@ func (f *fixture) queued(t *testing.T, queue string) (pending, scheduled []strin
 		scheduled = append(scheduled, ti.ID)
 	}
 	return pending, scheduled
-}
-
-// cancelHook is a go-redis hook that, once armed, cancels a context just
-// before the next command, so that the command fails exactly as a caller's
-// cancellation makes it fail.
-type cancelHook struct {
-	cancel atomic.Pointer[context.CancelFunc]
-}
-
-func (h *cancelHook) arm(cancel context.CancelFunc) { h.cancel.Store(&cancel) }
-
-func (h *cancelHook) fire() {
-	if c := h.cancel.Swap(nil); c != nil {
-		(*c)()
-	}
-}
-
-func (h *cancelHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *cancelHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.fire()
-		return next(ctx, cmd)
-	}
-}
-
-func (h *cancelHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.fire()
-		return next(ctx, cmds)
-	}
-}
-
-// scriptDoneHook is a go-redis hook for asynq's connection that, once
-// armed, cancels a context as soon as a script call (asynq's write of a
-// task) has succeeded, and then counts every command that follows: none
-// should, once the context is done.
-type scriptDoneHook struct {
-	cancel atomic.Pointer[context.CancelFunc]
-	fired  atomic.Bool
-	after  atomic.Int64 // commands begun after the cancel
-}
-
-func (h *scriptDoneHook) arm(cancel context.CancelFunc) { h.cancel.Store(&cancel) }
-
-func (h *scriptDoneHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *scriptDoneHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.fired.Load() {
-			h.after.Add(1)
-		}
-		err := next(ctx, cmd)
-		if name := cmd.Name(); err == nil && (name == "evalsha" || name == "eval") {
-			if c := h.cancel.Swap(nil); c != nil {
-				h.fired.Store(true)
-				(*c)()
-			}
-		}
-		return err
-	}
-}
-
-func (h *scriptDoneHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if h.fired.Load() {
-			h.after.Add(int64(len(cmds)))
-		}
-		return next(ctx, cmds)
-	}
-}
-
-// failHook is a go-redis hook that fails every command named name, as a
-// connection reset would, without sending it.
-type failHook struct{ name string }
-
-func (h failHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h failHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == h.name {
-			cmd.SetErr(io.EOF)
-			return io.EOF
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h failHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/internal/redistest"
 )
 
 // TestSlotRelease makes the asynq enqueue fail after admission and checks
@@ -66,7 +67,7 @@ func TestSlotRelease(t *testing.T) {
 			// Limit 2: if the probe's slot is released, the next task is
 			// admitted now; if it leaked, the next one is deferred.
 			q := admission.Quota{Limit: 2, Window: time.Minute, MaxDelay: time.Hour}
-			hook := &cancelHook{}
+			hook := &redistest.CancelHook{}
 			s := newStack(t, admission.StaticQuotas{Default: &q}, hook)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -76,7 +77,7 @@ func TestSlotRelease(t *testing.T) {
 				t.Fatalf("Enqueue(first): %v", err)
 			}
 			if tc.cancel {
-				hook.arm(cancel)
+				hook.Arm(cancel)
 			}
 			opts := append([]asynq.Option{asynq.TaskID("probe")}, tc.probeOpts...)
 			info, d, err := s.client.Enqueue(ctx, "acme", tc.probe, opts...)
@@ -132,11 +133,11 @@ func TestSlotRelease(t *testing.T) {
 func TestSlotReleaseCancelledBeforeAsynq(t *testing.T) {
 	t.Parallel()
 	q := admission.Quota{Limit: 2, Window: time.Minute, MaxDelay: time.Hour}
-	hook := &scriptDoneHook{}
+	hook := &redistest.ScriptDoneHook{}
 	s := newStack(t, admission.StaticQuotas{Default: &q}, hook)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	hook.arm(cancel)
+	hook.Arm(cancel)
 
 	rs, err := s.enqueueBatch(ctx, "acme", []*asynq.Task{
 		asynq.NewTask("work", nil, asynq.TaskID("b0")),
@@ -151,7 +152,7 @@ func TestSlotReleaseCancelledBeforeAsynq(t *testing.T) {
 	if !errors.Is(rs[1].Err, context.Canceled) || rs[1].Decision.Outcome != admission.Admitted {
 		t.Errorf("b1 = %v, %v; want admitted, then context.Canceled", rs[1].Decision.Outcome, rs[1].Err)
 	}
-	if n := hook.after.Load(); n != 0 {
+	if n := hook.After(); n != 0 {
 		t.Errorf("asynq sent %d commands after the context was done, want none", n)
 	}
 	if got := s.entries(t, "acme"); got != 1 {
