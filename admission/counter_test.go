@@ -206,3 +206,25 @@ func TestCounterModeUsageAndRelease(t *testing.T) {
 		t.Fatalf("after a release, FIFO still holds: %v, want deferred behind the reservation", d.Outcome)
 	}
 }
+
+// TestDenyCachePerGranularity: gates that share state through
+// AtGranularity do not share retry hints, which depend on rounding. A hint
+// from a one-second gate says a request is rejected until the window's
+// slot rounded up to the second, less MaxDelay; at one microsecond Redis
+// would defer it well before that.
+func TestDenyCachePerGranularity(t *testing.T) {
+	q := Quota{Limit: 1, Window: time.Second, MaxDelay: 500 * time.Millisecond}
+	g, mr, _ := clockedGate(t, q, WithDenyCache(true))
+	seconds := g.AtGranularity(time.Second)
+	t0 := time.Unix(1_780_000_000, 300_000_000)
+	mr.SetTime(t0)
+	ctx := context.Background()
+	if d, err := seconds.Admit(ctx, "g"); err != nil || d.Outcome != Admitted {
+		t.Fatalf("Admit at 1s granularity = %+v, %v; want admitted", d, err)
+	}
+	mr.SetTime(t0.Add(900 * time.Millisecond))
+	d, err := g.Admit(ctx, "g")
+	if err != nil || d.Outcome != Deferred || d.Local || !d.At.Equal(t0.Add(time.Second)) {
+		t.Fatalf("Admit at 1µs granularity = %+v, %v; want deferred by Redis to %v", d, err, t0.Add(time.Second))
+	}
+}

@@ -20,6 +20,7 @@ type denyCache struct {
 
 type denial struct {
 	q     Quota
+	gran  int64     // the granularity the hint was computed at
 	until time.Time // local clock
 	now   time.Time // Redis time of the rejection
 	at    time.Time // Redis time a retry could succeed
@@ -30,11 +31,15 @@ func newDenyCache(max int) *denyCache {
 }
 
 // lookup returns the rejection that still holds for tenant under q.
-func (c *denyCache) lookup(tenant string, q Quota, now time.Time) (denial, bool) {
+//
+// A hint holds only at the granularity it was computed at: rounding moves
+// the slot a request could get, so gates that share the cache at another
+// granularity (Gate.AtGranularity) ask Redis instead.
+func (c *denyCache) lookup(tenant string, q Quota, gran int64, now time.Time) (denial, bool) {
 	c.mu.RLock()
 	d, ok := c.entries[tenant]
 	c.mu.RUnlock()
-	if !ok || d.q != q || !now.Before(d.until) {
+	if !ok || d.q != q || d.gran != gran || !now.Before(d.until) {
 		return denial{}, false
 	}
 	return d, true
@@ -42,8 +47,8 @@ func (c *denyCache) lookup(tenant string, q Quota, now time.Time) (denial, bool)
 
 // put records that Redis, at its time serverNow, will reject every new
 // request of tenant until its time at.
-func (c *denyCache) put(tenant string, q Quota, serverNow, at, now time.Time) {
-	d := denial{q: q, until: now.Add(at.Sub(serverNow)), now: serverNow, at: at}
+func (c *denyCache) put(tenant string, q Quota, gran int64, serverNow, at, now time.Time) {
+	d := denial{q: q, gran: gran, until: now.Add(at.Sub(serverNow)), now: serverNow, at: at}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.entries) >= c.max {

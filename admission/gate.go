@@ -168,7 +168,7 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 		return g.withoutRedis(tenant, q, ids, now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, tenant))
 	}
 	if g.deny != nil {
-		if d, ok := g.deny.lookup(tenant, q, now); ok && (fresh || q.Mode == Counter || !g.held(ctx, tenant, ids)) {
+		if d, ok := g.deny.lookup(tenant, q, g.gran, now); ok && (fresh || q.Mode == Counter || !g.held(ctx, tenant, ids)) {
 			return d.decisions(tenant, ids, now), nil
 		}
 	}
@@ -184,7 +184,7 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 	if g.deny != nil && !hint.IsZero() {
 		// The clock read after the reply errs late, never early, so the
 		// cache never answers for Redis after Redis would have admitted.
-		g.deny.put(tenant, q, ds[0].Now, hint, time.Now())
+		g.deny.put(tenant, q, g.gran, ds[0].Now, hint, time.Now())
 	}
 	return ds, nil
 }
