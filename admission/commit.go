@@ -104,7 +104,14 @@ func (c *committer) do(ctx context.Context, r *request, release func(Decision)) 
 		t.Reset(c.timeout)
 	}
 	defer func() {
-		t.Stop()
+		if !t.Stop() {
+			// Under pre-1.23 timer semantics (a main module on an older go
+			// line) a fired timer keeps its tick; never pool a stale one.
+			select {
+			case <-t.C:
+			default:
+			}
+		}
 		c.timers.Put(t)
 	}()
 	var gaveUp error

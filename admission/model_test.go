@@ -35,10 +35,8 @@ func (m *slotModel) admit(now int64, q Quota, gran int64, ids []string) []modelR
 		}
 	}
 	newest := now
-	if gran > 1 { // without rounding the newest slot never raises the max
-		for _, s := range m.log {
-			newest = max(newest, s)
-		}
+	for _, s := range m.log {
+		newest = max(newest, s)
 	}
 	var out []modelResult
 	var retryAt *int64

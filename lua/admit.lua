@@ -36,6 +36,15 @@ end
 
 local out = {now}
 local future = '(' .. string.format('%.0f', now)
+
+-- Count every log first: a key of the wrong type fails the script here,
+-- before any key is written, so a failed call never leaves half a batch.
+local cards = {}
+for k = 1, #KEYS do
+  cards[k] = redis.call('ZCARD', KEYS[k])
+end
+local seen = {}
+
 local a = 1
 for k = 1, #KEYS do
   local key = KEYS[k]
@@ -46,17 +55,21 @@ for k = 1, #KEYS do
   local n = tonumber(ARGV[a + 4])
   a = a + 5
 
-  local card = redis.call('ZCARD', key)
+  local card = cards[k]
+  if seen[key] then -- a second group of one tenant: count it anew
+    card = redis.call('ZCARD', key)
+  end
+  seen[key] = true
   if card > 0 then
     card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
   end
   local fresh = card == 0 -- the key is new (or emptied and gone): no TTL yet
-  -- Without rounding (gran 1) a slot never lies beyond the L-th newest
-  -- slot + window, so the newest slot cannot raise the max and is not read.
-  -- With rounding it can; slots after now are rare, and ZCOUNT answers
-  -- with a number, cheaper than reading the newest entry every time.
+  -- Slots after now are rare (deferrals), and ZCOUNT answers with a
+  -- number, cheaper than reading the newest entry every time. (Rounding,
+  -- by this gate or another one on the same tenant, can put the newest
+  -- slot beyond the L-th newest + window.)
   local newest = now
-  if gran > 1 and card > 0 and redis.call('ZCOUNT', key, future, '+inf') > 0 then
+  if card > 0 and redis.call('ZCOUNT', key, future, '+inf') > 0 then
     local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     newest = tonumber(last[2])
   end
