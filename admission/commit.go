@@ -54,6 +54,7 @@ type request struct {
 	q      Quota
 	gran   int64
 	ids    []string
+	fresh  bool // the gate generated ids: no one else can ask for them
 
 	state atomic.Int32
 	done  chan struct{}
@@ -79,11 +80,11 @@ func newCommitter(rdb redis.UniversalClient, admit, counter *redis.Script, timeo
 // do queues r and waits for its decisions, for ctx, or for the committer's
 // timeout, and returns Redis's errors as they are, for the caller to map.
 // If ctx or the timeout ends first, the call returns at once (with the
-// context's error or context.DeadlineExceeded); should the pipeline still
-// record slots for r, it releases them, so a caller that gave up holds no
-// slot. The wait never depends on the Redis connection, so it is bounded
+// context's error or context.DeadlineExceeded). forget is called, off the
+// caller's path, for a request whose generated IDs may hold slots nobody
+// will use. The wait never depends on the Redis connection, so it is bounded
 // even for a client that ignores context deadlines.
-func (c *committer) do(ctx context.Context, r *request, release func(Decision)) ([]Decision, error) {
+func (c *committer) do(ctx context.Context, r *request, forget func(*request)) ([]Decision, error) {
 	r.done = make(chan struct{})
 	c.mu.Lock()
 	c.pending = append(c.pending, r)
@@ -93,7 +94,7 @@ func (c *committer) do(ctx context.Context, r *request, release func(Decision)) 
 	}
 	c.mu.Unlock()
 	if start {
-		go c.flushLoop(release)
+		go c.flushLoop(forget)
 	}
 	// A pooled timer rather than context.WithTimeout: this is the hot path,
 	// and since Go 1.23 a stopped timer can be reset without draining.
@@ -130,7 +131,7 @@ func (c *committer) do(ctx context.Context, r *request, release func(Decision)) 
 	return r.ds, r.err
 }
 
-func (c *committer) flushLoop(release func(Decision)) {
+func (c *committer) flushLoop(forget func(*request)) {
 	for {
 		c.mu.Lock()
 		batch := c.pending
@@ -146,7 +147,7 @@ func (c *committer) flushLoop(release func(Decision)) {
 			c.pending = nil
 		}
 		c.mu.Unlock()
-		c.flush(batch, release)
+		c.flush(batch, forget)
 	}
 }
 
@@ -162,7 +163,7 @@ type group struct {
 	one  [1]*request
 }
 
-func (c *committer) flush(batch []*request, release func(Decision)) {
+func (c *committer) flush(batch []*request, forget func(*request)) {
 	all := make([]group, 0, len(batch)) // never grows: the pointers below stay valid
 	groups := make([]*group, 0, len(batch))
 	byKey := make(map[groupKey]*group, len(batch))
@@ -206,9 +207,9 @@ func (c *committer) flush(batch []*request, release func(Decision)) {
 	parts := c.byNode(ctx, calls)
 	var wg sync.WaitGroup
 	for _, part := range parts[1:] {
-		wg.Go(func() { c.run(ctx, part, release) })
+		wg.Go(func() { c.run(ctx, part, forget) })
 	}
-	c.run(ctx, parts[0], release)
+	c.run(ctx, parts[0], forget)
 	wg.Wait()
 }
 
@@ -239,13 +240,13 @@ func (c *committer) byNode(ctx context.Context, calls [][]*group) [][][]*group {
 }
 
 // run sends calls in one pipeline and delivers their replies.
-func (c *committer) run(ctx context.Context, calls [][]*group, release func(Decision)) {
+func (c *committer) run(ctx context.Context, calls [][]*group, forget func(*request)) {
 	res, errs := c.exec(ctx, calls, false)
 	var retry [][]*group
 	for i, call := range calls {
 		switch err := errs[i]; {
 		case err == nil:
-			c.deliver(call, res[i], nil, release)
+			c.deliver(call, res[i], nil, forget)
 		case isNoScript(err):
 			retry = append(retry, call)
 		case len(call) > 1 && !unavailable(err):
@@ -257,7 +258,7 @@ func (c *committer) run(ctx context.Context, calls [][]*group, release func(Deci
 				retry = append(retry, []*group{g})
 			}
 		default:
-			c.deliver(call, nil, err, release)
+			c.deliver(call, nil, err, forget)
 		}
 	}
 	if len(retry) > 0 {
@@ -265,7 +266,7 @@ func (c *committer) run(ctx context.Context, calls [][]*group, release func(Deci
 		// which also caches it again for the next EVALSHA.
 		res, errs := c.exec(ctx, retry, true)
 		for i, call := range retry {
-			c.deliver(call, res[i], errs[i], release)
+			c.deliver(call, res[i], errs[i], forget)
 		}
 	}
 }
@@ -316,7 +317,7 @@ func (c *committer) exec(ctx context.Context, calls [][]*group, eval bool) ([][]
 }
 
 // deliver splits one script reply among the requests of its groups.
-func (c *committer) deliver(call []*group, res []int64, err error, release func(Decision)) {
+func (c *committer) deliver(call []*group, res []int64, err error, forget func(*request)) {
 	off := 1
 	for _, g := range call {
 		if err == nil && len(res) < off+3*len(g.ids)+1 {
@@ -339,14 +340,16 @@ func (c *committer) deliver(call []*group, res []int64, err error, release func(
 				r.ds, r.hint, r.err = parseDecisions(r.tenant, r.ids, res[0], res[off:off+n], h)
 				off += n
 			}
-			if r.state.CompareAndSwap(waiting, delivered) {
+			abandoned := !r.state.CompareAndSwap(waiting, delivered)
+			if !abandoned {
 				close(r.done)
-				continue
 			}
-			for _, d := range r.ds {
-				if !d.Existing {
-					release(d)
-				}
+			// Slots Redis may have recorded for nobody: the caller left, or
+			// got an error although the script may have run. Only the
+			// gate's own IDs are given back; a caller's ID keeps its slot,
+			// which a retry with that ID gets back.
+			if r.fresh && (abandoned || r.err != nil) {
+				forget(r)
 			}
 		}
 		off++ // the group's hint

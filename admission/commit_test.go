@@ -163,7 +163,9 @@ func TestDenyCacheFlood(t *testing.T) {
 
 // TestAbandonedCallHoldsNoSlot: a caller whose context ends while its
 // request is in flight gets its context's error at once, and a slot Redis
-// recorded for it is given back.
+// recorded under a generated ID is given back. (A slot under the caller's
+// own ID is kept: a retry with that ID gets it back, see
+// TestAbandonedIDKeepsItsSlot.)
 func TestAbandonedCallHoldsNoSlot(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
@@ -172,7 +174,7 @@ func TestAbandonedCallHoldsNoSlot(t *testing.T) {
 	abandoned := 0
 	for i := range 200 {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Duration(i%40)*10*time.Microsecond)
-		_, err := g.AdmitID(ctx, "gone", "id"+strconv.Itoa(i))
+		_, err := g.Admit(ctx, "gone")
 		cancel()
 		switch {
 		case err == nil:
@@ -224,5 +226,29 @@ func TestDenyCacheKeepsIdempotency(t *testing.T) {
 	again, err := g.AdmitID(ctx, "t", "job-1")
 	if err != nil || !again.Existing || again.Outcome != admission.Admitted || !again.At.Equal(first.At) {
 		t.Fatalf("retry of job-1 = %+v, %v; want its original slot, Existing", again, err)
+	}
+}
+
+// TestAbandonedIDKeepsItsSlot: a caller-supplied ID whose call was
+// abandoned in flight keeps any slot Redis recorded, and the retry with the
+// same ID gets that slot back, Existing, rather than a second one.
+func TestAbandonedIDKeepsItsSlot(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	g := admission.New(srv.Client(t), static(admission.Quota{Limit: 1000, Window: time.Minute}))
+	defer g.Close()
+	for i := range 100 {
+		id := "id" + strconv.Itoa(i)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Duration(i%40)*10*time.Microsecond)
+		_, _ = g.AdmitID(ctx, "kept", id)
+		cancel()
+		if _, err := g.AdmitID(t.Context(), "kept", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each ID holds exactly one slot, whether or not its first call was
+	// abandoned: a first call landing late finds its ID there (ZADD NX).
+	if n := rdb.ZCard(t.Context(), "admitq:{kept}:log").Val(); n != 100 {
+		t.Fatalf("log holds %d entries for 100 IDs", n)
 	}
 }

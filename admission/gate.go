@@ -172,7 +172,7 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 			return d.decisions(tenant, ids, now), nil
 		}
 	}
-	ds, hint, err := g.remote(ctx, tenant, q, ids)
+	ds, hint, err := g.remote(ctx, tenant, q, ids, fresh)
 	if err != nil {
 		if errors.Is(err, ErrUnavailable) {
 			g.brk.failure(err, now)
@@ -226,9 +226,9 @@ func (g *Gate) withoutRedis(tenant string, q Quota, ids []string, now time.Time,
 //
 // Besides the decisions it returns the script's retry hint: zero, or the
 // Redis time until which every new request of tenant will be rejected.
-func (g *Gate) remote(ctx context.Context, tenant string, q Quota, ids []string) ([]Decision, time.Time, error) {
-	r := &request{tenant: tenant, key: windowKey(g.opts.prefix, tenant, q), q: q, gran: g.gran, ids: ids}
-	ds, err := g.commit.do(ctx, r, g.releaseAbandoned)
+func (g *Gate) remote(ctx context.Context, tenant string, q Quota, ids []string, fresh bool) ([]Decision, time.Time, error) {
+	r := &request{tenant: tenant, key: windowKey(g.opts.prefix, tenant, q), q: q, gran: g.gran, ids: ids, fresh: fresh}
+	ds, err := g.commit.do(ctx, r, g.forget)
 	if err != nil {
 		return nil, time.Time{}, callError(ctx, "admit", tenant, err)
 	}
@@ -275,12 +275,23 @@ func parseDecisions(tenant string, ids []string, nowµs int64, res []int64, hint
 	return ds, hint, nil
 }
 
-// releaseAbandoned gives back a slot recorded for a caller that stopped
-// waiting for it.
-func (g *Gate) releaseAbandoned(d Decision) {
-	ctx, cancel := context.WithTimeout(context.Background(), g.opts.timeout)
-	defer cancel()
-	_ = g.Release(ctx, d) // best effort: at worst the slot idles until the window passes
+// forget removes r's generated IDs from its tenant's log, in the
+// background: the script may have recorded them for a caller that left or
+// got an error. Removing an ID that is not there is harmless. Counter mode
+// keeps no IDs, so such a slot there idles until its window passes.
+func (g *Gate) forget(r *request) {
+	if r.q.Mode == Counter {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), g.opts.timeout)
+		defer cancel()
+		members := make([]any, len(r.ids))
+		for i, id := range r.ids {
+			members[i] = id
+		}
+		_ = bounded(ctx, func(ctx context.Context) error { return g.rdb.ZRem(ctx, r.key, members...).Err() })
+	}()
 }
 
 // Release gives back the slot a decision took, for work that was admitted
