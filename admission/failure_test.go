@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -595,5 +596,62 @@ func TestFailOpenWithRedisQuotas(t *testing.T) {
 				t.Errorf("Admit %d of %s %s", i, tenant, bad)
 			}
 		}
+	}
+}
+
+// toggleFail fails every HMGET while on, as a dropped connection would.
+type toggleFail struct{ on atomic.Bool }
+
+func (h *toggleFail) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *toggleFail) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.on.Load() && cmd.Name() == "hmget" {
+			cmd.SetErr(io.EOF)
+			return io.EOF
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *toggleFail) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestGuessedQuotaNeverReachesRedis: when a quota read fails, the default
+// quota RedisQuotas guesses may decide locally under FailOpen, but Redis
+// never records slots under it: a tenant whose own quota is 1 a minute must
+// not be admitted five times because the default is 100.
+func TestGuessedQuotaNeverReachesRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	admin := NewRedisQuotas(srv.Client(t))
+	if err := admin.SetDefault(ctx, Quota{Limit: 100, Window: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Set(ctx, "strict", Quota{Limit: 1, Window: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	hook := &toggleFail{}
+	quotasRDB := srv.Client(t)
+	quotasRDB.AddHook(hook)
+	store := NewRedisQuotas(quotasRDB)
+	if _, err := store.Quota(ctx, "other"); err != nil { // reads, and remembers, the default
+		t.Fatal(err)
+	}
+	hook.on.Store(true)
+	for _, policy := range []FailurePolicy{FailClosed, FailOpen} {
+		g := New(srv.Client(t), store, WithFailurePolicy(policy), WithInstances(100))
+		for i := range 5 {
+			d, err := g.Admit(ctx, "strict")
+			switch {
+			case policy == FailClosed && !errors.Is(err, ErrUnavailable):
+				t.Fatalf("%v: Admit %d = %+v, %v; want ErrUnavailable", policy, i, d, err)
+			case policy == FailOpen && (err != nil || !d.Local):
+				t.Fatalf("%v: Admit %d = %+v, %v; want a local decision", policy, i, d, err)
+			}
+		}
+		g.Close()
+	}
+	if n := srv.Client(t).ZCard(ctx, "admitq:{strict}:log").Val(); n != 0 {
+		t.Fatalf("Redis recorded %d slots under a guessed quota", n)
 	}
 }

@@ -145,6 +145,13 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, fres
 		return nil, nil
 	}
 	q, err := g.quota(ctx, tenant)
+	var guess *guessedQuotaError
+	if errors.As(err, &guess) {
+		// Redis is away and the quota is a guess: good enough to decide
+		// locally, never to record slots in Redis.
+		g.brk.failure(err, time.Now())
+		return g.withoutRedis(tenant, guess.q, ids, time.Now(), err)
+	}
 	if err != nil {
 		return nil, err
 	}

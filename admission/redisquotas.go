@@ -24,9 +24,10 @@ const maxCachedQuotas = 100_000
 // background, so a change reaches every running gate within about a second
 // and a lookup costs no round trip on the hot path.
 //
-// While Redis cannot be reached, a tenant already cached keeps its quota,
-// and a tenant not yet cached gets the last default quota read, if any,
-// without waiting: a FailOpen gate can then go on deciding locally.
+// While Redis cannot be reached, a tenant already cached keeps its quota; a
+// tenant not yet cached gets an error wrapping ErrUnavailable at once, for
+// a while, without waiting. A FailOpen gate then decides locally with the
+// last default quota read, if any.
 //
 // A RedisQuotas is safe for concurrent use. Its only goroutines are the
 // background rereads, one per stale tenant at a time, each bounded by the
@@ -210,14 +211,26 @@ func (r *RedisQuotas) Quota(ctx context.Context, tenant string) (Quota, error) {
 }
 
 // outage answers for a tenant not yet cached while Redis is unavailable:
-// with the last default read, which is the best guess there is, else err.
+// err, carrying the last default read as a guess when there is one.
 // Nothing is cached.
 func (r *RedisQuotas) outage(def *Quota, err error) (Quota, error) {
 	if def != nil {
-		return *def, nil
+		return Quota{}, &guessedQuotaError{q: *def, err: err}
 	}
 	return Quota{}, err
 }
+
+// guessedQuotaError is a quota lookup that failed because Redis is
+// unavailable, with the quota that most likely applies. A gate deciding
+// locally (FailOpen) may use it; it must never reach Redis's script, which
+// would record slots under a quota that may not be the tenant's.
+type guessedQuotaError struct {
+	q   Quota
+	err error
+}
+
+func (e *guessedQuotaError) Error() string { return e.err.Error() }
+func (e *guessedQuotaError) Unwrap() error { return e.err }
 
 func (r *RedisQuotas) refresh(tenant string) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.opts.timeout)
