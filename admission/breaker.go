@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"github.com/redis/go-redis/v9"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -119,4 +120,56 @@ func (b *breaker) close() {
 	}
 	b.mu.Unlock()
 	b.probing.Wait()
+}
+
+// nodeBreakers keeps one breaker per cluster master, each probing its own
+// master. A nil *nodeBreakers (no cluster) has none.
+type nodeBreakers struct {
+	cc      *redis.ClusterClient
+	timeout time.Duration
+	logger  *slog.Logger
+
+	mu     sync.Mutex
+	m      map[string]*breaker
+	closed bool
+}
+
+// of returns the breaker of the master that serves key, or nil when that
+// master is not known yet.
+func (n *nodeBreakers) of(ctx context.Context, key string) *breaker {
+	if n == nil {
+		return nil
+	}
+	node, err := n.cc.MasterForKey(ctx, key)
+	if err != nil {
+		return nil
+	}
+	addr := node.Options().Addr
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	b := n.m[addr]
+	if b == nil {
+		b = newBreaker(func(ctx context.Context) error { return node.Ping(ctx).Err() }, n.timeout, n.logger.With("node", addr))
+		if n.closed {
+			b.close()
+		}
+		n.m[addr] = b
+	}
+	return b
+}
+
+func (n *nodeBreakers) close() {
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	n.closed = true
+	bs := make([]*breaker, 0, len(n.m))
+	for _, b := range n.m {
+		bs = append(bs, b)
+	}
+	n.mu.Unlock()
+	for _, b := range bs {
+		b.close()
+	}
 }

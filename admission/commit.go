@@ -188,7 +188,6 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
 
 	// Log groups share one call where keys may span slots; counter.lua
 	// takes one key a call.
@@ -205,12 +204,23 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 		calls = append(calls, logs)
 	}
 	parts := c.byNode(ctx, calls)
+	if len(parts) == 1 {
+		c.run(ctx, parts[0], forget)
+		cancel()
+		return
+	}
+	// On a cluster each master's part goes out and is delivered on its
+	// own, and the flush loop moves on at once: a master that is slow or
+	// down holds up only its own tenants (until its breaker opens and
+	// they stop coming).
 	var wg sync.WaitGroup
-	for _, part := range parts[1:] {
+	for _, part := range parts {
 		wg.Go(func() { c.run(ctx, part, forget) })
 	}
-	c.run(ctx, parts[0], forget)
-	wg.Wait()
+	go func() {
+		wg.Wait()
+		cancel()
+	}()
 }
 
 // byNode splits calls by the cluster master that serves them, so that one

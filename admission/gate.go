@@ -37,7 +37,8 @@ type Gate struct {
 
 	commit *committer // one request a pipeline when batching is off
 	deny   *denyCache // nil when the deny cache is off
-	brk    *breaker
+	brk    *breaker   // Redis's, or on a cluster, for keys of no known master
+	nodes  *nodeBreakers
 	local  *localLimiter
 }
 
@@ -78,6 +79,9 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 		g.deny = newDenyCache(100_000)
 	}
 	g.brk = newBreaker(func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, o.timeout, o.logger)
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		g.nodes = &nodeBreakers{cc: cc, timeout: o.timeout, logger: o.logger, m: make(map[string]*breaker)}
+	}
 	return g
 }
 
@@ -87,6 +91,7 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 // back once its breaker has opened.
 func (g *Gate) Close() error {
 	g.brk.close()
+	g.nodes.close()
 	return nil
 }
 
@@ -171,7 +176,8 @@ func (g *Gate) quota(ctx context.Context, tenant string) (Quota, error) {
 
 func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string, fresh bool) ([]Decision, error) {
 	now := time.Now()
-	if g.brk.isOpen() {
+	brk := g.breakerFor(ctx, windowKey(g.opts.prefix, tenant, q))
+	if brk.isOpen() {
 		return g.withoutRedis(tenant, q, ids, now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, tenant))
 	}
 	if g.deny != nil {
@@ -182,18 +188,28 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 	ds, hint, err := g.remote(ctx, tenant, q, ids, fresh)
 	if err != nil {
 		if errors.Is(err, ErrUnavailable) {
-			g.brk.failure(err, now)
+			brk.failure(err, now)
 			return g.withoutRedis(tenant, q, ids, now, err)
 		}
 		return nil, err
 	}
-	g.brk.success()
+	brk.success()
 	if g.deny != nil && !hint.IsZero() {
 		// The clock read after the reply errs late, never early, so the
 		// cache never answers for Redis after Redis would have admitted.
 		g.deny.put(tenant, q, g.gran, ds[0].Now, hint, time.Now())
 	}
 	return ds, nil
+}
+
+// breakerFor returns the breaker of the Redis that serves key: on a
+// cluster, its master's, so that one master down opens no breaker for the
+// tenants of the others.
+func (g *Gate) breakerFor(ctx context.Context, key string) *breaker {
+	if b := g.nodes.of(ctx, key); b != nil {
+		return b
+	}
+	return g.brk
 }
 
 // held reports whether any of the caller's ids may already hold a slot in
