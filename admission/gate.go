@@ -176,16 +176,17 @@ func (g *Gate) quota(ctx context.Context, tenant string) (Quota, error) {
 
 func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string, fresh bool) ([]Decision, error) {
 	now := time.Now()
+	deadline := now.Add(g.opts.timeout) // one for the whole decision, however many calls it takes
 	brk := g.breakerFor(ctx, windowKey(g.opts.prefix, tenant, q))
 	if brk.isOpen() {
 		return g.withoutRedis(tenant, q, ids, now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, tenant))
 	}
 	if g.deny != nil {
-		if d, ok := g.deny.lookup(tenant, q, g.gran, now); ok && (fresh || q.Mode == Counter || !g.held(ctx, tenant, ids)) {
+		if d, ok := g.deny.lookup(tenant, q, g.gran, now); ok && (fresh || q.Mode == Counter || !g.held(ctx, tenant, ids, deadline)) {
 			return d.decisions(tenant, ids, now), nil
 		}
 	}
-	ds, hint, err := g.remote(ctx, tenant, q, ids, fresh)
+	ds, hint, err := g.remote(ctx, tenant, q, ids, fresh, deadline)
 	if err != nil {
 		if errors.Is(err, ErrUnavailable) {
 			brk.failure(err, now)
@@ -216,8 +217,8 @@ func (g *Gate) breakerFor(ctx context.Context, key string) *breaker {
 // tenant's log, in which case the deny cache must not answer: a retried ID
 // gets its original slot back. One ZMSCORE, far cheaper for Redis than the
 // script; when it fails, the script decides.
-func (g *Gate) held(ctx context.Context, tenant string, ids []string) bool {
-	ctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
+func (g *Gate) held(ctx context.Context, tenant string, ids []string, deadline time.Time) bool {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	var scores []float64
 	err := bounded(ctx, func(ctx context.Context) (err error) {
@@ -245,13 +246,13 @@ func (g *Gate) withoutRedis(tenant string, q Quota, ids []string, now time.Time,
 }
 
 // remote decides on Redis, through the group commit. The whole call,
-// queueing included, is bounded by the gate's timeout.
+// queueing included, ends by deadline.
 //
 // Besides the decisions it returns the script's retry hint: zero, or the
 // Redis time until which every new request of tenant will be rejected.
-func (g *Gate) remote(ctx context.Context, tenant string, q Quota, ids []string, fresh bool) ([]Decision, time.Time, error) {
+func (g *Gate) remote(ctx context.Context, tenant string, q Quota, ids []string, fresh bool, deadline time.Time) ([]Decision, time.Time, error) {
 	r := &request{tenant: tenant, key: windowKey(g.opts.prefix, tenant, q), q: q, gran: g.gran, ids: ids, fresh: fresh}
-	ds, err := g.commit.do(ctx, r, g.forget)
+	ds, err := g.commit.do(ctx, r, deadline, g.forget)
 	if err != nil {
 		return nil, time.Time{}, callError(ctx, "admit", tenant, err)
 	}
