@@ -1,0 +1,3 @@
+// Command admitq runs admitq's demo, a worker, one-off enqueues, and manages
+// per-tenant quotas in Redis. See the CLI section of the README.
+package main
