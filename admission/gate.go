@@ -177,7 +177,8 @@ func (g *Gate) quota(ctx context.Context, tenant string) (Quota, error) {
 func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string, fresh bool) ([]Decision, error) {
 	now := time.Now()
 	deadline := now.Add(g.opts.timeout) // one for the whole decision, however many calls it takes
-	brk := g.breakerFor(ctx, windowKey(g.opts.prefix, tenant, q))
+	key := windowKey(g.opts.prefix, tenant, q)
+	brk := g.breakerFor(ctx, key)
 	if brk.isOpen() {
 		return g.withoutRedis(tenant, q, ids, now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, tenant))
 	}
@@ -186,7 +187,7 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 			return d.decisions(tenant, ids, now), nil
 		}
 	}
-	ds, hint, err := g.remote(ctx, tenant, q, ids, fresh, deadline)
+	ds, hint, err := g.remote(ctx, tenant, key, q, ids, fresh, deadline)
 	if err != nil {
 		if errors.Is(err, ErrUnavailable) {
 			brk.failure(err, now)
@@ -250,8 +251,8 @@ func (g *Gate) withoutRedis(tenant string, q Quota, ids []string, now time.Time,
 //
 // Besides the decisions it returns the script's retry hint: zero, or the
 // Redis time until which every new request of tenant will be rejected.
-func (g *Gate) remote(ctx context.Context, tenant string, q Quota, ids []string, fresh bool, deadline time.Time) ([]Decision, time.Time, error) {
-	r := &request{tenant: tenant, key: windowKey(g.opts.prefix, tenant, q), q: q, gran: g.gran, ids: ids, fresh: fresh}
+func (g *Gate) remote(ctx context.Context, tenant, key string, q Quota, ids []string, fresh bool, deadline time.Time) ([]Decision, time.Time, error) {
+	r := &request{tenant: tenant, key: key, q: q, gran: g.gran, ids: ids, fresh: fresh}
 	ds, err := g.commit.do(ctx, r, deadline, g.forget)
 	if err != nil {
 		return nil, time.Time{}, callError(ctx, "admit", tenant, err)
