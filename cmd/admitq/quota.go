@@ -94,16 +94,13 @@ func (a *app) newQuotaSetCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			quotas, done, err := a.quotas(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			if err := quotas.Set(cmd.Context(), tenant, q); err != nil {
-				return inputError(err)
-			}
-			fmt.Fprintf(a.stdout, "%s: %s\n", tenant, q)
-			return nil
+			return a.withQuotas(cmd, func(quotas *admission.RedisQuotas) error {
+				if err := quotas.Set(cmd.Context(), tenant, q); err != nil {
+					return inputError(err)
+				}
+				fmt.Fprintf(a.stdout, "%s: %s\n", tenant, q)
+				return nil
+			})
 		},
 	}
 	f.register(cmd)
@@ -121,16 +118,13 @@ func (a *app) newQuotaSetDefaultCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			quotas, done, err := a.quotas(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			if err := quotas.SetDefault(cmd.Context(), q); err != nil {
-				return inputError(err)
-			}
-			fmt.Fprintf(a.stdout, "default: %s\n", q)
-			return nil
+			return a.withQuotas(cmd, func(quotas *admission.RedisQuotas) error {
+				if err := quotas.SetDefault(cmd.Context(), q); err != nil {
+					return inputError(err)
+				}
+				fmt.Fprintf(a.stdout, "default: %s\n", q)
+				return nil
+			})
 		},
 	}
 	f.register(cmd)
@@ -148,26 +142,23 @@ func (a *app) newQuotaGetCmd() *cobra.Command {
 			if err := validateTenants(tenant); err != nil {
 				return err
 			}
-			quotas, done, err := a.quotas(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			q, err := quotas.Get(cmd.Context(), tenant)
-			if errors.Is(err, admission.ErrNoQuota) {
-				if d, derr := quotas.GetDefault(cmd.Context()); derr == nil {
-					return fmt.Errorf("tenant %q has no quota of its own; the default %s applies", tenant, d)
+			return a.withQuotas(cmd, func(quotas *admission.RedisQuotas) error {
+				q, err := quotas.Get(cmd.Context(), tenant)
+				if errors.Is(err, admission.ErrNoQuota) {
+					if d, derr := quotas.GetDefault(cmd.Context()); derr == nil {
+						return fmt.Errorf("tenant %q has no quota of its own; the default %s applies", tenant, d)
+					}
+					return fmt.Errorf("tenant %q has no quota, and there is no default", tenant)
 				}
-				return fmt.Errorf("tenant %q has no quota, and there is no default", tenant)
-			}
-			if err != nil {
-				return inputError(err)
-			}
-			if asJSON {
-				return writeJSON(a.stdout, toQuotaEntry(tenant, q), true)
-			}
-			fmt.Fprintf(a.stdout, "%s: %s\n", tenant, q)
-			return nil
+				if err != nil {
+					return inputError(err)
+				}
+				if asJSON {
+					return writeJSON(a.stdout, toQuotaEntry(tenant, q), true)
+				}
+				fmt.Fprintf(a.stdout, "%s: %s\n", tenant, q)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -181,20 +172,17 @@ func (a *app) newQuotaListCmd() *cobra.Command {
 		Short: "List every quota, the default first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			quotas, done, err := a.quotas(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			all, err := quotas.List(cmd.Context())
-			if err != nil {
-				return err
-			}
-			l := toQuotaList(all)
-			if asJSON {
-				return writeJSON(a.stdout, l, true)
-			}
-			return writeQuotaTable(a.stdout, l)
+			return a.withQuotas(cmd, func(quotas *admission.RedisQuotas) error {
+				all, err := quotas.List(cmd.Context())
+				if err != nil {
+					return err
+				}
+				l := toQuotaList(all)
+				if asJSON {
+					return writeJSON(a.stdout, l, true)
+				}
+				return writeQuotaTable(a.stdout, l)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -211,16 +199,13 @@ func (a *app) newQuotaDeleteCmd() *cobra.Command {
 			if err := validateTenants(tenant); err != nil {
 				return err
 			}
-			quotas, done, err := a.quotas(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			if err := quotas.Delete(cmd.Context(), tenant); err != nil {
-				return inputError(err)
-			}
-			fmt.Fprintf(a.stdout, "%s: deleted\n", tenant)
-			return nil
+			return a.withQuotas(cmd, func(quotas *admission.RedisQuotas) error {
+				if err := quotas.Delete(cmd.Context(), tenant); err != nil {
+					return inputError(err)
+				}
+				fmt.Fprintf(a.stdout, "%s: deleted\n", tenant)
+				return nil
+			})
 		},
 	}
 }
@@ -231,27 +216,25 @@ func (a *app) newQuotaDeleteDefaultCmd() *cobra.Command {
 		Short: "Delete the default quota; tenants without their own are then refused",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			quotas, done, err := a.quotas(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			if err := quotas.DeleteDefault(cmd.Context()); err != nil {
-				return err
-			}
-			fmt.Fprintln(a.stdout, "default: deleted")
-			return nil
+			return a.withQuotas(cmd, func(quotas *admission.RedisQuotas) error {
+				if err := quotas.DeleteDefault(cmd.Context()); err != nil {
+					return err
+				}
+				fmt.Fprintln(a.stdout, "default: deleted")
+				return nil
+			})
 		},
 	}
 }
 
-// quotas connects and returns the quota store and a func that disconnects.
-func (a *app) quotas(cmd *cobra.Command) (*admission.RedisQuotas, func(), error) {
+// withQuotas connects, runs f on the quota store, and disconnects.
+func (a *app) withQuotas(cmd *cobra.Command, f func(*admission.RedisQuotas) error) error {
 	rdb, _, err := a.dial(cmd.Context())
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	return admission.NewRedisQuotas(rdb, a.gateOptions()...), func() { _ = rdb.Close() }, nil
+	defer rdb.Close()
+	return f(admission.NewRedisQuotas(rdb, a.gateOptions()...))
 }
 
 // quotaJSON is a quota as the command prints it: durations as Go writes
