@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"strconv"
 	"time"
@@ -204,17 +203,25 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 // prepared is a task ready to be admitted and enqueued.
 type prepared struct {
 	tenant string
-	task   *asynq.Task       // the caller's task
-	topts  []asynq.Option    // the options the caller created task with
-	header map[string]string // a copy of task's headers, tenant stamped
-	opts   []asynq.Option    // the caller's Enqueue options, then the ID if made here
-	sched  scheduling
-	id     string
-	index  int // position in an EnqueueBatch
+	task   *asynq.Task // the caller's task
+	// opts are every option the task is enqueued with, in the order asynq
+	// applies them: the task's own, the caller's Enqueue options, then the
+	// ID if made here. There is room for one more, the slot of a deferred
+	// task. The enqueued task carries them all, so that asynq, which
+	// appends Enqueue's options to the task's, has nothing to copy.
+	opts  []asynq.Option
+	sched scheduling
+	id    string
+	index int // position in an EnqueueBatch
 }
 
+// stampHeaders stands in for the headers of a task that has none: asynq
+// copies a task's headers (asynq.NewTaskWithHeaders), and a copy of this
+// has room for the two the Client sets. It is only ever read.
+var stampHeaders = map[string]string{TenantHeader: "", SlotHeader: ""}
+
 // prepare checks task and works out its ID, its requested run time and
-// the tenant-stamped copy that will be enqueued. It touches no Redis.
+// the options it will be enqueued with. It touches no Redis.
 func (c *Client) prepare(tenant string, task *asynq.Task, opts []asynq.Option) (prepared, error) {
 	if task == nil {
 		return prepared{}, errors.New("enqueue: nil task")
@@ -230,22 +237,19 @@ func (c *Client) prepare(tenant string, task *asynq.Task, opts []asynq.Option) (
 		return prepared{}, err
 	}
 	s := readScheduling(time.Now(), topts, opts)
-	p := prepared{tenant: tenant, task: task, topts: topts, sched: s, id: s.id, opts: opts}
+	all := make([]asynq.Option, 0, len(topts)+len(opts)+2)
+	all = append(append(all, topts...), opts...)
+	p := prepared{tenant: tenant, task: task, sched: s, id: s.id}
 	if s.id == "" {
 		p.id = c.newID()
 		// Appended, not prepended: asynq applies the last TaskID, and
 		// neither the task's nor the caller's options hold one.
-		p.opts = append(opts[:len(opts):len(opts)], asynq.TaskID(p.id))
+		all = append(all, asynq.TaskID(p.id))
 	}
 	if isBlank(p.id) {
 		return prepared{}, fmt.Errorf("enqueue: task ID %q is empty", p.id)
 	}
-	h := maps.Clone(task.Headers())
-	if h == nil {
-		h = make(map[string]string, 1)
-	}
-	h[TenantHeader] = tenant
-	p.header = h
+	p.opts = all
 	return p, nil
 }
 
@@ -260,20 +264,27 @@ func (c *Client) enqueue(ctx context.Context, p prepared, d admission.Decision) 
 		// finer granularity recorded this ID; rounding up is never early.
 		slot = ceilSecond(d.At)
 		if !p.sched.at.After(slot) {
-			opts = append(opts[:len(opts):len(opts)], asynq.ProcessAt(slot))
+			opts = append(opts, asynq.ProcessAt(slot)) // into the room prepare left
 		}
 	}
 	if p.sched.at.After(slot) {
 		slot = p.sched.at // the caller's own later time; asynq already has it
 	}
-	p.header[SlotHeader] = strconv.FormatInt(slot.UnixMilli(), 10)
-	task := asynq.NewTaskWithHeaders(p.task.Type(), p.task.Payload(), p.header, p.topts...)
+	h := p.task.Headers()
+	if h == nil {
+		h = stampHeaders
+	}
+	// asynq copies h: the caller's task keeps its own headers.
+	task := asynq.NewTaskWithHeaders(p.task.Type(), p.task.Payload(), h, opts...)
+	th := task.Headers()
+	th[TenantHeader] = p.tenant
+	th[SlotHeader] = strconv.FormatInt(slot.UnixMilli(), 10)
 	if ctx.Err() != nil {
 		// Done after admission: asynq is not called, so nothing was
 		// written and the slot can go back.
 		return nil, c.release(ctx, d, fmt.Errorf("enqueue: tenant %q, task %q: not enqueued: %w", p.tenant, p.id, ctxError(ctx)))
 	}
-	info, err := c.asynq.EnqueueContext(ctx, task, opts...)
+	info, err := c.asynq.EnqueueContext(ctx, task) // the task carries every option
 	if err == nil {
 		return info, nil
 	}

@@ -16,17 +16,26 @@ import (
 // TaskID and ProcessAt, so Enqueue refuses; a test pins the layout.
 var errTaskLayout = errors.New("enqueue: cannot read the options of an asynq.Task: unsupported asynq version")
 
+// taskOptsField is asynq.Task's unexported field of options, found once;
+// its Index is nil when asynq.Task no longer has one of the expected type.
+var taskOptsField = func() reflect.StructField {
+	f, ok := reflect.TypeFor[asynq.Task]().FieldByName("opts")
+	if !ok || f.Type != reflect.TypeFor[[]asynq.Option]() {
+		return reflect.StructField{}
+	}
+	return f
+}()
+
 // taskOptions returns the options t was created with (asynq.NewTask(...,
 // opts...)). asynq applies them ahead of the options given to Enqueue but
 // keeps them in an unexported field with no accessor, and Enqueue must see
 // them: a TaskID or a ProcessAt set on the task counts as much as one passed
 // to Enqueue. The slice is only read, never changed.
 func taskOptions(t *asynq.Task) ([]asynq.Option, error) {
-	f := reflect.ValueOf(t).Elem().FieldByName("opts")
-	if !f.IsValid() || f.Type() != reflect.TypeFor[[]asynq.Option]() {
+	if taskOptsField.Index == nil {
 		return nil, errTaskLayout
 	}
-	return *(*[]asynq.Option)(unsafe.Pointer(f.UnsafeAddr())), nil
+	return *(*[]asynq.Option)(unsafe.Add(unsafe.Pointer(t), taskOptsField.Offset)), nil
 }
 
 // scheduling is what Enqueue needs from a task's asynq options.
