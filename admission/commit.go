@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -297,22 +298,15 @@ func (c *committer) exec(ctx context.Context, calls [][]*group, eval bool) ([][]
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, call := range calls {
 		keys := make([]string, len(call))
-		n := 0
 		for j, g := range call {
 			keys[j] = g.key
-			n += 6 + len(g.ids)
 		}
-		script, args := c.admit, make([]any, 0, n)
-		for _, g := range call {
-			if g.q.Mode == Counter {
-				script, args = c.counter, appendCounterArgs(args, g.q, g.gran, len(g.ids))
-				continue
-			}
-			args = append(args, c.argsFor(groupKey{q: g.q, gran: g.gran})...)
-			args = append(args, len(g.ids))
-			for _, id := range g.ids {
-				args = append(args, id)
-			}
+		var script *redis.Script
+		var args []any
+		if call[0].q.Mode == Counter { // a call of its own
+			script, args = c.counter, appendCounterArgs(nil, call[0].q, call[0].gran, len(call[0].ids))
+		} else {
+			script, args = c.admit, c.admitArgs(call)
 		}
 		if eval {
 			cmds[i] = script.Eval(ctx, pipe, keys, args...)
@@ -369,7 +363,38 @@ func (c *committer) deliver(call []*group, res []int64, err error, forget func(*
 	}
 }
 
-// argsFor returns admit.lua's ARGV prefix for a quota and granularity,
+// admitArgs returns admit.lua's ARGV for call: the quotas its groups use,
+// each once, then each group's quota index, count and IDs.
+func (c *committer) admitArgs(call []*group) []any {
+	var quotas []groupKey // few: usually one
+	index := make([]int, len(call))
+	n := 1
+	for j, g := range call {
+		k := groupKey{q: g.q, gran: g.gran}
+		i := slices.Index(quotas, k)
+		if i < 0 {
+			i = len(quotas)
+			quotas = append(quotas, k)
+			n += 4
+		}
+		index[j] = i
+		n += 2 + len(g.ids)
+	}
+	args := make([]any, 0, n)
+	args = append(args, len(quotas)) // ints under 256 box without allocating
+	for _, k := range quotas {
+		args = append(args, c.argsFor(k)...)
+	}
+	for j, g := range call {
+		args = append(args, index[j]+1, len(g.ids))
+		for _, id := range g.ids {
+			args = append(args, id)
+		}
+	}
+	return args
+}
+
+// argsFor returns admit.lua's four numbers for a quota and granularity,
 // boxed once: boxing a large int allocates, and there are few quotas.
 func (c *committer) argsFor(k groupKey) []any {
 	c.mu.Lock()

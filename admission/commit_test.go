@@ -66,6 +66,56 @@ func TestGroupCommitSharesScriptCalls(t *testing.T) {
 	}
 }
 
+// TestGroupCommitMixesQuotas: one script call carries tenants of several
+// quotas, and one quota at two granularities, each listed once in the
+// call; every tenant still gets exactly its own limit.
+func TestGroupCommitMixesQuotas(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	tenants := map[string]admission.Quota{}
+	for i := range 12 {
+		tenants["m"+strconv.Itoa(i)] = admission.Quota{Limit: 3 + i%4, Window: time.Minute}
+	}
+	g := admission.New(srv.Client(t), admission.StaticQuotas{Tenants: tenants}, admission.WithDenyCache(false))
+	defer g.Close()
+	coarse := g.AtGranularity(time.Second)
+	before := scriptCalls(t, rdb)
+	var mu sync.Mutex
+	admitted := map[string]int{}
+	var wg sync.WaitGroup
+	const workers, each = 48, 20
+	for w := range workers {
+		wg.Go(func() {
+			gate := g
+			if w%2 == 1 {
+				gate = coarse
+			}
+			for i := range each {
+				tenant := "m" + strconv.Itoa((w+i)%len(tenants))
+				d, err := gate.Admit(t.Context(), tenant)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Outcome == admission.Admitted {
+					mu.Lock()
+					admitted[tenant]++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for tenant, q := range tenants {
+		if admitted[tenant] != q.Limit {
+			t.Errorf("tenant %s: %d admitted, want its limit %d", tenant, admitted[tenant], q.Limit)
+		}
+	}
+	if calls := scriptCalls(t, rdb) - before; calls >= workers*each/2 {
+		t.Errorf("%d script calls for %d decisions: calls were not shared", calls, workers*each)
+	}
+}
+
 // TestDenyCacheFlood: one tenant flooding at 20× its quota costs Redis one
 // script call per admission, which the log must record, and almost nothing
 // for the 19 in 20 requests it rejects: the floor is 1/20 = 0.05 calls per

@@ -99,9 +99,9 @@ func (m *slotModel) admit(now int64, q Quota, gran int64, ids []string) []modelR
 }
 
 // appendAdmitArgs appends admit.lua's ARGV for one key, as the committer
-// sends it.
+// sends it: one quota, then the key's quota index, count and IDs.
 func appendAdmitArgs(args []any, q Quota, gran int64, ids []string) []any {
-	args = append(args, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), gran, len(ids))
+	args = append(args, 1, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), gran, 1, len(ids))
 	for _, id := range ids {
 		args = append(args, id)
 	}

@@ -411,6 +411,30 @@ func TestMemoryBound(t *testing.T) {
 	}
 }
 
+// TestBusyTenantKeepsItsLog: a tenant admitted steadily for several
+// windows keeps its log: every admission moves the expiry to just past its
+// slot plus a window.
+func TestBusyTenantKeepsItsLog(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	q := admission.Quota{Limit: 1000, Window: 200 * time.Millisecond}
+	g := admission.New(rdb, static(q))
+	ctx := t.Context()
+	key := "admitq:{busy}:log"
+	for end := time.Now().Add(3 * q.Window); time.Now().Before(end); time.Sleep(3 * time.Millisecond) {
+		d, err := g.Admit(ctx, "busy")
+		if err != nil || d.Outcome != admission.Admitted {
+			t.Fatalf("Admit = %+v, %v; want admitted", d, err)
+		}
+		// PTTL is read after the decision: it may have shrunk since by the
+		// round trip, never by more.
+		ttl := rdb.PTTL(ctx, key).Val()
+		if need := d.At.Add(q.Window).Sub(d.Now); ttl < need-20*time.Millisecond || ttl > need+5*time.Millisecond {
+			t.Fatalf("PTTL = %v right after a slot that needs %v", ttl, need)
+		}
+	}
+}
+
 // TestIdleTenantExpires: a tenant's log outlives its newest slot by just
 // over a window, then Redis drops it: no cleanup worker needed.
 func TestIdleTenantExpires(t *testing.T) {

@@ -1,8 +1,10 @@
 -- admit.lua: the slot rule, for one or more tenants' sliding-window logs.
 --
 -- KEYS[k]  the log of the k-th tenant: a ZSET of entry ID -> slot (Redis time, µs)
--- ARGV     for each key k, in order: limit, window µs, max delay µs,
---          granularity µs (1 = none), n, then n entry IDs in request order
+-- ARGV     nq, then nq quotas of four numbers each: limit, window µs,
+--          max delay µs, granularity µs (1 = none); then for each key k, in
+--          order: the index (1..nq) of its quota, n, then n entry IDs in
+--          request order. Most calls carry one quota for many keys.
 -- Returns  {now µs, then for each key: for each of its IDs in order
 --          outcome, at µs, remaining; then the key's retry hint µs}
 --          outcome 0 admitted, 1 deferred, 2 rejected,
@@ -19,9 +21,11 @@
 -- further than max delay, and requests that share a rounded slot are judged
 -- on the same slot.
 -- Once one ID of a key is rejected, every later ID of that key is too.
+--
 -- Numbers passed to redis.call are converted exactly: Redis formats them
--- with enough digits for a 16-digit µs timestamp. Lua's own tostring would
--- not, so the one string built from a number uses %.0f.
+-- with enough digits for a 16-digit µs timestamp, at a cost; the bounds
+-- every key of a quota shares are formatted once a call, with %.0f (Lua's
+-- own tostring would not be exact).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
@@ -34,8 +38,23 @@ local function ceil(x, g)
   return x
 end
 
-local out = {now}
-local future = '(' .. string.format('%.0f', now)
+local nq = tonumber(ARGV[1])
+local quotas = {}
+local a = 2
+for i = 1, nq do
+  local window = tonumber(ARGV[a + 1])
+  quotas[i] = {
+    limit = tonumber(ARGV[a]), window = window,
+    maxDelay = tonumber(ARGV[a + 2]), gran = tonumber(ARGV[a + 3]),
+    trim = string.format('%.0f', now - window), -- ZREMRANGEBYSCORE's max
+    ttl = string.format('%.0f', math.ceil(window / 1000) + 1), -- PEXPIRE ms for a slot at now
+  }
+  a = a + 4
+end
+local nowS = string.format('%.0f', now)
+local future = '(' .. nowS
+
+local out, o = {now}, 1
 
 -- Count every log first: a key of the wrong type fails the script here,
 -- before any key is written, so a failed call never leaves half a batch.
@@ -45,15 +64,12 @@ for k = 1, #KEYS do
 end
 local seen = {}
 
-local a = 1
 for k = 1, #KEYS do
   local key = KEYS[k]
-  local limit = tonumber(ARGV[a])
-  local window = tonumber(ARGV[a + 1])
-  local maxDelay = tonumber(ARGV[a + 2])
-  local gran = tonumber(ARGV[a + 3])
-  local n = tonumber(ARGV[a + 4])
-  a = a + 5
+  local quota = quotas[tonumber(ARGV[a])]
+  local limit, window, maxDelay, gran = quota.limit, quota.window, quota.maxDelay, quota.gran
+  local n = tonumber(ARGV[a + 1])
+  a = a + 2
 
   local card = cards[k]
   if seen[key] then -- a second group of one tenant: count it anew
@@ -61,7 +77,7 @@ for k = 1, #KEYS do
   end
   seen[key] = true
   if card > 0 then
-    card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+    card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', quota.trim)
   end
   local fresh = card == 0 -- the key is new (or emptied and gone): no TTL yet
   -- Slots after now are rare (deferrals), and ZCOUNT answers with a
@@ -106,7 +122,7 @@ for k = 1, #KEYS do
         retryAt = math.min(raw, slot - maxDelay)
         slot = retryAt
       end
-    elseif redis.call('ZADD', key, 'NX', slot, id) == 1 then
+    elseif redis.call('ZADD', key, 'NX', slot == now and nowS or slot, id) == 1 then
       card = card + 1
       newest = slot
       added = true
@@ -121,9 +137,8 @@ for k = 1, #KEYS do
     if code ~= 2 and newest <= now and card < limit then
       remaining = limit - card
     end
-    out[#out + 1] = code
-    out[#out + 1] = slot
-    out[#out + 1] = remaining
+    out[o + 1], out[o + 2], out[o + 3] = code, slot, remaining
+    o = o + 3
   end
   a = a + n
 
@@ -139,12 +154,16 @@ for k = 1, #KEYS do
       hint = math.min(free, rounded - maxDelay)
     end
   end
-  out[#out + 1] = hint
+  o = o + 1
+  out[o] = hint
 
   if added then
     -- GT on a key that has a TTL: never shorten it, say after a Release
     -- freed a slot before a reservation that must outlive it.
-    local ttl = math.ceil((newest + window - now) / 1000) + 1
+    local ttl = quota.ttl
+    if newest > now then
+      ttl = math.ceil((newest + window - now) / 1000) + 1
+    end
     if fresh then
       redis.call('PEXPIRE', key, ttl)
     else

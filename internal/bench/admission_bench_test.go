@@ -124,14 +124,16 @@ func BenchmarkScript(b *testing.B) {
 					r := rand.New(rand.NewPCG(g, 1))
 					idPrefix := strconv.FormatUint(g, 36) + "."
 					var n uint64
-					args := make([]any, 5+ids)
-					args[0], args[1], args[2], args[3], args[4] = q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), 1, ids
+					// One quota, then the key's quota index, count and IDs.
+					const head = 7
+					args := make([]any, head+ids)
+					copy(args, []any{1, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), 1, 1, ids})
 					ctx := context.Background()
 					var ok uint64
 					for pb.Next() {
 						for i := range ids {
 							n++
-							args[5+i] = idPrefix + strconv.FormatUint(n, 36)
+							args[head+i] = idPrefix + strconv.FormatUint(n, 36)
 						}
 						res, err := script.EvalSha(ctx, rdb, keys[r.IntN(tenants):][:1], args...).Int64Slice()
 						if err != nil {
