@@ -116,6 +116,69 @@ func TestGroupCommitMixesQuotas(t *testing.T) {
 	}
 }
 
+// TestDenyCacheProbe: once a rejection's time passes, one request probes
+// Redis and the requests that arrive while it is out wait for its answer
+// instead of sending calls of their own. With Redis frozen under the probe,
+// twenty requests cost one script call: the probe's admission, whose new
+// retry time answers the other nineteen locally.
+func TestDenyCacheProbe(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	q := admission.Quota{Limit: 1, Window: 300 * time.Millisecond}
+	g := admission.New(srv.Client(t), static(q), admission.WithTimeout(5*time.Second))
+	defer g.Close()
+	ctx := t.Context()
+	if d, err := g.Admit(ctx, "p"); err != nil || d.Outcome != admission.Admitted {
+		t.Fatalf("first Admit = %+v, %v", d, err)
+	}
+	d, err := g.Admit(ctx, "p")
+	if err != nil || d.Outcome != admission.Rejected {
+		t.Fatalf("second Admit = %+v, %v; want rejected", d, err)
+	}
+	time.Sleep(d.Delay() + 10*time.Millisecond)
+
+	before := scriptCalls(t, rdb)
+	srv.Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			srv.Resume()
+		}
+	}()
+	const n = 20
+	ds := make([]admission.Decision, n)
+	var wg sync.WaitGroup
+	admit := func(i int) {
+		wg.Go(func() {
+			var err error
+			if ds[i], err = g.Admit(ctx, "p"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	admit(0) // the probe, held by the frozen server
+	time.Sleep(50 * time.Millisecond)
+	for i := 1; i < n; i++ {
+		admit(i)
+	}
+	time.Sleep(50 * time.Millisecond)
+	srv.Resume()
+	resumed = true
+	wg.Wait()
+
+	if ds[0].Outcome != admission.Admitted || ds[0].Local {
+		t.Errorf("probe = %+v, want admitted by Redis", ds[0])
+	}
+	for i, d := range ds[1:] {
+		if d.Outcome != admission.Rejected || !d.Local {
+			t.Errorf("request %d behind the probe = %+v, want rejected locally", i+1, d)
+		}
+	}
+	if calls := scriptCalls(t, rdb) - before; calls != 1 {
+		t.Errorf("%d script calls for %d requests after the retry time, want 1 (the probe)", calls, n)
+	}
+}
+
 // TestDenyCacheFlood: one tenant flooding at 20× its quota costs Redis one
 // script call per admission, which the log must record, and almost nothing
 // for the 19 in 20 requests it rejects: the floor is 1/20 = 0.05 calls per

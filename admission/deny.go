@@ -9,8 +9,15 @@ import (
 // until a known time: admit.lua returns that time with a rejection, and
 // also with the admission that fills the window. Until then the gate
 // answers locally (slots only move forward), so a flood from one tenant
-// costs Redis one script call per admission and almost nothing more. An entry holds for the quota it was made under; a
-// quota change or a Release through this gate ends it early.
+// costs Redis one script call per admission and almost nothing more. An
+// entry holds for the quota it was made under; a quota change or a Release
+// through this gate ends it early.
+//
+// When an entry's time passes, the next request probes Redis, and requests
+// that arrive while the probe is out wait for it rather than send calls of
+// their own: the probe takes the slot that freed up and, the window full
+// again, brings back the next time. So a flood costs one call per
+// admission, not one per admission plus one per request that raced it.
 type denyCache struct {
 	max int
 
@@ -20,29 +27,62 @@ type denyCache struct {
 
 type denial struct {
 	q     Quota
-	gran  int64     // the granularity the hint was computed at
-	until time.Time // local clock
-	now   time.Time // Redis time of the rejection
-	at    time.Time // Redis time a retry could succeed
+	gran  int64         // the granularity the hint was computed at
+	until time.Time     // local clock
+	now   time.Time     // Redis time of the rejection
+	at    time.Time     // Redis time a retry could succeed
+	probe chan struct{} // closed when the probe after until ends; nil when none is out
 }
 
 func newDenyCache(max int) *denyCache {
 	return &denyCache{max: max, entries: make(map[string]denial)}
 }
 
-// lookup returns the rejection that still holds for tenant under q.
+// lookup returns the rejection that still holds for tenant under q, or
+// says how to go to Redis: when the rejection's time has passed, the first
+// caller gets probe, a channel it must hand to probed once its call ends,
+// and callers after it get wait, which is closed then; they should look
+// again. All are nil on a plain miss.
 //
 // A hint holds only at the granularity it was computed at: rounding moves
 // the slot a request could get, so gates that share the cache at another
 // granularity (Gate.AtGranularity) ask Redis instead.
-func (c *denyCache) lookup(tenant string, q Quota, gran int64, now time.Time) (denial, bool) {
+func (c *denyCache) lookup(tenant string, q Quota, gran int64, now time.Time) (d denial, ok bool, probe, wait chan struct{}) {
 	c.mu.RLock()
-	d, ok := c.entries[tenant]
+	d, ok = c.entries[tenant]
 	c.mu.RUnlock()
-	if !ok || d.q != q || d.gran != gran || !now.Before(d.until) {
-		return denial{}, false
+	if !ok || d.q != q || d.gran != gran {
+		return denial{}, false, nil, nil
 	}
-	return d, true
+	if now.Before(d.until) {
+		return d, true, nil, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok = c.entries[tenant]
+	switch {
+	case !ok || d.q != q || d.gran != gran:
+		return denial{}, false, nil, nil
+	case now.Before(d.until): // a probe brought a new time meanwhile
+		return d, true, nil, nil
+	case d.probe != nil:
+		return denial{}, false, nil, d.probe
+	}
+	d.probe = make(chan struct{})
+	c.entries[tenant] = d
+	return denial{}, false, d.probe, nil
+}
+
+// probed ends the probe that lookup handed out as probe, after its call
+// (and its put, if the call brought a new time). Without a new time the
+// tenant has room again, and its expired entry goes.
+func (c *denyCache) probed(tenant string, probe chan struct{}) {
+	c.mu.Lock()
+	if d, ok := c.entries[tenant]; ok && d.probe == probe {
+		delete(c.entries, tenant)
+	}
+	c.mu.Unlock()
+	close(probe)
 }
 
 // put records that Redis, at its time serverNow, will reject every new
@@ -53,7 +93,7 @@ func (c *denyCache) put(tenant string, q Quota, gran int64, serverNow, at, now t
 	defer c.mu.Unlock()
 	if len(c.entries) >= c.max {
 		for t, e := range c.entries {
-			if !now.Before(e.until) {
+			if !now.Before(e.until) && e.probe == nil {
 				delete(c.entries, t)
 			}
 		}

@@ -183,8 +183,21 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 		return g.withoutRedis(tenant, q, ids, now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, tenant))
 	}
 	if g.deny != nil {
-		if d, ok := g.deny.lookup(tenant, q, g.gran, now); ok && (fresh || q.Mode == Counter || !g.held(ctx, tenant, ids, deadline)) {
+		d, ok, probe, err := g.denied(ctx, tenant, q, &now, deadline)
+		if err != nil {
+			// The probe waited for outlived the deadline: as if this
+			// call had (the probe's own failure counts for the breaker).
+			err = callError(ctx, "admit", tenant, err)
+			if errors.Is(err, ErrUnavailable) {
+				return g.withoutRedis(tenant, q, ids, now, err)
+			}
+			return nil, err
+		}
+		if ok && (fresh || q.Mode == Counter || !g.held(ctx, tenant, ids, deadline)) {
 			return d.decisions(tenant, ids, now), nil
+		}
+		if probe != nil {
+			defer g.deny.probed(tenant, probe) // after the put below
 		}
 	}
 	ds, hint, err := g.remote(ctx, tenant, key, q, ids, fresh, deadline)
@@ -202,6 +215,30 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 		g.deny.put(tenant, q, g.gran, ds[0].Now, hint, time.Now())
 	}
 	return ds, nil
+}
+
+// denied looks tenant up in the deny cache. While another caller's probe
+// of Redis is out it waits for that probe, by deadline, and looks again,
+// setting *now to when it did. probe, when set, makes this caller the
+// probe: it must call g.deny.probed once its own call is done.
+func (g *Gate) denied(ctx context.Context, tenant string, q Quota, now *time.Time, deadline time.Time) (d denial, ok bool, probe chan struct{}, err error) {
+	for {
+		d, ok, probe, wait := g.deny.lookup(tenant, q, g.gran, *now)
+		if wait == nil {
+			return d, ok, probe, nil
+		}
+		t := time.NewTimer(time.Until(deadline))
+		select {
+		case <-wait:
+			t.Stop()
+		case <-ctx.Done():
+			t.Stop()
+			return denial{}, false, nil, context.Cause(ctx)
+		case <-t.C:
+			return denial{}, false, nil, context.DeadlineExceeded
+		}
+		*now = time.Now()
+	}
 }
 
 // breakerFor returns the breaker of the Redis that serves key: on a
