@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -176,6 +177,71 @@ func TestDenyCacheProbe(t *testing.T) {
 	}
 	if calls := scriptCalls(t, rdb) - before; calls != 1 {
 		t.Errorf("%d script calls for %d requests after the retry time, want 1 (the probe)", calls, n)
+	}
+}
+
+// holdHook, once armed, holds the reply of the client's next pipeline
+// until released: the script has run in Redis, and the gate has not seen
+// its answer yet.
+type holdHook struct {
+	armed   atomic.Bool
+	held    chan struct{} // closed when a reply is held
+	release chan struct{}
+}
+
+func (h *holdHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *holdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if h.armed.CompareAndSwap(true, false) {
+			close(h.held)
+			<-h.release
+		}
+		return err
+	}
+}
+
+// TestReleaseBeatsStaleRejection: a call that Redis rejected before a
+// Release freed the slot, but whose reply arrives after, must not leave a
+// cached rejection behind: the next request is admitted.
+func TestReleaseBeatsStaleRejection(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	hook := &holdHook{held: make(chan struct{}), release: make(chan struct{})}
+	rdb.AddHook(hook)
+	q := admission.Quota{Limit: 1, Window: time.Minute}
+	g := admission.New(rdb, static(q), admission.WithTimeout(5*time.Second))
+	defer g.Close()
+	ctx := t.Context()
+	a, err := g.Admit(ctx, "r")
+	if err != nil || a.Outcome != admission.Admitted {
+		t.Fatalf("Admit = %+v, %v", a, err)
+	}
+	// Releasing an ID that holds nothing drops the rejection cached with
+	// a's admission, so that the next request goes to Redis.
+	if err := g.Release(ctx, admission.Decision{Tenant: "r", ID: "none", Outcome: admission.Admitted}); err != nil {
+		t.Fatal(err)
+	}
+	hook.armed.Store(true)
+	done := make(chan admission.Decision)
+	go func() {
+		d, err := g.Admit(ctx, "r")
+		if err != nil {
+			t.Error(err)
+		}
+		done <- d
+	}()
+	<-hook.held // rejected in Redis, the reply held
+	if err := g.Release(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	close(hook.release)
+	if b := <-done; b.Outcome != admission.Rejected {
+		t.Fatalf("the held call = %+v, want rejected (a still held its slot)", b)
+	}
+	if c, err := g.Admit(ctx, "r"); err != nil || c.Outcome != admission.Admitted {
+		t.Fatalf("after the Release: Admit = %+v, %v; want admitted", c, err)
 	}
 }
 

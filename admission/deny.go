@@ -2,6 +2,7 @@ package admission
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,8 +19,15 @@ import (
 // their own: the probe takes the slot that freed up and, the window full
 // again, brings back the next time. So a flood costs one call per
 // admission, not one per admission plus one per request that raced it.
+//
+// A Release frees a slot that a call already in flight may not have seen:
+// its reply could then cache a rejection that no longer holds. So every
+// forget moves a generation on, and put drops a rejection from a call that
+// began in an older generation. Releases are rare; the cost is a cached
+// rejection lost now and then, never a wrong answer.
 type denyCache struct {
 	max int
+	gen atomic.Uint64 // moved on by forget, under mu
 
 	mu      sync.RWMutex
 	entries map[string]denial
@@ -85,12 +93,20 @@ func (c *denyCache) probed(tenant string, probe chan struct{}) {
 	close(probe)
 }
 
+// generation returns the current generation, for a call about to go to
+// Redis to hand to put.
+func (c *denyCache) generation() uint64 { return c.gen.Load() }
+
 // put records that Redis, at its time serverNow, will reject every new
-// request of tenant until its time at.
-func (c *denyCache) put(tenant string, q Quota, gran int64, serverNow, at, now time.Time) {
+// request of tenant until its time at, unless the call that said so began
+// before the generation gen ended.
+func (c *denyCache) put(tenant string, q Quota, gran int64, serverNow, at, now time.Time, gen uint64) {
 	d := denial{q: q, gran: gran, until: now.Add(at.Sub(serverNow)), now: serverNow, at: at}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.gen.Load() != gen {
+		return // a Release may have freed a slot the call did not see
+	}
 	if len(c.entries) >= c.max {
 		for t, e := range c.entries {
 			if !now.Before(e.until) && e.probe == nil {
@@ -104,9 +120,12 @@ func (c *denyCache) put(tenant string, q Quota, gran int64, serverNow, at, now t
 	c.entries[tenant] = d
 }
 
+// forget drops tenant's rejection, and any that calls now in flight would
+// bring back.
 func (c *denyCache) forget(tenant string) {
 	c.mu.Lock()
 	delete(c.entries, tenant)
+	c.gen.Add(1)
 	c.mu.Unlock()
 }
 

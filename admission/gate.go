@@ -200,6 +200,10 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 			defer g.deny.probed(tenant, probe) // after the put below
 		}
 	}
+	var gen uint64
+	if g.deny != nil {
+		gen = g.deny.generation()
+	}
 	ds, hint, err := g.remote(ctx, tenant, key, q, ids, fresh, deadline)
 	if err != nil {
 		if errors.Is(err, ErrUnavailable) {
@@ -212,7 +216,7 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 	if g.deny != nil && !hint.IsZero() {
 		// The clock read after the reply errs late, never early, so the
 		// cache never answers for Redis after Redis would have admitted.
-		g.deny.put(tenant, q, g.gran, ds[0].Now, hint, time.Now())
+		g.deny.put(tenant, q, g.gran, ds[0].Now, hint, time.Now(), gen)
 	}
 	return ds, nil
 }
@@ -369,7 +373,11 @@ func (g *Gate) Release(ctx context.Context, d Decision) error {
 		return err
 	}
 	if g.deny != nil {
+		// Before, so that no cached rejection answers while the slot is
+		// freed; after, so that none from a call that ran before the ZREM
+		// landed is cached once this returns.
 		g.deny.forget(d.Tenant)
+		defer g.deny.forget(d.Tenant)
 	}
 	q, err := g.quota(ctx, d.Tenant)
 	if err != nil && !errors.Is(err, ErrNoQuota) {
