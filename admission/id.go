@@ -22,5 +22,6 @@ func newIDGen() *idGen {
 }
 
 func (g *idGen) next() string {
-	return g.prefix + strconv.FormatUint(g.n.Add(1), 36)
+	var b [32]byte // prefix (at most 9) and counter (at most 13): one allocation, the string
+	return string(strconv.AppendUint(append(b[:0], g.prefix...), g.n.Add(1), 36))
 }
