@@ -89,6 +89,16 @@ for k = 1, #KEYS do
     local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     newest = tonumber(last[2])
   end
+  -- lth returns the L-th newest slot + window, read once per count: a
+  -- read of a score is dear (Redis formats the double).
+  local lthAt, lthCard = nil, -1
+  local function lth()
+    if lthCard ~= card then
+      local e = redis.call('ZRANGE', key, -limit, -limit, 'WITHSCORES')
+      lthAt, lthCard = tonumber(e[2]) + window, card
+    end
+    return lthAt
+  end
   local added = false
   local retryAt = nil
 
@@ -98,8 +108,7 @@ for k = 1, #KEYS do
     if not retryAt then
       slot = newest
       if card >= limit then
-        local e = redis.call('ZRANGE', key, -limit, -limit, 'WITHSCORES')
-        slot = math.max(slot, tonumber(e[2]) + window)
+        slot = math.max(slot, lth())
       end
       if slot <= now then
         code = 0
@@ -146,8 +155,7 @@ for k = 1, #KEYS do
   if not retryAt then
     local free = newest
     if card >= limit then
-      local e = redis.call('ZRANGE', key, -limit, -limit, 'WITHSCORES')
-      free = math.max(free, tonumber(e[2]) + window)
+      free = math.max(free, lth())
     end
     local rounded = ceil(free, gran)
     if free > now and rounded - now > maxDelay then
