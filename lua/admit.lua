@@ -38,6 +38,18 @@ local function ceil(x, g)
   return x
 end
 
+-- lth returns the L-th newest slot of a log that holds card entries. A
+-- rejection and the retry hint after it both need it, and reading a score
+-- is dear (Redis formats the double), so it is read once per count.
+local lthKey, lthLimit, lthCard, lthSlot
+local function lth(key, limit, card)
+  if key ~= lthKey or limit ~= lthLimit or card ~= lthCard then
+    local e = redis.call('ZRANGE', key, -limit, -limit, 'WITHSCORES')
+    lthKey, lthLimit, lthCard, lthSlot = key, limit, card, tonumber(e[2])
+  end
+  return lthSlot
+end
+
 local nq = tonumber(ARGV[1])
 local quotas = {}
 local a = 2
@@ -89,16 +101,6 @@ for k = 1, #KEYS do
     local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     newest = tonumber(last[2])
   end
-  -- lth returns the L-th newest slot + window, read once per count: a
-  -- read of a score is dear (Redis formats the double).
-  local lthAt, lthCard = nil, -1
-  local function lth()
-    if lthCard ~= card then
-      local e = redis.call('ZRANGE', key, -limit, -limit, 'WITHSCORES')
-      lthAt, lthCard = tonumber(e[2]) + window, card
-    end
-    return lthAt
-  end
   local added = false
   local retryAt = nil
 
@@ -108,7 +110,7 @@ for k = 1, #KEYS do
     if not retryAt then
       slot = newest
       if card >= limit then
-        slot = math.max(slot, lth())
+        slot = math.max(slot, lth(key, limit, card) + window)
       end
       if slot <= now then
         code = 0
@@ -155,7 +157,7 @@ for k = 1, #KEYS do
   if not retryAt then
     local free = newest
     if card >= limit then
-      free = math.max(free, lth())
+      free = math.max(free, lth(key, limit, card) + window)
     end
     local rounded = ceil(free, gran)
     if free > now and rounded - now > maxDelay then
