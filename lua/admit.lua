@@ -26,7 +26,8 @@
 -- with enough digits for a 16-digit µs timestamp, at a cost; the bounds
 -- every key of a quota shares are formatted once a call, with %.0f (Lua's
 -- own tostring would not be exact).
-local t = redis.call('TIME')
+local call, max, min = redis.call, math.max, math.min
+local t = call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 -- ceil rounds x up to a multiple of g; fmod is exact, unlike x / g.
@@ -44,7 +45,7 @@ end
 local lthKey, lthLimit, lthCard, lthSlot
 local function lth(key, limit, card)
   if key ~= lthKey or limit ~= lthLimit or card ~= lthCard then
-    local e = redis.call('ZRANGE', key, -limit, -limit, 'WITHSCORES')
+    local e = call('ZRANGE', key, -limit, -limit, 'WITHSCORES')
     lthKey, lthLimit, lthCard, lthSlot = key, limit, card, tonumber(e[2])
   end
   return lthSlot
@@ -72,7 +73,7 @@ local out, o = {now}, 1
 -- before any key is written, so a failed call never leaves half a batch.
 local cards = {}
 for k = 1, #KEYS do
-  cards[k] = redis.call('ZCARD', KEYS[k])
+  cards[k] = call('ZCARD', KEYS[k])
 end
 local seen = {}
 
@@ -85,11 +86,11 @@ for k = 1, #KEYS do
 
   local card = cards[k]
   if seen[key] then -- a second group of one tenant: count it anew
-    card = redis.call('ZCARD', key)
+    card = call('ZCARD', key)
   end
   seen[key] = true
   if card > 0 then
-    card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', quota.trim)
+    card = card - call('ZREMRANGEBYSCORE', key, '-inf', quota.trim)
   end
   local fresh = card == 0 -- the key is new (or emptied and gone): no TTL yet
   -- Slots after now are rare (deferrals), and ZCOUNT answers with a
@@ -97,8 +98,8 @@ for k = 1, #KEYS do
   -- by this gate or another one on the same tenant, can put the newest
   -- slot beyond the L-th newest + window.)
   local newest = now
-  if card > 0 and redis.call('ZCOUNT', key, future, '+inf') > 0 then
-    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if card > 0 and call('ZCOUNT', key, future, '+inf') > 0 then
+    local last = call('ZRANGE', key, -1, -1, 'WITHSCORES')
     newest = tonumber(last[2])
   end
   local added = false
@@ -110,7 +111,7 @@ for k = 1, #KEYS do
     if not retryAt then
       slot = newest
       if card >= limit then
-        slot = math.max(slot, lth(key, limit, card) + window)
+        slot = max(slot, lth(key, limit, card) + window)
       end
       if slot <= now then
         code = 0
@@ -124,21 +125,21 @@ for k = 1, #KEYS do
     end
     if code == 2 then
       -- A retry of an ID that already holds a slot keeps it, even when full.
-      local s = redis.call('ZSCORE', key, id)
+      local s = call('ZSCORE', key, id)
       if s then
         slot = tonumber(s)
         code = 3
       elseif not retryAt then
         -- A retry is admitted from raw on, or deferred from slot - maxDelay.
-        retryAt = math.min(raw, slot - maxDelay)
+        retryAt = min(raw, slot - maxDelay)
         slot = retryAt
       end
-    elseif redis.call('ZADD', key, 'NX', slot == now and nowS or slot, id) == 1 then
+    elseif call('ZADD', key, 'NX', slot == now and nowS or slot, id) == 1 then
       card = card + 1
       newest = slot
       added = true
     else
-      slot = tonumber(redis.call('ZSCORE', key, id))
+      slot = tonumber(call('ZSCORE', key, id))
       code = 3
     end
     if code == 3 and slot > now then
@@ -157,11 +158,11 @@ for k = 1, #KEYS do
   if not retryAt then
     local free = newest
     if card >= limit then
-      free = math.max(free, lth(key, limit, card) + window)
+      free = max(free, lth(key, limit, card) + window)
     end
     local rounded = ceil(free, gran)
     if free > now and rounded - now > maxDelay then
-      hint = math.min(free, rounded - maxDelay)
+      hint = min(free, rounded - maxDelay)
     end
   end
   o = o + 1
@@ -175,9 +176,9 @@ for k = 1, #KEYS do
       ttl = math.ceil((newest + window - now) / 1000) + 1
     end
     if fresh then
-      redis.call('PEXPIRE', key, ttl)
+      call('PEXPIRE', key, ttl)
     else
-      redis.call('PEXPIRE', key, ttl, 'GT')
+      call('PEXPIRE', key, ttl, 'GT')
     end
   end
 end
