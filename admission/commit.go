@@ -38,7 +38,7 @@ type committer struct {
 	mu        sync.Mutex
 	pending   []*request
 	inflight  int
-	quotaArgs map[groupKey][]any // boxed ARGV prefixes, see argsFor
+	quotaArgs map[groupKey][]any // each quota's four ARGV numbers, boxed; see argsFor
 }
 
 // Request states: a waiting caller and the pipeline that answers it race
@@ -366,16 +366,30 @@ func (c *committer) deliver(call []*group, res []int64, err error, forget func(*
 // admitArgs returns admit.lua's ARGV for call: the quotas its groups use,
 // each once, then each group's quota index, count and IDs.
 func (c *committer) admitArgs(call []*group) []any {
-	var quotas []groupKey // few: usually one
+	var quotas []groupKey // usually one; searched while few, then mapped
+	var byQuota map[groupKey]int
 	index := make([]int, len(call))
 	n := 1
 	for j, g := range call {
 		k := groupKey{q: g.q, gran: g.gran}
-		i := slices.Index(quotas, k)
-		if i < 0 {
+		i, ok := -1, false
+		if byQuota != nil {
+			i, ok = byQuota[k]
+		} else if i = slices.Index(quotas, k); i >= 0 {
+			ok = true
+		}
+		if !ok {
 			i = len(quotas)
 			quotas = append(quotas, k)
 			n += 4
+			if byQuota != nil {
+				byQuota[k] = i
+			} else if len(quotas) == 8 {
+				byQuota = make(map[groupKey]int, len(call))
+				for qi, qk := range quotas {
+					byQuota[qk] = qi
+				}
+			}
 		}
 		index[j] = i
 		n += 2 + len(g.ids)

@@ -67,15 +67,16 @@ func TestGroupCommitSharesScriptCalls(t *testing.T) {
 	}
 }
 
-// TestGroupCommitMixesQuotas: one script call carries tenants of several
-// quotas, and one quota at two granularities, each listed once in the
-// call; every tenant still gets exactly its own limit.
+// TestGroupCommitMixesQuotas: one script call carries tenants of twelve
+// quotas, each at two granularities (more than the committer searches
+// before it maps them), each listed once in the call; every tenant still
+// gets exactly its own limit.
 func TestGroupCommitMixesQuotas(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	tenants := map[string]admission.Quota{}
 	for i := range 12 {
-		tenants["m"+strconv.Itoa(i)] = admission.Quota{Limit: 3 + i%4, Window: time.Minute}
+		tenants["m"+strconv.Itoa(i)] = admission.Quota{Limit: 3 + i, Window: time.Minute}
 	}
 	g := admission.New(srv.Client(t), admission.StaticQuotas{Tenants: tenants}, admission.WithDenyCache(false))
 	defer g.Close()
