@@ -60,6 +60,7 @@ type request struct {
 	state atomic.Int32
 	done  chan struct{}
 	ds    []Decision
+	one   [1]Decision // ds for a single ID, without an allocation of its own
 	hint  time.Time // the key's retry hint, set on the group's last request
 	err   error
 }
@@ -167,10 +168,22 @@ type group struct {
 	one  [1]*request
 }
 
+// flushState is what a flush groups a batch in, reused across flushes.
+type flushState struct {
+	all    []group
+	groups []*group
+	byKey  map[groupKey]*group
+}
+
+var flushStates = sync.Pool{New: func() any { return &flushState{byKey: make(map[groupKey]*group)} }}
+
 func (c *committer) flush(batch []*request, forget func(*request)) {
-	all := make([]group, 0, len(batch)) // never grows: the pointers below stay valid
-	groups := make([]*group, 0, len(batch))
-	byKey := make(map[groupKey]*group, len(batch))
+	st := flushStates.Get().(*flushState)
+	all := st.all[:0]
+	if cap(all) < len(batch) {
+		all = make([]group, 0, len(batch)) // never grows: the pointers below stay valid
+	}
+	groups, byKey := st.groups[:0], st.byKey
 	for _, r := range batch {
 		if r.state.Load() == abandoned {
 			continue // its caller left before it was sent
@@ -188,7 +201,16 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 		byKey[k] = g
 		groups = append(groups, g)
 	}
+	clear(byKey)
+	// done hands the state back once no call uses its groups any more.
+	done := func() {
+		clear(all) // drop the requests, for the collector
+		clear(groups)
+		st.all, st.groups = all[:0], groups[:0]
+		flushStates.Put(st)
+	}
 	if len(groups) == 0 {
+		done()
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
@@ -211,6 +233,7 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 	if len(parts) == 1 {
 		c.run(ctx, parts[0], forget)
 		cancel()
+		done()
 		return
 	}
 	// On a cluster each master's part goes out and is delivered on its
@@ -224,6 +247,7 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 	go func() {
 		wg.Wait()
 		cancel()
+		done()
 	}()
 }
 
@@ -344,7 +368,11 @@ func (c *committer) deliver(call []*group, res []int64, err error, forget func(*
 				if i == len(g.reqs)-1 {
 					h = hint
 				}
-				r.ds, r.hint, r.err = parseDecisions(r.tenant, r.ids, res[0], res[off:off+n], h)
+				var ds []Decision
+				if len(r.ids) == 1 {
+					ds = r.one[:]
+				}
+				r.ds, r.hint, r.err = parseDecisions(ds, r.tenant, r.ids, res[0], res[off:off+n], h)
 				off += n
 			}
 			abandoned := !r.state.CompareAndSwap(waiting, delivered)

@@ -308,8 +308,8 @@ func appendCounterArgs(args []any, q Quota, gran int64, n int) []any {
 
 // parseDecisions reads a script reply for ids: the server time nowµs; res,
 // which holds outcome, slot and remaining for each ID; and the retry hint
-// (see admit.lua), 0 for none.
-func parseDecisions(tenant string, ids []string, nowµs int64, res []int64, hintµs int64) ([]Decision, time.Time, error) {
+// (see admit.lua), 0 for none. It fills ds when it has room for every ID.
+func parseDecisions(ds []Decision, tenant string, ids []string, nowµs int64, res []int64, hintµs int64) ([]Decision, time.Time, error) {
 	if len(res) != 3*len(ids) {
 		return nil, time.Time{}, fmt.Errorf("admitq: admit script returned %d values for %d IDs", len(res), len(ids))
 	}
@@ -318,7 +318,9 @@ func parseDecisions(tenant string, ids []string, nowµs int64, res []int64, hint
 		hint = time.UnixMicro(hintµs)
 	}
 	now := time.UnixMicro(nowµs)
-	ds := make([]Decision, len(ids))
+	if len(ds) != len(ids) {
+		ds = make([]Decision, len(ids))
+	}
 	for i, id := range ids {
 		code, at, remaining := res[3*i], res[3*i+1], res[3*i+2]
 		d := Decision{Tenant: tenant, ID: id, Now: now, At: time.UnixMicro(at), Remaining: int(remaining)}
