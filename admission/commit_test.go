@@ -246,6 +246,50 @@ func TestReleaseBeatsStaleRejection(t *testing.T) {
 	}
 }
 
+// TestAbandonedSlotDropsStaleRejection: a caller that gives up after its
+// call took the only slot has that slot given back in the background; a
+// rejection cached meanwhile by a call that saw the slot taken must go with
+// it, so the next request is admitted.
+func TestAbandonedSlotDropsStaleRejection(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	hook := &holdHook{held: make(chan struct{}), release: make(chan struct{})}
+	rdb.AddHook(hook)
+	q := admission.Quota{Limit: 1, Window: time.Minute}
+	g := admission.New(rdb, static(q), admission.WithTimeout(5*time.Second))
+	defer g.Close()
+	ctx := t.Context()
+	if _, err := g.Admit(ctx, "warm"); err != nil { // loads the script: no NOSCRIPT round below
+		t.Fatal(err)
+	}
+
+	hook.armed.Store(true)
+	actx, cancel := context.WithCancel(ctx)
+	aDone := make(chan error)
+	go func() {
+		_, err := g.Admit(actx, "s")
+		aDone <- err
+	}()
+	<-hook.held // a took the slot in Redis; its reply is held
+	cancel()
+	if err := <-aDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned Admit = %v, want context.Canceled", err)
+	}
+	b, err := g.Admit(ctx, "s") // sees a's slot: rejected, and cached
+	if err != nil || b.Outcome != admission.Rejected {
+		t.Fatalf("Admit beside the held call = %+v, %v; want rejected", b, err)
+	}
+	close(hook.release) // a's reply arrives for nobody: its slot goes back
+	for deadline := time.Now().Add(5 * time.Second); rdb.ZCard(ctx, "admitq:{s}:log").Val() != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the abandoned slot was never given back")
+		}
+	}
+	if c, err := g.Admit(ctx, "s"); err != nil || c.Outcome != admission.Admitted {
+		t.Fatalf("after the slot went back: Admit = %+v, %v; want admitted", c, err)
+	}
+}
+
 // TestDenyCacheFlood: one tenant flooding at 20× its quota costs Redis one
 // script call per admission, which the log must record, and almost nothing
 // for the 19 in 20 requests it rejects: the floor is 1/20 = 0.05 calls per

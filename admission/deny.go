@@ -22,12 +22,13 @@ import (
 //
 // A Release frees a slot that a call already in flight may not have seen:
 // its reply could then cache a rejection that no longer holds. So every
-// forget moves a generation on, and put drops a rejection from a call that
-// began in an older generation. Releases are rare; the cost is a cached
-// rejection lost now and then, never a wrong answer.
+// forget moves the tenant's generation on, and put drops a rejection from
+// a call that began in an older one. Generations are kept for 64 stripes
+// of tenants rather than for each: bounded, and a Release costs the other
+// tenants of its stripe at most a cached rejection now and then.
 type denyCache struct {
-	max int
-	gen atomic.Uint64 // moved on by forget, under mu
+	max  int
+	gens [64]atomic.Uint64 // by stripe of tenant; moved on by forget, under mu
 
 	mu      sync.RWMutex
 	entries map[string]denial
@@ -93,9 +94,18 @@ func (c *denyCache) probed(tenant string, probe chan struct{}) {
 	close(probe)
 }
 
-// generation returns the current generation, for a call about to go to
-// Redis to hand to put.
-func (c *denyCache) generation() uint64 { return c.gen.Load() }
+// generation returns tenant's current generation, for a call about to go
+// to Redis to hand to put.
+func (c *denyCache) generation(tenant string) uint64 { return c.gens[stripe(tenant)].Load() }
+
+// stripe hashes tenant (FNV-1a) to one of the generation stripes.
+func stripe(tenant string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(tenant); i++ {
+		h = (h ^ uint32(tenant[i])) * 16777619
+	}
+	return int(h % 64)
+}
 
 // put records that Redis, at its time serverNow, will reject every new
 // request of tenant until its time at, unless the call that said so began
@@ -104,7 +114,7 @@ func (c *denyCache) put(tenant string, q Quota, gran int64, serverNow, at, now t
 	d := denial{q: q, gran: gran, until: now.Add(at.Sub(serverNow)), now: serverNow, at: at}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.gen.Load() != gen {
+	if c.gens[stripe(tenant)].Load() != gen {
 		return // a Release may have freed a slot the call did not see
 	}
 	if len(c.entries) >= c.max {
@@ -125,7 +135,7 @@ func (c *denyCache) put(tenant string, q Quota, gran int64, serverNow, at, now t
 func (c *denyCache) forget(tenant string) {
 	c.mu.Lock()
 	delete(c.entries, tenant)
-	c.gen.Add(1)
+	c.gens[stripe(tenant)].Add(1)
 	c.mu.Unlock()
 }
 

@@ -202,7 +202,7 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 	}
 	var gen uint64
 	if g.deny != nil {
-		gen = g.deny.generation()
+		gen = g.deny.generation(tenant)
 	}
 	ds, hint, err := g.remote(ctx, tenant, key, q, ids, fresh, deadline)
 	if err != nil {
@@ -214,8 +214,14 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 	}
 	brk.success()
 	if g.deny != nil && !hint.IsZero() {
-		// The clock read after the reply errs late, never early, so the
-		// cache never answers for Redis after Redis would have admitted.
+		// The hint is mapped to the local clock from the reply's arrival,
+		// a one-way trip after the script ran; a request sent at the
+		// hint's local time would reach Redis a one-way trip later too. So
+		// the cache stops answering about when Redis starts admitting:
+		// late by at most the difference between the two trips and the
+		// delivery of the reply to this goroutine, well under a round trip.
+		// (Mapping from the send time instead would send probes early,
+		// and each would cost a script call Redis only rejects.)
 		g.deny.put(tenant, q, g.gran, ds[0].Now, hint, time.Now(), gen)
 	}
 	return ds, nil
@@ -358,8 +364,21 @@ func (g *Gate) forget(r *request) {
 		for i, id := range r.ids {
 			members[i] = id
 		}
-		_ = bounded(ctx, func(ctx context.Context) error { return g.rdb.ZRem(ctx, r.key, members...).Err() })
+		// Freeing slots, like Release: no cached rejection may outlive it.
+		g.forgetDenial(r.tenant)
+		_ = bounded(ctx, func(ctx context.Context) error {
+			defer g.forgetDenial(r.tenant)
+			return g.rdb.ZRem(ctx, r.key, members...).Err()
+		})
 	}()
+}
+
+// forgetDenial drops tenant's cached rejection, and any that calls now in
+// flight would bring back: a slot is being freed.
+func (g *Gate) forgetDenial(tenant string) {
+	if g.deny != nil {
+		g.deny.forget(tenant)
+	}
 }
 
 // Release gives back the slot a decision took, for work that was admitted
@@ -374,13 +393,10 @@ func (g *Gate) Release(ctx context.Context, d Decision) error {
 	if err := ValidateTenant(d.Tenant); err != nil {
 		return err
 	}
-	if g.deny != nil {
-		// Before, so that no cached rejection answers while the slot is
-		// freed; after, so that none from a call that ran before the ZREM
-		// landed is cached once this returns.
-		g.deny.forget(d.Tenant)
-		defer g.deny.forget(d.Tenant)
-	}
+	// Before, so that no cached rejection answers while the slot is freed;
+	// after the write is done (even one this call stopped waiting for), so
+	// that none from a call that ran before it landed is cached.
+	g.forgetDenial(d.Tenant)
 	q, err := g.quota(ctx, d.Tenant)
 	if err != nil && !errors.Is(err, ErrNoQuota) {
 		return err
@@ -388,6 +404,7 @@ func (g *Gate) Release(ctx context.Context, d Decision) error {
 	cctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
 	defer cancel()
 	err = bounded(cctx, func(ctx context.Context) error {
+		defer g.forgetDenial(d.Tenant)
 		if q.Mode == Counter {
 			bucket := d.At.UnixMicro() / counterWidth(q)
 			args := append(appendCounterArgs(nil, q, 1, 1), bucket)

@@ -210,3 +210,132 @@ func TestScriptMatchesModel(t *testing.T) {
 		}
 	}
 }
+
+// TestScriptMatchesModelAcrossGroups drives admit.lua with calls that
+// carry one tenant's log in two or three groups, under two quotas and
+// several granularities, as a batch does while a quota changes or gates
+// of different granularities share a tenant. The script must decide the
+// groups as the model decides them one after the other, at one time.
+func TestScriptMatchesModelAcrossGroups(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	script := lua.Admit()
+	ctx := t.Context()
+
+	for seed := range uint64(200) {
+		r := rand.New(rand.NewPCG(seed, 11))
+		quota := func() Quota {
+			return Quota{
+				Limit:    1 + r.IntN(4),
+				Window:   time.Duration(1+r.IntN(5)) * time.Second,
+				MaxDelay: time.Duration(r.IntN(4)) * time.Second,
+			}
+		}
+		qs := []Quota{quota(), quota()}
+		if r.IntN(2) == 0 {
+			qs[1].Limit = qs[0].Limit // same limit, another window: the case a cache keyed on the limit misses
+		}
+		grans := []int64{1, 1000, 1_000_000}
+		key := "groups:{" + strconv.FormatUint(seed, 10) + "}:log"
+		now := time.Unix(1_780_000_000, 0).Add(time.Duration(r.IntN(1e6)) * time.Microsecond)
+		m := &slotModel{log: map[string]int64{}}
+		var issued []string
+		for step := range 40 {
+			desc := fmt.Sprintf("seed %d step %d quotas %v", seed, step, qs)
+			switch op := r.IntN(10); {
+			case op < 3:
+				now = now.Add(time.Duration(r.Int64N(int64(2 * qs[0].Window))))
+			case op < 4 && len(issued) > 0:
+				id := issued[r.IntN(len(issued))]
+				delete(m.log, id)
+				if err := rdb.ZRem(ctx, key, id).Err(); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				type grp struct {
+					q    Quota
+					gran int64
+					ids  []string
+				}
+				groups := make([]grp, 2+r.IntN(2))
+				for gi := range groups {
+					ids := make([]string, 1+r.IntN(3))
+					for i := range ids {
+						if len(issued) > 0 && r.IntN(4) == 0 {
+							ids[i] = issued[r.IntN(len(issued))]
+						} else {
+							ids[i] = "id" + strconv.Itoa(len(issued))
+							issued = append(issued, ids[i])
+						}
+					}
+					groups[gi] = grp{qs[r.IntN(2)], grans[r.IntN(len(grans))], slices.Compact(ids)}
+				}
+				// The ARGV the committer sends: each (quota, granularity)
+				// once, then every group's index, count and IDs.
+				type qk struct {
+					q    Quota
+					gran int64
+				}
+				var table []qk
+				var rest []any
+				keys := make([]string, len(groups))
+				for gi, g := range groups {
+					i := slices.Index(table, qk{g.q, g.gran})
+					if i < 0 {
+						i = len(table)
+						table = append(table, qk{g.q, g.gran})
+					}
+					keys[gi] = key
+					rest = append(rest, i+1, len(g.ids))
+					for _, id := range g.ids {
+						rest = append(rest, id)
+					}
+				}
+				args := []any{len(table)}
+				for _, k := range table {
+					args = append(args, k.q.Limit, k.q.Window.Microseconds(), k.q.MaxDelay.Microseconds(), k.gran)
+				}
+				args = append(args, rest...)
+				mr.SetTime(now)
+				res, err := script.Run(ctx, rdb, keys, args...).Int64Slice()
+				if err != nil {
+					t.Fatalf("%s: %v", desc, err)
+				}
+				var got, want []modelResult
+				off := 1
+				for _, g := range groups {
+					for range g.ids {
+						got = append(got, modelResult{res[off], res[off+1], res[off+2]})
+						off += 3
+					}
+					got = append(got, modelResult{Code: res[off]})
+					off++
+					want = append(want, m.admit(now.UnixMicro(), g.q, g.gran, g.ids)...)
+				}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Fatalf("%s: groups %v (-model,+script):\n%s", desc, groups, diff)
+				}
+			}
+			stored, err := rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			horizon := now.UnixMicro() - max(qs[0].Window, qs[1].Window).Microseconds()
+			gotLog, wantLog := map[string]int64{}, map[string]int64{}
+			for _, z := range stored {
+				if s := int64(z.Score); s > horizon {
+					gotLog[z.Member.(string)] = s
+				}
+			}
+			for id, s := range m.log {
+				if s > horizon {
+					wantLog[id] = s
+				}
+			}
+			if diff := cmp.Diff(wantLog, gotLog); diff != "" {
+				t.Fatalf("%s: log (-model,+redis):\n%s", desc, diff)
+			}
+		}
+	}
+}

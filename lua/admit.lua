@@ -39,14 +39,17 @@ local function ceil(x, g)
   return x
 end
 
--- lth returns the L-th newest slot of a log that holds card entries. A
--- rejection and the retry hint after it both need it, and reading a score
--- is dear (Redis formats the double), so it is read once per count.
-local lthKey, lthLimit, lthCard, lthSlot
+-- lth returns the L-th newest slot of the log of the group being decided,
+-- which holds card entries. A rejection and the retry hint after it both
+-- need it, and reading a score is dear (Redis formats the double), so it
+-- is read once per count. Within a group only ZADD changes the log, and it
+-- moves the count; each group starts afresh (lthCard = nil), since another
+-- group of the same tenant can trim and refill its log to the same count.
+local lthCard, lthSlot
 local function lth(key, limit, card)
-  if key ~= lthKey or limit ~= lthLimit or card ~= lthCard then
+  if card ~= lthCard then
     local e = call('ZRANGE', key, -limit, -limit, 'WITHSCORES')
-    lthKey, lthLimit, lthCard, lthSlot = key, limit, card, tonumber(e[2])
+    lthCard, lthSlot = card, tonumber(e[2])
   end
   return lthSlot
 end
@@ -89,6 +92,7 @@ for k = 1, #KEYS do
     card = call('ZCARD', key)
   end
   seen[key] = true
+  lthCard = nil
   if card > 0 then
     card = card - call('ZREMRANGEBYSCORE', key, '-inf', quota.trim)
   end
