@@ -61,7 +61,7 @@ type request struct {
 	done  chan struct{}
 	ds    []Decision
 	one   [1]Decision // ds for a single ID, without an allocation of its own
-	hint  time.Time // the key's retry hint, set on the group's last request
+	hint  time.Time   // the key's retry hint, set on the group's last request
 	err   error
 }
 
