@@ -655,3 +655,37 @@ func TestGuessedQuotaNeverReachesRedis(t *testing.T) {
 		t.Fatalf("Redis recorded %d slots under a guessed quota", n)
 	}
 }
+
+// TestShortDeadlinesOpenTheBreaker: callers whose own deadlines are shorter
+// than the gate's timeout still open the breaker when Redis stops
+// answering, instead of each waiting its deadline out: after a few calls
+// the gate decides at once (locally, under FailOpen).
+func TestShortDeadlinesOpenTheBreaker(t *testing.T) {
+	srv := redistest.Start(t)
+	q := Quota{Limit: 10, Window: time.Second}
+	g := New(srv.Client(t), StaticQuotas{Default: &q}, WithTimeout(2*time.Second), WithFailurePolicy(FailOpen))
+	defer g.Close()
+	if _, err := g.Admit(t.Context(), "warm"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	for i := range 10 {
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+		start := time.Now()
+		d, err := g.Admit(ctx, "short")
+		took := time.Since(start)
+		cancel()
+		if err == nil {
+			if !d.Local || took > 20*time.Millisecond {
+				t.Fatalf("call %d: %+v after %v, want a local decision at once", i, d, took)
+			}
+			t.Logf("call %d decided locally in %v: the breaker opened after %d deadlines", i, took, i)
+			return
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("call %d: %v, want the caller's deadline", i, err)
+		}
+	}
+	t.Fatal("10 calls waited out their deadlines: the breaker never opened")
+}

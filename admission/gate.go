@@ -42,6 +42,11 @@ type Gate struct {
 	local  *localLimiter
 }
 
+// significantWait is how long a call must have waited for Redis before
+// the caller's own deadline ending it counts toward the breaker: far past
+// a healthy Redis's latency, even under load.
+const significantWait = 20 * time.Millisecond
+
 // Group-commit bounds: requests per pipeline and pipelines in flight. With
 // batching off every request is a pipeline of its own.
 const (
@@ -209,6 +214,16 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 		if errors.Is(err, ErrUnavailable) {
 			brk.failure(err, now)
 			return g.withoutRedis(tenant, q, ids, now, err)
+		}
+		if ctx.Err() == context.DeadlineExceeded && time.Since(now) >= min(g.opts.timeout, significantWait) {
+			// The caller's own deadline, shorter than the timeout, passed
+			// while Redis did not answer for a good while: that counts
+			// toward the breaker too, or callers that all bring short
+			// deadlines would wait them out on every call while Redis is
+			// down. (A deadline of microseconds says nothing about Redis.)
+			// The caller still gets its deadline's error: it has no time
+			// left for a decision.
+			brk.failure(err, now)
 		}
 		return nil, err
 	}
