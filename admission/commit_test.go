@@ -203,17 +203,23 @@ func (h *holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
-// TestReleaseBeatsStaleRejection: a call that Redis rejected before a
-// Release freed the slot, but whose reply arrives after, must not leave a
-// cached rejection behind: the next request is admitted.
-func TestReleaseBeatsStaleRejection(t *testing.T) {
+// holdingGate returns a gate with a quota of one a minute on a client
+// whose pipeline replies hook can hold, and that client.
+func holdingGate(t *testing.T) (*redis.Client, *holdHook, *admission.Gate) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	hook := &holdHook{held: make(chan struct{}), release: make(chan struct{})}
 	rdb.AddHook(hook)
-	q := admission.Quota{Limit: 1, Window: time.Minute}
-	g := admission.New(rdb, static(q), admission.WithTimeout(5*time.Second))
-	defer g.Close()
+	g := admission.New(rdb, static(admission.Quota{Limit: 1, Window: time.Minute}), admission.WithTimeout(5*time.Second))
+	t.Cleanup(func() { g.Close() })
+	return rdb, hook, g
+}
+
+// TestReleaseBeatsStaleRejection: a call that Redis rejected before a
+// Release freed the slot, but whose reply arrives after, must not leave a
+// cached rejection behind: the next request is admitted.
+func TestReleaseBeatsStaleRejection(t *testing.T) {
+	_, hook, g := holdingGate(t)
 	ctx := t.Context()
 	a, err := g.Admit(ctx, "r")
 	if err != nil || a.Outcome != admission.Admitted {
@@ -251,13 +257,7 @@ func TestReleaseBeatsStaleRejection(t *testing.T) {
 // rejection cached meanwhile by a call that saw the slot taken must go with
 // it, so the next request is admitted.
 func TestAbandonedSlotDropsStaleRejection(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	hook := &holdHook{held: make(chan struct{}), release: make(chan struct{})}
-	rdb.AddHook(hook)
-	q := admission.Quota{Limit: 1, Window: time.Minute}
-	g := admission.New(rdb, static(q), admission.WithTimeout(5*time.Second))
-	defer g.Close()
+	rdb, hook, g := holdingGate(t)
 	ctx := t.Context()
 	if _, err := g.Admit(ctx, "warm"); err != nil { // loads the script: no NOSCRIPT round below
 		t.Fatal(err)

@@ -120,15 +120,36 @@ func mapValues(m map[string]int64) func(func(int64) bool) {
 	}
 }
 
+// onMiniredis returns a miniredis, whose clock the test sets, a client of
+// it and admit.lua.
+func onMiniredis(t *testing.T) (*miniredis.Miniredis, *redis.Client, *redis.Script) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	return mr, rdb, lua.Admit()
+}
+
+// pickIDs returns n entry IDs, each new (and then added to issued) or, one
+// time in four, one issued before; runs of one ID are kept once.
+func pickIDs(r *rand.Rand, n int, issued *[]string) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		if len(*issued) > 0 && r.IntN(4) == 0 {
+			ids[i] = (*issued)[r.IntN(len(*issued))]
+		} else {
+			ids[i] = "id" + strconv.Itoa(len(*issued))
+			*issued = append(*issued, ids[i])
+		}
+	}
+	return slices.Compact(ids)
+}
+
 // TestScriptMatchesModel drives admit.lua on miniredis with an exact clock
 // through random sequences of admissions (new and repeated IDs, batches),
 // releases and time steps, and checks every reply and the stored log
 // against slotModel.
 func TestScriptMatchesModel(t *testing.T) {
-	mr := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	script := lua.Admit()
+	mr, rdb, script := onMiniredis(t)
 	ctx := t.Context()
 
 	for seed := range uint64(200) {
@@ -155,16 +176,7 @@ func TestScriptMatchesModel(t *testing.T) {
 					t.Fatal(err)
 				}
 			default: // a batch of new and repeated IDs
-				ids := make([]string, 1+r.IntN(4))
-				for i := range ids {
-					if len(issued) > 0 && r.IntN(4) == 0 {
-						ids[i] = issued[r.IntN(len(issued))]
-					} else {
-						ids[i] = "id" + strconv.Itoa(len(issued))
-						issued = append(issued, ids[i])
-					}
-				}
-				ids = slices.Compact(ids)
+				ids := pickIDs(r, 1+r.IntN(4), &issued)
 				mr.SetTime(now)
 				args := appendAdmitArgs(nil, q, gran, ids)
 				res, err := script.Run(ctx, rdb, []string{key}, args...).Int64Slice()
@@ -184,29 +196,9 @@ func TestScriptMatchesModel(t *testing.T) {
 					t.Fatalf("%s: admit %v (-model,+script):\n%s", desc, ids, diff)
 				}
 			}
-			stored, err := rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			gotLog := map[string]int64{}
-			for _, z := range stored {
-				gotLog[z.Member.(string)] = int64(z.Score)
-			}
-			// The model trims lazily, like the script: compare what is live.
-			wantLog := map[string]int64{}
-			for id, s := range m.log {
-				if s > now.UnixMicro()-q.Window.Microseconds() {
-					wantLog[id] = s
-				}
-			}
-			for id, s := range gotLog {
-				if s <= now.UnixMicro()-q.Window.Microseconds() {
-					delete(gotLog, id)
-				}
-			}
-			if diff := cmp.Diff(wantLog, gotLog); diff != "" {
-				t.Fatalf("%s: log (-model,+redis):\n%s", desc, diff)
-			}
+			// The model trims when it decides, like the script: compare
+			// what is live.
+			checkLog(t, desc, rdb, key, m, now.UnixMicro()-q.Window.Microseconds())
 		}
 	}
 }
@@ -217,10 +209,7 @@ func TestScriptMatchesModel(t *testing.T) {
 // of different granularities share a tenant. The script must decide the
 // groups as the model decides them one after the other, at one time.
 func TestScriptMatchesModelAcrossGroups(t *testing.T) {
-	mr := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	script := lua.Admit()
+	mr, rdb, script := onMiniredis(t)
 	ctx := t.Context()
 
 	for seed := range uint64(200) {
@@ -260,16 +249,7 @@ func TestScriptMatchesModelAcrossGroups(t *testing.T) {
 				}
 				groups := make([]grp, 2+r.IntN(2))
 				for gi := range groups {
-					ids := make([]string, 1+r.IntN(3))
-					for i := range ids {
-						if len(issued) > 0 && r.IntN(4) == 0 {
-							ids[i] = issued[r.IntN(len(issued))]
-						} else {
-							ids[i] = "id" + strconv.Itoa(len(issued))
-							issued = append(issued, ids[i])
-						}
-					}
-					groups[gi] = grp{qs[r.IntN(2)], grans[r.IntN(len(grans))], slices.Compact(ids)}
+					groups[gi] = grp{qs[r.IntN(2)], grans[r.IntN(len(grans))], pickIDs(r, 1+r.IntN(3), &issued)}
 				}
 				// The ARGV the committer sends: each (quota, granularity)
 				// once, then every group's index, count and IDs.
@@ -317,25 +297,7 @@ func TestScriptMatchesModelAcrossGroups(t *testing.T) {
 					t.Fatalf("%s: groups %v (-model,+script):\n%s", desc, groups, diff)
 				}
 			}
-			stored, err := rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			horizon := now.UnixMicro() - max(qs[0].Window, qs[1].Window).Microseconds()
-			gotLog, wantLog := map[string]int64{}, map[string]int64{}
-			for _, z := range stored {
-				if s := int64(z.Score); s > horizon {
-					gotLog[z.Member.(string)] = s
-				}
-			}
-			for id, s := range m.log {
-				if s > horizon {
-					wantLog[id] = s
-				}
-			}
-			if diff := cmp.Diff(wantLog, gotLog); diff != "" {
-				t.Fatalf("%s: log (-model,+redis):\n%s", desc, diff)
-			}
+			checkLog(t, desc, rdb, key, m, now.UnixMicro()-max(qs[0].Window, qs[1].Window).Microseconds())
 		}
 	}
 }
