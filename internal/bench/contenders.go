@@ -103,7 +103,8 @@ func contenders() []contender {
 		{
 			id: "enqueue", name: "enqueue.Client.Enqueue", logKey: gateLogKey,
 			build: func(e env) Limiter {
-				return &enqueueClient{c: enqueue.New(asynq.NewClientFromRedisClient(e.rdb), newGate(e)), queue: queue}
+				g := newGate(e)
+				return &enqueueClient{c: enqueue.New(asynq.NewClientFromRedisClient(e.rdb), g), gate: g, queue: queue}
 			},
 		},
 		{

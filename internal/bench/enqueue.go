@@ -14,8 +14,13 @@ import (
 // of the admitted or deferred task, under a generated task ID.
 type enqueueClient struct {
 	c     *enqueue.Client
+	gate  *admission.Gate
 	queue string
 }
+
+// Close stops the gate's background work; the asynq client shares the
+// contender's Redis client, which the runner closes.
+func (l *enqueueClient) Close() error { return l.gate.Close() }
 
 func (l *enqueueClient) Allow(ctx context.Context, tenant string) (Result, error) {
 	_, d, err := l.c.Enqueue(ctx, tenant, asynq.NewTask("admitq-bench", benchPayload), asynq.Queue(l.queue))

@@ -37,6 +37,9 @@ func (l gateLimiter) Allow(ctx context.Context, tenant string) (Result, error) {
 	return Result{Outcome: d.Outcome, Local: d.Local}, err
 }
 
+// Close stops the gate's background work.
+func (l gateLimiter) Close() error { return l.g.Close() }
+
 // txPipeline is the transaction-pipeline sliding window of the design notes
 // (background/000), written afresh: trim, count, add and expire in one
 // MULTI/EXEC on the client's clock, then a second round trip to take the

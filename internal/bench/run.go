@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -230,7 +231,7 @@ type runner struct {
 	c       contender
 	prefix  string
 	rdb     *redis.Client // the contender's own
-	lim     Limiter
+	env     env           // what each slice builds the contender from
 
 	// Sums over the slices so far.
 	slices               int
@@ -250,7 +251,7 @@ func newRunner(cfg Config, opts *redis.Options, admin *redis.Client, tenants []s
 	prefix := Prefix + ":" + c.id
 	return &runner{
 		cfg: cfg, admin: admin, tenants: tenants, c: c, prefix: prefix, rdb: rdb,
-		lim: c.build(env{rdb: rdb, prefix: prefix, quota: cfg.Quota, timeout: callTimeout(opts)}),
+		env: env{rdb: rdb, prefix: prefix, quota: cfg.Quota, timeout: callTimeout(opts)},
 	}
 }
 
@@ -318,6 +319,13 @@ func (r *runner) slice(ctx context.Context, round, index, total int) error {
 	}
 	p := Progress{Index: index, Total: total, Round: round, Rounds: cfg.Rounds, ID: r.c.id, Name: r.c.name}
 
+	// Every slice starts afresh: on empty keys, and with a contender built
+	// anew, so that no state it keeps in process (the gate's cached
+	// rejections, say) outlives the keys it was about.
+	lim := r.c.build(r.env)
+	if c, ok := lim.(io.Closer); ok {
+		defer c.Close()
+	}
 	var phase atomic.Int32
 	workers := make([]*worker, cfg.Concurrency)
 	var wg sync.WaitGroup
@@ -329,10 +337,10 @@ func (r *runner) slice(ctx context.Context, round, index, total int) error {
 		wg.Add(1)
 		if r.c.flood {
 			first := start.Add(floodEvery * time.Duration(i) / time.Duration(cfg.Concurrency))
-			go func() { defer wg.Done(); w.paced(ctx, r.lim, &phase, first, floodEvery) }()
+			go func() { defer wg.Done(); w.paced(ctx, lim, &phase, first, floodEvery) }()
 		} else {
 			pick := r.picker(uint64(round), uint64(i))
-			go func() { defer wg.Done(); w.closedLoop(ctx, r.lim, &phase, r.tenants, pick) }()
+			go func() { defer wg.Done(); w.closedLoop(ctx, lim, &phase, r.tenants, pick) }()
 		}
 	}
 
