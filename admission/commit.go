@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -32,6 +33,11 @@ type committer struct {
 	maxBatch  int
 	maxFlight int
 	timeout   time.Duration
+	// report, when set, hears how each pipeline went: nil when Redis
+	// answered (even with script errors), else the error that shows it is
+	// unavailable. key is one of the pipeline's keys, started when it was
+	// sent.
+	report func(key string, started time.Time, err error)
 
 	timers sync.Pool // *time.Timer, stopped: one per waiting caller
 
@@ -152,7 +158,35 @@ func (c *committer) flushLoop(forget func(*request)) {
 			c.pending = nil
 		}
 		c.mu.Unlock()
+
+		// A pipeline that Redis has not answered within the timeout keeps
+		// waiting in the background (go-redis ends it by its own
+		// timeouts, seconds later without ContextTimeoutEnabled) and gives
+		// its flight up: new requests go out, and they are what show the
+		// breaker whether Redis is back. Both are guarded by c.mu.
+		finished, detached := false, false
+		t := time.AfterFunc(c.timeout, func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if finished {
+				return
+			}
+			detached = true
+			c.inflight--
+			if len(c.pending) > 0 && c.inflight < c.maxFlight {
+				c.inflight++
+				go c.flushLoop(forget)
+			}
+		})
 		c.flush(batch, forget)
+		t.Stop()
+		c.mu.Lock()
+		finished = true
+		if detached {
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
 	}
 }
 
@@ -338,11 +372,37 @@ func (c *committer) exec(ctx context.Context, calls [][]*group, eval bool) ([][]
 			cmds[i] = script.EvalSha(ctx, pipe, keys, args...)
 		}
 	}
+	started := time.Now()
+	var late *time.Timer
+	if c.report != nil {
+		// Without ContextTimeoutEnabled go-redis waits for a frozen Redis
+		// until its ReadTimeout, seconds past ctx's deadline: the breaker
+		// hears of the failure at the deadline, not then.
+		key := calls[0][0].key
+		late = time.AfterFunc(c.timeout, func() {
+			c.report(key, started, fmt.Errorf("%w: no reply within %v", context.DeadlineExceeded, c.timeout))
+		})
+	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
+	reported := late != nil && !late.Stop()
 	res := make([][]int64, len(calls))
 	errs := make([]error, len(calls))
+	var down error // the first reply that says Redis is unavailable
+	answered := false
 	for i, cmd := range cmds {
 		res[i], errs[i] = cmd.Int64Slice()
+		switch {
+		case errs[i] == nil || !unavailable(errs[i]):
+			answered = true
+		case down == nil:
+			down = errs[i]
+		}
+	}
+	if c.report != nil && (answered || !reported) {
+		if answered {
+			down = nil
+		}
+		c.report(calls[0][0].key, started, down)
 	}
 	return res, errs
 }

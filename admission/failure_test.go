@@ -658,20 +658,22 @@ func TestGuessedQuotaNeverReachesRedis(t *testing.T) {
 
 // TestShortDeadlinesOpenTheBreaker: callers whose own deadlines are shorter
 // than the gate's timeout still open the breaker when Redis stops
-// answering, instead of each waiting its deadline out: after a few calls
-// the gate decides at once (locally, under FailOpen).
+// answering, since the pipelines they leave behind run to the timeout and
+// report to it; after that the gate decides at once (locally, under
+// FailOpen) instead of each caller waiting its deadline out.
 func TestShortDeadlinesOpenTheBreaker(t *testing.T) {
 	srv := redistest.Start(t)
 	q := Quota{Limit: 10, Window: time.Second}
-	g := New(srv.Client(t), StaticQuotas{Default: &q}, WithTimeout(2*time.Second), WithFailurePolicy(FailOpen))
+	g := New(srv.Client(t), StaticQuotas{Default: &q}, WithTimeout(100*time.Millisecond), WithFailurePolicy(FailOpen))
 	defer g.Close()
 	if _, err := g.Admit(t.Context(), "warm"); err != nil {
 		t.Fatal(err)
 	}
 	srv.Pause()
 	defer srv.Resume()
-	for i := range 10 {
-		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	frozen := time.Now()
+	for i := 0; time.Since(frozen) < 3*time.Second; i++ {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
 		start := time.Now()
 		d, err := g.Admit(ctx, "short")
 		took := time.Since(start)
@@ -680,12 +682,67 @@ func TestShortDeadlinesOpenTheBreaker(t *testing.T) {
 			if !d.Local || took > 20*time.Millisecond {
 				t.Fatalf("call %d: %+v after %v, want a local decision at once", i, d, took)
 			}
-			t.Logf("call %d decided locally in %v: the breaker opened after %d deadlines", i, took, i)
+			t.Logf("call %d decided locally in %v, %v after Redis froze", i, took, time.Since(frozen).Round(time.Millisecond))
 			return
 		}
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("call %d: %v, want the caller's deadline", i, err)
 		}
 	}
-	t.Fatal("10 calls waited out their deadlines: the breaker never opened")
+	t.Fatal("calls waited out their deadlines for 3s: the breaker never opened")
+}
+
+// TestStallShorterThanTimeoutOpensNothing: Redis stalls for 80 ms (a slow
+// command of another client, a fork) while callers with 25 ms deadlines
+// keep calling. Their deadlines end, but the gate's pipelines, which run
+// to the 250 ms timeout, get their answers: the breaker stays shut and no
+// decision after the stall is made without Redis.
+func TestStallShorterThanTimeoutOpensNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	q := Quota{Limit: 1_000_000, Window: time.Second}
+	g := New(srv.Client(t), StaticQuotas{Default: &q}, WithFailurePolicy(FailOpen))
+	defer g.Close()
+	if _, err := g.Admit(t.Context(), "warm"); err != nil {
+		t.Fatal(err)
+	}
+	var local, remote, expired atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(t.Context(), 25*time.Millisecond)
+				d, err := g.Admit(ctx, fmt.Sprintf("tenant%d", w))
+				cancel()
+				switch {
+				case err != nil:
+					expired.Add(1)
+				case d.Local:
+					local.Add(1)
+				default:
+					remote.Add(1)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	time.Sleep(100 * time.Millisecond)
+	srv.Pause()
+	time.Sleep(80 * time.Millisecond)
+	srv.Resume()
+	time.Sleep(400 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	t.Logf("remote %d, local %d, deadlines ended %d", remote.Load(), local.Load(), expired.Load())
+	if expired.Load() == 0 {
+		t.Fatal("no caller's deadline ended during the stall: the test did not stall Redis")
+	}
+	if local.Load() != 0 || g.brk.isOpen() {
+		t.Fatalf("%d decisions without Redis after an 80 ms stall (breaker open: %v), want none", local.Load(), g.brk.isOpen())
+	}
 }

@@ -42,11 +42,6 @@ type Gate struct {
 	local  *localLimiter
 }
 
-// significantWait is how long a call must have waited for Redis before
-// the caller's own deadline ending it counts toward the breaker: far past
-// a healthy Redis's latency, even under load.
-const significantWait = 20 * time.Millisecond
-
 // Group-commit bounds: requests per pipeline and pipelines in flight. With
 // batching off every request is a pipeline of its own.
 const (
@@ -86,6 +81,20 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 	g.brk = newBreaker(func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, o.timeout, o.logger)
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		g.nodes = &nodeBreakers{cc: cc, timeout: o.timeout, logger: o.logger, m: make(map[string]*breaker)}
+	}
+	// Every pipeline tells the breaker of its Redis how it went, even when
+	// all its callers have left: callers whose own deadlines are shorter
+	// than the timeout would otherwise never open it while Redis is down,
+	// and would wait their deadlines out on every call. A pipeline runs to
+	// the timeout, so a stall shorter than that opens nothing, whatever
+	// the callers' deadlines.
+	g.commit.report = func(key string, started time.Time, err error) {
+		brk := g.breakerFor(context.Background(), key)
+		if err != nil {
+			brk.failure(err, started)
+		} else {
+			brk.success()
+		}
 	}
 	return g
 }
@@ -214,16 +223,6 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 		if errors.Is(err, ErrUnavailable) {
 			brk.failure(err, now)
 			return g.withoutRedis(tenant, q, ids, now, err)
-		}
-		if ctx.Err() == context.DeadlineExceeded && time.Since(now) >= min(g.opts.timeout, significantWait) {
-			// The caller's own deadline, shorter than the timeout, passed
-			// while Redis did not answer for a good while: that counts
-			// toward the breaker too, or callers that all bring short
-			// deadlines would wait them out on every call while Redis is
-			// down. (A deadline of microseconds says nothing about Redis.)
-			// The caller still gets its deadline's error: it has no time
-			// left for a decision.
-			brk.failure(err, now)
 		}
 		return nil, err
 	}
