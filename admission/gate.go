@@ -190,6 +190,7 @@ func (g *Gate) quota(ctx context.Context, tenant string) (Quota, error) {
 
 func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string, fresh bool) ([]Decision, error) {
 	now := time.Now()
+	began := now
 	deadline := now.Add(g.opts.timeout) // one for the whole decision, however many calls it takes
 	key := windowKey(g.opts.prefix, tenant, q)
 	brk := g.breakerFor(ctx, key)
@@ -221,7 +222,13 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 	ds, hint, err := g.remote(ctx, tenant, key, q, ids, fresh, deadline)
 	if err != nil {
 		if errors.Is(err, ErrUnavailable) {
-			brk.failure(err, now)
+			// The gate's own timeout, not the caller's deadline (that
+			// error is the caller's, and its pipeline reports to the
+			// breaker, see New). Counted here as well, before the caller
+			// can call again, so that its next call is a failure of its
+			// own; as of when the decision began, so that one behind a
+			// probe that failed counts with the probe.
+			brk.failure(err, began)
 			return g.withoutRedis(tenant, q, ids, now, err)
 		}
 		return nil, err
