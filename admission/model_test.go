@@ -301,3 +301,44 @@ func TestScriptMatchesModelAcrossGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestAdmitArgs: admit.lua's ARGV as the committer builds it lists each
+// (quota, granularity) once, whether it searched for them (up to eight)
+// or mapped them (past eight), and every group's index points at its own.
+func TestAdmitArgs(t *testing.T) {
+	c := &committer{}
+	r := rand.New(rand.NewPCG(1, 2))
+	for trial := range 200 {
+		nq := 1 + r.IntN(40)
+		var call []*group
+		for j := range 1 + r.IntN(256) {
+			qi := r.IntN(nq)
+			call = append(call, &group{key: "k", q: Quota{Limit: 1 + qi, Window: time.Second}, gran: int64(1 + qi%3), ids: []string{"x" + strconv.Itoa(j)}})
+		}
+		args := c.admitArgs(call)
+		n := args[0].(int)
+		a := 1 + 4*n
+		for j, g := range call {
+			idx := args[a].(int)
+			q := args[1+4*(idx-1):]
+			if q[0].(int) != g.q.Limit || q[3].(int64) != g.gran {
+				t.Fatalf("trial %d group %d: index %d points at %v, want limit %d gran %d", trial, j, idx, q[:4], g.q.Limit, g.gran)
+			}
+			if args[a+1].(int) != len(g.ids) || args[a+2].(string) != g.ids[0] {
+				t.Fatalf("trial %d group %d: count and ID %v, want 1 and %s", trial, j, args[a+1:a+3], g.ids[0])
+			}
+			a += 2 + len(g.ids)
+		}
+		if a != len(args) {
+			t.Fatalf("trial %d: %d arguments, walked %d", trial, len(args), a)
+		}
+		seen := map[[2]int64]bool{}
+		for i := range n {
+			k := [2]int64{int64(args[1+4*i].(int)), args[4+4*i].(int64)}
+			if seen[k] {
+				t.Fatalf("trial %d: quota %v listed twice", trial, k)
+			}
+			seen[k] = true
+		}
+	}
+}
