@@ -18,7 +18,9 @@ import (
 // which takes everything waiting (up to maxBatch requests) and sends it as
 // a single Redis pipeline. Under load each pipeline carries many requests;
 // at low load a request goes out at once, alone. No timer ever waits for
-// company.
+// company. A pipeline still unanswered at the timeout stops counting as in
+// flight (see flushLoop), and each pipeline tells the gate's breaker how it
+// went (report).
 //
 // Within a pipeline one script call decides all of a tenant's waiting
 // requests; on a plain client (one Redis server) one script call decides
@@ -163,7 +165,8 @@ func (c *committer) flushLoop(forget func(*request)) {
 		// waiting in the background (go-redis ends it by its own
 		// timeouts, seconds later without ContextTimeoutEnabled) and gives
 		// its flight up: new requests go out, and they are what show the
-		// breaker whether Redis is back. Both are guarded by c.mu.
+		// breaker whether Redis is back. finished and detached are guarded
+		// by c.mu.
 		finished, detached := false, false
 		t := time.AfterFunc(c.timeout, func() {
 			c.mu.Lock()
