@@ -207,24 +207,6 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// verifyNoLeaks fails t if goroutines other than those in ignore outlive
-// the test. go-redis' dial prober sleeps a second between attempts and
-// notices Close only then, so allow it that long.
-func verifyNoLeaks(t *testing.T, ignore goleak.Option) {
-	t.Helper()
-	deadline := time.Now().Add(goRedisRedial + 2*time.Second)
-	for {
-		err := goleak.Find(ignore)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("goroutines leaked: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // chaosGate describes one gate of a chaos run.
 type chaosGate struct {
 	policy  admission.FailurePolicy
@@ -298,7 +280,7 @@ func runChaos(t *testing.T, srv *redistest.Server, o outage, gs []chaosGate) {
 		stats[i] = f.stop()
 	}
 	stopAll()
-	verifyNoLeaks(t, ignore)
+	redistest.VerifyNoLeaks(t, ignore)
 
 	for i, f := range floods {
 		checkFlood(t, f, stats[i], down, back, o.recover)

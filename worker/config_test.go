@@ -19,6 +19,15 @@ func TestConfigMapsToAsynqConfigWithDefaults(t *testing.T) {
 	// Functions and the logger can't be compared; they are checked below.
 	ignoreFuncs := cmpopts.IgnoreFields(asynq.Config{}, "IsFailure", "RetryDelayFunc", "ErrorHandler", "Logger")
 	discard := slog.New(slog.DiscardHandler)
+	// What a Config of zero values gets.
+	defaults := asynq.Config{
+		Concurrency:              runtime.NumCPU(),
+		Queues:                   map[string]int{"default": 1},
+		ShutdownTimeout:          8 * time.Second,
+		DelayedTaskCheckInterval: time.Second,
+		TaskCheckInterval:        time.Second,
+		LogLevel:                 asynq.DebugLevel,
+	}
 	tests := []struct {
 		desc             string
 		cfg              Config
@@ -28,14 +37,7 @@ func TestConfigMapsToAsynqConfigWithDefaults(t *testing.T) {
 		{
 			desc: "zero value gets admitq's defaults",
 			cfg:  Config{},
-			want: asynq.Config{
-				Concurrency:              runtime.NumCPU(),
-				Queues:                   map[string]int{"default": 1},
-				ShutdownTimeout:          8 * time.Second,
-				DelayedTaskCheckInterval: time.Second,
-				TaskCheckInterval:        time.Second,
-				LogLevel:                 asynq.DebugLevel,
-			},
+			want: defaults,
 		},
 		{
 			desc: "set values pass through",
@@ -67,26 +69,12 @@ func TestConfigMapsToAsynqConfigWithDefaults(t *testing.T) {
 				DelayedTaskCheckInterval: -time.Second,
 				TaskCheckInterval:        -time.Second,
 			},
-			want: asynq.Config{
-				Concurrency:              runtime.NumCPU(),
-				Queues:                   map[string]int{"default": 1},
-				ShutdownTimeout:          8 * time.Second,
-				DelayedTaskCheckInterval: time.Second,
-				TaskCheckInterval:        time.Second,
-				LogLevel:                 asynq.DebugLevel,
-			},
+			want: defaults,
 		},
 		{
 			desc: "queues that all have weight zero or less mean the default queue",
 			cfg:  Config{Queues: map[string]int{"off": 0, "neg": -1}},
-			want: asynq.Config{
-				Concurrency:              runtime.NumCPU(),
-				Queues:                   map[string]int{"default": 1},
-				ShutdownTimeout:          8 * time.Second,
-				DelayedTaskCheckInterval: time.Second,
-				TaskCheckInterval:        time.Second,
-				LogLevel:                 asynq.DebugLevel,
-			},
+			want: defaults,
 		},
 	}
 	for _, tc := range tests {

@@ -298,16 +298,7 @@ func TestRunReturnsOnSIGTERM(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 
 	w := worker.New(e.redis, testConfig(t))
-	handled := make(chan struct{}, 1)
-	ran := make(chan error, 1)
-	go func() {
-		ran <- w.Run(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
-			handled <- struct{}{}
-			return nil
-		}))
-	}()
-	e.enqueue(t, tenantTask("t", "acme"))
-	receive(t, "Run to process a task", handled)
+	ran := runUntilATask(t, e, w)
 
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatalf("kill: %v", err)
@@ -320,10 +311,10 @@ func TestRunReturnsOnSIGTERM(t *testing.T) {
 	}
 }
 
-func TestRunReturnsWhenShutDownElsewhere(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	w := worker.New(e.redis, testConfig(t))
+// runUntilATask starts w.Run in the background and returns once it has
+// processed a task, with the channel Run's result arrives on.
+func runUntilATask(t *testing.T, e *env, w *worker.Worker) <-chan error {
+	t.Helper()
 	handled := make(chan struct{}, 1)
 	ran := make(chan error, 1)
 	go func() {
@@ -334,6 +325,14 @@ func TestRunReturnsWhenShutDownElsewhere(t *testing.T) {
 	}()
 	e.enqueue(t, tenantTask("t", "acme"))
 	receive(t, "Run to process a task", handled)
+	return ran
+}
+
+func TestRunReturnsWhenShutDownElsewhere(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	w := worker.New(e.redis, testConfig(t))
+	ran := runUntilATask(t, e, w)
 	w.Shutdown()
 	if err := receive(t, "Run to return after Shutdown", ran); err != nil {
 		t.Errorf("Run = %v, want nil", err)

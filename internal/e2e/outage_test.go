@@ -19,6 +19,7 @@ import (
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/enqueue"
+	"github.com/admitq/admitq/internal/redistest"
 )
 
 // Enqueue while Redis goes away. Producers flood enqueue.Client.Enqueue
@@ -251,24 +252,6 @@ func (r outageReport) String() string {
 		r.recovery.Round(time.Millisecond))
 }
 
-// verifyNoLeaks fails t if goroutines other than those in ignore outlive
-// it. go-redis' dial prober sleeps a second between attempts and notices
-// Close only then, so allow it that long.
-func verifyNoLeaks(t *testing.T, ignore goleak.Option) {
-	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		err := goleak.Find(ignore)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("goroutines leaked: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // How long TestEnqueueDuringOutage freezes Redis. Not so long that the
 // gate's own connection, with the default 3 s ReadTimeout, gives up on its
 // replies.
@@ -342,7 +325,7 @@ func TestEnqueueDuringOutage(t *testing.T) {
 			}
 		}
 	})
-	verifyNoLeaks(t, ignore)
+	redistest.VerifyNoLeaks(t, ignore)
 }
 
 func enqueueWhileFrozen(t *testing.T, policy admission.FailurePolicy, pause time.Duration) {
@@ -558,7 +541,7 @@ func TestEnqueueAcrossKill(t *testing.T) {
 			})
 		}
 	})
-	verifyNoLeaks(t, ignore)
+	redistest.VerifyNoLeaks(t, ignore)
 }
 
 func enqueueAcrossKill(t *testing.T, policy admission.FailurePolicy) {
