@@ -31,6 +31,8 @@ type Client struct {
 	asynq *asynq.Client
 	gate  *admission.Gate
 	newID func() string
+	// unbatched: WithBatching(false), read by NewFromRedis.
+	unbatched bool
 }
 
 // An Option configures a Client.
@@ -54,8 +56,47 @@ func WithIDFunc(f func() string) Option {
 	})
 }
 
+// WithBatching turns group commit of asynq's writes on or off for a Client
+// made by NewFromRedis; it is on by default. Off, each task's write is a
+// round trip of its own, as with asynq's own Client. It has no effect on
+// New, whose asynq.Client writes as it was made to.
+func WithBatching(on bool) Option {
+	return optionFunc(func(c *Client) { c.unbatched = !on })
+}
+
+// NewFromRedis returns a Client that admits tasks through g and enqueues
+// them with an asynq.Client of its own on rdb, the Redis of the worker
+// queues. It is New(asynq.NewClientFromRedisClient(rdb), g, opts...), but
+// faster under load: the task writes of concurrent Enqueue calls share
+// Redis pipelines (group commit), a few small pipelines in flight at once,
+// so that Redis and the producer each do one read and one write for many
+// tasks instead of for each. A lone call goes out at once; no timer waits
+// for company. Each task is still asynq's own script call, with its own
+// reply, and ctx is honoured as in New: a call whose ctx ends before its
+// pipeline is sent is never sent. Hooks on rdb see these writes as
+// pipelines (ProcessPipelineHook). WithBatching(false) turns it off.
+//
+// rdb may be a *redis.Client, a *redis.ClusterClient (go-redis splits each
+// pipeline per node) or any redis.UniversalClient, and may be g's own
+// client. The caller owns rdb and g; the Client holds no goroutines while
+// idle and needs no Close. NewFromRedis panics if rdb or g is nil.
+func NewFromRedis(rdb redis.UniversalClient, g *admission.Gate, opts ...Option) *Client {
+	if rdb == nil || g == nil {
+		panic("enqueue: NewFromRedis needs a non-nil redis.UniversalClient and *admission.Gate")
+	}
+	var o Client
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	if !o.unbatched {
+		rdb = newPipelined(rdb)
+	}
+	return New(asynq.NewClientFromRedisClient(rdb), g, opts...)
+}
+
 // New returns a Client that admits tasks through g and enqueues them with c.
-// The caller owns both and closes c.
+// The caller owns both and closes c. NewFromRedis makes the asynq.Client
+// itself and is faster under load.
 //
 // asynq schedules whole seconds, so unless g already rounds deferred slots
 // to a whole number of seconds, the Client decides through

@@ -445,10 +445,13 @@ func TestEnqueueFailureReleasesTheSlot(t *testing.T) {
 	// The slot is released only when the failure shows that asynq wrote
 	// nothing: the log must then hold 1 entry, and 2 if the slot was kept.
 	tests := []struct {
-		desc        string
-		probeTask   *asynq.Task
-		probeOpts   []asynq.Option
-		cancelAsynq bool // cancel the context as asynq starts its enqueue
+		desc      string
+		probeTask *asynq.Task
+		probeOpts []asynq.Option
+		// cancelAsynq cancels the context as asynq starts its enqueue. It
+		// needs WithBatching(false): with group commit the hook runs once
+		// the call is sent, and a call that was sent waits for its reply.
+		cancelAsynq bool
 		aroundGate  bool // enqueue first with asynq directly, so it has no entry
 		// breakKey, when set, is made a string before the probe, so that
 		// asynq's command on it fails with a WRONGTYPE reply; it is deleted
@@ -525,6 +528,9 @@ func TestEnqueueFailureReleasesTheSlot(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			cfg := fixtureConfig{quota: roomy}
+			if tc.cancelAsynq {
+				cfg.opts = []enqueue.Option{enqueue.WithBatching(false)}
+			}
 			hook := &redistest.CancelHook{}
 			cfg.asynqHook = hook
 			f := newFixture(t, cfg)

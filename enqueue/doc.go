@@ -33,7 +33,7 @@
 //	q := admission.Quota{Limit: 100, Window: time.Minute, MaxDelay: 10 * time.Minute}
 //	gate := admission.New(rdb, admission.StaticQuotas{Default: &q})
 //	defer gate.Close()
-//	client := enqueue.New(asynq.NewClientFromRedisClient(rdb), gate)
+//	client := enqueue.NewFromRedis(rdb, gate)
 //
 //	info, d, err := client.Enqueue(ctx, "acme", asynq.NewTask("email:send", payload))
 //	var rej *enqueue.RejectedError

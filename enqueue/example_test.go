@@ -30,7 +30,7 @@ func ExampleClient_Enqueue() {
 	q := admission.Quota{Limit: 2, Window: time.Minute, MaxDelay: time.Minute}
 	gate := admission.New(rdb, admission.StaticQuotas{Default: &q})
 	defer gate.Close()
-	client := enqueue.New(asynq.NewClientFromRedisClient(rdb), gate)
+	client := enqueue.NewFromRedis(rdb, gate)
 
 	for i := 1; i <= 5; i++ {
 		task := asynq.NewTask("email:send", []byte(`{"to":"ann@example.com"}`))
@@ -69,7 +69,7 @@ func ExampleClient_EnqueueBatch() {
 	q := admission.Quota{Limit: 1, Window: time.Second, MaxDelay: 2 * time.Second}
 	gate := admission.New(rdb, admission.StaticQuotas{Default: &q})
 	defer gate.Close()
-	client := enqueue.New(asynq.NewClientFromRedisClient(rdb), gate)
+	client := enqueue.NewFromRedis(rdb, gate)
 
 	var tasks []*asynq.Task
 	for i := 1; i <= 4; i++ {

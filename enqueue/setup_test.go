@@ -65,7 +65,7 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 	f.gate = admission.New(f.rdb, admission.StaticQuotas{Default: &cfg.quota}, cfg.gateOpts...)
 	t.Cleanup(func() { _ = f.gate.Close() })
 	f.asynq = asynq.NewClientFromRedisClient(f.asynqRDB)
-	f.client = enqueue.New(f.asynq, f.gate, cfg.opts...)
+	f.client = enqueue.NewFromRedis(f.asynqRDB, f.gate, cfg.opts...)
 	f.inspector = asynq.NewInspectorFromRedisClient(f.rdb)
 	return f
 }

@@ -61,7 +61,7 @@ Exit status: 0 admitted or deferred, 3 rejected, 1 error, 2 bad usage.`,
 			defer rdb.Close()
 			gate := admission.New(rdb, admission.NewRedisQuotas(rdb, a.gateOptions()...), a.gateOptions()...)
 			defer gate.Close()
-			client := enqueue.New(asynq.NewClientFromRedisClient(rdb), gate)
+			client := enqueue.NewFromRedis(rdb, gate)
 			info, d, err := client.Enqueue(cmd.Context(), tenant, asynq.NewTask(typ, body), opts...)
 			var rej *enqueue.RejectedError
 			switch {

@@ -90,7 +90,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	defer rdb.Close()
 	gate := admission.New(rdb, admission.StaticQuotas{Default: &cfg.quota})
 	defer gate.Close()
-	client := enqueue.New(asynq.NewClientFromRedisClient(rdb), gate)
+	client := enqueue.NewFromRedis(rdb, gate)
 
 	srv := &http.Server{
 		Addr:              cfg.addr,

@@ -90,7 +90,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	// so that every producer shares them; a fixed one keeps the example short.
 	gate := admission.New(rdb, admission.StaticQuotas{Default: &cfg.quota})
 	defer gate.Close()
-	client := enqueue.New(asynq.NewClientFromRedisClient(rdb), gate)
+	client := enqueue.NewFromRedis(rdb, gate)
 
 	tasks := make([]*asynq.Task, cfg.n)
 	for i := range tasks {

@@ -104,7 +104,7 @@ func contenders() []contender {
 			id: "enqueue", name: "enqueue.Client.Enqueue", logKey: gateLogKey,
 			build: func(e env) Limiter {
 				g := newGate(e)
-				return &enqueueClient{c: enqueue.New(asynq.NewClientFromRedisClient(e.rdb), g), gate: g, queue: queue}
+				return &enqueueClient{c: enqueue.NewFromRedis(e.rdb, g), gate: g, queue: queue}
 			},
 		},
 		{

@@ -17,7 +17,8 @@ import (
 )
 
 // BenchmarkEnqueue measures asynq's bare EnqueueContext side by side with
-// enqueue.Client.Enqueue (the gate, then the same EnqueueContext), by 64
+// enqueue.Client.Enqueue (the gate, then the same EnqueueContext), with
+// asynq's writes group-committed (batched, the default) and not, by 64
 // callers over 1000 tenants picked uniformly, each with a quota of 100 per
 // second and no MaxDelay, against a real redis-server. The enqueued tasks
 // are removed after each sub-benchmark. With -cpuprofile, the difference
@@ -45,10 +46,22 @@ func BenchmarkEnqueue(b *testing.B) {
 				return err
 			}
 		}},
-		{"enqueue", func(b *testing.B, e env) enqueueFunc {
+		{"enqueue/batched", func(b *testing.B, e env) enqueueFunc {
 			g := newGate(e)
 			b.Cleanup(func() { _ = g.Close() })
-			c := enqueue.New(asynq.NewClientFromRedisClient(e.rdb), g)
+			c := enqueue.NewFromRedis(e.rdb, g)
+			return func(ctx context.Context, tenant string) error {
+				_, _, err := c.Enqueue(ctx, tenant, asynq.NewTask("admitq-bench", benchPayload), asynq.Queue(queue))
+				if errors.Is(err, enqueue.ErrRejected) {
+					return nil
+				}
+				return err
+			}
+		}},
+		{"enqueue/unbatched", func(b *testing.B, e env) enqueueFunc {
+			g := newGate(e)
+			b.Cleanup(func() { _ = g.Close() })
+			c := enqueue.NewFromRedis(e.rdb, g, enqueue.WithBatching(false))
 			return func(ctx context.Context, tenant string) error {
 				_, _, err := c.Enqueue(ctx, tenant, asynq.NewTask("admitq-bench", benchPayload), asynq.Queue(queue))
 				if errors.Is(err, enqueue.ErrRejected) {

@@ -8,8 +8,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/enqueue"
 	"github.com/admitq/admitq/internal/redistest"
 )
 
@@ -68,7 +70,13 @@ func TestSlotRelease(t *testing.T) {
 			// admitted now; if it leaked, the next one is deferred.
 			q := admission.Quota{Limit: 2, Window: time.Minute, MaxDelay: time.Hour}
 			hook := &redistest.CancelHook{}
-			s := newStack(t, admission.StaticQuotas{Default: &q}, hook)
+			cfg := stackConfig{quotas: admission.StaticQuotas{Default: &q}, hooks: []redis.Hook{hook}}
+			if tc.cancel {
+				// With group commit the hook runs once the call is sent,
+				// and a call that was sent waits for its reply.
+				cfg.enqueue = []enqueue.Option{enqueue.WithBatching(false)}
+			}
+			s := buildStack(t, serverBackend(t), cfg)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 

@@ -99,6 +99,8 @@ type stackConfig struct {
 	prefix string
 	// asynqRDB is asynq's connection; nil means a new client of the backend.
 	asynqRDB redis.UniversalClient
+	// enqueue configures the enqueue.Client, made by NewFromRedis.
+	enqueue []enqueue.Option
 }
 
 // newStack starts a redis-server for t and builds an enqueue.Client on it
@@ -130,7 +132,7 @@ func buildStack(t *testing.T, b backend, cfg stackConfig) *stack {
 	s.asynq = asynq.NewClientFromRedisClient(s.asynqRDB)
 	s.gate = admission.New(s.rdb, cfg.quotas, append([]admission.Option{admission.WithPrefix(s.prefix)}, cfg.gate...)...)
 	t.Cleanup(func() { _ = s.gate.Close() })
-	s.client = enqueue.New(s.asynq, s.gate)
+	s.client = enqueue.NewFromRedis(s.asynqRDB, s.gate, cfg.enqueue...)
 	s.inspector = asynq.NewInspectorFromRedisClient(s.rdb)
 	return s
 }

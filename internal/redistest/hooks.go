@@ -47,8 +47,8 @@ func (h *CancelHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 
 // ScriptDoneHook cancels a context, once armed, as soon as a script call
-// (EVAL or EVALSHA, such as asynq's write of a task) has succeeded, and
-// then counts every command that follows.
+// (EVAL or EVALSHA, such as asynq's write of a task) has succeeded, alone or
+// in a pipeline, and then counts every command that follows.
 type ScriptDoneHook struct {
 	cancel atomic.Pointer[context.CancelFunc]
 	fired  atomic.Bool
@@ -75,10 +75,7 @@ func (h *ScriptDoneHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		err := next(ctx, cmd)
 		if name := cmd.Name(); err == nil && (name == "evalsha" || name == "eval") {
-			if c := h.cancel.Swap(nil); c != nil {
-				h.fired.Store(true)
-				(*c)()
-			}
+			h.fire()
 		}
 		return err
 	}
@@ -90,7 +87,21 @@ func (h *ScriptDoneHook) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 		if h.fired.Load() {
 			h.after.Add(int64(len(cmds)))
 		}
-		return next(ctx, cmds)
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if name := cmd.Name(); cmd.Err() == nil && (name == "evalsha" || name == "eval") {
+				h.fire()
+				break
+			}
+		}
+		return err
+	}
+}
+
+func (h *ScriptDoneHook) fire() {
+	if c := h.cancel.Swap(nil); c != nil {
+		h.fired.Store(true)
+		(*c)()
 	}
 }
 

@@ -238,7 +238,7 @@ func (r *run) run(ctx context.Context) (Result, error) {
 	}()
 	gate := admission.New(cfg.Redis, quotas, opts...)
 	defer gate.Close()
-	client := enqueue.New(asynq.NewClientFromRedisClient(cfg.Redis), gate)
+	client := enqueue.NewFromRedis(cfg.Redis, gate)
 	clock, err := readClock(ctx, cfg.Redis)
 	if err != nil {
 		return Result{}, fmt.Errorf("reading Redis time: %w", err)

@@ -1,0 +1,329 @@
+package enqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/admitq/admitq/internal/redistest"
+)
+
+// echo stands in for asynq's write: it counts each call under its key and
+// returns its argument, or fails when the argument is "fail".
+var echo = redis.NewScript(`
+if ARGV[1] == "fail" then return redis.error_reply("ERR told to fail") end
+redis.call("INCR", KEYS[1])
+return ARGV[1]`)
+
+// pipelineSpy is a hook that sees every pipeline the pipelined client
+// sends, and can hold them until released.
+type pipelineSpy struct {
+	pipelines atomic.Int64
+	cmds      atomic.Int64
+	inflight  atomic.Int64
+	maxSize   atomic.Int64
+	maxFlight atomic.Int64
+	// hold, when set, makes each pipeline wait on it before it is sent;
+	// onPipeline, when set, runs just before each pipeline is sent.
+	hold       chan struct{}
+	onPipeline func()
+}
+
+func (s *pipelineSpy) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *pipelineSpy) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (s *pipelineSpy) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !scripts(cmds) {
+			return next(ctx, cmds) // go-redis's own, such as a new connection's HELLO
+		}
+		s.pipelines.Add(1)
+		s.cmds.Add(int64(len(cmds)))
+		raise(&s.maxSize, int64(len(cmds)))
+		raise(&s.maxFlight, s.inflight.Add(1))
+		defer s.inflight.Add(-1)
+		if s.onPipeline != nil {
+			s.onPipeline()
+		}
+		if s.hold != nil {
+			<-s.hold
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// scripts reports whether cmds are script calls, as the pipelined
+// client's pipelines are.
+func scripts(cmds []redis.Cmder) bool {
+	return len(cmds) > 0 && cmds[0].Name() == "evalsha"
+}
+
+func raise(m *atomic.Int64, v int64) {
+	for {
+		old := m.Load()
+		if v <= old || m.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
+// newSpied returns a pipelined client on a redis-server of its own, whose
+// pipelines spy sees.
+func newSpied(t *testing.T, spy *pipelineSpy, batch, flight int) (*pipelined, *redis.Client) {
+	t.Helper()
+	rdb := redistest.Start(t).Client(t)
+	rdb.AddHook(spy)
+	p := newPipelined(rdb)
+	p.maxBatch, p.maxFlight = batch, flight
+	return p, rdb
+}
+
+// TestPipelinedSharesPipelines runs many concurrent script calls through a
+// pipelined client: each gets its own reply, each runs exactly once, and
+// they share pipelines no larger than the batch and no more in flight at
+// once than allowed. The first calls find the script missing (NOSCRIPT)
+// and fall back to EVAL, as asynq's do.
+func TestPipelinedSharesPipelines(t *testing.T) {
+	noLeaks(t)
+	spy := &pipelineSpy{}
+	p, rdb := newSpied(t, spy, 4, 2)
+	const callers, calls = 32, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for g := range callers {
+		wg.Go(func() {
+			key := fmt.Sprintf("calls:%d", g)
+			for i := range calls {
+				arg := fmt.Sprintf("%d/%d", g, i)
+				got, err := echo.Run(context.Background(), p, []string{key}, arg).Text()
+				if err != nil || got != arg {
+					errs <- fmt.Errorf("call %s = %q, %v; want its own argument back", arg, got, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for g := range callers {
+		if n, err := rdb.Get(context.Background(), fmt.Sprintf("calls:%d", g)).Int(); err != nil || n != calls {
+			t.Errorf("caller %d's script ran %d times (%v), want %d", g, n, err, calls)
+		}
+	}
+	if s := spy.maxSize.Load(); s > 4 {
+		t.Errorf("a pipeline carried %d calls, want at most 4", s)
+	}
+	if f := spy.maxFlight.Load(); f > 2 {
+		t.Errorf("%d pipelines were in flight at once, want at most 2", f)
+	}
+	if n, c := spy.pipelines.Load(), spy.cmds.Load(); n >= c {
+		t.Errorf("%d calls went out in %d pipelines: none were shared", c, n)
+	}
+	t.Logf("%d calls in %d pipelines", spy.cmds.Load(), spy.pipelines.Load())
+}
+
+// TestPipelinedErrorIsPerCall: a script error in one call of a pipeline
+// is that call's alone.
+func TestPipelinedErrorIsPerCall(t *testing.T) {
+	noLeaks(t)
+	spy := &pipelineSpy{hold: make(chan struct{})}
+	p, _ := newSpied(t, spy, 16, 1)
+	ctx := context.Background()
+	if err := echo.Load(ctx, p).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The first call holds the only flight, so the next ones share a pipeline.
+	args := []string{"first", "a", "fail", "b"}
+	replies := make([]*redis.Cmd, len(args))
+	var wg sync.WaitGroup
+	for i, arg := range args {
+		wg.Go(func() { replies[i] = p.EvalSha(ctx, echo.Hash(), []string{"calls"}, arg) })
+		waitFor(t, func() bool { return i == 0 && spy.pipelines.Load() == 1 || i > 0 && queuedCalls(p) == i })
+	}
+	close(spy.hold)
+	wg.Wait()
+	for i, arg := range args {
+		got, err := replies[i].Text()
+		if arg == "fail" {
+			if err == nil || err.Error() != "ERR told to fail" {
+				t.Errorf("call %q = %q, %v; want its own script error", arg, got, err)
+			}
+		} else if err != nil || got != arg {
+			t.Errorf("call %q = %q, %v; want its own argument back", arg, got, err)
+		}
+	}
+	if n := spy.pipelines.Load(); n != 2 {
+		t.Errorf("%d pipelines, want 2: the first call's and the other three's", n)
+	}
+}
+
+// TestPipelinedCallerLeavesBeforeSend: a caller whose ctx ends while its
+// call waits for a pipeline leaves at once with the ctx's error, and its
+// call is never sent. A caller whose call was sent waits for its reply
+// even when its ctx ends, and gets it.
+func TestPipelinedCallerLeavesBeforeSend(t *testing.T) {
+	noLeaks(t)
+	spy := &pipelineSpy{hold: make(chan struct{})}
+	p, rdb := newSpied(t, spy, 16, 1)
+	bg := context.Background()
+	if err := echo.Load(bg, p).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sentCtx, cancelSent := context.WithCancel(bg)
+	sent := make(chan *redis.Cmd, 1)
+	go func() { sent <- p.EvalSha(sentCtx, echo.Hash(), []string{"sent"}, "sent") }()
+	waitFor(t, func() bool { return spy.pipelines.Load() == 1 }) // held in the hook, sent
+
+	queuedCtx, cancelQueued := context.WithCancel(bg)
+	left := make(chan *redis.Cmd, 1)
+	go func() { left <- p.EvalSha(queuedCtx, echo.Hash(), []string{"left"}, "left") }()
+	waitFor(t, func() bool { return queuedCalls(p) == 1 })
+	cancelQueued()
+	cancelSent()
+	select {
+	case cmd := <-left:
+		if !errors.Is(cmd.Err(), context.Canceled) {
+			t.Errorf("the queued caller got %v, want context.Canceled", cmd.Err())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the queued caller did not leave when its ctx ended")
+	}
+	select {
+	case cmd := <-sent:
+		t.Fatalf("the sent caller left before its reply, with %v", cmd.Err())
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(spy.hold)
+	if got, err := (<-sent).Text(); err != nil || got != "sent" {
+		t.Errorf("the sent caller got %q, %v; want its reply", got, err)
+	}
+	waitFor(t, func() bool { return flights(p) == 0 })
+	if n := rdb.Exists(bg, "left").Val(); n != 0 {
+		t.Error("the call whose caller left was sent")
+	}
+	if n := spy.pipelines.Load(); n != 1 {
+		t.Errorf("%d pipelines went out, want 1", n)
+	}
+}
+
+// TestPipelinedDoneCtxSendsNothing: a call made with a ctx that is already
+// done fails at once and sends nothing.
+func TestPipelinedDoneCtxSendsNothing(t *testing.T) {
+	spy := &pipelineSpy{}
+	p, _ := newSpied(t, spy, 16, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := p.EvalSha(ctx, echo.Hash(), []string{"k"}, "x").Err(); !errors.Is(err, context.Canceled) {
+		t.Errorf("err = %v, want context.Canceled", err)
+	}
+	if n := spy.pipelines.Load(); n != 0 {
+		t.Errorf("%d pipelines went out, want none", n)
+	}
+}
+
+// TestPipelinedPipelineDeadline: a pipeline's context carries the latest
+// deadline among its callers, or none if one has none.
+func TestPipelinedPipelineDeadline(t *testing.T) {
+	spy := &pipelineSpy{hold: make(chan struct{})}
+	var deadlines []string
+	var mu sync.Mutex
+	p, rdb := newSpied(t, spy, 16, 1)
+	rdb.AddHook(deadlineHook(func(d time.Time, ok bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		deadlines = append(deadlines, strconv.FormatBool(ok)+" "+d.Format(time.RFC3339Nano))
+	}))
+	bg := context.Background()
+	if err := echo.Load(bg, p).Err(); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Hour)
+	cases := [][]time.Time{
+		{later.Add(-time.Minute), later}, // the latest deadline wins
+		{later, {}},                      // one caller without one: none
+	}
+	for _, deadlines := range cases {
+		var wg sync.WaitGroup
+		before := spy.pipelines.Load()
+		wg.Go(func() { p.EvalSha(bg, echo.Hash(), []string{"k"}, "blocker") }) // holds the flight
+		waitFor(t, func() bool { return spy.pipelines.Load() == before+1 })
+		for i, d := range deadlines {
+			ctx, cancel := bg, context.CancelFunc(func() {})
+			if !d.IsZero() {
+				ctx, cancel = context.WithDeadline(bg, d)
+			}
+			defer cancel()
+			wg.Go(func() { p.EvalSha(ctx, echo.Hash(), []string{"k"}, "x") })
+			waitFor(t, func() bool { return queuedCalls(p) == i+1 })
+		}
+		spy.hold <- struct{}{} // the blocker's pipeline
+		spy.hold <- struct{}{} // the two callers'
+		wg.Wait()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{
+		"false 0001-01-01T00:00:00Z", "true " + later.Format(time.RFC3339Nano),
+		"false 0001-01-01T00:00:00Z", "false 0001-01-01T00:00:00Z",
+	}
+	if fmt.Sprint(deadlines) != fmt.Sprint(want) {
+		t.Errorf("pipeline deadlines = %q, want %q", deadlines, want)
+	}
+}
+
+// deadlineHook reports each pipeline's context deadline.
+type deadlineHook func(d time.Time, ok bool)
+
+func (h deadlineHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h deadlineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h deadlineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if scripts(cmds) {
+			h(ctx.Deadline())
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// noLeaks fails t if goroutines started during it outlive it, the
+// pipelines' included, once its Redis client and server are gone. Call it
+// first: cleanups run last in, first out.
+func noLeaks(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { redistest.VerifyNoLeaks(t, ignore) })
+}
+
+func queuedCalls(p *pipelined) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.pending)
+}
+
+func flights(p *pipelined) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.inflight
+}
+
+// waitFor polls cond until it holds, for up to five seconds.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
