@@ -181,6 +181,67 @@ func TestDenyCacheProbe(t *testing.T) {
 	}
 }
 
+// TestDenyCacheRoom: a tenant with little room left sends Redis no more
+// calls at once than it has room for. With two slots free and Redis frozen,
+// two of six requests go; they take the two slots, the second brings back
+// the time the window is full until, and the other four are answered
+// locally, for at most two script calls. Sent all at once, the four would
+// each have cost Redis a rejection.
+func TestDenyCacheRoom(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	g := admission.New(srv.Client(t), static(admission.Quota{Limit: 4, Window: time.Minute}), admission.WithTimeout(5*time.Second))
+	defer g.Close()
+	ctx := t.Context()
+	for range 2 {
+		if d, err := g.Admit(ctx, "r"); err != nil || d.Outcome != admission.Admitted {
+			t.Fatalf("Admit = %+v, %v; want admitted", d, err)
+		}
+	}
+	before := scriptCalls(t, rdb)
+	srv.Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			srv.Resume()
+		}
+	}()
+	const n = 6
+	ds := make([]admission.Decision, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			var err error
+			if ds[i], err = g.Admit(ctx, "r"); err != nil {
+				t.Error(err)
+			}
+		})
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	srv.Resume()
+	resumed = true
+	wg.Wait()
+
+	var admitted, local int
+	for _, d := range ds {
+		switch {
+		case d.Outcome == admission.Admitted && !d.Local:
+			admitted++
+		case d.Outcome == admission.Rejected && d.Local:
+			local++
+		default:
+			t.Errorf("decision %+v: want admitted by Redis or rejected locally", d)
+		}
+	}
+	if admitted != 2 || local != n-2 {
+		t.Errorf("%d admitted by Redis and %d rejected locally, want 2 and %d", admitted, local, n-2)
+	}
+	if calls := scriptCalls(t, rdb) - before; calls > 2 {
+		t.Errorf("%d script calls for %d requests with room for 2, want at most 2", calls, n)
+	}
+}
+
 // holdHook, once armed, holds the reply of the client's next pipeline
 // until released: the script has run in Redis, and the gate has not seen
 // its answer yet.

@@ -14,11 +14,20 @@ import (
 // entry holds for the quota it was made under; a quota change or a Release
 // through this gate ends it early.
 //
-// When an entry's time passes, the next request probes Redis, and requests
-// that arrive while the probe is out wait for it rather than send calls of
-// their own: the probe takes the slot that freed up and, the window full
-// again, brings back the next time. So a flood costs one call per
-// admission, not one per admission plus one per request that raced it.
+// It also keeps a tenant from sending Redis more calls at once than it has
+// room for. An admission that leaves little room (maxRoom free slots or
+// fewer) records how many, and a rejection's time, once passed, counts as
+// room for one. While that many calls of the tenant are out, a new request
+// waits for one of them to come back and looks again, instead of sending a
+// call that Redis would only reject: the calls out take the free slots,
+// and the last of them brings back the time until which the window is
+// full. So when a flood's rejection runs out, one request probes Redis and
+// the others wait for it; and when two or three slots free up at once, as
+// many requests go. The room is a lower bound as of the reply that told
+// it, since slots only free up as time passes: a waiter never waits for
+// longer than a call takes, and an entry with no call out lapses after one
+// slot's share of the window (Window/Limit), when another slot has likely
+// freed.
 //
 // A Release frees a slot that a call already in flight may not have seen:
 // its reply could then cache a rejection that no longer holds. So every
@@ -31,67 +40,120 @@ type denyCache struct {
 	gens [64]atomic.Uint64 // by stripe of tenant; moved on by forget, under mu
 
 	mu      sync.RWMutex
-	entries map[string]denial
+	entries map[string]*denial
 }
 
+// maxRoom is the most free slots a room entry records: with more, a
+// tenant's concurrent requests fit, and the gate does not count them.
+const maxRoom = 8
+
+// A denial is a tenant's entry: a rejection until a time, or, with until
+// zero, the room it has. Entries are changed only under the cache's lock.
 type denial struct {
 	q     Quota
-	gran  int64         // the granularity the hint was computed at
-	until time.Time     // local clock
-	now   time.Time     // Redis time of the rejection
-	at    time.Time     // Redis time a retry could succeed
-	probe chan struct{} // closed when the probe after until ends; nil when none is out
+	gran  int64     // the granularity the hint was computed at
+	until time.Time // local clock; zero for a room entry
+	now   time.Time // Redis time of the rejection
+	at    time.Time // Redis time a retry could succeed
+
+	room   int           // calls that may be out at once (room entries)
+	lapses time.Time     // local time a room entry stops holding
+	out    int           // calls out, counted against room
+	back   chan struct{} // closed, and replaced, when a call out comes back or the entry goes
 }
 
 func newDenyCache(max int) *denyCache {
-	return &denyCache{max: max, entries: make(map[string]denial)}
+	return &denyCache{max: max, entries: make(map[string]*denial)}
 }
 
 // lookup returns the rejection that still holds for tenant under q, or
-// says how to go to Redis: when the rejection's time has passed, the first
-// caller gets probe, a channel it must hand to probed once its call ends,
-// and callers after it get wait, which is closed then; they should look
-// again. All are nil on a plain miss.
+// says how to go to Redis: when the tenant has room for another call out,
+// it returns a ticket, which the caller must hand to returned once its call
+// ends (after its put or room); when it has none, wait, which is closed
+// when a call comes back, after which the caller should look again. All are
+// nil on a plain miss: the call goes, uncounted.
 //
 // A hint holds only at the granularity it was computed at: rounding moves
 // the slot a request could get, so gates that share the cache at another
 // granularity (Gate.AtGranularity) ask Redis instead.
-func (c *denyCache) lookup(tenant string, q Quota, gran int64, now time.Time) (d denial, ok bool, probe, wait chan struct{}) {
+func (c *denyCache) lookup(tenant string, q Quota, gran int64, now time.Time) (d denial, ok bool, ticket *denial, wait chan struct{}) {
 	c.mu.RLock()
-	d, ok = c.entries[tenant]
-	c.mu.RUnlock()
-	if !ok || d.q != q || d.gran != gran {
+	e := c.entries[tenant]
+	if e == nil || e.q != q || e.gran != gran {
+		c.mu.RUnlock()
 		return denial{}, false, nil, nil
 	}
-	if now.Before(d.until) {
+	if now.Before(e.until) {
+		d = *e
+		c.mu.RUnlock()
 		return d, true, nil, nil
 	}
+	c.mu.RUnlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	d, ok = c.entries[tenant]
+	e = c.entries[tenant]
 	switch {
-	case !ok || d.q != q || d.gran != gran:
+	case e == nil || e.q != q || e.gran != gran:
 		return denial{}, false, nil, nil
-	case now.Before(d.until): // a probe brought a new time meanwhile
-		return d, true, nil, nil
-	case d.probe != nil:
-		return denial{}, false, nil, d.probe
+	case now.Before(e.until): // a call brought a new time meanwhile
+		return *e, true, nil, nil
+	case !e.until.IsZero(): // the rejection ran out: one slot has freed
+		e.until, e.room, e.lapses = time.Time{}, 1, now.Add(slotShare(q))
+	case e.out == 0 && !now.Before(e.lapses):
+		c.remove(tenant, e) // a stale room entry: more may have freed
+		return denial{}, false, nil, nil
 	}
-	d.probe = make(chan struct{})
-	c.entries[tenant] = d
-	return denial{}, false, d.probe, nil
+	if e.out < e.room {
+		e.out++
+		return denial{}, false, e, nil
+	}
+	return denial{}, false, nil, e.back
 }
 
-// probed ends the probe that lookup handed out as probe, after its call
-// (and its put, if the call brought a new time). Without a new time the
-// tenant has room again, and its expired entry goes.
-func (c *denyCache) probed(tenant string, probe chan struct{}) {
+// returned ends the call that lookup gave ticket to, once its reply is
+// recorded: the calls waiting for room look again.
+func (c *denyCache) returned(tenant string, ticket *denial) {
 	c.mu.Lock()
-	if d, ok := c.entries[tenant]; ok && d.probe == probe {
-		delete(c.entries, tenant)
+	defer c.mu.Unlock()
+	if c.entries[tenant] != ticket {
+		return // gone, and its waiters woken, with the entry
 	}
-	c.mu.Unlock()
-	close(probe)
+	ticket.out--
+	close(ticket.back)
+	ticket.back = make(chan struct{})
+}
+
+// remove drops tenant's entry e and wakes its waiters. Under c.mu.
+func (c *denyCache) remove(tenant string, e *denial) {
+	delete(c.entries, tenant)
+	close(e.back)
+}
+
+// entry returns tenant's entry for q at gran, made anew, with no calls out,
+// if there is none or it was for another quota. Under c.mu.
+func (c *denyCache) entry(tenant string, q Quota, gran int64, now time.Time) *denial {
+	e := c.entries[tenant]
+	if e != nil && e.q == q && e.gran == gran {
+		return e
+	}
+	if e != nil {
+		c.remove(tenant, e)
+	}
+	if len(c.entries) >= c.max {
+		for t, o := range c.entries {
+			if o.out == 0 && !now.Before(o.until) && !now.Before(o.lapses) {
+				c.remove(t, o)
+			}
+		}
+		if len(c.entries) >= c.max {
+			for t, o := range c.entries {
+				c.remove(t, o) // forgetting costs a script call now and then, never correctness
+			}
+		}
+	}
+	e = &denial{q: q, gran: gran, back: make(chan struct{})}
+	c.entries[tenant] = e
+	return e
 }
 
 // generation returns tenant's current generation, for a call about to go
@@ -111,30 +173,58 @@ func stripe(tenant string) int {
 // request of tenant until its time at, unless the call that said so began
 // before the generation gen ended.
 func (c *denyCache) put(tenant string, q Quota, gran int64, serverNow, at, now time.Time, gen uint64) {
-	d := denial{q: q, gran: gran, until: now.Add(at.Sub(serverNow)), now: serverNow, at: at}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gens[stripe(tenant)].Load() != gen {
 		return // a Release may have freed a slot the call did not see
 	}
-	if len(c.entries) >= c.max {
-		for t, e := range c.entries {
-			if !now.Before(e.until) && e.probe == nil {
-				delete(c.entries, t)
-			}
-		}
-		if len(c.entries) >= c.max {
-			clear(c.entries) // forgetting a denial costs one script call, never correctness
+	e := c.entry(tenant, q, gran, now)
+	e.until, e.now, e.at = now.Add(at.Sub(serverNow)), serverNow, at
+	e.room, e.lapses = 0, time.Time{}
+}
+
+// room records that tenant had room for free more admissions under q at
+// the reply of a call that began in generation gen, as an admission
+// reports (Decision.Remaining); free <= 0 says nothing is known (a
+// deferral, say). Much room, or none known, ends the entry: the tenant's
+// calls go uncounted.
+func (c *denyCache) room(tenant string, q Quota, gran int64, free int, now time.Time, gen uint64) {
+	ends := free <= 0 || free > maxRoom || c.gens[stripe(tenant)].Load() != gen
+	if ends {
+		c.mu.RLock()
+		e := c.entries[tenant]
+		c.mu.RUnlock()
+		if e == nil {
+			return // the common case: much room, and no entry
 		}
 	}
-	c.entries[tenant] = d
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[tenant]
+	if ends {
+		if e != nil && e.q == q && e.gran == gran && e.until.IsZero() {
+			c.remove(tenant, e) // calls out come back to nothing, and go uncounted
+		}
+		return
+	}
+	e = c.entry(tenant, q, gran, now)
+	if !e.until.IsZero() && now.Before(e.until) {
+		return // a rejection from a later reply holds
+	}
+	e.until, e.room, e.lapses = time.Time{}, free, now.Add(slotShare(q))
 }
+
+// slotShare is how long a room entry holds once no call is out: one slot's
+// share of q's window, after which another slot has likely freed.
+func slotShare(q Quota) time.Duration { return q.Window / time.Duration(q.Limit) }
 
 // forget drops tenant's rejection, and any that calls now in flight would
 // bring back.
 func (c *denyCache) forget(tenant string) {
 	c.mu.Lock()
-	delete(c.entries, tenant)
+	if e := c.entries[tenant]; e != nil {
+		c.remove(tenant, e)
+	}
 	c.gens[stripe(tenant)].Add(1)
 	c.mu.Unlock()
 }

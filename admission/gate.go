@@ -198,7 +198,7 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 		return g.withoutRedis(tenant, q, ids, now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, tenant))
 	}
 	if g.deny != nil {
-		d, ok, probe, err := g.denied(ctx, tenant, q, &now, deadline)
+		d, ok, ticket, err := g.denied(ctx, tenant, q, &now, deadline)
 		if err != nil {
 			// The probe waited for outlived the deadline: as if this
 			// call had (the probe's own failure counts for the breaker).
@@ -211,8 +211,8 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 		if ok && (fresh || q.Mode == Counter || !g.held(ctx, tenant, ids, deadline)) {
 			return d.decisions(tenant, ids, now), nil
 		}
-		if probe != nil {
-			defer g.deny.probed(tenant, probe) // after the put below
+		if ticket != nil {
+			defer g.deny.returned(tenant, ticket) // after the put or room below
 		}
 	}
 	var gen uint64
@@ -234,6 +234,13 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 		return nil, err
 	}
 	brk.success()
+	if g.deny != nil && hint.IsZero() && len(ds) > 0 {
+		free := -1 // unknown, after a deferral
+		if last := ds[len(ds)-1]; last.Outcome == Admitted {
+			free = last.Remaining
+		}
+		g.deny.room(tenant, q, g.gran, free, time.Now(), gen)
+	}
 	if g.deny != nil && !hint.IsZero() {
 		// The hint is mapped to the local clock from the reply's arrival,
 		// a one-way trip after the script ran; a request sent at the
@@ -248,15 +255,16 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 	return ds, nil
 }
 
-// denied looks tenant up in the deny cache. While another caller's probe
-// of Redis is out it waits for that probe, by deadline, and looks again,
-// setting *now to when it did. probe, when set, makes this caller the
-// probe: it must call g.deny.probed once its own call is done.
-func (g *Gate) denied(ctx context.Context, tenant string, q Quota, now *time.Time, deadline time.Time) (d denial, ok bool, probe chan struct{}, err error) {
+// denied looks tenant up in the deny cache. While the tenant has as many
+// calls out as it has room for, it waits for one to come back, by
+// deadline, and looks again, setting *now to when it did. ticket, when
+// set, counts this caller's call as out: it must call g.deny.returned once
+// its call is done.
+func (g *Gate) denied(ctx context.Context, tenant string, q Quota, now *time.Time, deadline time.Time) (d denial, ok bool, ticket *denial, err error) {
 	for {
-		d, ok, probe, wait := g.deny.lookup(tenant, q, g.gran, *now)
+		d, ok, ticket, wait := g.deny.lookup(tenant, q, g.gran, *now)
 		if wait == nil {
-			return d, ok, probe, nil
+			return d, ok, ticket, nil
 		}
 		t := time.NewTimer(time.Until(deadline))
 		select {

@@ -1,0 +1,92 @@
+package admission
+
+import (
+	"testing"
+	"time"
+)
+
+// TestDenyCacheRoomEntries walks a room entry through its states: calls
+// out up to the room, waiters woken when one comes back, a lapse once no
+// call is out, and tickets of an entry that has gone.
+func TestDenyCacheRoomEntries(t *testing.T) {
+	q := Quota{Limit: 10, Window: time.Second} // a slot's share: 100ms
+	c := newDenyCache(10)
+	now := time.Now()
+	lookup := func(at time.Time) (bool, *denial, chan struct{}) {
+		_, ok, ticket, wait := c.lookup("t", q, 0, at)
+		return ok, ticket, wait
+	}
+
+	if ok, ticket, wait := lookup(now); ok || ticket != nil || wait != nil {
+		t.Fatal("a tenant without an entry is not a plain miss")
+	}
+	c.room("t", q, 0, 2, now, c.generation("t"))
+	_, first, _ := lookup(now)
+	_, second, _ := lookup(now)
+	_, third, wait := lookup(now)
+	if first == nil || second == nil || third != nil || wait == nil {
+		t.Fatalf("room 2: tickets %v, %v, then %v and wait %v; want two tickets, then a wait", first, second, third, wait)
+	}
+	c.returned("t", first)
+	select {
+	case <-wait:
+	default:
+		t.Fatal("a call that came back did not wake its waiters")
+	}
+	_, again, _ := lookup(now)
+	if again == nil {
+		t.Fatal("no ticket after a call came back")
+	}
+	c.returned("t", second)
+	c.returned("t", again)
+
+	// The reply that fills the window rejects until a time; once it passes,
+	// the entry has room for one, the probe.
+	until := now.Add(50 * time.Millisecond)
+	c.put("t", q, 0, now, until, now, c.generation("t"))
+	if ok, _, _ := lookup(now); !ok {
+		t.Fatal("a rejection does not hold before its time")
+	}
+	_, probe, _ := lookup(until)
+	if probe == nil {
+		t.Fatal("no probe once the rejection's time passed")
+	}
+	if _, ticket, wait := lookup(until); ticket != nil || wait == nil {
+		t.Fatal("a second request went beside the probe")
+	}
+
+	// Gone with forget: its waiters wake, and its tickets change nothing.
+	_, _, wait = lookup(until)
+	c.forget("t")
+	select {
+	case <-wait:
+	default:
+		t.Fatal("forget did not wake the waiters")
+	}
+	c.returned("t", probe)
+	c.room("t", q, 0, 1, until, c.generation("t"))
+	if _, ticket, _ := lookup(until); ticket == nil {
+		t.Fatal("a ticket of the forgotten entry counted against the new one")
+	}
+
+	// With no call out, a room entry lapses after a slot's share.
+	c.forget("t")
+	c.room("t", q, 0, 1, now, c.generation("t"))
+	if _, ticket, _ := lookup(now.Add(99 * time.Millisecond)); ticket == nil {
+		t.Fatal("no ticket from a fresh room entry")
+	}
+	c.forget("t")
+	c.room("t", q, 0, 1, now, c.generation("t"))
+	if ok, ticket, wait := lookup(now.Add(100 * time.Millisecond)); ok || ticket != nil || wait != nil {
+		t.Fatal("a room entry with no call out did not lapse after a slot's share")
+	}
+
+	// Much room, or none known, ends the entry.
+	for _, free := range []int{maxRoom + 1, 0, -1} {
+		c.room("t", q, 0, 1, now, c.generation("t"))
+		c.room("t", q, 0, free, now, c.generation("t"))
+		if ok, ticket, wait := lookup(now); ok || ticket != nil || wait != nil {
+			t.Errorf("room %d left an entry", free)
+		}
+	}
+}
