@@ -140,13 +140,7 @@ func TestDenyCacheProbe(t *testing.T) {
 	time.Sleep(d.Delay() + 10*time.Millisecond)
 
 	before := scriptCalls(t, rdb)
-	srv.Pause()
-	resumed := false
-	defer func() {
-		if !resumed {
-			srv.Resume()
-		}
-	}()
+	resume := freeze(t, srv)
 	const n = 20
 	ds := make([]admission.Decision, n)
 	var wg sync.WaitGroup
@@ -164,8 +158,7 @@ func TestDenyCacheProbe(t *testing.T) {
 		admit(i)
 	}
 	time.Sleep(50 * time.Millisecond)
-	srv.Resume()
-	resumed = true
+	resume()
 	wg.Wait()
 
 	if ds[0].Outcome != admission.Admitted || ds[0].Local {
@@ -199,13 +192,7 @@ func TestDenyCacheRoom(t *testing.T) {
 		}
 	}
 	before := scriptCalls(t, rdb)
-	srv.Pause()
-	resumed := false
-	defer func() {
-		if !resumed {
-			srv.Resume()
-		}
-	}()
+	resume := freeze(t, srv)
 	const n = 6
 	ds := make([]admission.Decision, n)
 	var wg sync.WaitGroup
@@ -219,8 +206,7 @@ func TestDenyCacheRoom(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(50 * time.Millisecond)
-	srv.Resume()
-	resumed = true
+	resume()
 	wg.Wait()
 
 	var admitted, local int
@@ -240,6 +226,15 @@ func TestDenyCacheRoom(t *testing.T) {
 	if calls := scriptCalls(t, rdb) - before; calls > 2 {
 		t.Errorf("%d script calls for %d requests with room for 2, want at most 2", calls, n)
 	}
+}
+
+// freeze pauses srv until resume is called, or the test ends.
+func freeze(t *testing.T, srv *redistest.Server) (resume func()) {
+	srv.Pause()
+	var once sync.Once
+	resume = func() { once.Do(srv.Resume) }
+	t.Cleanup(resume)
+	return resume
 }
 
 // holdHook, once armed, holds the reply of the client's next pipeline

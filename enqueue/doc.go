@@ -24,6 +24,12 @@
 // first attempt wrote. The tenant travels in the task's headers under
 // TenantHeader; package worker hands it to handlers.
 //
+// NewFromRedis is the usual way to make a Client: it makes the asynq.Client
+// itself, on the Redis of the worker queues, and the task writes of
+// concurrent Enqueue calls share Redis pipelines, as the gate's decisions
+// do, so that a producer under load pays for the gate's decision about what
+// it saves on asynq's round trips. New takes an asynq.Client you made.
+//
 // Slots are on the Redis clock, while asynq runs scheduled tasks by the
 // clocks of producers and workers, so keep those in step with Redis (NTP).
 // A producer whose clock runs ahead of Redis by more than a task's delay

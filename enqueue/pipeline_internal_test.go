@@ -87,6 +87,18 @@ func newSpied(t *testing.T, spy *pipelineSpy, batch, flight int) (*pipelined, *r
 	return p, rdb
 }
 
+// newHeld is newSpied with one flight of batches of up to 16, each held
+// until the test releases it, and echo loaded.
+func newHeld(t *testing.T) (*pipelineSpy, *pipelined, *redis.Client) {
+	t.Helper()
+	spy := &pipelineSpy{hold: make(chan struct{})}
+	p, rdb := newSpied(t, spy, 16, 1)
+	if err := echo.Load(context.Background(), p).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return spy, p, rdb
+}
+
 // TestPipelinedSharesPipelines runs many concurrent script calls through a
 // pipelined client: each gets its own reply, each runs exactly once, and
 // they share pipelines no larger than the batch and no more in flight at
@@ -138,12 +150,8 @@ func TestPipelinedSharesPipelines(t *testing.T) {
 // is that call's alone.
 func TestPipelinedErrorIsPerCall(t *testing.T) {
 	noLeaks(t)
-	spy := &pipelineSpy{hold: make(chan struct{})}
-	p, _ := newSpied(t, spy, 16, 1)
+	spy, p, _ := newHeld(t)
 	ctx := context.Background()
-	if err := echo.Load(ctx, p).Err(); err != nil {
-		t.Fatal(err)
-	}
 	// The first call holds the only flight, so the next ones share a pipeline.
 	args := []string{"first", "a", "fail", "b"}
 	replies := make([]*redis.Cmd, len(args))
@@ -175,12 +183,8 @@ func TestPipelinedErrorIsPerCall(t *testing.T) {
 // even when its ctx ends, and gets it.
 func TestPipelinedCallerLeavesBeforeSend(t *testing.T) {
 	noLeaks(t)
-	spy := &pipelineSpy{hold: make(chan struct{})}
-	p, rdb := newSpied(t, spy, 16, 1)
+	spy, p, rdb := newHeld(t)
 	bg := context.Background()
-	if err := echo.Load(bg, p).Err(); err != nil {
-		t.Fatal(err)
-	}
 	sentCtx, cancelSent := context.WithCancel(bg)
 	sent := make(chan *redis.Cmd, 1)
 	go func() { sent <- p.EvalSha(sentCtx, echo.Hash(), []string{"sent"}, "sent") }()
@@ -236,19 +240,15 @@ func TestPipelinedDoneCtxSendsNothing(t *testing.T) {
 // TestPipelinedPipelineDeadline: a pipeline's context carries the latest
 // deadline among its callers, or none if one has none.
 func TestPipelinedPipelineDeadline(t *testing.T) {
-	spy := &pipelineSpy{hold: make(chan struct{})}
 	var deadlines []string
 	var mu sync.Mutex
-	p, rdb := newSpied(t, spy, 16, 1)
+	spy, p, rdb := newHeld(t)
 	rdb.AddHook(deadlineHook(func(d time.Time, ok bool) {
 		mu.Lock()
 		defer mu.Unlock()
 		deadlines = append(deadlines, strconv.FormatBool(ok)+" "+d.Format(time.RFC3339Nano))
 	}))
 	bg := context.Background()
-	if err := echo.Load(bg, p).Err(); err != nil {
-		t.Fatal(err)
-	}
 	later := time.Now().Add(time.Hour)
 	cases := [][]time.Time{
 		{later.Add(-time.Minute), later}, // the latest deadline wins
