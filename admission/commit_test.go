@@ -228,6 +228,67 @@ func TestDenyCacheRoom(t *testing.T) {
 	}
 }
 
+// TestDenyCacheRoomWithSlowCalls: when calls take far longer than a slot's
+// share of the window, a busy tenant's requests wait for room at most as
+// long as the calls that were out when they began to wait: none outlives
+// the gate's timeout on a healthy Redis, and none fails.
+func TestDenyCacheRoomWithSlowCalls(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	rdb.AddHook(delayHook(20 * time.Millisecond))
+	g := admission.New(rdb, static(admission.Quota{Limit: 8, Window: 40 * time.Millisecond}))
+	defer g.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 600*time.Millisecond)
+	defer cancel()
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		worst   time.Duration
+		n, errs int
+	)
+	for range 64 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				start := time.Now()
+				d, err := g.Admit(context.Background(), "busy")
+				took := time.Since(start)
+				mu.Lock()
+				n++
+				worst = max(worst, took)
+				if err != nil || d.Local && d.Outcome == admission.Admitted {
+					errs++
+					if errs == 1 {
+						t.Errorf("Admit = %+v, %v; want a decision by Redis or the deny cache", d, err)
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d decisions, worst %v", n, worst)
+	if errs > 0 {
+		t.Errorf("%d of %d decisions failed on a healthy Redis", errs, n)
+	}
+	if worst >= admission.DefaultTimeout {
+		t.Errorf("a decision took %v, the gate's timeout %v", worst, admission.DefaultTimeout)
+	}
+}
+
+// delayHook adds its duration to every pipeline of script calls.
+type delayHook time.Duration
+
+func (h delayHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h delayHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h delayHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() == "evalsha" {
+			time.Sleep(time.Duration(h))
+		}
+		return next(ctx, cmds)
+	}
+}
+
 // freeze pauses srv until resume is called, or the test ends.
 func freeze(t *testing.T, srv *redistest.Server) (resume func()) {
 	srv.Pause()

@@ -56,10 +56,12 @@ type denial struct {
 	now   time.Time // Redis time of the rejection
 	at    time.Time // Redis time a retry could succeed
 
-	room   int           // calls that may be out at once (room entries)
-	lapses time.Time     // local time a room entry stops holding
-	out    int           // calls out, counted against room
-	back   chan struct{} // closed, and replaced, when a call out comes back or the entry goes
+	room    int           // calls that may be out at once (room entries)
+	seen    time.Time     // Redis time of the reply that told the room
+	lapses  time.Time     // local time a room entry stops holding
+	out     int           // calls out, counted against room
+	returns uint64        // calls that came back
+	back    chan struct{} // closed, and replaced, when a call out comes back or the entry goes
 }
 
 func newDenyCache(max int) *denyCache {
@@ -70,13 +72,17 @@ func newDenyCache(max int) *denyCache {
 // says how to go to Redis: when the tenant has room for another call out,
 // it returns a ticket, which the caller must hand to returned once its call
 // ends (after its put or room); when it has none, wait, which is closed
-// when a call comes back, after which the caller should look again. All are
-// nil on a plain miss: the call goes, uncounted.
+// when a call comes back, after which the caller should look again with
+// the same w. A caller waits for the calls that were out when it began to
+// wait, at most: once as many calls have come back, it goes uncounted if
+// there is still no room, so that waiting never costs more than a call's
+// time, however long calls take. All are nil on a plain miss: the call
+// goes, uncounted.
 //
 // A hint holds only at the granularity it was computed at: rounding moves
 // the slot a request could get, so gates that share the cache at another
 // granularity (Gate.AtGranularity) ask Redis instead.
-func (c *denyCache) lookup(tenant string, q Quota, gran int64, now time.Time) (d denial, ok bool, ticket *denial, wait chan struct{}) {
+func (c *denyCache) lookup(tenant string, q Quota, gran int64, now time.Time, w *waiter) (d denial, ok bool, ticket *denial, wait chan struct{}) {
 	c.mu.RLock()
 	e := c.entries[tenant]
 	if e == nil || e.q != q || e.gran != gran {
@@ -98,16 +104,27 @@ func (c *denyCache) lookup(tenant string, q Quota, gran int64, now time.Time) (d
 	case now.Before(e.until): // a call brought a new time meanwhile
 		return *e, true, nil, nil
 	case !e.until.IsZero(): // the rejection ran out: one slot has freed
-		e.until, e.room, e.lapses = time.Time{}, 1, now.Add(slotShare(q))
+		e.until, e.room, e.lapses, e.seen = time.Time{}, 1, now.Add(slotShare(q)), e.at
 	case e.out == 0 && !now.Before(e.lapses):
 		c.remove(tenant, e) // a stale room entry: more may have freed
 		return denial{}, false, nil, nil
 	}
-	if e.out < e.room {
+	switch {
+	case e.out < e.room:
 		e.out++
 		return denial{}, false, e, nil
+	case w.entry != e: // begin to wait, or wait anew on an entry made since
+		w.entry, w.until = e, e.returns+uint64(e.out)
+	case e.returns >= w.until: // the calls it waited for are back
+		return denial{}, false, nil, nil
 	}
 	return denial{}, false, nil, e.back
+}
+
+// waiter is what a caller waiting for room remembers between lookups.
+type waiter struct {
+	entry *denial // the entry it waits on
+	until uint64  // its returns count once the calls out when it began are back
 }
 
 // returned ends the call that lookup gave ticket to, once its reply is
@@ -119,6 +136,7 @@ func (c *denyCache) returned(tenant string, ticket *denial) {
 		return // gone, and its waiters woken, with the entry
 	}
 	ticket.out--
+	ticket.returns++
 	close(ticket.back)
 	ticket.back = make(chan struct{})
 }
@@ -184,12 +202,14 @@ func (c *denyCache) put(tenant string, q Quota, gran int64, serverNow, at, now t
 }
 
 // room records that tenant had room for free more admissions under q at
-// the reply of a call that began in generation gen, as an admission
-// reports (Decision.Remaining); free <= 0 says nothing is known (a
-// deferral, say). Much room, or none known, ends the entry: the tenant's
-// calls go uncounted.
-func (c *denyCache) room(tenant string, q Quota, gran int64, free int, now time.Time, gen uint64) {
-	ends := free <= 0 || free > maxRoom || c.gens[stripe(tenant)].Load() != gen
+// serverNow, the Redis time of the reply of a call that began in
+// generation gen, as an admission reports (Decision.Remaining); free <= 0
+// says nothing is known (a deferral, or a failed call). Much room, or none
+// known, ends the entry: the tenant's calls go uncounted. A reply older
+// than the one the entry holds changes nothing: admissions since may have
+// taken the room it saw.
+func (c *denyCache) room(tenant string, q Quota, gran int64, free int, serverNow, now time.Time, gen uint64) {
+	ends := free <= 0 || free > maxRoom
 	if ends {
 		c.mu.RLock()
 		e := c.entries[tenant]
@@ -201,17 +221,20 @@ func (c *denyCache) room(tenant string, q Quota, gran int64, free int, now time.
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entries[tenant]
-	if ends {
+	if ends || c.gens[stripe(tenant)].Load() != gen {
 		if e != nil && e.q == q && e.gran == gran && e.until.IsZero() {
 			c.remove(tenant, e) // calls out come back to nothing, and go uncounted
 		}
 		return
 	}
 	e = c.entry(tenant, q, gran, now)
-	if !e.until.IsZero() && now.Before(e.until) {
-		return // a rejection from a later reply holds
+	switch {
+	case !e.until.IsZero() && now.Before(e.until):
+		return // a rejection holds
+	case e.until.IsZero() && serverNow.Before(e.seen):
+		return // an older reply
 	}
-	e.until, e.room, e.lapses = time.Time{}, free, now.Add(slotShare(q))
+	e.until, e.room, e.seen, e.lapses = time.Time{}, free, serverNow, now.Add(slotShare(q))
 }
 
 // slotShare is how long a room entry holds once no call is out: one slot's

@@ -13,19 +13,25 @@ func TestDenyCacheRoomEntries(t *testing.T) {
 	c := newDenyCache(10)
 	now := time.Now()
 	lookup := func(at time.Time) (bool, *denial, chan struct{}) {
-		_, ok, ticket, wait := c.lookup("t", q, 0, at)
+		_, ok, ticket, wait := c.lookup("t", q, 0, at, new(waiter))
 		return ok, ticket, wait
 	}
 
 	if ok, ticket, wait := lookup(now); ok || ticket != nil || wait != nil {
 		t.Fatal("a tenant without an entry is not a plain miss")
 	}
-	c.room("t", q, 0, 2, now, c.generation("t"))
+	c.room("t", q, 0, 2, now, now, c.generation("t"))
 	_, first, _ := lookup(now)
 	_, second, _ := lookup(now)
 	_, third, wait := lookup(now)
 	if first == nil || second == nil || third != nil || wait == nil {
 		t.Fatalf("room 2: tickets %v, %v, then %v and wait %v; want two tickets, then a wait", first, second, third, wait)
+	}
+	// A waiter waits for the two calls out when it began, and no longer,
+	// even while new callers take the room each return frees.
+	var w waiter
+	if _, _, _, wait = c.lookup("t", q, 0, now, &w); wait == nil {
+		t.Fatal("no wait with no room")
 	}
 	c.returned("t", first)
 	select {
@@ -33,12 +39,20 @@ func TestDenyCacheRoomEntries(t *testing.T) {
 	default:
 		t.Fatal("a call that came back did not wake its waiters")
 	}
-	_, again, _ := lookup(now)
-	if again == nil {
-		t.Fatal("no ticket after a call came back")
+	_, x, _ := lookup(now)
+	if _, _, ticket, wait := c.lookup("t", q, 0, now, &w); ticket != nil || wait == nil {
+		t.Fatal("a waiter went with one of the calls it waited for still out")
 	}
 	c.returned("t", second)
-	c.returned("t", again)
+	_, y, _ := lookup(now)
+	if x == nil || y == nil {
+		t.Fatal("no ticket for the room a returned call freed")
+	}
+	if _, ok, ticket, wait := c.lookup("t", q, 0, now, &w); ok || ticket != nil || wait != nil {
+		t.Fatal("a waiter waited on after the calls it waited for were back")
+	}
+	c.returned("t", x)
+	c.returned("t", y)
 
 	// The reply that fills the window rejects until a time; once it passes,
 	// the entry has room for one, the probe.
@@ -64,27 +78,35 @@ func TestDenyCacheRoomEntries(t *testing.T) {
 		t.Fatal("forget did not wake the waiters")
 	}
 	c.returned("t", probe)
-	c.room("t", q, 0, 1, until, c.generation("t"))
+	c.room("t", q, 0, 1, until, until, c.generation("t"))
 	if _, ticket, _ := lookup(until); ticket == nil {
 		t.Fatal("a ticket of the forgotten entry counted against the new one")
 	}
 
 	// With no call out, a room entry lapses after a slot's share.
 	c.forget("t")
-	c.room("t", q, 0, 1, now, c.generation("t"))
+	c.room("t", q, 0, 1, now, now, c.generation("t"))
 	if _, ticket, _ := lookup(now.Add(99 * time.Millisecond)); ticket == nil {
 		t.Fatal("no ticket from a fresh room entry")
 	}
 	c.forget("t")
-	c.room("t", q, 0, 1, now, c.generation("t"))
+	c.room("t", q, 0, 1, now, now, c.generation("t"))
 	if ok, ticket, wait := lookup(now.Add(100 * time.Millisecond)); ok || ticket != nil || wait != nil {
 		t.Fatal("a room entry with no call out did not lapse after a slot's share")
 	}
 
+	// A reply older than the entry's tells nothing.
+	c.forget("t")
+	c.room("t", q, 0, 1, now, now, c.generation("t"))
+	c.room("t", q, 0, 5, now.Add(-time.Millisecond), now, c.generation("t"))
+	if e := c.entries["t"]; e == nil || e.room != 1 {
+		t.Fatalf("an older reply changed the room: %+v", e)
+	}
+
 	// Much room, or none known, ends the entry.
 	for _, free := range []int{maxRoom + 1, 0, -1} {
-		c.room("t", q, 0, 1, now, c.generation("t"))
-		c.room("t", q, 0, free, now, c.generation("t"))
+		c.room("t", q, 0, 1, now, now, c.generation("t"))
+		c.room("t", q, 0, free, now, now, c.generation("t"))
 		if ok, ticket, wait := lookup(now); ok || ticket != nil || wait != nil {
 			t.Errorf("room %d left an entry", free)
 		}

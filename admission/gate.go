@@ -220,6 +220,11 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 		gen = g.deny.generation(tenant)
 	}
 	ds, hint, err := g.remote(ctx, tenant, key, q, ids, fresh, deadline)
+	if err != nil && g.deny != nil {
+		// Nothing is known of the tenant's room: its requests go uncounted
+		// rather than one at a time behind calls that fail.
+		g.deny.room(tenant, q, g.gran, 0, time.Time{}, time.Now(), gen)
+	}
 	if err != nil {
 		if errors.Is(err, ErrUnavailable) {
 			// The gate's own timeout, not the caller's deadline (that
@@ -239,7 +244,7 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 		if last := ds[len(ds)-1]; last.Outcome == Admitted {
 			free = last.Remaining
 		}
-		g.deny.room(tenant, q, g.gran, free, time.Now(), gen)
+		g.deny.room(tenant, q, g.gran, free, ds[0].Now, time.Now(), gen)
 	}
 	if g.deny != nil && !hint.IsZero() {
 		// The hint is mapped to the local clock from the reply's arrival,
@@ -257,12 +262,14 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 
 // denied looks tenant up in the deny cache. While the tenant has as many
 // calls out as it has room for, it waits for one to come back, by
-// deadline, and looks again, setting *now to when it did. ticket, when
+// deadline, and looks again, setting *now to when it did; once the calls
+// that were out when it began to wait are back, it goes regardless. ticket, when
 // set, counts this caller's call as out: it must call g.deny.returned once
 // its call is done.
 func (g *Gate) denied(ctx context.Context, tenant string, q Quota, now *time.Time, deadline time.Time) (d denial, ok bool, ticket *denial, err error) {
+	var w waiter
 	for {
-		d, ok, ticket, wait := g.deny.lookup(tenant, q, g.gran, *now)
+		d, ok, ticket, wait := g.deny.lookup(tenant, q, g.gran, *now, &w)
 		if wait == nil {
 			return d, ok, ticket, nil
 		}

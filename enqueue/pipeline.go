@@ -122,11 +122,14 @@ func (p *pipelined) flushLoop() {
 			p.mu.Unlock()
 			return
 		}
-		n := min(len(p.pending), p.maxBatch)
-		batch = append(batch[:0], p.pending[:n]...)
-		rest := copy(p.pending, p.pending[n:])
-		clear(p.pending[rest:])
-		p.pending = p.pending[:rest]
+		if len(p.pending) <= p.maxBatch {
+			batch, p.pending = p.pending, batch[:0] // the common case: take it all
+		} else {
+			batch = append(batch[:0], p.pending[:p.maxBatch]...)
+			rest := copy(p.pending, p.pending[p.maxBatch:])
+			clear(p.pending[rest:])
+			p.pending = p.pending[:rest]
+		}
 		p.mu.Unlock()
 		p.flush(batch)
 	}
@@ -135,6 +138,7 @@ func (p *pipelined) flushLoop() {
 // flush sends the calls of batch whose callers are still waiting as one
 // pipeline, and hands each its reply.
 func (p *pipelined) flush(batch []*scriptCall) {
+	defer clear(batch) // the loop reuses it: hold no call
 	var latest time.Time
 	bounded := true
 	calls := batch[:0]
@@ -163,11 +167,18 @@ func (p *pipelined) flush(batch []*scriptCall) {
 	for i, c := range calls {
 		cmds[i] = pipe.EvalSha(ctx, c.sha, c.keys, c.args...)
 	}
-	// Each command carries its own reply or error; Exec's is the first of them.
-	_, _ = pipe.Exec(ctx)
+	// Each command carries its own reply or error, but a hook that fails
+	// the whole pipeline without sending it leaves them blank: they get
+	// its error.
+	if _, err := pipe.Exec(ctx); err != nil {
+		for _, cmd := range cmds {
+			if cmd.Err() == nil && cmd.Val() == nil {
+				cmd.SetErr(err)
+			}
+		}
+	}
 	for i, c := range calls {
 		c.cmd = cmds[i]
 		close(c.done)
 	}
-	clear(batch)
 }

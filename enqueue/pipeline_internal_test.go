@@ -177,6 +177,33 @@ func TestPipelinedErrorIsPerCall(t *testing.T) {
 	}
 }
 
+// TestPipelinedPipelineError: a hook that fails a whole pipeline without
+// sending it fails each call in it with its error.
+func TestPipelinedPipelineError(t *testing.T) {
+	noLeaks(t)
+	p, rdb := newSpied(t, &pipelineSpy{}, 16, 1)
+	refused := errors.New("refused by a hook")
+	rdb.AddHook(failPipelines{refused})
+	if err := echo.Run(context.Background(), p, []string{"k"}, "x").Err(); !errors.Is(err, refused) {
+		t.Errorf("err = %v, want the hook's error", err)
+	}
+}
+
+// failPipelines fails every pipeline of script calls with its error,
+// without sending it.
+type failPipelines struct{ err error }
+
+func (h failPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h failPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h failPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if scripts(cmds) {
+			return h.err
+		}
+		return next(ctx, cmds)
+	}
+}
+
 // TestPipelinedCallerLeavesBeforeSend: a caller whose ctx ends while its
 // call waits for a pipeline leaves at once with the ctx's error, and its
 // call is never sent. A caller whose call was sent waits for its reply
