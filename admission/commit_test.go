@@ -174,22 +174,29 @@ func TestDenyCacheProbe(t *testing.T) {
 	}
 }
 
-// TestDenyCacheRoom: a tenant with little room left sends Redis no more
-// calls at once than it has room for. With two slots free and Redis frozen,
-// two of six requests go; they take the two slots, the second brings back
-// the time the window is full until, and the other four are answered
-// locally, for at most two script calls. Sent all at once, the four would
-// each have cost Redis a rejection.
+// TestDenyCacheRoom: a tenant that Redis has rejected, and that now has
+// little room, sends Redis no more calls at once than it has room for. Its
+// four slots free up together; the first request after takes one and
+// learns that three are left. With Redis frozen, three of six requests go;
+// they take the three slots, the last brings back the time the window is
+// full until, and the other three are answered locally, for at most three
+// script calls. Sent all at once, the three would each have cost Redis a
+// rejection.
 func TestDenyCacheRoom(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	g := admission.New(srv.Client(t), static(admission.Quota{Limit: 4, Window: time.Minute}), admission.WithTimeout(5*time.Second))
+	const window = 300 * time.Millisecond
+	g := admission.New(srv.Client(t), static(admission.Quota{Limit: 4, Window: window}), admission.WithTimeout(5*time.Second))
 	defer g.Close()
 	ctx := t.Context()
-	for range 2 {
-		if d, err := g.Admit(ctx, "r"); err != nil || d.Outcome != admission.Admitted {
-			t.Fatalf("Admit = %+v, %v; want admitted", d, err)
-		}
+	ids := []string{"a", "b", "c", "d", "e"}
+	first, err := g.AdmitBatch(ctx, "r", ids) // four slots at once, and a rejection
+	if err != nil || first[3].Outcome != admission.Admitted || first[4].Outcome != admission.Rejected {
+		t.Fatalf("AdmitBatch = %+v, %v; want four admitted, then rejected", first, err)
+	}
+	time.Sleep(first[4].Delay() + 10*time.Millisecond)
+	if d, err := g.Admit(ctx, "r"); err != nil || d.Outcome != admission.Admitted || d.Remaining != 3 {
+		t.Fatalf("Admit after the window = %+v, %v; want admitted with 3 left", d, err)
 	}
 	before := scriptCalls(t, rdb)
 	resume := freeze(t, srv)
@@ -220,11 +227,11 @@ func TestDenyCacheRoom(t *testing.T) {
 			t.Errorf("decision %+v: want admitted by Redis or rejected locally", d)
 		}
 	}
-	if admitted != 2 || local != n-2 {
-		t.Errorf("%d admitted by Redis and %d rejected locally, want 2 and %d", admitted, local, n-2)
+	if admitted != 3 || local != n-3 {
+		t.Errorf("%d admitted by Redis and %d rejected locally, want 3 and %d", admitted, local, n-3)
 	}
-	if calls := scriptCalls(t, rdb) - before; calls > 2 {
-		t.Errorf("%d script calls for %d requests with room for 2, want at most 2", calls, n)
+	if calls := scriptCalls(t, rdb) - before; calls > 3 {
+		t.Errorf("%d script calls for %d requests with room for 3, want at most 3", calls, n)
 	}
 }
 

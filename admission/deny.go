@@ -14,10 +14,12 @@ import (
 // entry holds for the quota it was made under; a quota change or a Release
 // through this gate ends it early.
 //
-// It also keeps a tenant from sending Redis more calls at once than it has
-// room for. An admission that leaves little room (maxRoom free slots or
-// fewer) records how many, and a rejection's time, once passed, counts as
-// room for one. While that many calls of the tenant are out, a new request
+// It also keeps a tenant that Redis has rejected from sending Redis more
+// calls at once than it has room for. A rejection's time, once passed,
+// counts as room for one, and an admission that leaves the tenant little
+// room (maxRoom free slots or fewer) records how many; more room, or a
+// deferral, ends the entry. Tenants never rejected have no entry, and cost
+// the cache one read-locked lookup per decision. While that many calls of the tenant are out, a new request
 // waits for one of them to come back and looks again, instead of sending a
 // call that Redis would only reject: the calls out take the free slots,
 // and the last of them brings back the time until which the window is
@@ -104,7 +106,7 @@ func (c *denyCache) lookup(tenant string, q Quota, gran int64, now time.Time, w 
 	case now.Before(e.until): // a call brought a new time meanwhile
 		return *e, true, nil, nil
 	case !e.until.IsZero(): // the rejection ran out: one slot has freed
-		e.until, e.room, e.lapses, e.seen = time.Time{}, 1, now.Add(slotShare(q)), e.at
+		e.until, e.room, e.lapses, e.seen = time.Time{}, 1, now.Add(slotShare(q)), e.now
 	case e.out == 0 && !now.Before(e.lapses):
 		c.remove(tenant, e) // a stale room entry: more may have freed
 		return denial{}, false, nil, nil
@@ -147,8 +149,8 @@ func (c *denyCache) remove(tenant string, e *denial) {
 	close(e.back)
 }
 
-// entry returns tenant's entry for q at gran, made anew, with no calls out,
-// if there is none or it was for another quota. Under c.mu.
+// entry returns tenant's entry for q at gran, for put: made anew, with no
+// calls out, if there is none or it was for another quota. Under c.mu.
 func (c *denyCache) entry(tenant string, q Quota, gran int64, now time.Time) *denial {
 	e := c.entries[tenant]
 	if e != nil && e.q == q && e.gran == gran {
@@ -209,25 +211,24 @@ func (c *denyCache) put(tenant string, q Quota, gran int64, serverNow, at, now t
 // than the one the entry holds changes nothing: admissions since may have
 // taken the room it saw.
 func (c *denyCache) room(tenant string, q Quota, gran int64, free int, serverNow, now time.Time, gen uint64) {
-	ends := free <= 0 || free > maxRoom
-	if ends {
-		c.mu.RLock()
-		e := c.entries[tenant]
-		c.mu.RUnlock()
-		if e == nil {
-			return // the common case: much room, and no entry
-		}
+	c.mu.RLock()
+	e := c.entries[tenant]
+	c.mu.RUnlock()
+	if e == nil {
+		return // the common case: a tenant never rejected lately
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.entries[tenant]
-	if ends || c.gens[stripe(tenant)].Load() != gen {
-		if e != nil && e.q == q && e.gran == gran && e.until.IsZero() {
+	e = c.entries[tenant]
+	if e == nil || e.q != q || e.gran != gran {
+		return
+	}
+	if free <= 0 || free > maxRoom || c.gens[stripe(tenant)].Load() != gen {
+		if e.until.IsZero() {
 			c.remove(tenant, e) // calls out come back to nothing, and go uncounted
 		}
 		return
 	}
-	e = c.entry(tenant, q, gran, now)
 	switch {
 	case !e.until.IsZero() && now.Before(e.until):
 		return // a rejection holds

@@ -21,6 +21,16 @@ func TestDenyCacheRoomEntries(t *testing.T) {
 		t.Fatal("a tenant without an entry is not a plain miss")
 	}
 	c.room("t", q, 0, 2, now, now, c.generation("t"))
+	if c.entries["t"] != nil {
+		t.Fatal("room made an entry for a tenant never rejected")
+	}
+	// A tenant whose rejection ran out, with room for 2.
+	roomFor := func(free int, at time.Time) {
+		c.forget("t")
+		c.put("t", q, 0, at, at, at, c.generation("t")) // rejected until at
+		c.room("t", q, 0, free, at, at, c.generation("t"))
+	}
+	roomFor(2, now)
 	_, first, _ := lookup(now)
 	_, second, _ := lookup(now)
 	_, third, wait := lookup(now)
@@ -78,26 +88,23 @@ func TestDenyCacheRoomEntries(t *testing.T) {
 		t.Fatal("forget did not wake the waiters")
 	}
 	c.returned("t", probe)
-	c.room("t", q, 0, 1, until, until, c.generation("t"))
+	roomFor(1, until)
 	if _, ticket, _ := lookup(until); ticket == nil {
 		t.Fatal("a ticket of the forgotten entry counted against the new one")
 	}
 
 	// With no call out, a room entry lapses after a slot's share.
-	c.forget("t")
-	c.room("t", q, 0, 1, now, now, c.generation("t"))
+	roomFor(1, now)
 	if _, ticket, _ := lookup(now.Add(99 * time.Millisecond)); ticket == nil {
 		t.Fatal("no ticket from a fresh room entry")
 	}
-	c.forget("t")
-	c.room("t", q, 0, 1, now, now, c.generation("t"))
+	roomFor(1, now)
 	if ok, ticket, wait := lookup(now.Add(100 * time.Millisecond)); ok || ticket != nil || wait != nil {
 		t.Fatal("a room entry with no call out did not lapse after a slot's share")
 	}
 
 	// A reply older than the entry's tells nothing.
-	c.forget("t")
-	c.room("t", q, 0, 1, now, now, c.generation("t"))
+	roomFor(1, now)
 	c.room("t", q, 0, 5, now.Add(-time.Millisecond), now, c.generation("t"))
 	if e := c.entries["t"]; e == nil || e.room != 1 {
 		t.Fatalf("an older reply changed the room: %+v", e)
@@ -105,7 +112,7 @@ func TestDenyCacheRoomEntries(t *testing.T) {
 
 	// Much room, or none known, ends the entry.
 	for _, free := range []int{maxRoom + 1, 0, -1} {
-		c.room("t", q, 0, 1, now, now, c.generation("t"))
+		roomFor(1, now)
 		c.room("t", q, 0, free, now, now, c.generation("t"))
 		if ok, ticket, wait := lookup(now); ok || ticket != nil || wait != nil {
 			t.Errorf("room %d left an entry", free)
