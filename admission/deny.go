@@ -19,17 +19,18 @@ import (
 // counts as room for one, and an admission that leaves the tenant little
 // room (maxRoom free slots or fewer) records how many; more room, or a
 // deferral, ends the entry. Tenants never rejected have no entry, and cost
-// the cache one read-locked lookup per decision. While that many calls of the tenant are out, a new request
-// waits for one of them to come back and looks again, instead of sending a
-// call that Redis would only reject: the calls out take the free slots,
-// and the last of them brings back the time until which the window is
-// full. So when a flood's rejection runs out, one request probes Redis and
-// the others wait for it; and when two or three slots free up at once, as
-// many requests go. The room is a lower bound as of the reply that told
-// it, since slots only free up as time passes: a waiter never waits for
-// longer than a call takes, and an entry with no call out lapses after one
-// slot's share of the window (Window/Limit), when another slot has likely
-// freed.
+// the cache one read-locked lookup per decision. While as many calls of
+// the tenant are out as it has room for, a new request waits for them to
+// come back and looks again, instead of sending a call that Redis would
+// only reject: the calls out take the free slots, and the last of them
+// brings back the time until which the window is full. So when a flood's
+// rejection runs out, one request probes Redis and the others wait for it;
+// and when two or three slots free up at once, as many requests go. The
+// room is a lower bound as of the reply that told it, since slots only free
+// up as time passes. A request waits for the calls out when it began, and
+// if others took the room they left, for those too, but no longer (see
+// lookup); an entry with no call out lapses after one slot's share of the
+// window (Window/Limit), when another slot has likely freed.
 //
 // A Release frees a slot that a call already in flight may not have seen:
 // its reply could then cache a rejection that no longer holds. So every
@@ -76,8 +77,9 @@ func newDenyCache(max int) *denyCache {
 // ends (after its put or room); when it has none, wait, which is closed
 // when a call comes back, after which the caller should look again with
 // the same w. A caller waits for the calls that were out when it began to
-// wait, at most: once as many calls have come back, it goes uncounted if
-// there is still no room, so that waiting never costs more than a call's
+// wait; once as many calls have come back, if callers that waited beside
+// it took the room they left, it waits for those calls too, and then goes
+// uncounted if there is still no room. So waiting costs at most two calls'
 // time, however long calls take. All are nil on a plain miss: the call
 // goes, uncounted.
 //
@@ -116,17 +118,24 @@ func (c *denyCache) lookup(tenant string, q Quota, gran int64, now time.Time, w 
 		e.out++
 		return denial{}, false, e, nil
 	case w.entry != e: // begin to wait, or wait anew on an entry made since
-		w.entry, w.until = e, e.returns+uint64(e.out)
-	case e.returns >= w.until: // the calls it waited for are back
+		w.entry, w.until, w.rounds = e, e.returns+uint64(e.out), 1
+	case e.returns < w.until: // wait on
+	case w.rounds < maxWaits: // the calls it waited for are back, and others took their room
+		w.until, w.rounds = e.returns+uint64(e.out), w.rounds+1
+	default:
 		return denial{}, false, nil, nil
 	}
 	return denial{}, false, nil, e.back
 }
 
+// maxWaits is how many rounds of calls a caller waits for room.
+const maxWaits = 2
+
 // waiter is what a caller waiting for room remembers between lookups.
 type waiter struct {
-	entry *denial // the entry it waits on
-	until uint64  // its returns count once the calls out when it began are back
+	entry  *denial // the entry it waits on
+	until  uint64  // its returns count once the calls it waits for are back
+	rounds int     // rounds of calls waited for
 }
 
 // returned ends the call that lookup gave ticket to, once its reply is

@@ -37,8 +37,9 @@ func TestDenyCacheRoomEntries(t *testing.T) {
 	if first == nil || second == nil || third != nil || wait == nil {
 		t.Fatalf("room 2: tickets %v, %v, then %v and wait %v; want two tickets, then a wait", first, second, third, wait)
 	}
-	// A waiter waits for the two calls out when it began, and no longer,
-	// even while new callers take the room each return frees.
+	// A waiter waits for the two calls out when it began, then for the two
+	// that took the room they left, and no longer, even while new callers
+	// keep taking the room each return frees.
 	var w waiter
 	if _, _, _, wait = c.lookup("t", q, 0, now, &w); wait == nil {
 		t.Fatal("no wait with no room")
@@ -49,20 +50,34 @@ func TestDenyCacheRoomEntries(t *testing.T) {
 	default:
 		t.Fatal("a call that came back did not wake its waiters")
 	}
-	_, x, _ := lookup(now)
-	if _, _, ticket, wait := c.lookup("t", q, 0, now, &w); ticket != nil || wait == nil {
-		t.Fatal("a waiter went with one of the calls it waited for still out")
+	take := func() *denial {
+		t.Helper()
+		_, ticket, _ := lookup(now)
+		if ticket == nil {
+			t.Fatal("no ticket for the room a returned call freed")
+		}
+		return ticket
 	}
-	c.returned("t", second)
-	_, y, _ := lookup(now)
-	if x == nil || y == nil {
-		t.Fatal("no ticket for the room a returned call freed")
+	waits := func(want bool, why string) {
+		t.Helper()
+		_, ok, ticket, wait := c.lookup("t", q, 0, now, &w)
+		if ok || ticket != nil || (wait != nil) != want {
+			t.Fatal(why)
+		}
 	}
-	if _, ok, ticket, wait := c.lookup("t", q, 0, now, &w); ok || ticket != nil || wait != nil {
-		t.Fatal("a waiter waited on after the calls it waited for were back")
-	}
-	c.returned("t", x)
-	c.returned("t", y)
+	a := take() // the room first left
+	waits(true, "a waiter went with a call it waited for still out")
+	c.returned("t", second) // both calls it waited for are back
+	b := take()
+	waits(true, "a waiter went without waiting for the calls that took the room")
+	c.returned("t", a)
+	d := take()
+	waits(true, "a waiter went with a call of its second round still out")
+	c.returned("t", b)
+	e := take()
+	waits(false, "a waiter waited on after two rounds of calls came back")
+	c.returned("t", d)
+	c.returned("t", e)
 
 	// The reply that fills the window rejects until a time; once it passes,
 	// the entry has room for one, the probe.
