@@ -73,8 +73,11 @@ func WithBatching(on bool) Option {
 // tasks instead of for each. A lone call goes out at once; no timer waits
 // for company. Each task is still asynq's own script call, with its own
 // reply, and ctx is honoured as in New: a call whose ctx ends before its
-// pipeline is sent is never sent. Hooks on rdb see these writes as
-// pipelines (ProcessPipelineHook). WithBatching(false) turns it off.
+// pipeline is sent is never sent, and one that was sent waits for its
+// reply, as a plain go-redis call does. Hooks on rdb see these writes as
+// pipelines (ProcessPipelineHook), on a context of the pipeline's own,
+// which carries the latest deadline among its callers but not their
+// values. WithBatching(false) turns it off.
 //
 // rdb may be a *redis.Client, a *redis.ClusterClient (go-redis splits each
 // pipeline per node) or any redis.UniversalClient, and may be g's own
