@@ -112,9 +112,12 @@ func WithBatching(on bool) Option {
 
 // WithDenyCache turns the local cache of rejections on (the default) or
 // off. With it on, a tenant that Redis rejected until T is rejected locally
-// (Decision.Local) until T, so a flood from one tenant costs Redis almost
-// nothing. The price: a retried ID that already holds a slot is rejected
-// too while its tenant is cached, since only Redis knows the log.
+// (Decision.Local) until T, and afterwards sends Redis no more calls at once
+// than it has room for (a request may wait up to two calls' time for
+// room), so a flood from one tenant costs Redis about one script call per
+// admission. A retried ID of the caller's own that holds a slot still gets
+// it back (one ZMSCORE checks); under a Counter quota, which keeps no IDs,
+// it is rejected while its tenant is cached.
 func WithDenyCache(on bool) Option {
 	return optionFunc(func(o *options) { o.denyCache = on })
 }
