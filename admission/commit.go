@@ -69,7 +69,7 @@ type request struct {
 	done  chan struct{}
 	ds    []Decision
 	one   [1]Decision // ds for a single ID, without an allocation of its own
-	hint  time.Time   // the key's retry hint, set on the group's last request
+	hint  time.Time   // the key's retry hint, after the whole group
 	err   error
 }
 
@@ -421,16 +421,14 @@ func (c *committer) deliver(call []*group, res []int64, err error, forget func(*
 		if err == nil {
 			hint = res[off+3*len(g.ids)]
 		}
-		for i, r := range g.reqs {
+		for _, r := range g.reqs {
 			if err != nil {
 				r.err = err
 			} else {
-				// Each request's part, and the group's hint for the last
-				// request only: the hint speaks of the log after all of them.
-				n, h := 3*len(r.ids), int64(0)
-				if i == len(g.reqs)-1 {
-					h = hint
-				}
+				// Each request's part, and the group's hint for every one:
+				// it speaks of the log after all of them, which each
+				// request's caller sees only once the call is done.
+				n, h := 3*len(r.ids), hint
 				var ds []Decision
 				if len(r.ids) == 1 {
 					ds = r.one[:]

@@ -11,26 +11,30 @@ import (
 // also with the admission that fills the window. Until then the gate
 // answers locally (slots only move forward), so a flood from one tenant
 // costs Redis one script call per admission and almost nothing more. An
-// entry holds for the quota it was made under; a quota change or a Release
-// through this gate ends it early.
+// entry holds for the quota and granularity it was made under (a request
+// under another goes to Redis, and its reply replaces the entry); a
+// Release through this gate, or a slot given back for a caller that left,
+// ends it.
 //
 // It also keeps a tenant that Redis has rejected from sending Redis more
 // calls at once than it has room for. A rejection's time, once passed,
 // counts as room for one, and an admission that leaves the tenant little
-// room (maxRoom free slots or fewer) records how many; more room, or a
-// deferral, ends the entry. Tenants never rejected have no entry, and cost
-// the cache one read-locked lookup per decision. While as many calls of
-// the tenant are out as it has room for, a new request waits for them to
-// come back and looks again, instead of sending a call that Redis would
-// only reject: the calls out take the free slots, and the last of them
-// brings back the time until which the window is full. So when a flood's
-// rejection runs out, one request probes Redis and the others wait for it;
-// and when two or three slots free up at once, as many requests go. The
-// room is a lower bound as of the reply that told it, since slots only free
-// up as time passes. A request waits for the calls out when it began, and
-// if others took the room they left, for those too, but no longer (see
-// lookup); an entry with no call out lapses after one slot's share of the
-// window (Window/Limit), when another slot has likely freed.
+// room (maxRoom free slots or fewer) records how many; more room, a
+// deferral or a failed call ends the entry. Tenants never rejected have no
+// entry, and cost the cache two read-locked lookups per decision. While as
+// many calls of the tenant are out as it has room for, a new request waits
+// for them to come back and looks again, instead of sending a call that
+// Redis would only reject: the calls out take the free slots, and the last
+// of them brings back the time until which the window is full. So when a
+// flood's rejection runs out, one request probes Redis and the others wait
+// for it; and when two or three slots free up at once, as many requests
+// go. The room is a lower bound as of the reply that told it, since slots
+// only free up as time passes. A request waits for the calls out when it
+// began, and if others took the room they left, for those too, but no
+// longer (see lookup), and never for more than half its deadline (see
+// Gate.denied). An entry with no call out lapses one slot's share of the
+// window (Window/Limit) after it was told its room, or after its rejection
+// ran out, when another slot has likely freed.
 //
 // A Release frees a slot that a call already in flight may not have seen:
 // its reply could then cache a rejection that no longer holds. So every
@@ -107,6 +111,9 @@ func (c *denyCache) lookup(tenant string, q Quota, gran int64, now time.Time, w 
 		return denial{}, false, nil, nil
 	case now.Before(e.until): // a call brought a new time meanwhile
 		return *e, true, nil, nil
+	case !e.until.IsZero() && e.out == 0 && !now.Before(e.until.Add(slotShare(q))):
+		c.remove(tenant, e) // it ran out long ago: more may have freed
+		return denial{}, false, nil, nil
 	case !e.until.IsZero(): // the rejection ran out: one slot has freed
 		e.until, e.room, e.lapses, e.seen = time.Time{}, 1, now.Add(slotShare(q)), e.now
 	case e.out == 0 && !now.Before(e.lapses):
@@ -148,8 +155,7 @@ func (c *denyCache) returned(tenant string, ticket *denial) {
 	}
 	ticket.out--
 	ticket.returns++
-	close(ticket.back)
-	ticket.back = make(chan struct{})
+	c.wake(ticket)
 }
 
 // remove drops tenant's entry e and wakes its waiters. Under c.mu.
@@ -210,6 +216,13 @@ func (c *denyCache) put(tenant string, q Quota, gran int64, serverNow, at, now t
 	e := c.entry(tenant, q, gran, now)
 	e.until, e.now, e.at = now.Add(at.Sub(serverNow)), serverNow, at
 	e.room, e.lapses = 0, time.Time{}
+	c.wake(e) // its waiters are answered now
+}
+
+// wake wakes e's waiters, to look again. Under c.mu.
+func (c *denyCache) wake(e *denial) {
+	close(e.back)
+	e.back = make(chan struct{})
 }
 
 // room records that tenant had room for free more admissions under q at
@@ -217,8 +230,9 @@ func (c *denyCache) put(tenant string, q Quota, gran int64, serverNow, at, now t
 // generation gen, as an admission reports (Decision.Remaining); free <= 0
 // says nothing is known (a deferral, or a failed call). Much room, or none
 // known, ends the entry: the tenant's calls go uncounted. A reply older
-// than the one the entry holds changes nothing: admissions since may have
-// taken the room it saw.
+// than the one the entry holds, or than its rejection, changes nothing:
+// admissions since may have taken the room it saw; of replies from one
+// script call, which share their time, the least room holds.
 func (c *denyCache) room(tenant string, q Quota, gran int64, free int, serverNow, now time.Time, gen uint64) {
 	c.mu.RLock()
 	e := c.entries[tenant]
@@ -238,13 +252,20 @@ func (c *denyCache) room(tenant string, q Quota, gran int64, free int, serverNow
 		}
 		return
 	}
+	seen := e.seen
+	if !e.until.IsZero() {
+		seen = e.now
+	}
 	switch {
 	case !e.until.IsZero() && now.Before(e.until):
 		return // a rejection holds
-	case e.until.IsZero() && serverNow.Before(e.seen):
+	case serverNow.Before(seen):
 		return // an older reply
+	case serverNow.Equal(seen) && e.until.IsZero():
+		free = min(free, e.room) // the same script call
 	}
 	e.until, e.room, e.seen, e.lapses = time.Time{}, free, serverNow, now.Add(slotShare(q))
+	c.wake(e) // there may be more room than its waiters saw
 }
 
 // slotShare is how long a room entry holds once no call is out: one slot's

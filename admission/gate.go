@@ -191,17 +191,21 @@ func (g *Gate) quota(ctx context.Context, tenant string) (Quota, error) {
 func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string, fresh bool) ([]Decision, error) {
 	now := time.Now()
 	began := now
-	deadline := now.Add(g.opts.timeout) // one for the whole decision, however many calls it takes
+	// One deadline for the decision's calls, however many it takes; time
+	// spent waiting in the deny cache for room is added to it, since that
+	// says nothing of Redis.
+	deadline := now.Add(g.opts.timeout)
 	key := windowKey(g.opts.prefix, tenant, q)
 	brk := g.breakerFor(ctx, key)
 	if brk.isOpen() {
 		return g.withoutRedis(tenant, q, ids, now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, tenant))
 	}
 	if g.deny != nil {
+		waitFrom := now
 		d, ok, ticket, err := g.denied(ctx, tenant, q, &now, deadline)
+		deadline = deadline.Add(now.Sub(waitFrom))
 		if err != nil {
-			// The probe waited for outlived the deadline: as if this
-			// call had (the probe's own failure counts for the breaker).
+			// The caller's ctx ended while it waited for room.
 			err = callError(ctx, "admit", tenant, err)
 			if errors.Is(err, ErrUnavailable) {
 				return g.withoutRedis(tenant, q, ids, now, err)
@@ -240,7 +244,7 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 	}
 	brk.success()
 	if g.deny != nil && hint.IsZero() && len(ds) > 0 {
-		free := -1 // unknown, after a deferral
+		free := -1 // unknown, after a deferral (a rejection brings a hint)
 		if last := ds[len(ds)-1]; last.Outcome == Admitted {
 			free = last.Remaining
 		}
@@ -261,27 +265,36 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 }
 
 // denied looks tenant up in the deny cache. While the tenant has as many
-// calls out as it has room for, it waits for one to come back, by
-// deadline, and looks again, setting *now to when it did; once the calls
-// that were out when it began to wait are back, it goes regardless. ticket, when
-// set, counts this caller's call as out: it must call g.deny.returned once
-// its call is done.
+// calls out as it has room for, it waits for one to come back and looks
+// again, setting *now to when it did, as lookup says; and it waits for half
+// the time to deadline (or to ctx's, if sooner) at most, then looks once
+// more and goes regardless, so that its own call keeps the other half.
+// ticket, when set, counts this caller's call as out: it must call
+// g.deny.returned once its call is done. err is ctx's, when it ends first.
 func (g *Gate) denied(ctx context.Context, tenant string, q Quota, now *time.Time, deadline time.Time) (d denial, ok bool, ticket *denial, err error) {
-	var w waiter
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	var (
+		w      waiter
+		t      *time.Timer
+		giveUp bool
+	)
 	for {
 		d, ok, ticket, wait := g.deny.lookup(tenant, q, g.gran, *now, &w)
-		if wait == nil {
-			return d, ok, ticket, nil
+		if wait == nil || giveUp {
+			return d, ok, ticket, nil // a wait after giving up: go uncounted
 		}
-		t := time.NewTimer(time.Until(deadline))
+		if t == nil {
+			t = time.NewTimer(deadline.Sub(*now) / 2)
+			defer t.Stop()
+		}
 		select {
 		case <-wait:
-			t.Stop()
 		case <-ctx.Done():
-			t.Stop()
 			return denial{}, false, nil, context.Cause(ctx)
 		case <-t.C:
-			return denial{}, false, nil, context.DeadlineExceeded
+			giveUp = true
 		}
 		*now = time.Now()
 	}
