@@ -33,6 +33,9 @@ type Client struct {
 	newID func() string
 	// unbatched: WithBatching(false), read by NewFromRedis.
 	unbatched bool
+	// pipelined: asynq writes through a pipelined client, which reports
+	// a write it never sent (unsentWrite).
+	pipelined bool
 }
 
 // An Option configures a Client.
@@ -91,10 +94,12 @@ func NewFromRedis(rdb redis.UniversalClient, g *admission.Gate, opts ...Option) 
 	for _, opt := range opts {
 		opt.apply(&o)
 	}
-	if !o.unbatched {
-		rdb = newPipelined(rdb)
+	if o.unbatched {
+		return New(asynq.NewClientFromRedisClient(rdb), g, opts...)
 	}
-	return New(asynq.NewClientFromRedisClient(rdb), g, opts...)
+	c := New(asynq.NewClientFromRedisClient(newPipelined(rdb)), g, opts...)
+	c.pipelined = true
+	return c
 }
 
 // New returns a Client that admits tasks through g and enqueues them with c.
@@ -154,8 +159,10 @@ func New(c *asynq.Client, g *admission.Gate, opts ...Option) *Client {
 // Enqueue returns asynq's error, wrapped (errors.Is works; when ctx is
 // done, the error matches ctx.Err() and context.Cause(ctx) as well), and
 // releases the slot only when the failure shows that nothing was written:
-// asynq.ErrDuplicateTask (another task holds the asynq.Unique lock), or a
-// Redis error reply that stopped asynq before its write. Any other failure
+// asynq.ErrDuplicateTask (another task holds the asynq.Unique lock), a
+// Redis error reply that stopped asynq before its write, or (with
+// NewFromRedis) ctx done while the write still waited for its pipeline,
+// which then never sends it. Any other failure
 // (a timeout, a network error, ctx done while asynq waited for Redis) is
 // ambiguous: the write may have reached Redis and the task may be in the
 // queue, so the slot stays with it, and a retry with the same ID finds it
@@ -328,11 +335,17 @@ func (c *Client) enqueue(ctx context.Context, p prepared, d admission.Decision) 
 		// written and the slot can go back.
 		return nil, c.release(ctx, d, fmt.Errorf("enqueue: tenant %q, task %q: not enqueued: %w", p.tenant, p.id, ctxError(ctx)))
 	}
-	info, err := c.asynq.EnqueueContext(ctx, task) // the task carries every option
+	actx, unsent := ctx, (*unsentWrite)(nil)
+	if c.pipelined {
+		unsent = new(unsentWrite)
+		actx = context.WithValue(ctx, unsentKey{}, unsent)
+	}
+	info, err := c.asynq.EnqueueContext(actx, task) // the task carries every option
 	if err == nil {
 		return info, nil
 	}
-	refused := notWritten(err)
+	// A write that its pipeline never sent wrote nothing.
+	refused := notWritten(err) || unsent != nil && unsent.Load()
 	if ctx.Err() != nil && !(errors.Is(err, ctx.Err()) && errors.Is(err, context.Cause(ctx))) {
 		// asynq flattens Redis errors into text; keep the caller's
 		// cancellation visible to errors.Is.

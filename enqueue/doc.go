@@ -14,8 +14,9 @@
 // The task ID is the gate's entry ID, so a producer that retries after a
 // timeout takes no second slot. If the asynq enqueue fails after admission,
 // the slot is given back only when nothing can have been written: ctx was
-// done before asynq was called, asynq returned asynq.ErrDuplicateTask, or
-// Redis refused the call before the write. After an ambiguous failure (a
+// done before asynq was called, or before its write left in a pipeline,
+// asynq returned asynq.ErrDuplicateTask, or Redis refused the call before
+// the write. After an ambiguous failure (a
 // timeout, a network error, ctx done while asynq waited) the task may be in
 // the queue, so its slot is kept: at most one slot per such failure idles
 // until the window passes, and the tenant is never admitted past its quota.

@@ -78,7 +78,7 @@ type scriptCall struct {
 // reply or for ctx.
 func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
 	if err := ctx.Err(); err != nil {
-		return failed(ctx, sha, err)
+		return unsent(ctx, sha, err)
 	}
 	c := &scriptCall{ctx: ctx, sha: sha, keys: keys, args: args, done: make(chan struct{})}
 	p.mu.Lock()
@@ -97,7 +97,7 @@ func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args
 	case <-ctx.Done():
 	}
 	if c.state.CompareAndSwap(queued, gone) {
-		return failed(ctx, sha, ctx.Err()) // never sent
+		return unsent(ctx, sha, ctx.Err())
 	}
 	// Sent: wait for the reply, as a plain go-redis call does once it has
 	// written its command. A definite answer keeps the task's slot honest.
@@ -105,12 +105,24 @@ func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args
 	return c.cmd
 }
 
-// failed is a call that never got a reply.
-func failed(ctx context.Context, sha string, err error) *redis.Cmd {
+// unsent is a call that was never sent, failed with err. An unsentWrite
+// in ctx (from Client.enqueue) hears of it: asynq flattens the error into
+// text, and the Client gives the task's slot back only for a write that
+// certainly did not happen.
+func unsent(ctx context.Context, sha string, err error) *redis.Cmd {
+	if u, ok := ctx.Value(unsentKey{}).(*unsentWrite); ok {
+		u.Store(true)
+	}
 	cmd := redis.NewCmd(ctx, "evalsha", sha)
 	cmd.SetErr(err)
 	return cmd
 }
+
+// unsentWrite is set when a call of the enqueue it travels with, in its
+// context under unsentKey, was never sent.
+type unsentWrite struct{ atomic.Bool }
+
+type unsentKey struct{}
 
 // flushLoop sends what is waiting, a batch at a time, until nothing is.
 func (p *pipelined) flushLoop() {
