@@ -224,12 +224,12 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 		gen = g.deny.generation(tenant)
 	}
 	ds, hint, err := g.remote(ctx, tenant, key, q, ids, fresh, deadline)
-	if err != nil && g.deny != nil {
-		// Nothing is known of the tenant's room: its requests go uncounted
-		// rather than one at a time behind calls that fail.
-		g.deny.room(tenant, q, g.gran, 0, time.Time{}, time.Now(), gen)
-	}
 	if err != nil {
+		if g.deny != nil {
+			// Nothing is known of the tenant's room: its requests go
+			// uncounted rather than one at a time behind calls that fail.
+			g.deny.room(tenant, q, g.gran, 0, time.Time{}, time.Now(), gen)
+		}
 		if errors.Is(err, ErrUnavailable) {
 			// The gate's own timeout, not the caller's deadline (that
 			// error is the caller's, and its pipeline reports to the
@@ -272,8 +272,8 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 // ticket, when set, counts this caller's call as out: it must call
 // g.deny.returned once its call is done. err is ctx's, when it ends first.
 func (g *Gate) denied(ctx context.Context, tenant string, q Quota, now *time.Time, deadline time.Time) (d denial, ok bool, ticket *denial, err error) {
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+	if cd, has := ctx.Deadline(); has && cd.Before(deadline) {
+		deadline = cd
 	}
 	var (
 		w      waiter

@@ -90,15 +90,12 @@ func NewFromRedis(rdb redis.UniversalClient, g *admission.Gate, opts ...Option) 
 	if rdb == nil || g == nil {
 		panic("enqueue: NewFromRedis needs a non-nil redis.UniversalClient and *admission.Gate")
 	}
-	var o Client
-	for _, opt := range opts {
-		opt.apply(&o)
+	c := newClient(g, opts)
+	c.pipelined = !c.unbatched
+	if c.pipelined {
+		rdb = newPipelined(rdb)
 	}
-	if o.unbatched {
-		return New(asynq.NewClientFromRedisClient(rdb), g, opts...)
-	}
-	c := New(asynq.NewClientFromRedisClient(newPipelined(rdb)), g, opts...)
-	c.pipelined = true
+	c.asynq = asynq.NewClientFromRedisClient(rdb)
 	return c
 }
 
@@ -114,14 +111,22 @@ func New(c *asynq.Client, g *admission.Gate, opts ...Option) *Client {
 	if c == nil || g == nil {
 		panic("enqueue: New needs a non-nil *asynq.Client and *admission.Gate")
 	}
+	cl := newClient(g, opts)
+	cl.asynq = c
+	return cl
+}
+
+// newClient is a Client on g with opts applied, for New and NewFromRedis to
+// give an asynq.Client.
+func newClient(g *admission.Gate, opts []Option) *Client {
 	if g.Granularity()%time.Second != 0 {
 		g = g.AtGranularity(time.Second)
 	}
-	cl := &Client{asynq: c, gate: g, newID: uuid.NewString}
+	c := &Client{gate: g, newID: uuid.NewString}
 	for _, o := range opts {
-		o.apply(cl)
+		o.apply(c)
 	}
-	return cl
+	return c
 }
 
 // Enqueue admits task for tenant, then enqueues it with asynq:

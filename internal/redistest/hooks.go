@@ -74,7 +74,7 @@ func (h *ScriptDoneHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			h.after.Add(1)
 		}
 		err := next(ctx, cmd)
-		if name := cmd.Name(); err == nil && (name == "evalsha" || name == "eval") {
+		if err == nil && isScript(cmd) {
 			h.fire()
 		}
 		return err
@@ -89,13 +89,19 @@ func (h *ScriptDoneHook) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 		}
 		err := next(ctx, cmds)
 		for _, cmd := range cmds {
-			if name := cmd.Name(); cmd.Err() == nil && (name == "evalsha" || name == "eval") {
+			if cmd.Err() == nil && isScript(cmd) {
 				h.fire()
 				break
 			}
 		}
 		return err
 	}
+}
+
+// isScript reports whether cmd is a script call, EVAL or EVALSHA.
+func isScript(cmd redis.Cmder) bool {
+	name := cmd.Name()
+	return name == "evalsha" || name == "eval"
 }
 
 func (h *ScriptDoneHook) fire() {
