@@ -97,8 +97,18 @@ type Metrics struct {
 
 	maxTenants int
 	mu         sync.Mutex
-	tenants    map[string]struct{} // label values handed out, at most maxTenants
+	tenants    map[string]roles // label values handed out, at most maxTenants, and the series each has started
 }
+
+// roles are the series a tenant label value has been started at zero for.
+// A process that both produces and works starts each set on its own first
+// use, so neither use hides the other's series.
+type roles uint8
+
+const (
+	producerRole roles = 1 << iota // admitq_gate_decisions_total
+	workerRole                     // admitq_tasks_failed_total
+)
 
 // New returns Metrics with no observations. Register it before serving.
 func New(opts ...Option) *Metrics {
@@ -134,7 +144,7 @@ func New(opts ...Option) *Metrics {
 		isFailure:  o.isFailure,
 		now:        time.Now,
 		maxTenants: o.maxTenants,
-		tenants:    make(map[string]struct{}),
+		tenants:    make(map[string]roles),
 	}
 }
 
@@ -160,7 +170,7 @@ var outcomes = []admission.Outcome{admission.Admitted, admission.Deferred, admis
 // decision a producer gets, including rejections (enqueue.RejectedError
 // carries the Decision).
 func (m *Metrics) ObserveDecision(d admission.Decision) {
-	tenant, first := m.tenantLabel(d.Tenant)
+	tenant, first := m.tenantLabel(d.Tenant, producerRole)
 	if first {
 		// Start every outcome at zero, so rate() and alerts see the series
 		// before the first rejection.
@@ -179,7 +189,7 @@ func (m *Metrics) Middleware() asynq.MiddlewareFunc {
 	return func(next asynq.Handler) asynq.Handler {
 		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 			start := m.now()
-			tenant, first := m.tenantLabel(t.Headers()[enqueue.TenantHeader])
+			tenant, first := m.tenantLabel(t.Headers()[enqueue.TenantHeader], workerRole)
 			if first {
 				m.failed.WithLabelValues(tenant)
 			}
@@ -222,22 +232,21 @@ func firstRun(ctx context.Context) bool {
 }
 
 // tenantLabel maps tenant to its label value and reports whether this is the
-// first time the value is used.
-func (m *Metrics) tenantLabel(tenant string) (string, bool) {
+// first time the value is used in role.
+func (m *Metrics) tenantLabel(tenant string, role roles) (string, bool) {
 	if m.label != nil {
 		tenant = m.label(tenant)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.tenants[tenant]; ok {
+	seen, ok := m.tenants[tenant]
+	if !ok && len(m.tenants) >= m.maxTenants {
+		tenant = OtherTenant
+		seen, ok = m.tenants[tenant]
+	}
+	if ok && seen&role != 0 {
 		return tenant, false
 	}
-	if len(m.tenants) >= m.maxTenants {
-		tenant = OtherTenant
-		if _, ok := m.tenants[tenant]; ok {
-			return tenant, false
-		}
-	}
-	m.tenants[tenant] = struct{}{}
+	m.tenants[tenant] = seen | role
 	return tenant, true
 }
