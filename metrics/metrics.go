@@ -182,9 +182,12 @@ func (m *Metrics) ObserveDecision(d admission.Decision) {
 }
 
 // Middleware returns asynq middleware that counts each run of a task by
-// tenant (from the enqueue.TenantHeader header) and, on a task's first run,
+// tenant (from the enqueue.TenantHeader header) and, on a task's first start,
 // observes its queueing delay (from the enqueue.SlotHeader header). Put it in
-// worker.Config.Middleware, or use it with a plain asynq.ServeMux.
+// worker.Config.Middleware: the Worker tells a first start from a rerun after
+// a throttled retry or a shutdown (worker.FirstStart, one Redis round trip
+// per task that carries a slot). With a plain asynq.ServeMux only retries
+// after failures are told apart, and such reruns add delay samples too.
 func (m *Metrics) Middleware() asynq.MiddlewareFunc {
 	return func(next asynq.Handler) asynq.Handler {
 		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
@@ -226,9 +229,12 @@ func TaskSlot(t *asynq.Task) (time.Time, bool) {
 	return time.UnixMilli(ms), true
 }
 
+// firstRun reports whether this is the task's first start. Under a
+// worker.Worker that is exact: a throttled retry or a shutdown's requeue runs
+// the task again without raising its retry count, and worker.FirstStart
+// tells those reruns apart. Elsewhere it falls back to the retry count.
 func firstRun(ctx context.Context) bool {
-	n, ok := asynq.GetRetryCount(ctx)
-	return !ok || n == 0
+	return worker.FirstStart(ctx)
 }
 
 // tenantLabel maps tenant to its label value and reports whether this is the
