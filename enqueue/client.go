@@ -26,8 +26,9 @@ const releaseTimeout = time.Second
 // puts more than its quota of tasks into the worker queues in any window.
 // Most callers want Enqueue.
 //
-// Create a Client with New; the zero value is not usable. A Client is safe
-// for concurrent use.
+// Create a Client with NewFromRedis or New; the zero value is not usable. A
+// Client is safe for concurrent use, and meant to be shared: it gives a
+// slot back only once no call of its own with the task's ID relies on it.
 type Client struct {
 	asynq *asynq.Client
 	gate  *admission.Gate
@@ -79,12 +80,19 @@ func WithBatching(on bool) Option {
 // so that Redis and the producer each do one read and one write for many
 // tasks instead of for each. A lone call goes out at once; no timer waits
 // for company. Each task is still asynq's own script call, with its own
-// reply, and ctx is honoured as in New: a call whose ctx ends before its
-// pipeline is sent is never sent, and one that was sent waits for its
-// reply, as a plain go-redis call does. Hooks on rdb see these writes as
-// pipelines (ProcessPipelineHook), on a context of the pipeline's own,
-// which carries the latest deadline among its callers but not their
-// values. WithBatching(false) turns it off.
+// reply. Hooks on rdb see these writes as pipelines (ProcessPipelineHook),
+// on a context of the pipeline's own, which carries the latest deadline
+// among its callers, but not their values. WithBatching(false) turns group
+// commit off.
+//
+// Either way, a Client made by NewFromRedis keeps exact account of slots,
+// which New cannot: a write whose ctx ends before it is sent is never
+// sent, and its slot goes back; one that is sent goes out whatever
+// happens to its ctx after (with at least a second to leave, so that
+// go-redis never fails it unsent), and its caller waits for the reply, as
+// a plain go-redis call does once it has written its command; and a
+// refused duplicate (asynq.ErrDuplicateTask) is checked against asynq's
+// Redis before its slot goes back.
 //
 // rdb may be a *redis.Client, a *redis.ClusterClient (go-redis splits each
 // pipeline per node) or any redis.UniversalClient, and may be g's own
