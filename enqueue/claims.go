@@ -3,6 +3,8 @@ package enqueue
 import (
 	"context"
 	"sync"
+
+	"github.com/admitq/admitq/admission"
 )
 
 // claims tracks the Enqueue calls in flight with each task ID of the
@@ -29,9 +31,9 @@ type claimKey struct{ tenant, id string }
 // claim is one ID's group of calls in flight. Its fields are guarded by
 // claims.mu.
 type claim struct {
-	n    int  // calls in the group
-	took bool // a call of the group took the slot (its decision was not Existing)
-	kept bool // a call of the group wrote its task, or may have
+	n    int                // calls in the group
+	slot admission.Decision // the decision of the call that took the slot, if one did
+	kept bool               // a call of the group wrote its task, or may have
 	// releasing is set while the group's last call gives the slot back,
 	// and closed when it is done.
 	releasing chan struct{}
@@ -74,28 +76,39 @@ func (cs *claims) join(ctx context.Context, tenant, id string) (hold, error) {
 	}
 }
 
-// leave ends the call's membership: took says its decision took the slot,
-// kept that its task was written or may have been. It reports whether the
-// call must give the slot back, and then call released once it has.
-func (h hold) leave(took, kept bool) (release bool) {
+// leave ends the call's membership: d is its decision (the zero value
+// when it has none), kept says that its task was written or may have been.
+// It reports whether the call must give back slot, the slot its group
+// took, and then call released once it has.
+func (h hold) leave(d admission.Decision, kept bool) (slot admission.Decision, release bool) {
+	took := tookSlot(d)
 	if h.c == nil {
-		return took && !kept
+		return d, took && !kept
 	}
 	h.cs.mu.Lock()
 	defer h.cs.mu.Unlock()
 	c := h.c
 	c.n--
-	c.took = c.took || took
+	if took && !tookSlot(c.slot) {
+		c.slot = d
+	}
 	c.kept = c.kept || kept
 	if c.n > 0 {
-		return false
+		return admission.Decision{}, false
 	}
-	if c.took && !c.kept {
+	if tookSlot(c.slot) && !c.kept {
 		c.releasing = make(chan struct{})
-		return true
+		return c.slot, true
 	}
 	delete(h.cs.m, h.k)
-	return false
+	return admission.Decision{}, false
+}
+
+// tookSlot reports whether decision d took a slot in Redis, which Release
+// can give back: one that an earlier call took (Existing), a rejection and
+// a local decision took none.
+func tookSlot(d admission.Decision) bool {
+	return d.ID != "" && !d.Existing && !d.Local && d.Outcome != admission.Rejected
 }
 
 // released ends a release that leave asked for, and lets the calls that

@@ -195,8 +195,7 @@ func (c *Client) Enqueue(ctx context.Context, tenant string, task *asynq.Task, o
 	}
 	d, err := c.gate.AdmitID(admitContext(ctx, p), tenant, p.id)
 	if err != nil {
-		h.leave(false, false)
-		return nil, admission.Decision{}, err
+		return nil, admission.Decision{}, c.settle(ctx, h, admission.Decision{}, unwritten, err)
 	}
 	info, f, err := c.write(ctx, p, d)
 	return info, d, c.settle(ctx, h, d, f, err)
@@ -258,16 +257,16 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 		return rs, nil
 	}
 	hs := make([]hold, 0, len(ps))
-	leave := func() {
+	leave := func(err error) error {
 		for _, h := range hs {
-			h.leave(false, false)
+			err = c.settle(ctx, h, admission.Decision{}, unwritten, err)
 		}
+		return err
 	}
 	for _, p := range ps {
 		h, err := c.join(ctx, p)
 		if err != nil {
-			leave()
-			return nil, err
+			return nil, leave(err)
 		}
 		hs = append(hs, h)
 	}
@@ -280,8 +279,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 		err = fmt.Errorf("enqueue: the gate returned %d decisions for %d tasks", len(ds), len(ps))
 	}
 	if err != nil {
-		leave()
-		return nil, err
+		return nil, leave(err)
 	}
 	for j, p := range ps {
 		r := &rs[p.index]
@@ -461,23 +459,25 @@ func isRedisReply(err error) bool {
 		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
-// settle ends p's call: it gives back the slot d took when no task can
-// hold it (see claims), and returns err, marked ambiguous when the task may
-// be in the queue. A release's own failure is appended to err as text only
-// (%v): errors.Is must not find admission.ErrUnavailable in a failure that
-// happened after admission.
+// settle ends a call that failed with err, or wrote its task (f is
+// written, err nil): it leaves the call's group, gives back the group's
+// slot when no task can hold it (see claims), and returns err, marked
+// ambiguous when the task may be in the queue. d is the call's decision,
+// the zero value when it has none. A release's own failure is appended to
+// err as text only (%v): errors.Is must not find admission.ErrUnavailable
+// in a failure that happened after admission.
 func (c *Client) settle(ctx context.Context, h hold, d admission.Decision, f fate, err error) error {
-	took := d.ID != "" && !d.Existing && !d.Local && d.Outcome != admission.Rejected
-	if !h.leave(took, f != unwritten) {
-		if f == maybe {
-			return &ambiguousError{err}
-		}
+	slot, release := h.leave(d, f != unwritten)
+	if f == maybe {
+		err = &ambiguousError{err}
+	}
+	if !release {
 		return err
 	}
 	defer h.released()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	if rerr := c.gate.Release(rctx, d); rerr != nil {
+	if rerr := c.gate.Release(rctx, slot); rerr != nil {
 		return fmt.Errorf("%w (releasing its slot failed too: %v)", err, rerr)
 	}
 	return err
