@@ -172,7 +172,9 @@ func newClient(g *admission.Gate, opts []Option) *Client {
 // other failure is ambiguous (IsAmbiguous): the task may be in the queue,
 // so its slot stays, and a retry with the same ID finds it
 // (Decision.Existing). See IsAmbiguous for what that means to the caller.
-// When ctx is done, the error matches ctx.Err() and context.Cause(ctx) as
+// Should ctx end while the gate decides, the slot of an ID Enqueue made
+// goes back once the decision arrives; a caller's own ID keeps it, for a
+// retry with that ID. When ctx is done, the error matches ctx.Err() and context.Cause(ctx) as
 // well as asynq's error. When the release itself fails, its error is
 // appended as text only, so that errors.Is finds asynq's error and not the
 // gate's.
