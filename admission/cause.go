@@ -36,6 +36,11 @@ func watchCauses(rdb redis.UniversalClient) *causes {
 	if rdb != nil {
 		rdb.AddHook(c)
 	}
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		// A cluster client's own hooks see a command's last error, not the
+		// dials of the node clients it makes, where a refusal shows.
+		cc.OnNewNode(func(node *redis.Client) { node.AddHook(c) })
+	}
 	return c
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/internal/redistest"
 )
 
 // refusedAddr returns a loopback address where nothing listens.
@@ -75,4 +76,35 @@ func TestAnswerErrorsGetNoCause(t *testing.T) {
 	if !errors.Is(err, admission.ErrInvalidTenant) || strings.Contains(err.Error(), "last error") {
 		t.Errorf("Admit(\"\") = %v, want ErrInvalidTenant without a network cause", err)
 	}
+}
+
+// On a cluster the cause is found in the dials of the node clients, which
+// the cluster client makes: a tenant whose master is down is told why.
+func TestUnavailableErrorsNameTheirCauseOnACluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	rdb := c.Client(t)
+	q := admission.Quota{Limit: 100, Window: time.Second}
+	gate := admission.New(rdb, admission.StaticQuotas{Default: &q}, admission.WithTimeout(300*time.Millisecond))
+	defer gate.Close()
+	ctx := context.Background()
+	if _, err := gate.Admit(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	master, err := rdb.MasterForKey(ctx, "admitq:{acme}:log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.Nodes() {
+		if n.Addr() == master.Options().Addr {
+			n.Kill()
+		}
+	}
+	var last error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		_, last = gate.Admit(ctx, "acme")
+		if errors.Is(last, admission.ErrUnavailable) && errors.Is(last, syscall.ECONNREFUSED) {
+			return
+		}
+	}
+	t.Errorf("Admit with the tenant's master down: %v; want ErrUnavailable naming the refused connection", last)
 }
