@@ -38,18 +38,12 @@ func (e *FieldError) Message() string {
 // and returns the first mistake as a *FieldError. An empty mode is a mistake:
 // on a command line or in a form it is a slip, not a choice of log.
 func Check(limit int, window, maxDelay time.Duration, mode string) (admission.Quota, error) {
-	switch {
-	case limit < 1:
-		return admission.Quota{}, &FieldError{"limit", strconv.Itoa(limit), "want at least 1"}
-	case window < time.Millisecond:
-		return admission.Quota{}, &FieldError{"window", window.String(), "want at least 1ms"}
-	case maxDelay < 0:
-		return admission.Quota{}, &FieldError{"max-delay", maxDelay.String(), "want 0 or more"}
+	for _, fe := range []*FieldError{checkLimit(limit), checkWindow(window), checkMaxDelay(maxDelay), checkMode(mode)} {
+		if fe != nil {
+			return admission.Quota{}, fe
+		}
 	}
-	m, err := admission.ParseMode(mode)
-	if err != nil || mode == "" {
-		return admission.Quota{}, &FieldError{"mode", strconv.Quote(mode), "want log or counter"}
-	}
+	m, _ := admission.ParseMode(mode)
 	q := admission.Quota{Limit: limit, Window: window, MaxDelay: maxDelay, Mode: m}
 	if err := q.Validate(); err != nil {
 		return admission.Quota{}, err
@@ -57,35 +51,73 @@ func Check(limit int, window, maxDelay time.Duration, mode string) (admission.Qu
 	return q, nil
 }
 
+func checkLimit(limit int) *FieldError {
+	if limit < 1 {
+		return &FieldError{"limit", strconv.Itoa(limit), "want at least 1"}
+	}
+	return nil
+}
+
+func checkWindow(window time.Duration) *FieldError {
+	if window < time.Millisecond {
+		return &FieldError{"window", window.String(), "want at least 1ms"}
+	}
+	return nil
+}
+
+func checkMaxDelay(d time.Duration) *FieldError {
+	if d < 0 {
+		return &FieldError{"max-delay", d.String(), "want 0 or more"}
+	}
+	return nil
+}
+
+func checkMode(mode string) *FieldError {
+	if _, err := admission.ParseMode(mode); err != nil || mode == "" {
+		return &FieldError{"mode", strconv.Quote(mode), "want log or counter"}
+	}
+	return nil
+}
+
 // Parse reads a quota from text fields, as a form sends them, then Checks
 // it. Every field's mistake is returned, keyed by field name, so that a
-// form can show each next to its field; the error is their join.
+// form can show each next to its field; the error is their join. An empty
+// max delay is 0.
 func Parse(limit, window, maxDelay, mode string) (admission.Quota, map[string]*FieldError, error) {
 	errs := map[string]*FieldError{}
+	add := func(fe *FieldError) {
+		if fe != nil {
+			errs[fe.Field] = fe
+		}
+	}
 	l, err := strconv.Atoi(strings.TrimSpace(limit))
 	if err != nil {
-		errs["limit"] = &FieldError{"limit", strconv.Quote(limit), "want a whole number"}
+		add(&FieldError{"limit", strconv.Quote(limit), "want a whole number"})
+	} else {
+		add(checkLimit(l))
 	}
 	w, err := parseDuration(window)
 	if err != nil {
-		errs["window"] = &FieldError{"window", strconv.Quote(window), "want a duration such as 500ms, 1s or 1m"}
+		add(&FieldError{"window", strconv.Quote(window), "want a duration such as 500ms, 1s or 1m"})
+	} else {
+		add(checkWindow(w))
 	}
 	d := time.Duration(0)
 	if strings.TrimSpace(maxDelay) != "" {
 		if d, err = parseDuration(maxDelay); err != nil {
-			errs["max-delay"] = &FieldError{"max-delay", strconv.Quote(maxDelay), "want a duration such as 0, 30s or 5m"}
+			add(&FieldError{"max-delay", strconv.Quote(maxDelay), "want a duration such as 0, 30s or 5m"})
+		} else {
+			add(checkMaxDelay(d))
 		}
 	}
+	mode = strings.TrimSpace(mode)
+	add(checkMode(mode))
 	if len(errs) == 0 {
-		q, err := Check(l, w, d, strings.TrimSpace(mode))
+		q, err := Check(l, w, d, mode)
 		if err == nil {
 			return q, nil, nil
 		}
-		var fe *FieldError
-		if !errors.As(err, &fe) {
-			return admission.Quota{}, nil, err
-		}
-		errs[fe.Field] = fe
+		return admission.Quota{}, nil, err
 	}
 	var all []error
 	for _, f := range []string{"limit", "window", "max-delay", "mode"} {

@@ -41,9 +41,9 @@ func TestParseReportsEveryFieldItCannotRead(t *testing.T) {
 	if err == nil || len(errs) != 3 || errs["limit"] == nil || errs["window"] == nil || errs["max-delay"] == nil {
 		t.Fatalf("got %v, %v; want errors for limit, window and max-delay", errs, err)
 	}
-	_, errs, _ = Parse("0", "1s", "", "log")
+	_, errs, _ = Parse("0", "soon", "", "log")
 	if errs["limit"] == nil || errs["limit"].Message() != "0: want at least 1" {
-		t.Errorf("limit 0: got %v", errs)
+		t.Errorf("limit 0 beside a bad window: got %v; want limit's own error too", errs)
 	}
 	q, errs, err := Parse(" 5 ", "2s", "", "log")
 	if err != nil || errs != nil || q != (admission.Quota{Limit: 5, Window: 2 * time.Second}) {
