@@ -10,9 +10,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/admitq/admitq/cmd/admitq/internal/dashboard"
+	"github.com/admitq/admitq/cmd/admitq/internal/demo"
 )
 
 // dashboardTokenEnv is where the dashboard's token may come from instead
@@ -140,4 +143,34 @@ func serveDashboard(ctx context.Context, ln net.Listener, h http.Handler) error 
 		return err
 	}
 	return nil
+}
+
+// demoDashboard serves the dashboard on the demo's Redis, keys and queue,
+// with rates from the demo's own metrics. stop ends it.
+func (a *app) demoDashboard(ctx context.Context, addr string, rdb redis.UniversalClient, cfg redisConfig, dc demo.Config, reg prometheus.Gatherer) (stop func(), url string, err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("--dashboard-addr: %w", err)
+	}
+	srv, err := dashboard.New(dashboard.Config{
+		Redis: rdb, Asynq: connOpt{cfg}, Queue: dc.Queue, Prefix: dc.Prefix, Timeout: a.timeout,
+		Sources: []dashboard.Source{dashboard.Gatherer("demo", reg)},
+		Every:   time.Second,
+		Logger:  slog.New(slog.NewTextHandler(a.stderr, nil)),
+	})
+	if err != nil {
+		ln.Close()
+		return nil, "", err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = serveDashboard(sctx, ln, srv)
+	}()
+	return func() {
+		cancel()
+		<-done
+		_ = srv.Close()
+	}, dashboardURL(ln.Addr()), nil
 }
