@@ -131,4 +131,3 @@ func (c Chart) write(w io.Writer, format string) error {
 	_, err = wt.WriteTo(w)
 	return err
 }
-
