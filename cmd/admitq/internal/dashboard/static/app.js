@@ -27,7 +27,7 @@ window.admitq = (function () {
       legend: { show: !small },
       cursor: { show: !small, points: { show: false } },
       scales: { x: { time: true }, y: { range: (u, lo, hi) => [0, Math.max(1, hi * 1.1)] } },
-      axes: small ? [{ show: false }, { show: false }] : [{}, { size: 40 }],
+      axes: small ? [{ show: false }, { show: false }] : [{ values: (u, ts) => ts.map(t => new Date(t * 1000).toTimeString().slice(0, 8)) }, { size: 40 }],
       series: [{}].concat(series.map(s => ({
         label: s[0], stroke: s[1], width: small ? 1.25 : 1.5, fill: s[2] ? s[1] + "33" : undefined,
         points: { show: false }, value: (u, v) => fmtRate(v) + "/s",

@@ -103,8 +103,8 @@
       for (const k of ["admitted", "deferred", "rejected", "started"]) {
         x.tr.dataset[k] = String(Math.round((d[k] || []).reduce((a, b) => a + b, 0) * secs));
       }
-      c.dnow.textContent = p.sources ? A.fmtRate(A.last(d.admitted)) + " · " + A.fmtRate(A.last(d.deferred)) + " · " + A.fmtRate(A.last(d.rejected)) : "no metrics source";
-      c.snow.textContent = p.sources ? A.fmtRate(A.last(d.started)) + "/s" : "";
+      c.dnow.textContent = p.sources ? A.fmtRate(A.last(d.admitted)) + " · " + A.fmtRate(A.last(d.deferred)) + " · " + A.fmtRate(A.last(d.rejected)) + " /s now" : "no metrics source";
+      c.snow.textContent = p.sources ? A.fmtRate(A.last(d.started)) + " /s now" : "";
       c.flags.textContent = "";
       const f = r.flags || {};
       if (f.at_limit) c.flags.appendChild(A.el("span", { class: "badge warn", title: "share of intervals at the limit" }, "at limit " + Math.round(100 * f.at_limit_part) + "%"));
