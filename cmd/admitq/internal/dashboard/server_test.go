@@ -3,6 +3,7 @@ package dashboard
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -250,5 +251,28 @@ func TestAPageShowsTheDefaultRowOnlyWithADefault(t *testing.T) {
 	d.forgetList()
 	if p, _ = d.tenantsPage(t.Context(), "", 1, false, 0); p.Default == nil || p.Default.Quota != "1/1s" {
 		t.Errorf("default row: %+v", p.Default)
+	}
+}
+
+func TestABadTenantNameComesBackNextToItsField(t *testing.T) {
+	st := newStack(t)
+	_, hs := st.dashboard(t, Config{})
+	csrf := strings.Repeat("cd", 32)
+	form := url.Values{"action": {"set"}, "new": {"1"}, "tenant": {"bad\x01name"}, "limit": {"5"}, "window": {"1s"}, "mode": {"log"}, csrfField: {csrf}}
+	req, _ := http.NewRequest(http.MethodPost, hs.URL+"/quota", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(&http.Cookie{Name: csrfCookie, Value: csrf})
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body := new(strings.Builder)
+	_, _ = io.Copy(body, resp.Body)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body.String(), `<span class="err" data-field="tenant">`) {
+		t.Errorf("status %d, body:\n%s", resp.StatusCode, body)
+	}
+	if all, _ := st.quotas.List(t.Context()); len(all.Tenants) != 0 {
+		t.Errorf("quotas written: %v", all.Tenants)
 	}
 }
