@@ -21,11 +21,17 @@ import (
 )
 
 // post sends a quota form to the dashboard with the CSRF cookie and field
-// given ("" for none) and extra headers.
+// given ("" for none) and extra headers. A field of "!" sends one that
+// differs from the cookie.
 func post(t *testing.T, base string, form url.Values, csrf string, header http.Header) *http.Response {
 	t.Helper()
 	if csrf != "" {
 		form.Set(csrfField, csrf)
+	}
+	if header.Get("X-Field") == "!" {
+		form.Set(csrfField, strings.Repeat("0", 64))
+		header = header.Clone()
+		header.Del("X-Field")
 	}
 	req, _ := http.NewRequest(http.MethodPost, base+"/quota", strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -66,6 +72,7 @@ func TestWritesAreRefusedUnlessEveryCheckPasses(t *testing.T) {
 		want   int
 	}{
 		{"no CSRF token", open.URL, "", nil, http.StatusForbidden},
+		{"a CSRF field that is not its cookie", open.URL, csrf, http.Header{"X-Field": {"!"}}, http.StatusForbidden},
 		{"a cross-site request, CSRF token and all", open.URL, csrf, http.Header{"Sec-Fetch-Site": {"cross-site"}}, http.StatusForbidden},
 		{"a read-only dashboard", ro.URL, csrf, nil, http.StatusForbidden},
 		{"a dashboard with a token, and no token sent", tok.URL, csrf, nil, http.StatusUnauthorized},
