@@ -90,9 +90,14 @@ type Server struct {
 	session string
 	log     *slog.Logger
 
-	listMu sync.Mutex
-	list   *tenantList
+	listMu      sync.Mutex
+	list        *tenantList
+	listReading bool          // a background read of the list is under way
+	listGen     int           // counts writes here, which drop the list
+	listTTL     time.Duration // listTTL but in tests
 
+	bgCtx  context.Context // ends at Close
+	bg     sync.WaitGroup  // background reads of the list
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -130,13 +135,14 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("dashboard: templates: %w", err)
 	}
 	s := &Server{
-		cfg:    cfg,
-		mux:    http.NewServeMux(),
-		tmpl:   tmpl,
-		quotas: admission.NewRedisQuotas(cfg.Redis, opts...),
-		rates:  newRates(cfg.Sources, cfg.Every, cfg.History),
-		log:    log,
-		done:   make(chan struct{}),
+		cfg:     cfg,
+		mux:     http.NewServeMux(),
+		tmpl:    tmpl,
+		quotas:  admission.NewRedisQuotas(cfg.Redis, opts...),
+		rates:   newRates(cfg.Sources, cfg.Every, cfg.History),
+		log:     log,
+		done:    make(chan struct{}),
+		listTTL: listTTL,
 	}
 	if cfg.Token != "" {
 		s.session = sessionValue(cfg.Token)
@@ -163,7 +169,7 @@ func New(cfg Config) (*Server, error) {
 	s.handler = s.guard(s.mux)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
+	s.bgCtx, s.cancel = ctx, cancel
 	go func() {
 		defer close(s.done)
 		if len(cfg.Sources) > 0 {
@@ -181,6 +187,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 func (s *Server) Close() error {
 	s.cancel()
 	<-s.done
+	s.bg.Wait()
 	s.gate.Close()
 	if s.mon != nil {
 		return s.mon.Close()

@@ -283,3 +283,30 @@ func TestABadTenantNameComesBackNextToItsField(t *testing.T) {
 		t.Errorf("quotas written: %v", all.Tenants)
 	}
 }
+
+func TestTheTenantListIsReadAgainInTheBackground(t *testing.T) {
+	st := newStack(t)
+	st.setQuota(t, "acme", admission.Quota{Limit: 5, Window: time.Minute})
+	d, _ := st.dashboard(t, Config{})
+	d.listTTL = 20 * time.Millisecond
+	if p, err := d.tenantsPage(t.Context(), "", 1, false, 0); err != nil || p.All != 1 {
+		t.Fatalf("first page: %d tenants, %v", p.All, err)
+	}
+	// A quota set elsewhere (admitq quota set) shows up once the list is
+	// older than listTTL, without any page waiting for the read.
+	st.setQuota(t, "globex", admission.Quota{Limit: 5, Window: time.Minute})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p, err := d.tenantsPage(t.Context(), "", 1, false, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.All == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still %d tenants after 5s", p.All)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -26,14 +26,39 @@ type tenantList struct {
 	quotas admission.StaticQuotas
 }
 
-// tenantsList returns the quotas, read again when older than listTTL.
+// tenantsList returns the quotas. The first call reads them; later ones get
+// the last list at once and, when it is older than listTTL, start one read
+// in the background, so that no page waits for the read that grows with
+// every tenant.
 func (s *Server) tenantsList(ctx context.Context) (*tenantList, error) {
 	s.listMu.Lock()
-	defer s.listMu.Unlock()
-	if s.list != nil && time.Since(s.list.read) < listTTL {
-		return s.list, nil
+	l := s.list
+	if l != nil {
+		if time.Since(l.read) >= s.listTTL && !s.listReading {
+			s.listReading = true
+			s.bg.Add(1)
+			go func() {
+				defer s.bg.Done()
+				_, _ = s.readList(s.bgCtx)
+			}()
+		}
+		s.listMu.Unlock()
+		return l, nil
 	}
+	s.listMu.Unlock()
+	return s.readList(ctx)
+}
+
+// readList reads every quota and keeps the list, unless a write here made
+// it stale while it was being read.
+func (s *Server) readList(ctx context.Context) (*tenantList, error) {
+	s.listMu.Lock()
+	gen := s.listGen
+	s.listMu.Unlock()
 	all, err := s.quotas.List(ctx)
+	s.listMu.Lock()
+	defer s.listMu.Unlock()
+	s.listReading = false
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +67,9 @@ func (s *Server) tenantsList(ctx context.Context) (*tenantList, error) {
 		l.names = append(l.names, t)
 	}
 	slices.Sort(l.names)
-	s.list = l
+	if gen == s.listGen {
+		s.list = l
+	}
 	return l, nil
 }
 
@@ -50,6 +77,7 @@ func (s *Server) tenantsList(ctx context.Context) (*tenantList, error) {
 func (s *Server) forgetList() {
 	s.listMu.Lock()
 	s.list = nil
+	s.listGen++
 	s.listMu.Unlock()
 }
 
