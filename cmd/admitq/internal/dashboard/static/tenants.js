@@ -127,6 +127,9 @@
       pager.appendChild(A.el("span", {}, " page " + p.page + " of " + p.pages.toLocaleString() + " "));
       if (p.page < p.pages) pager.appendChild(link(p.page + 1, "next"));
     }
+    const pe = document.getElementById("page-error");
+    pe.hidden = !p.error;
+    pe.textContent = p.error || "";
     const re = document.getElementById("rates-error");
     const errs = (p.rates && p.rates.errors) || [];
     re.hidden = !errs.length;
