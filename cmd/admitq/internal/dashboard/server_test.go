@@ -310,3 +310,25 @@ func TestTheTenantListIsReadAgainInTheBackground(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func TestAPageSaysWhenRedisIsDown(t *testing.T) {
+	st := newStack(t)
+	st.setQuota(t, "acme", admission.Quota{Limit: 5, Window: time.Minute})
+	d, _ := st.dashboard(t, Config{Timeout: 300 * time.Millisecond})
+	if _, err := d.tenantsPage(t.Context(), "", 1, false, 0); err != nil {
+		t.Fatal(err)
+	}
+	st.srv.Kill()
+	start := time.Now()
+	p, err := d.tenantsPage(t.Context(), "", 1, false, 0)
+	if err != nil || len(p.Rows) != 1 || p.Rows[0].Error == "" {
+		t.Fatalf("with Redis down: %+v, %v; want acme's row with its error", p.Rows, err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("a page with Redis down took %v", took)
+	}
+	d.forgetList()
+	if _, err := d.tenantsPage(t.Context(), "", 1, false, 0); err == nil {
+		t.Error("no error when the quota list cannot be read")
+	}
+}
