@@ -332,3 +332,20 @@ func TestAPageSaysWhenRedisIsDown(t *testing.T) {
 		t.Error("no error when the quota list cannot be read")
 	}
 }
+
+func TestATenantWithASlashHasItsOwnPage(t *testing.T) {
+	st := newStack(t)
+	const name = "team/ünïcode name"
+	st.setQuota(t, name, admission.Quota{Limit: 5, Window: time.Minute})
+	_, hs := st.dashboard(t, Config{})
+	resp, err := http.Get(hs.URL + "/tenants/" + url.PathEscape(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body := new(strings.Builder)
+	_, _ = io.Copy(body, resp.Body)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body.String(), "Its own quota: <b>5/1m0s</b>") {
+		t.Errorf("status %d, body:\n%s", resp.StatusCode, body)
+	}
+}
