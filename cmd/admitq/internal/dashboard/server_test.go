@@ -349,3 +349,28 @@ func TestATenantWithASlashHasItsOwnPage(t *testing.T) {
 		t.Errorf("status %d, body:\n%s", resp.StatusCode, body)
 	}
 }
+
+func TestTheDefaultIsSetAndDeletedThroughItsForm(t *testing.T) {
+	st := newStack(t)
+	_, hs := st.dashboard(t, Config{})
+	csrf := strings.Repeat("ef", 32)
+	resp := post(t, hs.URL, url.Values{"action": {"set"}, "default": {"1"}, "limit": {"3"}, "window": {"2s"}, "max-delay": {"1s"}, "mode": {"log"}}, csrf, nil)
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/default?saved=") {
+		t.Fatalf("set default: %d %s", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	if q, err := st.quotas.GetDefault(t.Context()); err != nil || q != (admission.Quota{Limit: 3, Window: 2 * time.Second, MaxDelay: time.Second}) {
+		t.Errorf("default after set: %v, %v", q, err)
+	}
+	if resp := post(t, hs.URL, url.Values{"action": {"set"}, "default": {"1"}, "limit": {"-1"}, "window": {"2s"}, "mode": {"log"}}, csrf, nil); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a bad default: %d, want 400", resp.StatusCode)
+	}
+	if resp := post(t, hs.URL, url.Values{"action": {"delete"}, "default": {"1"}}, csrf, nil); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("delete default: %d", resp.StatusCode)
+	}
+	if _, err := st.quotas.GetDefault(t.Context()); !errors.Is(err, admission.ErrNoQuota) {
+		t.Errorf("default after delete: %v, want ErrNoQuota", err)
+	}
+	if log := st.log.String(); !strings.Contains(log, `msg="dashboard: quota set" tenant=(default) quota="3/2s, max delay 1s"`) || !strings.Contains(log, `msg="dashboard: quota deleted" tenant=(default)`) {
+		t.Errorf("log:\n%s", log)
+	}
+}
