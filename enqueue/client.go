@@ -151,8 +151,13 @@ func newClient(g *admission.Gate, opts []Option) *Client {
 // out, and when the attempt that timed out did reach Redis, the retry finds
 // the task that attempt wrote.
 //
-// A task with its own asynq.ProcessAt or asynq.ProcessIn runs at the later
-// of that time and its slot. The tenant is stored in the task's headers
+// A task with its own asynq.ProcessAt or asynq.ProcessIn is charged for the
+// time it will run, not for now (Gate.AdmitAt): its slot is the first free
+// one from that time (to the second, as asynq runs it) and after every slot
+// the tenant was given before, MaxDelay counts from that time, and it runs
+// at its slot. Tasks enqueued after it queue behind it: a task scheduled far
+// ahead holds the tenant's later tasks back until its slot, and rejects
+// those it would hold back by more than MaxDelay. The tenant is stored in the task's headers
 // under TenantHeader, next to the task's own headers and options; the task
 // itself is not modified. Options that asynq would refuse (a blank queue
 // name, task ID or group, a Unique TTL under a second) are refused before
@@ -186,7 +191,7 @@ func (c *Client) Enqueue(ctx context.Context, tenant string, task *asynq.Task, o
 	if err != nil {
 		return nil, admission.Decision{}, err
 	}
-	d, err := c.gate.AdmitID(ctx, tenant, p.id)
+	d, err := c.gate.AdmitAt(ctx, tenant, p.id, notBefore(p.sched.at))
 	if err != nil {
 		return nil, admission.Decision{}, err
 	}
@@ -209,10 +214,11 @@ type Result struct {
 // EnqueueBatch admits tasks for tenant in one gate round trip, then
 // enqueues each as Enqueue does, in order, and returns one Result per task,
 // in the order of tasks. opts apply to every task, so they must not hold an
-// asynq.TaskID.
+// asynq.TaskID. (Tasks with times of their own, asynq.ProcessAt or
+// ProcessIn, take a round trip for each run of tasks with the same time.)
 //
 // Slots never go backwards through the batch, and once one task is rejected
-// so is every task after it. A task that is invalid (nil, or with an empty
+// so is every task after it that starts at the same time. A task that is invalid (nil, or with an empty
 // type or ID) gets an error in its Result and is not admitted.
 //
 // The error is non-nil, and the results nil, only when nothing was admitted:
@@ -241,15 +247,16 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 	if len(ids) == 0 {
 		return rs, nil
 	}
-	ds, err := c.gate.AdmitBatch(ctx, tenant, ids)
+	ds, errs, err := c.admitAll(ctx, tenant, ps, ids)
 	if err != nil {
 		return nil, err
 	}
-	if len(ds) != len(ps) {
-		return nil, fmt.Errorf("enqueue: the gate returned %d decisions for %d tasks", len(ds), len(ps))
-	}
 	for j, p := range ps {
 		r := &rs[p.index]
+		if errs[j] != nil {
+			r.Err = errs[j]
+			continue
+		}
 		r.Decision = ds[j]
 		r.Info, r.Err = c.enqueue(ctx, p, ds[j])
 	}
