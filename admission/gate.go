@@ -465,7 +465,9 @@ func (g *Gate) forgetDenial(tenant string) {
 // but then not started (say, the enqueue after admission failed). It does
 // nothing for a rejected or local decision, which took no slot in Redis.
 // In Log mode releasing twice is harmless; Counter mode keeps no IDs, so
-// release each decision at most once.
+// release each decision at most once. Release uses the tenant's quota as
+// it is now: a decision made in Counter mode and released after the quota
+// changed to Log gives nothing back (its count leaves with its window).
 func (g *Gate) Release(ctx context.Context, d Decision) error {
 	if d.ID == "" || d.Local || d.Outcome == Rejected {
 		return nil
@@ -486,6 +488,12 @@ func (g *Gate) Release(ctx context.Context, d Decision) error {
 	err = bounded(cctx, func(ctx context.Context) error {
 		defer g.forgetDenial(d.Tenant)
 		if q.Mode == Counter {
+			// A decision made before the quota changed from Log holds its
+			// slot in the log; the counter must not give back one it
+			// never gave.
+			if n, err := g.rdb.ZRem(ctx, logKey(g.opts.prefix, d.Tenant), d.ID).Result(); err != nil || n == 1 {
+				return err
+			}
 			// The script finds the bucket: it knows the width it counts
 			// with, which need not be the quota's any more.
 			args := append(appendCounterArgs(nil, q, 1, 1, 0), d.At.UnixMicro())

@@ -206,3 +206,30 @@ func TestBoundAcrossQuotaChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseAcrossModeChange: a slot taken in Log mode and released after
+// the quota changed to Counter leaves the log, and the counter, which never
+// counted it, gives nothing back.
+func TestReleaseAcrossModeChange(t *testing.T) {
+	g, sq, setTime := switchedGate(t, Quota{Limit: 1, Window: 10 * time.Second})
+	t0 := time.Unix(1_780_000_000, 0)
+	setTime(t0)
+	ctx := context.Background()
+	logged, err := g.AdmitID(ctx, "m", "logged")
+	if err != nil || logged.Outcome != Admitted {
+		t.Fatalf("AdmitID in Log mode = %+v, %v", logged, err)
+	}
+	sq.set(Quota{Limit: 1, Window: 10 * time.Second, Mode: Counter})
+	if d, err := g.Admit(ctx, "m"); err != nil || d.Outcome != Admitted {
+		t.Fatalf("Admit in Counter mode = %+v, %v; want admitted: the modes keep apart", d, err)
+	}
+	if err := g.Release(ctx, logged); err != nil {
+		t.Fatal(err)
+	}
+	if n := g.rdb.ZCard(ctx, logKey("admitq", "m")).Val(); n != 0 {
+		t.Fatalf("the log holds %d entries after the release, want 0", n)
+	}
+	if d, err := g.Admit(ctx, "m"); err != nil || d.Outcome != Rejected {
+		t.Fatalf("Admit in Counter mode after releasing the log's slot = %+v, %v; want rejected: the counter's own slot stays", d, err)
+	}
+}
