@@ -119,7 +119,7 @@ func TestCounterReleaseAfterWindowChange(t *testing.T) {
 // than MaxDelay past its request's start.
 func TestBoundAcrossQuotaChanges(t *testing.T) {
 	for _, mode := range []Mode{Log, Counter} {
-		for seed := range uint64(12) {
+		for seed := range uint64(8) {
 			t.Run(fmt.Sprintf("%v/seed=%d", mode, seed), func(t *testing.T) {
 				r := rand.New(rand.NewPCG(seed, 3))
 				quota := func() Quota {
