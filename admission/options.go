@@ -25,6 +25,9 @@ type options struct {
 	denyCache   bool
 	policy      FailurePolicy
 	instances   int
+	// quotaCacheSize bounds RedisQuotas's cache; 0 means
+	// DefaultQuotaCacheSize (see WithQuotaCacheSize).
+	quotaCacheSize int
 }
 
 // DefaultTimeout is the deadline of one Redis call when WithTimeout is not

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,9 +14,6 @@ import (
 // defaultField is the hash field of the default quota. Tenants are never
 // empty, so it cannot collide with one.
 const defaultField = ""
-
-// maxCachedQuotas bounds the lookup cache of a RedisQuotas.
-const maxCachedQuotas = 100_000
 
 // RedisQuotas keeps quotas in the Redis hash {prefix}:quotas, where
 // operators change them live (admitq quota set). As a Quotas source it
@@ -29,8 +27,12 @@ const maxCachedQuotas = 100_000
 // a while, without waiting. A FailOpen gate then decides locally with the
 // last default quota read, if any.
 //
-// A RedisQuotas is safe for concurrent use. Its only goroutines are the
-// background rereads, one per stale tenant at a time, each bounded by the
+// The cache holds the tenants looked up most recently (WithQuotaCacheSize,
+// DefaultQuotaCacheSize) and evicts the least recently used one when full.
+//
+// A RedisQuotas is safe for concurrent use. Its only goroutine is the
+// background reread, at most one at a time, which reads the stale tenants
+// found meanwhile in batches, one round trip per batch, each bounded by the
 // timeout.
 type RedisQuotas struct {
 	rdb  redis.UniversalClient
@@ -38,23 +40,23 @@ type RedisQuotas struct {
 	opts options
 
 	mu          sync.Mutex
-	cache       map[string]*cachedQuota
+	cache       *quotaCache
 	lastDefault *Quota    // the default as last read, nil for none
 	downUntil   time.Time // no reads of uncached tenants before this
+	stale       []string  // tenants waiting for the background reread
+	rereading   bool      // the background reread is running
 }
 
-type cachedQuota struct {
-	q          Quota
-	err        error
-	fetched    time.Time
-	refreshing bool
-}
+// maxResolveBatch bounds the fields of one HMGET: big enough to amortize
+// the round trip, small enough that Redis answers it in about a
+// millisecond.
+const maxResolveBatch = 1000
 
 // NewRedisQuotas returns a quota store on rdb. It honours WithPrefix,
-// WithTimeout and WithRefresh.
+// WithTimeout, WithRefresh and WithQuotaCacheSize.
 func NewRedisQuotas(rdb redis.UniversalClient, opts ...Option) *RedisQuotas {
 	o := newOptions(opts)
-	return &RedisQuotas{rdb: rdb, key: quotasKey(o.prefix), opts: o, cache: make(map[string]*cachedQuota)}
+	return &RedisQuotas{rdb: rdb, key: quotasKey(o.prefix), opts: o, cache: newQuotaCache(o.quotaCacheSize)}
 }
 
 // Set stores tenant's quota. It validates both first and writes nothing when
@@ -175,7 +177,7 @@ func (r *RedisQuotas) List(ctx context.Context) (StaticQuotas, error) {
 func (r *RedisQuotas) Quota(ctx context.Context, tenant string) (Quota, error) {
 	now := time.Now()
 	r.mu.Lock()
-	c, ok := r.cache[tenant]
+	c, ok := r.cache.get(tenant)
 	if ok && now.Sub(c.fetched) < r.opts.refresh {
 		q, err := c.q, c.err
 		r.mu.Unlock()
@@ -185,7 +187,11 @@ func (r *RedisQuotas) Quota(ctx context.Context, tenant string) (Quota, error) {
 		q, err := c.q, c.err
 		if !c.refreshing {
 			c.refreshing = true
-			go r.refresh(tenant)
+			r.stale = append(r.stale, tenant)
+			if !r.rereading {
+				r.rereading = true
+				go r.reread()
+			}
 		}
 		r.mu.Unlock()
 		return q, err
@@ -232,64 +238,105 @@ type guessedQuotaError struct {
 func (e *guessedQuotaError) Error() string { return e.err.Error() }
 func (e *guessedQuotaError) Unwrap() error { return e.err }
 
-func (r *RedisQuotas) refresh(tenant string) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.opts.timeout)
-	defer cancel()
-	now := time.Now()
-	q, err := r.resolve(ctx, tenant)
-	if err != nil && !errors.Is(err, ErrNoQuota) && !errors.Is(err, ErrInvalidQuota) {
-		// Keep serving what we had; try again on the next lookup.
+// reread refreshes the stale tenants, a batch a round trip, until none
+// is left. A batch Redis does not answer is dropped: its tenants keep
+// their quotas and are read again at their next lookup.
+func (r *RedisQuotas) reread() {
+	for {
 		r.mu.Lock()
-		if c, ok := r.cache[tenant]; ok {
-			c.refreshing = false
+		n := min(len(r.stale), maxResolveBatch)
+		if n == 0 {
+			r.stale, r.rereading = nil, false
+			r.mu.Unlock()
+			return
+		}
+		batch := slices.Clone(r.stale[:n])
+		r.stale = r.stale[n:]
+		r.mu.Unlock()
+
+		ctx, cancel := context.WithTimeout(context.Background(), r.opts.timeout)
+		now := time.Now()
+		qs, errs, err := r.resolveMany(ctx, batch)
+		cancel()
+		r.mu.Lock()
+		for i, tenant := range batch {
+			switch {
+			case err == nil:
+				r.cache.update(tenant, qs[i], errs[i], now)
+			default:
+				// Keep serving what we had; try again on the next lookup.
+				if c, ok := r.cache.peek(tenant); ok {
+					c.refreshing = false
+				}
+			}
 		}
 		r.mu.Unlock()
-		return
 	}
-	r.store(tenant, q, err, now)
 }
 
+// store caches a lookup; a full cache evicts its least recently used tenant.
 func (r *RedisQuotas) store(tenant string, q Quota, err error, fetched time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.cache) >= maxCachedQuotas {
-		clear(r.cache) // a flood of distinct tenants must not grow memory without bound
-	}
-	r.cache[tenant] = &cachedQuota{q: q, err: err, fetched: fetched}
+	r.cache.put(tenant, q, err, fetched)
 }
 
 // resolve reads tenant's quota and the default in one round trip.
 func (r *RedisQuotas) resolve(ctx context.Context, tenant string) (Quota, error) {
-	var vals []any
-	err := r.do(ctx, func(ctx context.Context) (err error) {
-		vals, err = r.rdb.HMGet(ctx, r.key, tenant, defaultField).Result()
-		return err
-	})
+	qs, errs, err := r.resolveMany(ctx, []string{tenant})
 	if err != nil {
 		return Quota{}, err
 	}
+	return qs[0], errs[0]
+}
+
+// resolveMany reads the quota of each tenant (its own, else the default)
+// with one HMGET, together with the default. err is set when Redis did not
+// answer; errs[i] when tenants[i] has no quota (ErrNoQuota) or one that
+// does not decode (ErrInvalidQuota).
+func (r *RedisQuotas) resolveMany(ctx context.Context, tenants []string) (qs []Quota, errs []error, err error) {
+	fields := append(slices.Clone(tenants), defaultField)
+	var vals []any
+	err = r.do(ctx, func(ctx context.Context) (err error) {
+		vals, err = r.rdb.HMGet(ctx, r.key, fields...).Result()
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(vals) != len(fields) {
+		return nil, nil, fmt.Errorf("admitq: quotas %q: HMGET returned %d values for %d fields", r.key, len(vals), len(fields))
+	}
 	var def *Quota
-	if v, ok := vals[1].(string); ok {
+	var defErr error
+	if v, ok := vals[len(tenants)].(string); ok {
 		var q Quota
-		if q.UnmarshalText([]byte(v)) == nil {
+		if defErr = q.UnmarshalText([]byte(v)); defErr == nil {
 			def = &q
+		} else {
+			defErr = fmt.Errorf("%s: %w", describe(defaultField), defErr)
 		}
 	}
 	r.mu.Lock()
 	r.lastDefault = def
 	r.mu.Unlock()
-	for i, field := range []string{tenant, defaultField} {
+	qs, errs = make([]Quota, len(tenants)), make([]error, len(tenants))
+	for i, tenant := range tenants {
 		v, ok := vals[i].(string)
-		if !ok {
-			continue
+		switch {
+		case ok:
+			if err := qs[i].UnmarshalText([]byte(v)); err != nil {
+				qs[i], errs[i] = Quota{}, fmt.Errorf("%s: %w", describe(tenant), err)
+			}
+		case def != nil:
+			qs[i] = *def
+		case defErr != nil:
+			errs[i] = defErr
+		default:
+			errs[i] = noQuota(tenant)
 		}
-		var q Quota
-		if err := q.UnmarshalText([]byte(v)); err != nil {
-			return Quota{}, fmt.Errorf("%s: %w", describe(field), err)
-		}
-		return q, nil
 	}
-	return Quota{}, noQuota(tenant)
+	return qs, errs, nil
 }
 
 // invalidate drops cached lookups that a write to field changes: one
@@ -298,10 +345,10 @@ func (r *RedisQuotas) invalidate(field string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if field == defaultField {
-		clear(r.cache)
+		r.cache.clear()
 		return
 	}
-	delete(r.cache, field)
+	r.cache.remove(field)
 }
 
 // do runs one Redis call under the store's deadline and maps its error.
