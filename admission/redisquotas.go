@@ -145,30 +145,183 @@ func (r *RedisQuotas) delete(ctx context.Context, field string) error {
 	return nil
 }
 
-// List returns every stored quota. An entry that does not decode (written
-// by hand, say) makes List fail with an error naming its tenant.
+// List returns every stored quota, read a page at a time (see Scan). An
+// entry that does not decode (written by hand, say) makes List fail with
+// an error naming its tenant.
 func (r *RedisQuotas) List(ctx context.Context) (StaticQuotas, error) {
-	var all map[string]string
-	err := r.do(ctx, func(ctx context.Context) (err error) {
-		all, err = r.rdb.HGetAll(ctx, r.key).Result()
-		return err
+	s := StaticQuotas{Tenants: make(map[string]Quota)}
+	err := r.scan(ctx, "*", func(field string, q Quota, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case field == defaultField:
+			s.Default = &q
+		default:
+			s.Tenants[field] = q
+		}
+		return nil
 	})
 	if err != nil {
 		return StaticQuotas{}, err
 	}
-	s := StaticQuotas{Tenants: make(map[string]Quota, len(all))}
-	for field, v := range all {
-		var q Quota
-		if err := q.UnmarshalText([]byte(v)); err != nil {
-			return StaticQuotas{}, fmt.Errorf("%s: %w", describe(field), err)
-		}
+	return s, nil
+}
+
+// Scan calls fn with each stored quota of a tenant whose name matches
+// pattern, a Redis glob ("*" or "" for every tenant; see SCAN's MATCH),
+// not the default's (GetDefault reads it). err is set, wrapping
+// ErrInvalidQuota, for an entry that does not decode; fn returning an
+// error stops the scan, which returns it.
+//
+// Scan reads the hash a page (HSCAN) at a time, each page under the
+// store's per-call timeout, the whole scan under the bulk timeout
+// (WithBulkTimeout, DefaultBulkTimeout): a large hash is read however
+// long it takes, while a Redis that stops answering fails the page it is
+// on. Entries written or deleted meanwhile may or may not be seen, and
+// an entry may come twice when Redis resizes the hash mid-scan.
+func (r *RedisQuotas) Scan(ctx context.Context, pattern string, fn func(tenant string, q Quota, err error) error) error {
+	if pattern == "" {
+		pattern = "*"
+	}
+	return r.scan(ctx, pattern, func(field string, q Quota, err error) error {
 		if field == defaultField {
-			s.Default = &q
-		} else {
-			s.Tenants[field] = q
+			return nil
+		}
+		return fn(field, q, err)
+	})
+}
+
+// scanPage is how many entries one HSCAN asks for: a reply of some 50 KB,
+// which Redis builds in well under a millisecond.
+const scanPage = 1000
+
+func (r *RedisQuotas) scan(ctx context.Context, pattern string, fn func(field string, q Quota, err error) error) error {
+	bctx, cancel := context.WithTimeoutCause(ctx, r.opts.bulkTimeout, errBulkTimeout(r.opts.bulkTimeout))
+	defer cancel()
+	var cursor uint64
+	read := 0
+	var dec quotaDecoder
+	for {
+		var page []string
+		var next uint64
+		err := bulkCall(ctx, bctx, r.opts.timeout, func(ctx context.Context) (err error) {
+			page, next, err = r.rdb.HScan(ctx, r.key, cursor, pattern, scanPage).Result()
+			return err
+		})
+		if err != nil {
+			return bulkError(ctx, bctx, fmt.Sprintf("list quotas %q, after %d entries", r.key, read), err)
+		}
+		for i := 0; i+1 < len(page); i += 2 {
+			field := page[i]
+			q, derr := dec.decode(field, page[i+1])
+			if err := fn(field, q, derr); err != nil {
+				return err
+			}
+			read++
+		}
+		if next == 0 {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+// errBulkTimeout is the cause of a bulk read's end at its deadline.
+func errBulkTimeout(d time.Duration) error {
+	return fmt.Errorf("%w: the bulk timeout (%v) passed", context.DeadlineExceeded, d)
+}
+
+// bulkCall runs one round trip of a bulk read under the per-call timeout.
+func bulkCall(ctx, bctx context.Context, timeout time.Duration, call func(context.Context) error) error {
+	pctx, cancel := context.WithTimeout(bctx, timeout)
+	defer cancel()
+	return bounded(pctx, call)
+}
+
+// bulkError maps the failure of one round trip of a bulk read: the
+// caller's context error when ctx is done, the bulk timeout when bctx
+// (ctx's child) is, and otherwise what callError makes of it.
+func bulkError(ctx, bctx context.Context, what string, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		err = context.Cause(ctx)
+	case bctx.Err() != nil:
+		err = context.Cause(bctx)
+	case unavailable(err):
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
+	}
+	return fmt.Errorf("admitq: %s: %w", what, err)
+}
+
+// quotaDecoder decodes the entries of one bulk read, remembering the
+// quotas it has decoded: most tenants share a few quotas, and decoding
+// costs far more than a map lookup.
+type quotaDecoder struct {
+	seen map[string]Quota
+}
+
+// decode decodes field's entry v.
+func (d *quotaDecoder) decode(field, v string) (Quota, error) {
+	if q, ok := d.seen[v]; ok {
+		return q, nil
+	}
+	var q Quota
+	if err := q.UnmarshalText([]byte(v)); err != nil {
+		return Quota{}, fmt.Errorf("%s: %w", describe(field), err)
+	}
+	if d.seen == nil {
+		d.seen = make(map[string]Quota)
+	}
+	if len(d.seen) < 4096 {
+		d.seen[v] = q
+	}
+	return q, nil
+}
+
+// QuotaResult is one tenant's answer from GetBatch.
+type QuotaResult struct {
+	Quota Quota
+	// Err wraps ErrNoQuota when the tenant has no quota of its own, and
+	// ErrInvalidQuota when its entry does not decode.
+	Err error
+}
+
+// GetBatch returns each tenant's own quota, like Get, in order, with one
+// round trip per thousand tenants. It returns an error, and no results,
+// only when Redis does not answer or a tenant is invalid.
+func (r *RedisQuotas) GetBatch(ctx context.Context, tenants []string) ([]QuotaResult, error) {
+	for _, t := range tenants {
+		if err := ValidateTenant(t); err != nil {
+			return nil, err
 		}
 	}
-	return s, nil
+	bctx, cancel := context.WithTimeoutCause(ctx, r.opts.bulkTimeout, errBulkTimeout(r.opts.bulkTimeout))
+	defer cancel()
+	res := make([]QuotaResult, 0, len(tenants))
+	var dec quotaDecoder
+	for chunk := range slices.Chunk(tenants, maxResolveBatch) {
+		var vals []any
+		err := bulkCall(ctx, bctx, r.opts.timeout, func(ctx context.Context) (err error) {
+			vals, err = r.rdb.HMGet(ctx, r.key, chunk...).Result()
+			return err
+		})
+		if err != nil {
+			return nil, bulkError(ctx, bctx, fmt.Sprintf("get quotas %q, after %d of %d tenants", r.key, len(res), len(tenants)), err)
+		}
+		if len(vals) != len(chunk) {
+			return nil, fmt.Errorf("admitq: quotas %q: HMGET returned %d values for %d fields", r.key, len(vals), len(chunk))
+		}
+		for i, v := range vals {
+			var qr QuotaResult
+			if s, ok := v.(string); ok {
+				qr.Quota, qr.Err = dec.decode(chunk[i], s)
+			} else {
+				qr.Err = noQuota(chunk[i])
+			}
+			res = append(res, qr)
+		}
+	}
+	return res, nil
 }
 
 // Quota returns tenant's quota, else the default, else ErrNoQuota, from the
@@ -321,13 +474,12 @@ func (r *RedisQuotas) resolveMany(ctx context.Context, tenants []string) (qs []Q
 	r.lastDefault = def
 	r.mu.Unlock()
 	qs, errs = make([]Quota, len(tenants)), make([]error, len(tenants))
+	var dec quotaDecoder
 	for i, tenant := range tenants {
 		v, ok := vals[i].(string)
 		switch {
 		case ok:
-			if err := qs[i].UnmarshalText([]byte(v)); err != nil {
-				qs[i], errs[i] = Quota{}, fmt.Errorf("%s: %w", describe(tenant), err)
-			}
+			qs[i], errs[i] = dec.decode(tenant, v)
 		case def != nil:
 			qs[i] = *def
 		case defErr != nil:
