@@ -204,7 +204,7 @@ func (r *RedisQuotas) scan(ctx context.Context, pattern string, fn func(field st
 	for {
 		var page []string
 		var next uint64
-		err := bulkCall(ctx, bctx, r.opts.timeout, func(ctx context.Context) (err error) {
+		err := bulkCall(bctx, r.opts.timeout, func(ctx context.Context) (err error) {
 			page, next, err = r.rdb.HScan(ctx, r.key, cursor, pattern, scanPage).Result()
 			return err
 		})
@@ -232,7 +232,7 @@ func errBulkTimeout(d time.Duration) error {
 }
 
 // bulkCall runs one round trip of a bulk read under the per-call timeout.
-func bulkCall(ctx, bctx context.Context, timeout time.Duration, call func(context.Context) error) error {
+func bulkCall(bctx context.Context, timeout time.Duration, call func(context.Context) error) error {
 	pctx, cancel := context.WithTimeout(bctx, timeout)
 	defer cancel()
 	return bounded(pctx, call)
@@ -301,7 +301,7 @@ func (r *RedisQuotas) GetBatch(ctx context.Context, tenants []string) ([]QuotaRe
 	var dec quotaDecoder
 	for chunk := range slices.Chunk(tenants, maxResolveBatch) {
 		var vals []any
-		err := bulkCall(ctx, bctx, r.opts.timeout, func(ctx context.Context) (err error) {
+		err := bulkCall(bctx, r.opts.timeout, func(ctx context.Context) (err error) {
 			vals, err = r.rdb.HMGet(ctx, r.key, chunk...).Result()
 			return err
 		})
