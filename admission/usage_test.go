@@ -93,6 +93,29 @@ func TestUsageBatch(t *testing.T) {
 				t.Errorf("ctr = %+v, want 3 counted in the window", u)
 			}
 
+			// UsageTop: the fullest first, by share of the limit, then
+			// count; failures last.
+			top := g.UsageTop(ctx, []string{"t-0", "t-1", "t-6", "ctr", "bad!", "t-3", "t-2", ""}, 3)
+			var order []string
+			for _, r := range top {
+				order = append(order, r.Usage.Tenant)
+			}
+			// t-3 holds 3 of 2, ctr 3 of 3, t-6 and t-2 2 of 2 (t-6 named
+			// first), t-1 1 of 2, t-0 none.
+			if diff := cmp.Diff([]string{"t-3", "ctr", "t-6", "bad!", ""}, order); diff != "" {
+				t.Errorf("UsageTop 3 (-want,+got):\n%s", diff)
+			}
+			if top[0].Err != nil || top[0].Usage.InWindow != 2 || top[0].Usage.Reserved != 1 || top[0].Usage.Now.IsZero() {
+				t.Errorf("UsageTop t-3 = %+v, want its full usage", top[0])
+			}
+			if top[3].Err == nil || top[4].Err == nil {
+				t.Errorf("UsageTop failures = %v, %v; want errors", top[3].Err, top[4].Err)
+			}
+			all := g.UsageTop(ctx, tenants, 0)
+			if len(all) != len(tenants) {
+				t.Errorf("UsageTop 0 gave %d of %d tenants", len(all), len(tenants))
+			}
+
 			none := admission.New(c.rdb, admission.StaticQuotas{})
 			t.Cleanup(func() { none.Close() })
 			if r := none.UsageBatch(ctx, []string{"x"}); !errors.Is(r[0].Err, admission.ErrNoQuota) {
