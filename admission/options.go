@@ -42,11 +42,11 @@ const DefaultTimeout = 250 * time.Millisecond
 // its round trips still has the per-call timeout.
 const DefaultBulkTimeout = time.Minute
 
-// WithBulkTimeout sets the deadline of a whole bulk read (RedisQuotas.List
-// and Scan, Gate.UsageBatch and ScanTenants), which takes as many round
-// trips as the data needs, each under the per-call timeout (WithTimeout);
-// 0 or less keeps DefaultBulkTimeout. The caller's context can only
-// shorten it.
+// WithBulkTimeout sets the deadline of a whole bulk read
+// (RedisQuotas.List, Scan and GetBatch; Gate.UsageBatch, UsageTop and
+// ScanTenants), which takes as many round trips as the data needs, each
+// under the per-call timeout (WithTimeout); 0 or less keeps
+// DefaultBulkTimeout. The caller's context can only shorten it.
 func WithBulkTimeout(d time.Duration) Option {
 	return optionFunc(func(o *options) {
 		if d > 0 {
