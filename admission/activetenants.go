@@ -22,7 +22,8 @@ const scanCount = 2000
 // whose mode changed keeps both keys for a while).
 //
 // It SCANs every master of a cluster, each call under the per-call timeout
-// and the whole under the bulk timeout (WithBulkTimeout). On a cluster fn
+// (a second at least) and the whole under the bulk timeout
+// (WithBulkTimeout). On a cluster fn
 // may be called from several goroutines, one at a time. fn returning an
 // error stops the scan, which returns it.
 func (g *Gate) ScanTenants(ctx context.Context, pattern string, fn func(tenant string) error) error {
@@ -42,7 +43,7 @@ func (g *Gate) ScanTenants(ctx context.Context, pattern string, fn func(tenant s
 		for {
 			var keys []string
 			var next uint64
-			err := bulkCall(bctx, g.opts.timeout, func(ctx context.Context) (err error) {
+			err := bulkCall(bctx, g.opts.pageTimeout(), func(ctx context.Context) (err error) {
 				keys, next, err = node.Scan(ctx, cursor, match, scanCount).Result()
 				return err
 			})

@@ -39,14 +39,14 @@ const DefaultTimeout = 250 * time.Millisecond
 
 // DefaultBulkTimeout bounds a bulk read, such as RedisQuotas.List or
 // Gate.UsageBatch, as a whole, when WithBulkTimeout is not given. Each of
-// its round trips still has the per-call timeout.
+// its round trips has the per-call timeout, or a second if that is more.
 const DefaultBulkTimeout = time.Minute
 
 // WithBulkTimeout sets the deadline of a whole bulk read
 // (RedisQuotas.List, Scan and GetBatch; Gate.UsageBatch, UsageTop and
 // ScanTenants), which takes as many round trips as the data needs, each
-// under the per-call timeout (WithTimeout); 0 or less keeps
-// DefaultBulkTimeout. The caller's context can only shorten it.
+// under the per-call timeout (WithTimeout) but given a second at least; 0
+// or less keeps DefaultBulkTimeout. The caller's context can only shorten it.
 func WithBulkTimeout(d time.Duration) Option {
 	return optionFunc(func(o *options) {
 		if d > 0 {

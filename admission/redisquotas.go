@@ -174,7 +174,8 @@ func (r *RedisQuotas) List(ctx context.Context) (StaticQuotas, error) {
 // error stops the scan, which returns it.
 //
 // Scan reads the hash a page (HSCAN) at a time, each page under the
-// store's per-call timeout, the whole scan under the bulk timeout
+// store's per-call timeout (but at least a second), the whole scan under
+// the bulk timeout
 // (WithBulkTimeout, DefaultBulkTimeout): a large hash is read however
 // long it takes, while a Redis that stops answering fails the page it is
 // on. Entries written or deleted meanwhile may or may not be seen, and
@@ -204,7 +205,7 @@ func (r *RedisQuotas) scan(ctx context.Context, pattern string, fn func(field st
 	for {
 		var page []string
 		var next uint64
-		err := bulkCall(bctx, r.opts.timeout, func(ctx context.Context) (err error) {
+		err := bulkCall(bctx, r.opts.pageTimeout(), func(ctx context.Context) (err error) {
 			page, next, err = r.rdb.HScan(ctx, r.key, cursor, pattern, scanPage).Result()
 			return err
 		})
@@ -231,7 +232,16 @@ func errBulkTimeout(d time.Duration) error {
 	return fmt.Errorf("%w: the bulk timeout (%v) passed", context.DeadlineExceeded, d)
 }
 
-// bulkCall runs one round trip of a bulk read under the per-call timeout.
+// minPageTimeout is the least time a round trip of a bulk read gets: it
+// carries hundreds of entries, not one decision, and an operator's listing
+// had better wait a little on a loaded Redis than fail; a Redis that is
+// gone still fails it within a second.
+const minPageTimeout = time.Second
+
+// pageTimeout is the deadline of one round trip of a bulk read.
+func (o options) pageTimeout() time.Duration { return max(o.timeout, minPageTimeout) }
+
+// bulkCall runs one round trip of a bulk read under timeout.
 func bulkCall(bctx context.Context, timeout time.Duration, call func(context.Context) error) error {
 	pctx, cancel := context.WithTimeout(bctx, timeout)
 	defer cancel()
@@ -301,7 +311,7 @@ func (r *RedisQuotas) GetBatch(ctx context.Context, tenants []string) ([]QuotaRe
 	var dec quotaDecoder
 	for chunk := range slices.Chunk(tenants, maxResolveBatch) {
 		var vals []any
-		err := bulkCall(bctx, r.opts.timeout, func(ctx context.Context) (err error) {
+		err := bulkCall(bctx, r.opts.pageTimeout(), func(ctx context.Context) (err error) {
 			vals, err = r.rdb.HMGet(ctx, r.key, chunk...).Result()
 			return err
 		})

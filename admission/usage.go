@@ -30,8 +30,8 @@ const (
 
 // UsageBatch reports each tenant's usage, like Usage, in order, with the
 // script calls pipelined: a few hundred per round trip, each round trip
-// under the per-call timeout (WithTimeout) and the whole under the bulk
-// timeout (WithBulkTimeout). On a cluster go-redis splits each pipeline
+// under the per-call timeout (WithTimeout, but a second at least) and the
+// whole under the bulk timeout (WithBulkTimeout). On a cluster go-redis splits each pipeline
 // per master, so it works there unchanged.
 //
 // A tenant that cannot be read gets its own error (ErrInvalidTenant,
@@ -184,7 +184,7 @@ func (g *Gate) UsageTop(ctx context.Context, tenants []string, n int) []UsageRes
 // against one server time. A tenant whose count fails gets the error.
 func (g *Gate) rankLogs(ctx, bctx context.Context, res []UsageResult, held []int, idx []int) {
 	var now time.Time
-	err := bulkCall(bctx, g.opts.timeout, func(ctx context.Context) (err error) {
+	err := bulkCall(bctx, g.opts.pageTimeout(), func(ctx context.Context) (err error) {
 		now, err = g.rdb.Time(ctx).Result()
 		return err
 	})
@@ -199,7 +199,7 @@ func (g *Gate) rankLogs(ctx, bctx context.Context, res []UsageResult, held []int
 	inParallel(slices.Collect(slices.Chunk(idx, maxResolveBatch)), func(chunk []int) {
 		var counts []int64 // set by the call; read only once it has returned
 		var errs []error
-		err := bulkCall(bctx, g.opts.timeout, func(ctx context.Context) error {
+		err := bulkCall(bctx, g.opts.pageTimeout(), func(ctx context.Context) error {
 			pipe := g.rdb.Pipeline()
 			cmds := make([]*redis.IntCmd, len(chunk))
 			for j, i := range chunk {
@@ -297,7 +297,7 @@ func (g *Gate) usageExec(bctx context.Context, res []UsageResult, idx []int, eva
 		errs []error
 	}
 	var out replies // set by the call; read only once it has returned
-	err := bulkCall(bctx, g.opts.timeout, func(ctx context.Context) error {
+	err := bulkCall(bctx, g.opts.pageTimeout(), func(ctx context.Context) error {
 		pipe := g.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(idx))
 		for j, i := range idx {
