@@ -425,7 +425,7 @@ func (s *statusReader) listing(ctx context.Context) (names []string, active map[
 			names = append(names, t)
 		}
 	}
-	slices.SortFunc(names, naturalCompare)
+	sortNatural(names)
 	return names, active, sq, nil
 }
 
@@ -453,41 +453,55 @@ func (s *statusReader) queues() ([]queueStatus, error) {
 // their value, so tenant-2 comes before tenant-10; everything else, and
 // ties such as tenant-02 and tenant-2, byte by byte.
 func naturalCompare(a, b string) int {
-	x, y := a, b
-	for x != "" && y != "" {
-		if isDigit(x[0]) && isDigit(y[0]) {
-			dx, dy := digitRun(x), digitRun(y)
-			nx, ny := strings.TrimLeft(x[:dx], "0"), strings.TrimLeft(y[:dy], "0")
-			if c := cmp.Compare(len(nx), len(ny)); c != 0 {
-				return c
-			}
-			if c := strings.Compare(nx, ny); c != 0 {
-				return c
-			}
-			x, y = x[dx:], y[dy:]
-			continue
-		}
-		if x[0] != y[0] {
-			return cmp.Compare(x[0], y[0])
-		}
-		x, y = x[1:], y[1:]
-	}
-	if c := cmp.Compare(len(x), len(y)); c != 0 {
+	if c := strings.Compare(naturalKey(a), naturalKey(b)); c != 0 {
 		return c
 	}
 	return strings.Compare(a, b)
 }
 
-func isDigit(c byte) bool { return '0' <= c && c <= '9' }
-
-// digitRun returns the length of the run of digits s starts with.
-func digitRun(s string) int {
-	n := 0
-	for n < len(s) && isDigit(s[n]) {
-		n++
+// sortNatural sorts names as naturalCompare does, making each one's key
+// once rather than at every comparison.
+func sortNatural(names []string) {
+	type keyed struct{ key, name string }
+	ks := make([]keyed, len(names))
+	for i, n := range names {
+		ks[i] = keyed{naturalKey(n), n}
 	}
-	return n
+	slices.SortFunc(ks, func(x, y keyed) int {
+		return cmp.Or(strings.Compare(x.key, y.key), strings.Compare(x.name, y.name))
+	})
+	for i, k := range ks {
+		names[i] = k.name
+	}
 }
+
+// naturalKey returns a string whose byte order is s's natural order: each
+// run of digits becomes '0', its length without leading zeros in two
+// bytes, then those digits. Every '0' of a key starts such a run, and all
+// digits sort alike against any other byte, so a run meets either another
+// run, compared by length and then digits, or the byte a digit would have
+// met.
+func naturalKey(s string) string {
+	b := make([]byte, 0, len(s)+8)
+	for i := 0; i < len(s); {
+		if !isDigit(s[i]) {
+			b = append(b, s[i])
+			i++
+			continue
+		}
+		n := i
+		for n < len(s) && isDigit(s[n]) {
+			n++
+		}
+		run := strings.TrimLeft(s[i:n], "0")
+		b = append(b, '0', byte(len(run)>>8), byte(len(run)))
+		b = append(b, run...)
+		i = n
+	}
+	return string(b)
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 // tableTenant shortens a tenant's name for a table column.
 func tableTenant(t string) string {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"slices"
 	"strconv"
@@ -8,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/admission"
@@ -20,12 +21,72 @@ func TestNaturalCompare(t *testing.T) {
 	got := []string{"tenant-10", "tenant-2", "tenant-1", "a", "tenant-02", "b1", "tenant-", "tenant-2a", "b01", "ü", "B", "tenant-9x1", "tenant-9x10", "tenant-9x2"}
 	slices.SortFunc(got, naturalCompare)
 	want := []string{"B", "a", "b01", "b1", "tenant-", "tenant-1", "tenant-02", "tenant-2", "tenant-2a", "tenant-9x1", "tenant-9x2", "tenant-9x10", "tenant-10", "ü"}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := gocmp.Diff(want, got); diff != "" {
 		t.Errorf("natural order (-want,+got):\n%s", diff)
 	}
 	for _, s := range want {
 		if naturalCompare(s, s) != 0 {
 			t.Errorf("naturalCompare(%q, itself) != 0", s)
+		}
+	}
+	got = slices.Clone(want)
+	slices.Reverse(got)
+	sortNatural(got)
+	if diff := gocmp.Diff(want, got); diff != "" {
+		t.Errorf("sortNatural (-want,+got):\n%s", diff)
+	}
+}
+
+// TestNaturalKeyMatchesReading: naturalCompare, which compares keys,
+// agrees with a plain reading of the rule (digit runs by value, other
+// bytes as they are, ties byte by byte) on many generated names.
+func TestNaturalKeyMatchesReading(t *testing.T) {
+	t.Parallel()
+	reading := func(a, b string) int {
+		x, y := a, b
+		for x != "" && y != "" {
+			if isDigit(x[0]) && isDigit(y[0]) {
+				dx, dy := 0, 0
+				for dx < len(x) && isDigit(x[dx]) {
+					dx++
+				}
+				for dy < len(y) && isDigit(y[dy]) {
+					dy++
+				}
+				nx, ny := strings.TrimLeft(x[:dx], "0"), strings.TrimLeft(y[:dy], "0")
+				if c := cmp.Compare(len(nx), len(ny)); c != 0 {
+					return c
+				}
+				if c := strings.Compare(nx, ny); c != 0 {
+					return c
+				}
+				x, y = x[dx:], y[dy:]
+				continue
+			}
+			if x[0] != y[0] {
+				return cmp.Compare(x[0], y[0])
+			}
+			x, y = x[1:], y[1:]
+		}
+		if c := cmp.Compare(len(x), len(y)); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	}
+	alphabet := []string{"0", "00", "1", "2", "9", "10", "007", "a", "b", "-", "/", ":", "A", "é", "~"}
+	var names []string
+	for i := range 3000 {
+		var b strings.Builder
+		for j, n := 0, 1+i%5; j < n; j++ {
+			b.WriteString(alphabet[(i*7+j*13+i/5)%len(alphabet)])
+		}
+		names = append(names, b.String())
+	}
+	for i, a := range names {
+		for _, b := range names[max(0, i-40):i] {
+			if got, want := naturalCompare(a, b), reading(a, b); got != want {
+				t.Fatalf("naturalCompare(%q, %q) = %d, want %d", a, b, got, want)
+			}
 		}
 	}
 }
@@ -114,7 +175,7 @@ func TestStatusListing(t *testing.T) {
 	} {
 		t.Run(c.desc, func(t *testing.T) {
 			r := statusOf(t, base, c.args...)
-			if diff := cmp.Diff(c.want, tenantNames(r)); diff != "" || r.Total != c.total {
+			if diff := gocmp.Diff(c.want, tenantNames(r)); diff != "" || r.Total != c.total {
 				t.Errorf("status %v: total %d, want %d; tenants (-want,+got):\n%s", c.args, r.Total, c.total, diff)
 			}
 		})
@@ -135,7 +196,7 @@ func TestStatusListing(t *testing.T) {
 	before := commandCalls(t, rdb)
 	r = statusOf(t, base, "tenant-2", "nobody", "tenant-10")
 	after := commandCalls(t, rdb)
-	if diff := cmp.Diff([]string{"tenant-2", "nobody", "tenant-10"}, tenantNames(r)); diff != "" {
+	if diff := gocmp.Diff([]string{"tenant-2", "nobody", "tenant-10"}, tenantNames(r)); diff != "" {
 		t.Errorf("named tenants (-want,+got):\n%s", diff)
 	}
 	if n := r.Tenants[1]; !n.Default || n.Quota.Limit != 2 {
@@ -192,7 +253,7 @@ func TestStatusPartialOutput(t *testing.T) {
 	if err := json.Unmarshal([]byte(res.stdout), &r); err != nil || res.code != exitFailure {
 		t.Fatalf("status --json: %v, %v", res, err)
 	}
-	if diff := cmp.Diff([]string{"fine", "broken", "garbled"}, tenantNames(r)); diff != "" {
+	if diff := gocmp.Diff([]string{"fine", "broken", "garbled"}, tenantNames(r)); diff != "" {
 		t.Errorf("status --json tenants (-want,+got):\n%s", diff)
 	}
 	if r.Tenants[0].Error != "" || r.Tenants[1].Error == "" || r.Tenants[2].Error == "" {
