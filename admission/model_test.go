@@ -25,13 +25,8 @@ type modelResult struct {
 	Code, At, Remaining int64
 }
 
-// admit decides ids and returns their results followed by the retry hint
-// as a last modelResult{Code: hint}.
-func (m *slotModel) admit(now int64, q Quota, gran int64, ids []string) []modelResult {
-	return m.admitAt(now, 0, q, gran, ids)
-}
-
-// admitAt decides ids for work that starts no earlier than nb (µs, 0 for
+// admitAt decides ids, and returns their results followed by the retry
+// hint as a last modelResult{Code: hint}, for work that starts no earlier than nb (µs, 0 for
 // none): slot = max(start, newest, e + W) with start = max(now, nb), and
 // MaxDelay counted from start. The retry hint speaks of requests without a
 // not-before time.
@@ -107,14 +102,9 @@ func (m *slotModel) admitAt(now, nb int64, q Quota, gran int64, ids []string) []
 	return append(out, modelResult{Code: hint})
 }
 
-// appendAdmitArgs appends admit.lua's ARGV for one key, as the committer
-// sends it: one quota, then the key's quota index, not-before time (none),
-// count and IDs.
-func appendAdmitArgs(args []any, q Quota, gran int64, ids []string) []any {
-	return appendAdmitArgsAt(args, q, gran, 0, ids)
-}
-
-// appendAdmitArgsAt is appendAdmitArgs with a not-before time nb µs.
+// appendAdmitArgsAt appends admit.lua's ARGV for one key, as the committer
+// sends it: one quota, then the key's quota index, not-before time nb µs
+// (0 for none), count and IDs.
 func appendAdmitArgsAt(args []any, q Quota, gran, nb int64, ids []string) []any {
 	args = append(args, 1, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), gran, 1, nb, len(ids))
 	for _, id := range ids {
