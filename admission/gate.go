@@ -34,6 +34,7 @@ type Gate struct {
 	usage   *redis.Script
 	counter *redis.Script
 	ids     *idGen
+	depth   depthScripts // capped tenants' scripts (permit.go)
 
 	commit *committer // one request a pipeline when batching is off
 	deny   *denyCache // nil when the deny cache is off
@@ -64,6 +65,7 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 		usage:   lua.Usage(),
 		counter: lua.Counter(),
 		ids:     newIDGen(),
+		depth:   newDepthScripts(),
 		local:   newLocalLimiter(o.instances),
 	}
 	// Unbatched calls go through the committer too, one request a
@@ -173,6 +175,9 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, fres
 	}
 	if err != nil {
 		return nil, err
+	}
+	if q.MaxInFlight > 0 {
+		return g.admitCapped(ctx, tenant, q, refsOf(ids)) // permit.go
 	}
 	return g.decide(ctx, tenant, q, ids, fresh)
 }
@@ -487,6 +492,13 @@ type Usage struct {
 	// NextFree is the slot a request arriving now would get (before
 	// rounding); Now when it would be admitted.
 	NextFree time.Time
+	// InFlight is the permits the tenant holds under Quota.MaxInFlight:
+	// its tasks in the worker queues. 0 when it has no cap.
+	InFlight int
+	// Parked is the tenant's tasks waiting for a permit, and OldestParked
+	// when the first of them was parked (zero when none is).
+	Parked       int
+	OldestParked time.Time
 }
 
 // Usage reports tenant's current use of its quota. It writes nothing.
@@ -515,14 +527,20 @@ func (g *Gate) Usage(ctx context.Context, tenant string) (Usage, error) {
 	if len(res) != 4 {
 		return Usage{}, fmt.Errorf("admitq: usage script returned %d values", len(res))
 	}
-	return Usage{
+	u := Usage{
 		Tenant:   tenant,
 		Quota:    q,
 		Now:      time.UnixMicro(res[0]),
 		InWindow: int(res[1]),
 		Reserved: int(res[2]),
 		NextFree: time.UnixMicro(res[3]),
-	}, nil
+	}
+	if q.MaxInFlight > 0 {
+		if err := g.depthUsage(ctx, &u); err != nil {
+			return Usage{}, err
+		}
+	}
+	return u, nil
 }
 
 // bounded runs call and returns when it does or when ctx ends, whichever

@@ -186,12 +186,12 @@ func (c *Client) Enqueue(ctx context.Context, tenant string, task *asynq.Task, o
 	if err != nil {
 		return nil, admission.Decision{}, err
 	}
-	d, err := c.gate.AdmitID(ctx, tenant, p.id)
+	ds, err := c.gate.AdmitTasks(ctx, tenant, []admission.Ref{p.ref()})
 	if err != nil {
 		return nil, admission.Decision{}, err
 	}
-	info, err := c.enqueue(ctx, p, d)
-	return info, d, err
+	info, err := c.enqueue(ctx, p, ds[0])
+	return info, ds[0], err
 }
 
 // Result is the outcome of one task of EnqueueBatch.
@@ -227,7 +227,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 	}
 	rs := make([]Result, len(tasks))
 	ps := make([]prepared, 0, len(tasks))
-	ids := make([]string, 0, len(tasks))
+	refs := make([]admission.Ref, 0, len(tasks))
 	for i, t := range tasks {
 		p, err := c.prepare(tenant, t, opts)
 		if err != nil {
@@ -236,12 +236,12 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 		}
 		p.index = i
 		ps = append(ps, p)
-		ids = append(ids, p.id)
+		refs = append(refs, p.ref())
 	}
-	if len(ids) == 0 {
+	if len(refs) == 0 {
 		return rs, nil
 	}
-	ds, err := c.gate.AdmitBatch(ctx, tenant, ids)
+	ds, err := c.gate.AdmitTasks(ctx, tenant, refs)
 	if err != nil {
 		return nil, err
 	}
@@ -315,6 +315,9 @@ func (c *Client) enqueue(ctx context.Context, p prepared, d admission.Decision) 
 		return nil, &RejectedError{Decision: d}
 	}
 	opts, slot := p.opts, d.At
+	if d.Outcome == admission.Parked {
+		opts = append(opts, asynq.ProcessAt(ParkedUntil)) // park.go
+	}
 	if d.Outcome == admission.Deferred {
 		// The slot is a whole second already, unless another Gate with a
 		// finer granularity recorded this ID; rounding up is never early.
@@ -323,7 +326,7 @@ func (c *Client) enqueue(ctx context.Context, p prepared, d admission.Decision) 
 			opts = append(opts, asynq.ProcessAt(slot)) // into the room prepare left
 		}
 	}
-	if p.sched.at.After(slot) {
+	if p.sched.at.After(slot) && d.Outcome != admission.Parked {
 		slot = p.sched.at // the caller's own later time; asynq already has it
 	}
 	h := p.task.Headers()
@@ -338,7 +341,7 @@ func (c *Client) enqueue(ctx context.Context, p prepared, d admission.Decision) 
 	if ctx.Err() != nil {
 		// Done after admission: asynq is not called, so nothing was
 		// written and the slot can go back.
-		return nil, c.release(ctx, d, fmt.Errorf("enqueue: tenant %q, task %q: not enqueued: %w", p.tenant, p.id, ctxError(ctx)))
+		return nil, c.release(ctx, d, c.unpark(ctx, p, d, fmt.Errorf("enqueue: tenant %q, task %q: not enqueued: %w", p.tenant, p.id, ctxError(ctx))))
 	}
 	actx, unsent := ctx, (*unsentWrite)(nil)
 	if c.pipelined {
@@ -366,7 +369,7 @@ func (c *Client) enqueue(ctx context.Context, p prepared, d admission.Decision) 
 		// the task with this ID is in the queue and owns the slot.
 		return nil, err
 	}
-	return nil, c.release(ctx, d, err)
+	return nil, c.release(ctx, d, c.unpark(ctx, p, d, err))
 }
 
 // notWritten reports whether asynq's error err says for certain that the

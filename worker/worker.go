@@ -17,6 +17,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/enqueue"
 )
 
@@ -100,6 +101,28 @@ type Config struct {
 	// beyond asynq's own bookkeeping.
 	ErrorHandler asynq.ErrorHandler
 
+	// Gate, when set, makes the Worker keep its tenants' Quota.MaxInFlight:
+	// it holds the permit of each running task of a capped tenant, gives it
+	// back when the task ends for good (success, archived, revoked) and
+	// moves the tenant's oldest parked task into its queue; a reconciler
+	// gives back permits whose leases lapse (a worker died, a task was
+	// deleted or archived from outside). Use the Gate, or one with the same
+	// prefix and quotas, that the producers' enqueue.Client uses. Nil means
+	// the Worker ignores permits; a capped tenant's parked tasks then wait
+	// for a Worker that has one.
+	Gate *admission.Gate
+
+	// PermitLease is how long a running task's permit outlives the last
+	// renewal by its worker (every third of it): the longest a dead worker
+	// holds a permit, plus ReconcileInterval. Zero or negative means
+	// DefaultPermitLease (10 s).
+	PermitLease time.Duration
+
+	// ReconcileInterval is how often (give or take a fifth) the Worker
+	// reconciles capped tenants' permits; a raised MaxInFlight takes effect
+	// within it. Zero or negative means DefaultReconcileInterval (500 ms).
+	ReconcileInterval time.Duration
+
 	// Logger receives asynq's log lines (with component=asynq) and a line
 	// with the stack for each recovered panic. Nil means slog.Default(), read
 	// once by New: a worker that hid its Redis errors would be hard to
@@ -118,9 +141,13 @@ type Worker struct {
 	cfg   asynq.Config
 	log   *slog.Logger
 	mw    []asynq.MiddlewareFunc
+	gate  *admission.Gate
+	lease time.Duration // running permits' lease
+	every time.Duration // reconcile interval
 
 	mu     sync.Mutex
 	srv    *asynq.Server         // nil until Start
+	depth  *depth                // nil unless Config.Gate; closed by Shutdown
 	rdb    redis.UniversalClient // nil until Start; closed by Shutdown
 	closed bool                  // Shutdown has been called
 	done   chan struct{}         // closed when Shutdown has finished
@@ -139,8 +166,18 @@ func New(r asynq.RedisConnOpt, cfg Config) *Worker {
 		cfg:   cfg.asynqConfig(log),
 		log:   log,
 		mw:    slices.Clone(cfg.Middleware),
+		gate:  cfg.Gate,
+		lease: positiveOr(cfg.PermitLease, DefaultPermitLease),
+		every: positiveOr(cfg.ReconcileInterval, DefaultReconcileInterval),
 		done:  make(chan struct{}),
 	}
+}
+
+func positiveOr(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
 }
 
 // asynqConfig maps cfg to the asynq.Config it runs with, defaults applied.
@@ -179,6 +216,9 @@ func (cfg Config) asynqConfig(log *slog.Logger) asynq.Config {
 	}
 	if c.TaskCheckInterval <= 0 {
 		c.TaskCheckInterval = DefaultTaskCheckInterval
+		if cfg.Gate != nil {
+			c.TaskCheckInterval = DefaultDepthTaskCheckInterval
+		}
 	}
 	return c
 }
@@ -218,11 +258,18 @@ func (w *Worker) Start(h asynq.Handler) error {
 		return fmt.Errorf("worker: unsupported RedisConnOpt type %T", w.redis)
 	}
 	srv := asynq.NewServerFromRedisClient(rdb, w.cfg)
-	if err := srv.Start(w.handler(h)); err != nil {
+	var dep *depth
+	if w.gate != nil {
+		dep = newDepth(w.gate, rdb, w.lease, w.every, w.log)
+	}
+	if err := srv.Start(w.handler(h, dep)); err != nil {
 		rdb.Close()
 		return err
 	}
-	w.srv, w.rdb = srv, rdb
+	if dep != nil {
+		dep.goTracked(dep.reconcile)
+	}
+	w.srv, w.rdb, w.depth = srv, rdb, dep
 	return nil
 }
 
@@ -286,7 +333,7 @@ func (w *Worker) Shutdown() {
 		return
 	}
 	w.closed = true
-	srv, rdb := w.srv, w.rdb
+	srv, rdb, dep := w.srv, w.rdb, w.depth
 	w.mu.Unlock()
 
 	defer close(w.done)
@@ -294,6 +341,11 @@ func (w *Worker) Shutdown() {
 		return
 	}
 	srv.Shutdown()
+	if dep != nil {
+		// After asynq has put back or finished every task, so that the
+		// give-backs read final states, and before the client closes.
+		dep.close()
+	}
 	if err := rdb.Close(); err != nil {
 		w.log.Warn("worker: closing the Redis client", "err", err)
 	}
@@ -302,9 +354,12 @@ func (w *Worker) Shutdown() {
 // handler wraps h in the user's middleware, then in the Worker's own, which
 // is outermost so that the user's middleware sees the tenant and has its
 // panics recovered too.
-func (w *Worker) handler(h asynq.Handler) asynq.Handler {
+func (w *Worker) handler(h asynq.Handler, dep *depth) asynq.Handler {
 	for i := len(w.mw) - 1; i >= 0; i-- {
 		h = w.mw[i](h)
+	}
+	if dep != nil {
+		h = dep.middleware(h)
 	}
 	return tenantHandler{next: h, log: w.log}
 }
