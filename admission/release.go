@@ -53,8 +53,8 @@ type Depth struct {
 	// Lapsed (Reconcile only) are permits whose lease is over: whether
 	// their tasks are still in the queues must be checked.
 	Lapsed []Ref
-	// Due (Reconcile only) are tasks granted earlier whose slot has come
-	// but which were never acknowledged: the worker that was to move them
+	// Due (Reconcile only) are tasks granted earlier whose slot passed a
+	// couple of seconds ago but which were never acknowledged: the worker that was to move them
 	// into their queue may have died.
 	Due []Grant
 }
@@ -62,6 +62,10 @@ type Depth struct {
 // maxGrants bounds the permits one call hands out, so that raising a cap
 // from 1 to a million does not make one script run long.
 const maxGrants = 256
+
+// dueGrace is how long after its slot a grant is left to the worker that
+// made it before Reconcile lists it as due for any worker to move.
+const dueGrace = 2 * time.Second
 
 // Finish gives back the permit of ref, a task of tenant that has ended for
 // good, and hands free permits to the tenant's oldest parked tasks.
@@ -97,7 +101,7 @@ func (p *Permits) release(ctx context.Context, op, tenant, member string, scan b
 	}
 	// Granularity 1µs: a granted task is moved into its queue by a timer
 	// at its slot, not by asynq's whole-second schedule.
-	args := []any{q.Limit, q.Window.Microseconds(), 1, q.MaxInFlight, DefaultPermitLease.Microseconds(), member, maxGrants, s}
+	args := []any{q.Limit, q.Window.Microseconds(), 1, q.MaxInFlight, DefaultPermitLease.Microseconds(), member, maxGrants, s, dueGrace.Microseconds()}
 	var res []any
 	err = p.call(ctx, op, tenant, func(ctx context.Context) (err error) {
 		res, err = g.depth.release.Run(ctx, g.rdb, keys, args...).Slice()

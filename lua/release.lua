@@ -10,7 +10,9 @@
 -- ARGV     limit, window µs, granularity µs, cap (0 = none), lease µs,
 --          the ref of a task that is gone, to drop from permits, due and
 --          parked ("" for none), most grants to make,
---          scan (1: also list lapsed permits and due tasks, at most 64 each)
+--          scan (1: also list lapsed permits and due tasks, at most 64 each),
+--          due grace µs (a grant is listed as due once its slot is this far
+--          behind: until then the worker that made it is moving it)
 -- Returns  {now µs, permits held, tasks parked, order of the oldest parked
 --          task (0 when none), grants: n, then n triples ref, slot µs,
 --          park order; when scan: lapsed: n then n refs whose lease is
@@ -23,6 +25,7 @@
 local log, permits, parked, due = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local limit, window, gran = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local cap, lease, ref, most, scan = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[8] == '1'
+local dueGrace = tonumber(ARGV[9])
 
 if ref ~= '' then -- the task is gone, wherever it was
   call('ZREM', permits, ref)
@@ -82,7 +85,7 @@ if scan then
   for i = 1, #lapsed do
     out[#out + 1] = lapsed[i]
   end
-  local ready = call('ZRANGE', due, '-inf', nowS, 'BYSCORE', 'LIMIT', 0, 64, 'WITHSCORES')
+  local ready = call('ZRANGE', due, '-inf', string.format('%.0f', now - dueGrace), 'BYSCORE', 'LIMIT', 0, 64, 'WITHSCORES')
   out[#out + 1] = #ready / 2
   for i = 1, #ready, 2 do
     out[#out + 1], out[#out + 2] = ready[i], tonumber(ready[i + 1])

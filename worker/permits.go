@@ -253,7 +253,11 @@ func (d *depth) start(g admission.Grant) {
 	defer cancel()
 	info, err := d.insp.GetTaskInfo(g.Ref.Queue, g.Ref.ID)
 	if err == nil && info.State == asynq.TaskStateScheduled {
-		err = d.insp.RunTask(g.Ref.Queue, g.Ref.ID)
+		if err = d.insp.RunTask(g.Ref.Queue, g.Ref.ID); err != nil {
+			// Another worker moved it first, or it went meanwhile:
+			// asynq's record says which.
+			info, err = d.insp.GetTaskInfo(g.Ref.Queue, g.Ref.ID)
+		}
 	}
 	switch {
 	case gone(err):
@@ -267,6 +271,9 @@ func (d *depth) start(g admission.Grant) {
 		d.log.Warn("worker: moving a granted task into its queue", "tenant", g.Tenant, "task_id", g.Ref.ID, "err", err)
 	case info.State == asynq.TaskStateCompleted || info.State == asynq.TaskStateArchived:
 		d.finish(ctx, g.Tenant, g.Ref)
+	case info.State == asynq.TaskStateScheduled:
+		// RunTask failed and the task is still parked: the grant stays
+		// due, for a reconciler to try again.
 	default:
 		if err := d.permits.Started(ctx, g.Tenant, g.Ref); err != nil {
 			d.log.Warn("worker: acknowledging a grant", "tenant", g.Tenant, "task_id", g.Ref.ID, "err", err)

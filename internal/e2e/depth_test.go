@@ -60,14 +60,14 @@ func depthOf(t *testing.T, s *stack, tenant string) admission.Usage {
 }
 
 // TestDepthBoundHoldsWhileBacklogDrains enqueues 1,000 tasks of a tenant
-// capped at 3 and checks, from asynq's own pending and active counts
-// sampled while they drain on 8 workers, that no more than 3 are ever in
+// capped at 5 and checks, from asynq's own pending and active counts
+// sampled while they drain on 8 workers, that no more than 5 are ever in
 // the queue; that every task runs exactly once (nothing lost); and that
 // parked tasks start in the order they were enqueued, give or take the
 // permits released at once.
 func TestDepthBoundHoldsWhileBacklogDrains(t *testing.T) {
 	t.Parallel()
-	const n, capped = 1000, 3
+	const n, capped = 1000, 5
 	q := admission.Quota{Limit: 100_000, Window: time.Second, MaxInFlight: capped}
 	s := newStack(t, admission.StaticQuotas{Default: &q})
 	ctx := context.Background()
