@@ -25,6 +25,7 @@ type options struct {
 	denyCache   bool
 	policy      FailurePolicy
 	instances   int
+	permitLease time.Duration // see WithPermitLease (permit.go); 0 is the default
 }
 
 // DefaultTimeout is the deadline of one Redis call when WithTimeout is not

@@ -18,6 +18,22 @@ import (
 // that the task is still there (see Permits.Renew).
 const DefaultPermitLease = 30 * time.Second
 
+// WithPermitLease sets how long a permit lasts while its task waits in a
+// queue with no worker running it (DefaultPermitLease when 0 or less).
+// Reconcilers check such a task against asynq when its lease runs out, so
+// this is also how soon a task deleted from outside gives its permit back.
+func WithPermitLease(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.permitLease = d })
+}
+
+// waitLease is the lease of a permit whose task is not running.
+func (g *Gate) waitLease() time.Duration {
+	if g.opts.permitLease > 0 {
+		return g.opts.permitLease
+	}
+	return DefaultPermitLease
+}
+
 // Ref names a task that holds or waits for a permit under a tenant's
 // MaxInFlight: its entry ID (the log's, and enqueue's task ID) and the
 // queue it waits in. The gate only stores Queue, for whoever hands the task
@@ -97,7 +113,7 @@ func (g *Gate) admitCapped(ctx context.Context, tenant string, q Quota, tasks []
 	}
 	args := make([]any, 0, 8+2*len(tasks))
 	args = append(args, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), g.gran,
-		q.MaxInFlight, q.parkedBound(), DefaultPermitLease.Microseconds(), len(tasks))
+		q.MaxInFlight, q.parkedBound(), g.waitLease().Microseconds(), len(tasks))
 	for _, t := range tasks {
 		args = append(args, t.ID, t.member())
 	}

@@ -101,7 +101,7 @@ func (p *Permits) release(ctx context.Context, op, tenant, member string, scan b
 	}
 	// Granularity 1µs: a granted task is moved into its queue by a timer
 	// at its slot, not by asynq's whole-second schedule.
-	args := []any{q.Limit, q.Window.Microseconds(), 1, q.MaxInFlight, DefaultPermitLease.Microseconds(), member, maxGrants, s, dueGrace.Microseconds()}
+	args := []any{q.Limit, q.Window.Microseconds(), 1, q.MaxInFlight, g.waitLease().Microseconds(), member, maxGrants, s, dueGrace.Microseconds()}
 	var res []any
 	err = p.call(ctx, op, tenant, func(ctx context.Context) (err error) {
 		res, err = g.depth.release.Run(ctx, g.rdb, keys, args...).Slice()
@@ -187,6 +187,10 @@ func (r *reply) ref() Ref {
 func (p *Permits) Hold(ctx context.Context, tenant string, ref Ref, lease time.Duration) error {
 	return p.lease(ctx, "hold", tenant, ref, lease)
 }
+
+// WaitLease is the lease of a permit whose task waits in a queue (see
+// WithPermitLease).
+func (p *Permits) WaitLease() time.Duration { return p.g.waitLease() }
 
 // Renew extends the permit of ref for lease from now, and does nothing
 // when ref holds none: a reconciler that has found the task still waiting

@@ -191,7 +191,7 @@ func (d *depth) conclude(tenant string, ref admission.Ref, info *asynq.TaskInfo,
 		// Left to the lease: the reconciler takes the permit back if no
 		// worker renews it.
 	default: // pending, scheduled, retry, aggregating: it runs again
-		if err := d.permits.Renew(ctx, tenant, ref, admission.DefaultPermitLease); err != nil {
+		if err := d.permits.Renew(ctx, tenant, ref, d.permits.WaitLease()); err != nil {
 			d.log.Warn("worker: renewing a waiting task's permit", "tenant", tenant, "task_id", ref.ID, "err", err)
 		}
 	}

@@ -3,9 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,10 +128,6 @@ func TestDepthBoundHoldsWhileBacklogDrains(t *testing.T) {
 	})
 }
 
-var _ = slices.Sort[[]int]
-var _ sync.Mutex
-var _ atomic.Int64
-
 // poll calls f until it reports done or waitLimit passes.
 func poll(t *testing.T, what string, f func() bool) {
 	t.Helper()
@@ -143,5 +137,183 @@ func poll(t *testing.T, what string, f func() bool) {
 			t.Fatalf("timed out after %v waiting for %s", waitLimit, what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestDepthLightTenantStartsWhileNoisyDrains runs a noisy tenant's
+// backlog of 300 slow tasks, capped at 2, on 4 workers, while a light
+// tenant sends a task every 50ms: every light task must start within a
+// second of its enqueue, where without the cap it would wait behind the
+// whole backlog.
+func TestDepthLightTenantStartsWhileNoisyDrains(t *testing.T) {
+	t.Parallel()
+	q := admission.Quota{Limit: 100_000, Window: time.Second, MaxInFlight: 2}
+	s := newStack(t, admission.StaticQuotas{Default: &q})
+	ctx := context.Background()
+	noisy := make([]*asynq.Task, 300)
+	for i := range noisy {
+		noisy[i] = asynq.NewTask("slow", nil)
+	}
+	if _, err := s.enqueueBatch(ctx, "noisy", noisy); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	started := make(map[string]time.Time)
+	s.startWorker(t, depthWorkerConfig(t, s, 4), asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		if worker.Tenant(ctx) == "light" {
+			id, _ := asynq.GetTaskID(ctx)
+			mu.Lock()
+			started[id] = time.Now()
+			mu.Unlock()
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+		return nil
+	}))
+	enqueued := make(map[string]time.Time)
+	for i := range 20 {
+		id := fmt.Sprintf("light%d", i)
+		enqueued[id] = time.Now()
+		if _, d, err := s.enqueue(ctx, "light", asynq.NewTask("quick", nil), asynq.TaskID(id)); err != nil || d.Outcome != admission.Admitted {
+			t.Fatalf("Enqueue %s: %v, %v", id, d.Outcome, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	poll(t, "every light task started", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(started) == 20
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	var worst time.Duration
+	for id, at := range started {
+		worst = max(worst, at.Sub(enqueued[id]))
+	}
+	t.Logf("light tenant's longest wait: %v", worst)
+	if worst > time.Second {
+		t.Errorf("a light task waited %v to start, want at most 1s", worst)
+	}
+	if u := depthOf(t, s, "noisy"); u.Parked == 0 {
+		t.Errorf("the noisy backlog was gone before the light tenant finished: the test proved nothing")
+	}
+}
+
+// TestDepthReleasedTasksKeepTheRate parks tasks of a tenant capped at 2
+// with a quota of 2 per 500ms: the released tasks get their slots when
+// they are released, so their start times still keep the rate, give or
+// take the moment it takes to move a task into the queue.
+func TestDepthReleasedTasksKeepTheRate(t *testing.T) {
+	t.Parallel()
+	const limit, window, n = 2, 500 * time.Millisecond, 10
+	q := admission.Quota{Limit: limit, Window: window, MaxDelay: time.Minute, MaxInFlight: 2}
+	s := newStack(t, admission.StaticQuotas{Default: &q})
+	tasks := make([]*asynq.Task, n)
+	for i := range tasks {
+		tasks[i] = asynq.NewTask("work", nil, asynq.TaskID(fmt.Sprintf("r%02d", i)))
+	}
+	rs, err := s.enqueueBatch(context.Background(), "t", tasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs[n-1].Decision.Outcome != admission.Parked {
+		t.Fatalf("last task: %v, want parked", rs[n-1].Decision.Outcome)
+	}
+	rec := newRecorder(n)
+	s.startWorker(t, depthWorkerConfig(t, s, 4), rec)
+	starts := rec.wait(t)
+	const tolerance = 150 * time.Millisecond
+	for i := limit; i < n; i++ {
+		if gap := starts[i].At.Sub(starts[i-limit].At); gap < window-tolerance {
+			t.Errorf("starts %d and %d are %v apart: %d starts within %v, over the limit %d", i-limit, i, gap, limit+1, window, limit)
+		}
+	}
+	if total := starts[n-1].At.Sub(starts[0].At); total > time.Duration(n/limit)*window+2*time.Second {
+		t.Errorf("%d tasks took %v, the rate allows them in %v", n, total, time.Duration(n/limit-1)*window)
+	}
+}
+
+// TestDepthTaskDeletedFromOutsideGivesPermitBack deletes, as asynqmon
+// would, a capped tenant's task that waits in a queue no worker serves:
+// once its permit's lease lapses, the reconciler finds the task gone and
+// hands the permit to the parked task.
+func TestDepthTaskDeletedFromOutsideGivesPermitBack(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"delete", "archive"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			q := admission.Quota{Limit: 1000, Window: time.Second, MaxInFlight: 1}
+			s := buildStack(t, serverBackend(t), stackConfig{
+				quotas: admission.StaticQuotas{Default: &q},
+				gate:   []admission.Option{admission.WithPermitLease(300 * time.Millisecond)},
+			})
+			ctx := context.Background()
+			if _, d, err := s.client.Enqueue(ctx, "t", asynq.NewTask("stuck", nil), asynq.TaskID("a"), asynq.Queue("unserved")); err != nil || d.Outcome != admission.Admitted {
+				t.Fatalf("Enqueue a: %v, %v", d.Outcome, err)
+			}
+			if _, d, err := s.enqueue(ctx, "t", asynq.NewTask("next", nil), asynq.TaskID("b")); err != nil || d.Outcome != admission.Parked {
+				t.Fatalf("Enqueue b: %v, %v; want parked", d.Outcome, err)
+			}
+			rec := newRecorder(1)
+			s.startWorker(t, depthWorkerConfig(t, s, 2), rec)
+			time.Sleep(time.Second) // several lapses: a waits, so it keeps its permit
+			if n := rec.seen.Load(); n != 0 {
+				t.Fatalf("b started while a still waited in its queue")
+			}
+			var err error
+			if how == "delete" {
+				err = s.inspector.DeleteTask("unserved", "a")
+			} else {
+				err = s.inspector.ArchiveTask("unserved", "a")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := rec.wait(t)[0]; st.ID != "b" {
+				t.Fatalf("started %q, want b", st.ID)
+			}
+		})
+	}
+}
+
+// TestDepthShutdownKeepsPermit shuts a worker down while a capped
+// tenant's task runs: asynq puts the task back in the queue, and it keeps
+// its permit, so the parked task stays parked until the first one has run
+// again, on the next worker, and finished.
+func TestDepthShutdownKeepsPermit(t *testing.T) {
+	t.Parallel()
+	q := admission.Quota{Limit: 1000, Window: time.Second, MaxInFlight: 1}
+	s := newStack(t, admission.StaticQuotas{Default: &q})
+	ctx := context.Background()
+	s.enqueue(ctx, "t", asynq.NewTask("long", nil), asynq.TaskID("a"))
+	if _, d, err := s.enqueue(ctx, "t", asynq.NewTask("next", nil), asynq.TaskID("b")); err != nil || d.Outcome != admission.Parked {
+		t.Fatalf("Enqueue b: %v, %v; want parked", d.Outcome, err)
+	}
+	running := make(chan struct{}, 1)
+	cfg := depthWorkerConfig(t, s, 2)
+	cfg.ShutdownTimeout = 200 * time.Millisecond
+	cfg.Queues = map[string]int{s.queue: 1}
+	w := worker.New(s.backend.conn, cfg)
+	if err := w.Start(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		running <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	})); err != nil {
+		t.Fatal(err)
+	}
+	<-running
+	w.Shutdown()
+	info, err := s.inspector.GetTaskInfo(s.queue, "a")
+	if err != nil || info.State != asynq.TaskStatePending {
+		t.Fatalf("a after shutdown: %v, %v; want pending", info, err)
+	}
+	if u := depthOf(t, s, "t"); u.InFlight != 1 || u.Parked != 1 {
+		t.Fatalf("after shutdown: in flight %d, parked %d; want 1, 1", u.InFlight, u.Parked)
+	}
+	rec := newRecorder(2)
+	s.startWorker(t, depthWorkerConfig(t, s, 2), rec)
+	starts := rec.wait(t)
+	if starts[0].ID != "a" || starts[1].ID != "b" {
+		t.Fatalf("starts %q, %q; want a then b", starts[0].ID, starts[1].ID)
 	}
 }
