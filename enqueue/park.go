@@ -42,4 +42,3 @@ func (c *Client) unpark(ctx context.Context, p prepared, d admission.Decision, e
 	}
 	return err
 }
-

@@ -317,3 +317,73 @@ func TestDepthShutdownKeepsPermit(t *testing.T) {
 		t.Fatalf("starts %q, %q; want a then b", starts[0].ID, starts[1].ID)
 	}
 }
+
+// TestDepthCapChangeTakesEffect raises a tenant's MaxInFlight from 1 to 4
+// and lowers it back, through RedisQuotas, while its backlog drains: the
+// queue's depth follows within about a second each way.
+func TestDepthCapChangeTakesEffect(t *testing.T) {
+	t.Parallel()
+	b := serverBackend(t)
+	rq := admission.NewRedisQuotas(b.newClient(t), admission.WithRefresh(100*time.Millisecond))
+	ctx := context.Background()
+	q := admission.Quota{Limit: 100_000, Window: time.Second, MaxInFlight: 1}
+	if err := rq.Set(ctx, "t", q); err != nil {
+		t.Fatal(err)
+	}
+	s := buildStack(t, b, stackConfig{quotas: rq})
+	tasks := make([]*asynq.Task, 400)
+	for i := range tasks {
+		tasks[i] = asynq.NewTask("work", nil)
+	}
+	if _, err := s.enqueueBatch(ctx, "t", tasks); err != nil {
+		t.Fatal(err)
+	}
+	s.startWorker(t, depthWorkerConfig(t, s, 8), asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		time.Sleep(30 * time.Millisecond)
+		return nil
+	}))
+	depthNow := func() int {
+		qi, err := s.inspector.GetQueueInfo(s.queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return qi.Pending + qi.Active
+	}
+	// until samples the depth until cond holds, and fails after limit.
+	until := func(what string, limit time.Duration, cond func(int) bool) time.Duration {
+		start := time.Now()
+		for !cond(depthNow()) {
+			if time.Since(start) > limit {
+				t.Fatalf("%s: not within %v", what, limit)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return time.Since(start)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if d := depthNow(); d > 1 {
+		t.Fatalf("depth %d at cap 1", d)
+	}
+	q.MaxInFlight = 4
+	if err := rq.Set(ctx, "t", q); err != nil {
+		t.Fatal(err)
+	}
+	up := until("depth reaches the raised cap 4", 3*time.Second, func(d int) bool { return d >= 3 })
+	q.MaxInFlight = 1
+	if err := rq.Set(ctx, "t", q); err != nil {
+		t.Fatal(err)
+	}
+	down := until("depth falls to the lowered cap 1", 3*time.Second, func(d int) bool { return d <= 1 })
+	t.Logf("cap raised 1->4: depth followed in %v; lowered 4->1: in %v", up, down)
+	if up > 1500*time.Millisecond || down > 1500*time.Millisecond {
+		t.Errorf("depth took %v up and %v down to follow the cap, want about a second at most", up, down)
+	}
+	// and stays there
+	stop := make(chan struct{})
+	most := sampleDepth(t, s, stop)
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	if m := <-most; m > 1 {
+		t.Errorf("depth reached %d after the cap was lowered to 1", m)
+	}
+}
