@@ -70,3 +70,36 @@ func TestQuotaDepthFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusShowsDepth: status shows a capped tenant's permits in use
+// against its cap, its parked tasks and how long the oldest has waited,
+// as text and JSON; enqueue says when a task is parked.
+func TestStatusShowsDepth(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	base := []string{"--redis", srv.URL()}
+	mustRun(t, append(base, "quota", "set", "noisy", "--limit", "100", "--window", "1s", "--max-in-flight", "1", "--max-parked", "10")...)
+	mustRun(t, append(base, "quota", "set", "calm", "--limit", "5", "--window", "1s")...)
+	mustRun(t, append(base, "enqueue", "--tenant", "noisy", "--type", "x")...)
+	for range 2 {
+		if out := mustRun(t, append(base, "enqueue", "--tenant", "noisy", "--type", "x")...).stdout; !strings.HasPrefix(out, "parked: task ") {
+			t.Errorf("enqueue over the cap printed %q, want parked", out)
+		}
+	}
+	var got statusReport
+	out := mustRun(t, append(base, "status", "--json")...).stdout
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	calm, noisy := got.Tenants[0], got.Tenants[1]
+	if calm.InFlight != nil || calm.Parked != nil {
+		t.Errorf("calm, with no cap, shows depth: %+v", calm)
+	}
+	if noisy.InFlight == nil || *noisy.InFlight != 1 || noisy.Parked == nil || *noisy.Parked != 2 || noisy.OldestParkedAge == nil || *noisy.OldestParkedAge < 0 {
+		t.Errorf("noisy = %s; want 1 in flight, 2 parked, an oldest age", out)
+	}
+	text := mustRun(t, append(base, "status")...).stdout
+	if !strings.Contains(text, "TENANT  IN FLIGHT  PARKED  OLDEST PARKED\n") || !strings.Contains(text, "noisy   1/1        2/10    ") {
+		t.Errorf("status lacks the depth table:\n%s", text)
+	}
+}

@@ -108,6 +108,7 @@ type tenantStatus struct {
 	Reserved int        `json:"reserved"`  // reservations after now
 	NextFree *time.Time `json:"next_free"` // when a request arriving now would get a slot
 	Error    string     `json:"error,omitempty"`
+	depthStatus         // depth.go: in flight and parked, for capped tenants
 }
 
 type queueStatus struct {
@@ -152,6 +153,7 @@ func (s *statusReader) read(ctx context.Context, tenants []string) (statusReport
 		_, own := all.Tenants[t]
 		ts.Quota, ts.Default = &q, !own
 		ts.InWindow, ts.Reserved = u.InWindow, u.Reserved
+		ts.depthStatus = toDepthStatus(u)
 		next := u.NextFree
 		ts.NextFree = &next
 		r.Time = u.Now
@@ -198,6 +200,7 @@ func writeStatus(w io.Writer, r statusReport) error {
 		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%s\n", t.Tenant, q, t.InWindow, t.Quota.Limit, t.Reserved, nextFree(r.Time, *t.NextFree))
 	}
 	fmt.Fprintln(tw)
+	writeDepth(tw, r)
 	if len(r.Queues) == 0 {
 		fmt.Fprintln(tw, "no asynq queues")
 	} else {
