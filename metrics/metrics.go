@@ -90,6 +90,7 @@ type Metrics struct {
 	processed *prometheus.CounterVec
 	failed    *prometheus.CounterVec
 	delay     *prometheus.HistogramVec
+	depth     depthGauges // depth.go
 
 	label     func(string) string
 	isFailure func(error) bool
@@ -130,6 +131,7 @@ func New(opts ...Option) *Metrics {
 			Help:    "Time from a task's admission slot to the start of its first run, by tenant.",
 			Buckets: o.buckets,
 		}, []string{"tenant"}),
+		depth:      newDepthGauges(),
 		label:      o.label,
 		isFailure:  o.isFailure,
 		now:        time.Now,
@@ -144,6 +146,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.processed.Describe(ch)
 	m.failed.Describe(ch)
 	m.delay.Describe(ch)
+	m.depth.describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -152,6 +155,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.processed.Collect(ch)
 	m.failed.Collect(ch)
 	m.delay.Collect(ch)
+	m.depth.collect(ch)
 }
 
 var outcomes = []admission.Outcome{admission.Admitted, admission.Deferred, admission.Rejected}

@@ -47,6 +47,7 @@ type depth struct {
 	lease    time.Duration
 	interval time.Duration
 	log      *slog.Logger
+	observe  func(admission.Depth) // Config.OnDepth; nil means none
 
 	quit chan struct{}
 	wg   sync.WaitGroup // settles, grants and the reconciler

@@ -50,6 +50,9 @@ func (d *depth) reconcileTenant(ctx context.Context, tenant string) {
 		d.log.Warn("worker: reconciling a tenant's permits", "tenant", tenant, "err", err)
 		return
 	}
+	if d.observe != nil {
+		d.observe(dep)
+	}
 	d.dispatch(dep.Grants)
 	for _, g := range dep.Due {
 		d.start(g)

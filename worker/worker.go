@@ -123,6 +123,12 @@ type Config struct {
 	// within it. Zero or negative means DefaultReconcileInterval (500 ms).
 	ReconcileInterval time.Duration
 
+	// OnDepth, when set with Gate, receives each capped tenant's permits
+	// and parked backlog whenever the reconciler has looked at it (every
+	// ReconcileInterval or so), for gauges such as metrics.ObserveDepth.
+	// It must not block. Nil means none.
+	OnDepth func(admission.Depth)
+
 	// Logger receives asynq's log lines (with component=asynq) and a line
 	// with the stack for each recovered panic. Nil means slog.Default(), read
 	// once by New: a worker that hid its Redis errors would be hard to
@@ -137,13 +143,14 @@ type Config struct {
 // Create one with New. A Worker runs once, from Start or Run until Shutdown,
 // and cannot be restarted. Its methods are safe for concurrent use.
 type Worker struct {
-	redis asynq.RedisConnOpt
-	cfg   asynq.Config
-	log   *slog.Logger
-	mw    []asynq.MiddlewareFunc
-	gate  *admission.Gate
-	lease time.Duration // running permits' lease
-	every time.Duration // reconcile interval
+	redis   asynq.RedisConnOpt
+	cfg     asynq.Config
+	log     *slog.Logger
+	mw      []asynq.MiddlewareFunc
+	gate    *admission.Gate
+	lease   time.Duration // running permits' lease
+	every   time.Duration // reconcile interval
+	onDepth func(admission.Depth)
 
 	mu     sync.Mutex
 	srv    *asynq.Server         // nil until Start
@@ -162,14 +169,15 @@ func New(r asynq.RedisConnOpt, cfg Config) *Worker {
 		log = slog.Default()
 	}
 	return &Worker{
-		redis: r,
-		cfg:   cfg.asynqConfig(log),
-		log:   log,
-		mw:    slices.Clone(cfg.Middleware),
-		gate:  cfg.Gate,
-		lease: positiveOr(cfg.PermitLease, DefaultPermitLease),
-		every: positiveOr(cfg.ReconcileInterval, DefaultReconcileInterval),
-		done:  make(chan struct{}),
+		redis:   r,
+		cfg:     cfg.asynqConfig(log),
+		log:     log,
+		mw:      slices.Clone(cfg.Middleware),
+		gate:    cfg.Gate,
+		onDepth: cfg.OnDepth,
+		lease:   positiveOr(cfg.PermitLease, DefaultPermitLease),
+		every:   positiveOr(cfg.ReconcileInterval, DefaultReconcileInterval),
+		done:    make(chan struct{}),
 	}
 }
 
@@ -261,6 +269,7 @@ func (w *Worker) Start(h asynq.Handler) error {
 	var dep *depth
 	if w.gate != nil {
 		dep = newDepth(w.gate, rdb, w.lease, w.every, w.log)
+		dep.observe = w.onDepth
 	}
 	if err := srv.Start(w.handler(h, dep)); err != nil {
 		rdb.Close()
