@@ -24,11 +24,12 @@ func (p prepared) ref() admission.Ref {
 	return admission.Ref{ID: p.id, Queue: p.sched.queue}
 }
 
-// unpark gives back what d holds in the tenant's permits (a permit, or a
-// place among its parked tasks) for a task certainly not written, and
-// returns err, with the give-back's own error appended as text.
-func (c *Client) unpark(ctx context.Context, p prepared, d admission.Decision, err error) error {
-	if d.Existing || d.Outcome == admission.Rejected || d.Local {
+// unpark gives back what d holds in a capped tenant's permits (a permit,
+// or a place among its parked tasks) when p's write certainly did not
+// happen (f is unwritten), and returns err, with the give-back's own error
+// appended as text. What an earlier call with the ID took (Existing) stays.
+func (c *Client) unpark(ctx context.Context, p prepared, d admission.Decision, f fate, err error) error {
+	if err == nil || f != unwritten || !tookSlot(d) {
 		return err
 	}
 	q, qerr := c.gate.Permits().Quota(ctx, p.tenant)
