@@ -62,19 +62,24 @@ func depthOf(t *testing.T, s *stack, tenant string) admission.Usage {
 // sampled while they drain on 8 workers, that no more than 5 are ever in
 // the queue; that every task runs exactly once (nothing lost); and that
 // parked tasks start in the order they were enqueued, give or take the
-// permits released at once.
+// permits released at once (see drainBacklog).
 func TestDepthBoundHoldsWhileBacklogDrains(t *testing.T) {
 	t.Parallel()
-	const n, capped = 1000, 5
-	q := admission.Quota{Limit: 100_000, Window: time.Second, MaxInFlight: capped}
-	s := newStack(t, admission.StaticQuotas{Default: &q})
-	ctx := context.Background()
+	q := admission.Quota{Limit: 100_000, Window: time.Second, MaxInFlight: 5}
+	drainBacklog(t, newStack(t, admission.StaticQuotas{Default: &q}), "noisy", 1000, 5)
+}
 
+// drainBacklog enqueues n tasks of tenant, capped at capped, in one batch
+// on s and checks, while 8 workers drain them, that pending+active never
+// passes the cap, that every task runs exactly once and in order (give or
+// take the permits handed out at once), and that every permit comes back.
+func drainBacklog(t *testing.T, s *stack, tenant string, n, capped int) {
+	ctx := context.Background()
 	tasks := make([]*asynq.Task, n)
 	for i := range tasks {
 		tasks[i] = asynq.NewTask("work", nil, asynq.TaskID(fmt.Sprintf("t%04d", i)))
 	}
-	rs, err := s.enqueueBatch(ctx, "noisy", tasks)
+	rs, err := s.enqueueBatch(ctx, tenant, tasks)
 	if err != nil {
 		t.Fatalf("EnqueueBatch: %v", err)
 	}
@@ -87,7 +92,7 @@ func TestDepthBoundHoldsWhileBacklogDrains(t *testing.T) {
 			t.Fatalf("task %d: %v, %v; want %v", i, r.Decision.Outcome, r.Err, want)
 		}
 	}
-	if u := depthOf(t, s, "noisy"); u.InFlight != capped || u.Parked != n-capped {
+	if u := depthOf(t, s, tenant); u.InFlight != capped || u.Parked != n-capped {
 		t.Fatalf("after enqueue: in flight %d, parked %d; want %d, %d", u.InFlight, u.Parked, capped, n-capped)
 	}
 
@@ -123,21 +128,9 @@ func TestDepthBoundHoldsWhileBacklogDrains(t *testing.T) {
 		}
 	}
 	poll(t, "permits given back", func() bool {
-		u := depthOf(t, s, "noisy")
+		u := depthOf(t, s, tenant)
 		return u.InFlight == 0 && u.Parked == 0
 	})
-}
-
-// poll calls f until it reports done or waitLimit passes.
-func poll(t *testing.T, what string, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", waitLimit, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // TestDepthLightTenantStartsWhileNoisyDrains runs a noisy tenant's
@@ -385,5 +378,17 @@ func TestDepthCapChangeTakesEffect(t *testing.T) {
 	close(stop)
 	if m := <-most; m > 1 {
 		t.Errorf("depth reached %d after the cap was lowered to 1", m)
+	}
+}
+
+// poll calls f until it reports done or waitLimit passes.
+func poll(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", waitLimit, what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
