@@ -104,6 +104,15 @@ func TestAdmitTasksRateRejectionIsNotParked(t *testing.T) {
 	if u, _ := g.Usage(context.Background(), "t"); u.InFlight != 1 || u.Parked != 0 {
 		t.Fatalf("in flight %d, parked %d; want 1, 0", u.InFlight, u.Parked)
 	}
+	// A retry of the admitted task, with the window full and permits free,
+	// gets its slot back and takes no second permit.
+	again, err := g.AdmitTasks(context.Background(), "t", refs("a", 1))
+	if err != nil || again[0].Outcome != admission.Admitted || !again[0].Existing || !again[0].At.Equal(ds[0].At) {
+		t.Fatalf("retry: %+v, %v; want admitted, existing, at %v", again, err, ds[0].At)
+	}
+	if u, _ := g.Usage(context.Background(), "t"); u.InFlight != 1 {
+		t.Fatalf("in flight %d after the retry, want 1", u.InFlight)
+	}
 }
 
 // commandCounts reads how many times Redis ran each command, scripts'

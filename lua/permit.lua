@@ -42,41 +42,61 @@ if waiting > 0 then
   order = max(now, tonumber(call('ZRANGE', parked, -1, -1, 'WITHSCORES')[2]) + 1)
 end
 
+-- existing returns the outcome of a ref that already holds a permit:
+-- its slot, from the log.
+local function existing(id)
+  local s = call('ZSCORE', log, id)
+  local at = s and tonumber(s) or now
+  return at > now and 4 or 3, at
+end
+
+-- The common path (a permit free, the slot rule admits) checks for a
+-- retried ref with the ZADD NX that takes the permit; the other paths
+-- look it up.
 for i = 9, 8 + 2 * n, 2 do
   local id, ref = ARGV[i], ARGV[i + 1]
   local code, at, remaining = 2, 0, 0
-  if call('ZSCORE', permits, ref) then
-    local s = call('ZSCORE', log, id)
-    at = s and tonumber(s) or now
-    code = at > now and 4 or 3
-  elseif call('ZSCORE', parked, ref) then
-    code, at = 6, tonumber(call('ZSCORE', parked, ref))
-  elseif rejectedAt then
-    code, at = 2, rejectedAt
-  elseif waiting == 0 and held < cap then
+  if waiting == 0 and held < cap and not rejectedAt then
     local raw = slotRaw(log, limit, window, card, newest)
     local slot = now
     if raw > now then
       slot = ceil(raw, gran)
     end
-    if slot - now <= maxDelay then
+    if slot - now > maxDelay then
+      if call('ZSCORE', permits, ref) then
+        code, at = existing(id)
+      else
+        rejectedAt = min(raw, slot - maxDelay)
+        code, at = 2, rejectedAt
+      end
+    elseif call('ZADD', permits, 'NX', slot + lease, ref) == 0 then
+      code, at = existing(id)
+    else
       call('ZADD', log, slot == now and nowS or slot, id)
-      call('ZADD', permits, slot + lease, ref)
       card, newest, added, held = card + 1, max(newest, slot), true, held + 1
       code, at = slot > now and 1 or 0, slot
       if slot == now and card < limit then
         remaining = limit - card
       end
-    else
-      rejectedAt = min(raw, slot - maxDelay)
-      code, at = 2, rejectedAt
     end
+  elseif call('ZSCORE', permits, ref) then
+    code, at = existing(id)
+  elseif rejectedAt and waiting == 0 and held < cap then
+    code, at = 2, rejectedAt
   elseif waiting < maxParked then
-    call('ZADD', parked, order, ref)
-    code, at = 5, now
-    waiting, order = waiting + 1, order + 1
+    if call('ZADD', parked, 'NX', order, ref) == 1 then
+      code, at = 5, now
+      waiting, order = waiting + 1, order + 1
+    else
+      code, at = 6, tonumber(call('ZSCORE', parked, ref))
+    end
   else
-    code, at = 7, now + window
+    local s = call('ZSCORE', parked, ref)
+    if s then
+      code, at = 6, tonumber(s)
+    else
+      code, at = 7, now + window
+    end
   end
   out[#out + 1], out[#out + 2], out[#out + 3] = code, at, remaining
 end
