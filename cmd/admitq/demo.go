@@ -28,6 +28,7 @@ func (a *app) newDemoCmd() *cobra.Command {
 		duration    time.Duration
 		chart       string
 		metricsAddr string
+		scenario    string
 	)
 	cmd := &cobra.Command{
 		Use:   "demo [--duration 20s] [--chart FILE.svg|FILE.png]",
@@ -47,6 +48,17 @@ tasks still scheduled when it was interrupted.`,
 			if duration < time.Second {
 				return usageErrorf("--duration %v: want at least 1s", duration)
 			}
+			switch scenario {
+			case "rate":
+			case "depth":
+				d := time.Duration(0)
+				if cmd.Flags().Changed("duration") {
+					d = duration
+				}
+				return a.runDepthDemo(cmd.Context(), d) // demodepth.go
+			default:
+				return usageErrorf("--scenario %q: want rate or depth", scenario)
+			}
 			var format string
 			if chart != "" {
 				switch strings.ToLower(filepath.Ext(chart)) {
@@ -65,6 +77,7 @@ tasks still scheduled when it was interrupted.`,
 	fs.DurationVar(&duration, "duration", 20*time.Second, "how long the producers send")
 	fs.StringVar(&chart, "chart", "", "write a chart of tasks started per second to `FILE` (.svg or .png)")
 	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address while the demo runs")
+	fs.StringVar(&scenario, "scenario", "rate", "rate: a noisy tenant flattened to its quota; depth: a slow worker pool meets a noisy tenant's backlog, capped by MaxInFlight")
 	return cmd
 }
 

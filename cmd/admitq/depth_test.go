@@ -103,3 +103,30 @@ func TestStatusShowsDepth(t *testing.T) {
 		t.Errorf("status lacks the depth table:\n%s", text)
 	}
 }
+
+// TestDemoDepthScenario runs the depth demo on a redis-server and on the
+// embedded Redis: both checks pass, and the run cleans up after itself.
+func TestDemoDepthScenario(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, args := range [][]string{
+		{"--redis", srv.URL(), "demo", "--scenario", "depth", "--duration", "2s"},
+		{"demo", "--scenario", "depth", "--duration", "2s"},
+	} {
+		res := admitq(t, args...)
+		if res.code != exitOK {
+			t.Fatalf("%v: %v", args, res)
+		}
+		for _, want := range []string{"ok   depth bound", "ok   nothing lost", "noisy: in flight "} {
+			if !strings.Contains(res.stdout, want) {
+				t.Errorf("%v: output lacks %q:\n%s", args, want, res.stdout)
+			}
+		}
+	}
+	if keys, err := srv.Client(t).Keys(t.Context(), "admitq-demo-*").Result(); err != nil || len(keys) != 0 {
+		t.Errorf("keys left behind: %v, %v", keys, err)
+	}
+	if res := admitq(t, "demo", "--scenario", "burst"); res.code != exitUsage || !strings.Contains(res.stderr, `--scenario "burst"`) {
+		t.Errorf("a bad --scenario: %v", res)
+	}
+}
