@@ -146,7 +146,12 @@ func newClient(g *admission.Gate, opts []Option) *Client {
 //   - Deferred: the task is scheduled (asynq.ProcessAt) for its slot,
 //     Decision.At, a whole second. It never becomes pending before it.
 //   - Rejected: nothing is enqueued and the error is a *RejectedError,
-//     which matches ErrRejected and says when to retry.
+//     which matches ErrRejected and says when to retry (Decision.Full: the
+//     tenant's parked backlog, Quota.MaxParked, is full).
+//   - Parked (a tenant with Quota.MaxInFlight tasks in the queue already):
+//     the task is written to asynq's scheduled set until ParkedUntil, and
+//     a worker with a Gate moves it to pending, in order, when one of the
+//     tenant's tasks finishes. Its own ProcessAt, if any, is not kept.
 //
 // The task's ID is the tenant's log entry. It comes from an asynq.TaskID
 // option, given to Enqueue or to asynq.NewTask (Enqueue's wins, as in

@@ -74,7 +74,9 @@ type Config struct {
 
 	// TaskCheckInterval is how long, on average, an idle worker waits before
 	// it polls empty queues again. Lower values pick up new work sooner and
-	// cost Redis more. Zero or negative means DefaultTaskCheckInterval (1 s).
+	// cost Redis more. Zero or negative means DefaultTaskCheckInterval (1 s),
+	// or DefaultDepthTaskCheckInterval (20 ms) when Gate is set, so that a
+	// task released from a parked backlog starts at once.
 	TaskCheckInterval time.Duration
 
 	// Middleware wraps the handler. The first element is the outermost.
