@@ -403,3 +403,54 @@ func poll(t *testing.T, what string, f func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestDepthRetryKeepsPermitArchiveGivesItBack: a capped tenant's task that
+// fails and is retried keeps its permit through the retry, so the parked
+// task waits; when it then fails for good (SkipRetry: archived), the permit
+// passes to the parked task.
+func TestDepthRetryKeepsPermitArchiveGivesItBack(t *testing.T) {
+	t.Parallel()
+	q := admission.Quota{Limit: 1000, Window: time.Second, MaxInFlight: 1}
+	s := newStack(t, admission.StaticQuotas{Default: &q})
+	ctx := context.Background()
+	s.enqueue(ctx, "t", asynq.NewTask("flaky", nil), asynq.TaskID("a"), asynq.MaxRetry(3))
+	if _, d, err := s.enqueue(ctx, "t", asynq.NewTask("next", nil), asynq.TaskID("b")); err != nil || d.Outcome != admission.Parked {
+		t.Fatalf("Enqueue b: %v, %v; want parked", d.Outcome, err)
+	}
+	var mu sync.Mutex
+	var order []string
+	cfg := depthWorkerConfig(t, s, 2)
+	cfg.RetryDelayFunc = func(int, error, *asynq.Task) time.Duration { return 0 }
+	cfg.DelayedTaskCheckInterval = 100 * time.Millisecond
+	done := make(chan struct{})
+	s.startWorker(t, cfg, asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		n, _ := asynq.GetRetryCount(ctx)
+		mu.Lock()
+		order = append(order, fmt.Sprintf("%s%d", id, n))
+		mu.Unlock()
+		switch {
+		case id == "b":
+			close(done)
+			return nil
+		case n == 0:
+			return fmt.Errorf("first attempt fails")
+		default:
+			return fmt.Errorf("give up: %w", asynq.SkipRetry)
+		}
+	}))
+	select {
+	case <-done:
+	case <-time.After(waitLimit):
+		t.Fatal("b never started")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if diff := fmt.Sprint(order); diff != "[a0 a1 b0]" {
+		t.Fatalf("runs %v, want [a0 a1 b0]: a keeps its permit through its retry and gives it back once archived", order)
+	}
+	info, err := s.inspector.GetTaskInfo(s.queue, "a")
+	if err != nil || info.State != asynq.TaskStateArchived {
+		t.Fatalf("a: %v, %v; want archived", info, err)
+	}
+}
