@@ -22,6 +22,7 @@ func TestDepthOnCluster(t *testing.T) {
 			t.Parallel()
 			s := buildStack(t, clusterBackend(cl), stackConfig{
 				quotas: admission.StaticQuotas{Default: &q},
+				gate:   slowBatch,
 				queue:  "depth" + string(rune('a'+i)),
 				prefix: "depth" + string(rune('a'+i)),
 			})
