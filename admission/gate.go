@@ -42,6 +42,7 @@ type Gate struct {
 	brk    *breaker   // Redis's, or on a cluster, for keys of no known master
 	nodes  *nodeBreakers
 	local  *localLimiter
+	causes *causes // names why Redis is unavailable
 }
 
 // Group-commit bounds: requests per pipeline and pipelines in flight. With
@@ -68,6 +69,7 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 		ids:     newIDGen(),
 		depth:   newDepthScripts(),
 		local:   newLocalLimiter(o.instances),
+		causes:  watchCauses(rdb),
 	}
 	// Unbatched calls go through the committer too, one request a
 	// pipeline: its callers wait on their context, not on the connection,
@@ -156,7 +158,8 @@ func (g *Gate) AdmitBatch(ctx context.Context, tenant string, ids []string) ([]D
 
 // admitBatch decides ids; fresh says the gate generated them, so none can
 // be in the log yet.
-func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, fresh bool) ([]Decision, error) {
+func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, fresh bool) (_ []Decision, err error) {
+	defer func() { err = g.causes.explain(err) }()
 	if err := ValidateTenant(tenant); err != nil {
 		return nil, err
 	}
@@ -443,7 +446,8 @@ func (g *Gate) forgetDenial(tenant string) {
 // nothing for a rejected or local decision, which took no slot in Redis.
 // In Log mode releasing twice is harmless; Counter mode keeps no IDs, so
 // release each decision at most once.
-func (g *Gate) Release(ctx context.Context, d Decision) error {
+func (g *Gate) Release(ctx context.Context, d Decision) (err error) {
+	defer func() { err = g.causes.explain(err) }()
 	if d.ID == "" || d.Local || d.Outcome == Rejected {
 		return nil
 	}
@@ -505,7 +509,8 @@ type Usage struct {
 }
 
 // Usage reports tenant's current use of its quota. It writes nothing.
-func (g *Gate) Usage(ctx context.Context, tenant string) (Usage, error) {
+func (g *Gate) Usage(ctx context.Context, tenant string) (_ Usage, err error) {
+	defer func() { err = g.causes.explain(err) }()
 	if err := ValidateTenant(tenant); err != nil {
 		return Usage{}, err
 	}

@@ -48,7 +48,7 @@ func (g depthGauges) collect(ch chan<- prometheus.Metric) {
 // interval old. Tenants past WithMaxTenants share the "other" series,
 // which then shows the last of them observed.
 func (m *Metrics) ObserveDepth(d admission.Depth) {
-	tenant, _ := m.tenantLabel(d.Tenant)
+	tenant, _ := m.tenantLabel(d.Tenant, 0) // gauges: no series to start at zero
 	m.depth.inFlight.WithLabelValues(tenant).Set(float64(d.InFlight))
 	m.depth.parked.WithLabelValues(tenant).Set(float64(d.Parked))
 	age := 0.0

@@ -19,6 +19,7 @@ import (
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/enqueue"
+	"github.com/admitq/admitq/lua"
 )
 
 // Defaults the Worker applies to zero Config fields.
@@ -273,7 +274,7 @@ func (w *Worker) Start(h asynq.Handler) error {
 		dep = newDepth(w.gate, rdb, w.lease, w.every, w.log)
 		dep.observe = w.onDepth
 	}
-	if err := srv.Start(w.handler(h, dep)); err != nil {
+	if err := srv.Start(w.handler(h, rdb, dep)); err != nil {
 		rdb.Close()
 		return err
 	}
@@ -363,16 +364,17 @@ func (w *Worker) Shutdown() {
 }
 
 // handler wraps h in the user's middleware, then in the Worker's own, which
-// is outermost so that the user's middleware sees the tenant and has its
-// panics recovered too.
-func (w *Worker) handler(h asynq.Handler, dep *depth) asynq.Handler {
+// is outermost so that the user's middleware sees the tenant (and
+// FirstStart works in it) and has its panics recovered too. dep, when set,
+// holds capped tenants' permits inside it (permits.go).
+func (w *Worker) handler(h asynq.Handler, rdb redis.UniversalClient, dep *depth) asynq.Handler {
 	for i := len(w.mw) - 1; i >= 0; i-- {
 		h = w.mw[i](h)
 	}
 	if dep != nil {
 		h = dep.middleware(h)
 	}
-	return tenantHandler{next: h, log: w.log}
+	return tenantHandler{next: h, log: w.log, starts: &starts{rdb: rdb, script: lua.Started()}}
 }
 
 type tenantKey struct{}
@@ -396,12 +398,13 @@ func withTenant(ctx context.Context, t *asynq.Task) (context.Context, string) {
 // tenantHandler puts the task's tenant into the context and recovers panics.
 // asynq recovers panics too, but its error names neither tenant nor task type.
 type tenantHandler struct {
-	next asynq.Handler
-	log  *slog.Logger
+	next   asynq.Handler
+	log    *slog.Logger
+	starts *starts
 }
 
 func (h tenantHandler) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
-	ctx, tenant := withTenant(ctx, t)
+	ctx, tenant := withTenant(h.starts.with(ctx), t)
 	defer func() {
 		if v := recover(); v != nil {
 			id, _ := asynq.GetTaskID(ctx)
