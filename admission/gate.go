@@ -35,6 +35,7 @@ type Gate struct {
 	usage   *redis.Script
 	counter *redis.Script
 	ids     *idGen
+	depth   depthScripts // capped tenants' scripts (permit.go)
 
 	commit *committer // one request a pipeline when batching is off
 	deny   *denyCache // nil when the deny cache is off
@@ -66,6 +67,7 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 		usage:   lua.Usage(),
 		counter: lua.Counter(),
 		ids:     newIDGen(),
+		depth:   newDepthScripts(),
 		local:   newLocalLimiter(o.instances),
 		causes:  watchCauses(rdb),
 	}
@@ -207,6 +209,9 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notB
 	if !notBefore.IsZero() && notBefore.After(time.Now()) {
 		// Past ones join the requests without one, in their groups.
 		nb = notBefore.UnixMicro()
+	}
+	if q.MaxInFlight > 0 {
+		return g.admitCapped(ctx, tenant, q, refsOf(ids), nb) // permit.go
 	}
 	return g.decide(ctx, tenant, q, ids, nb, fresh)
 }
@@ -528,6 +533,13 @@ type Usage struct {
 	// NextFree is the slot a request arriving now would get (before
 	// rounding); Now when it would be admitted.
 	NextFree time.Time
+	// InFlight is the permits the tenant holds under Quota.MaxInFlight:
+	// its tasks in the worker queues. 0 when it has no cap.
+	InFlight int
+	// Parked is the tenant's tasks waiting for a permit, and OldestParked
+	// when the first of them was parked (zero when none is).
+	Parked       int
+	OldestParked time.Time
 }
 
 // Usage reports tenant's current use of its quota. It writes nothing.
@@ -557,14 +569,20 @@ func (g *Gate) Usage(ctx context.Context, tenant string) (_ Usage, err error) {
 	if len(res) != 4 {
 		return Usage{}, fmt.Errorf("admitq: usage script returned %d values", len(res))
 	}
-	return Usage{
+	u := Usage{
 		Tenant:   tenant,
 		Quota:    q,
 		Now:      time.UnixMicro(res[0]),
 		InWindow: int(res[1]),
 		Reserved: int(res[2]),
 		NextFree: time.UnixMicro(res[3]),
-	}, nil
+	}
+	if q.MaxInFlight > 0 {
+		if err := g.depthUsage(ctx, &u); err != nil {
+			return Usage{}, err
+		}
+	}
+	return u, nil
 }
 
 // bounded runs call and returns when it does or when ctx ends, whichever
