@@ -93,11 +93,8 @@ func newCommitter(rdb redis.UniversalClient, admit, counter *redis.Script, timeo
 // caller's path, for a request whose generated IDs may hold slots nobody
 // will use. The wait never depends on the Redis connection, so it is bounded
 // even for a client that ignores context deadlines.
-func (c *committer) do(ctx context.Context, r *request, deadline time.Time, forget func(*request)) ([]Decision, error) {
-	wait := time.Until(deadline)
-	if wait <= 0 {
-		return nil, context.DeadlineExceeded
-	}
+func (c *committer) do(ctx context.Context, r *request, forget func(*request)) ([]Decision, error) {
+	wait := c.timeout
 	r.done = make(chan struct{})
 	c.mu.Lock()
 	c.pending = append(c.pending, r)
