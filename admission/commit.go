@@ -87,14 +87,15 @@ func newCommitter(rdb redis.UniversalClient, admit, counter *redis.Script, timeo
 	}
 }
 
-// do queues r and waits for its decisions, for ctx, or for deadline, and returns Redis's errors as they are, for the caller to map.
-// If ctx or the timeout ends first, the call returns at once (with the
-// context's error or context.DeadlineExceeded). forget is called, off the
-// caller's path, for a request whose generated IDs may hold slots nobody
-// will use. The wait never depends on the Redis connection, so it is bounded
-// even for a client that ignores context deadlines.
+// do queues r and waits for its decisions, for ctx, or for the timeout
+// (and a grace, if the process was starved when it passed: see starved),
+// and returns Redis's errors as they are, for the caller to map. If ctx or
+// the timeout ends first, the call returns at once (with the context's
+// error or context.DeadlineExceeded). forget is called, off the caller's
+// path, for a request whose generated IDs may hold slots nobody will use.
+// The wait never depends on the Redis connection, so it is bounded even for
+// a client that ignores context deadlines.
 func (c *committer) do(ctx context.Context, r *request, forget func(*request)) ([]Decision, error) {
-	wait := c.timeout
 	r.done = make(chan struct{})
 	c.mu.Lock()
 	c.pending = append(c.pending, r)
@@ -110,10 +111,11 @@ func (c *committer) do(ctx context.Context, r *request, forget func(*request)) (
 	// and since Go 1.23 a stopped timer can be reset without draining.
 	t, _ := c.timers.Get().(*time.Timer)
 	if t == nil {
-		t = time.NewTimer(wait)
+		t = time.NewTimer(c.timeout)
 	} else {
-		t.Reset(wait)
+		t.Reset(c.timeout)
 	}
+	due := time.Now().Add(c.timeout)
 	defer func() {
 		if !t.Stop() {
 			// Under pre-1.23 timer semantics (a main module on an older go
@@ -126,13 +128,20 @@ func (c *committer) do(ctx context.Context, r *request, forget func(*request)) (
 		c.timers.Put(t)
 	}()
 	var gaveUp error
-	select {
-	case <-r.done:
-		return r.ds, r.err
-	case <-ctx.Done():
-		gaveUp = context.Cause(ctx)
-	case <-t.C:
-		gaveUp = context.DeadlineExceeded
+	for gaveUp == nil {
+		select {
+		case <-r.done:
+			return r.ds, r.err
+		case <-ctx.Done():
+			gaveUp = context.Cause(ctx)
+		case <-t.C:
+			if !due.IsZero() && starved(due) {
+				due = time.Time{} // one grace, then Redis is to blame
+				t.Reset(graceFor(c.timeout))
+				continue
+			}
+			gaveUp = context.DeadlineExceeded
+		}
 	}
 	if r.state.CompareAndSwap(waiting, abandoned) {
 		return nil, gaveUp
@@ -247,7 +256,9 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 		done()
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	// The callers' waits and the breaker's reports judge lateness (see
+	// starved); this deadline only frees a connection Redis never answers.
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout+graceFor(c.timeout))
 
 	// Log groups share one call where keys may span slots; counter.lua
 	// takes one key a call.
@@ -373,18 +384,19 @@ func (c *committer) exec(ctx context.Context, calls [][]*group, eval bool) ([][]
 		}
 	}
 	started := time.Now()
-	var late *time.Timer
+	var late *lateTimer
 	if c.report != nil {
 		// Without ContextTimeoutEnabled go-redis waits for a frozen Redis
 		// until its ReadTimeout, seconds past ctx's deadline: the breaker
 		// hears of the failure at the deadline, not then.
+		// A starved process gets a grace first, as its callers do.
 		key := calls[0][0].key
-		late = time.AfterFunc(c.timeout, func() {
+		late = afterTimeout(c.timeout, func() {
 			c.report(key, started, fmt.Errorf("%w: no reply within %v", context.DeadlineExceeded, c.timeout))
 		})
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
-	reported := late != nil && !late.Stop()
+	reported := late != nil && late.stop()
 	res := make([][]int64, len(calls))
 	errs := make([]error, len(calls))
 	var down error // the first reply that says Redis is unavailable
