@@ -87,8 +87,7 @@ func newCommitter(rdb redis.UniversalClient, admit, counter *redis.Script, timeo
 	}
 }
 
-// do queues r and waits for its decisions, for ctx, or for the timeout
-// (and a grace, if the process was starved when it passed: see starved),
+// do queues r and waits for its decisions, for ctx, or for the timeout,
 // and returns Redis's errors as they are, for the caller to map. If ctx or
 // the timeout ends first, the call returns at once (with the context's
 // error or context.DeadlineExceeded). forget is called, off the caller's
@@ -115,7 +114,6 @@ func (c *committer) do(ctx context.Context, r *request, forget func(*request)) (
 	} else {
 		t.Reset(c.timeout)
 	}
-	due := time.Now().Add(c.timeout)
 	defer func() {
 		if !t.Stop() {
 			// Under pre-1.23 timer semantics (a main module on an older go
@@ -128,20 +126,13 @@ func (c *committer) do(ctx context.Context, r *request, forget func(*request)) (
 		c.timers.Put(t)
 	}()
 	var gaveUp error
-	for gaveUp == nil {
-		select {
-		case <-r.done:
-			return r.ds, r.err
-		case <-ctx.Done():
-			gaveUp = context.Cause(ctx)
-		case <-t.C:
-			if !due.IsZero() && starved(due) {
-				due = time.Time{} // one grace, then Redis is to blame
-				t.Reset(graceFor(c.timeout))
-				continue
-			}
-			gaveUp = context.DeadlineExceeded
-		}
+	select {
+	case <-r.done:
+		return r.ds, r.err
+	case <-ctx.Done():
+		gaveUp = context.Cause(ctx)
+	case <-t.C:
+		gaveUp = context.DeadlineExceeded
 	}
 	if r.state.CompareAndSwap(waiting, abandoned) {
 		return nil, gaveUp
@@ -256,9 +247,7 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 		done()
 		return
 	}
-	// The callers' waits and the breaker's reports judge lateness (see
-	// starved); this deadline only frees a connection Redis never answers.
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout+graceFor(c.timeout))
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 
 	// Log groups share one call where keys may span slots; counter.lua
 	// takes one key a call.
@@ -384,19 +373,18 @@ func (c *committer) exec(ctx context.Context, calls [][]*group, eval bool) ([][]
 		}
 	}
 	started := time.Now()
-	var late *lateTimer
+	var late *time.Timer
 	if c.report != nil {
 		// Without ContextTimeoutEnabled go-redis waits for a frozen Redis
 		// until its ReadTimeout, seconds past ctx's deadline: the breaker
 		// hears of the failure at the deadline, not then.
-		// A starved process gets a grace first, as its callers do.
 		key := calls[0][0].key
-		late = afterTimeout(c.timeout, func() {
+		late = time.AfterFunc(c.timeout, func() {
 			c.report(key, started, fmt.Errorf("%w: no reply within %v", context.DeadlineExceeded, c.timeout))
 		})
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
-	reported := late != nil && late.stop()
+	reported := late != nil && !late.Stop()
 	res := make([][]int64, len(calls))
 	errs := make([]error, len(calls))
 	var down error // the first reply that says Redis is unavailable
