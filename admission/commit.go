@@ -87,14 +87,17 @@ func newCommitter(rdb redis.UniversalClient, admit, counter *redis.Script, timeo
 	}
 }
 
-// do queues r and waits for its decisions, for ctx, or for the timeout,
-// and returns Redis's errors as they are, for the caller to map. If ctx or
-// the timeout ends first, the call returns at once (with the context's
-// error or context.DeadlineExceeded). forget is called, off the caller's
-// path, for a request whose generated IDs may hold slots nobody will use.
-// The wait never depends on the Redis connection, so it is bounded even for
-// a client that ignores context deadlines.
-func (c *committer) do(ctx context.Context, r *request, forget func(*request)) ([]Decision, error) {
+// do queues r and waits for its decisions, for ctx, or for deadline, and returns Redis's errors as they are, for the caller to map.
+// If ctx or the timeout ends first, the call returns at once (with the
+// context's error or context.DeadlineExceeded). forget is called, off the
+// caller's path, for a request whose generated IDs may hold slots nobody
+// will use. The wait never depends on the Redis connection, so it is bounded
+// even for a client that ignores context deadlines.
+func (c *committer) do(ctx context.Context, r *request, deadline time.Time, forget func(*request)) ([]Decision, error) {
+	wait := time.Until(deadline)
+	if wait <= 0 {
+		return nil, context.DeadlineExceeded
+	}
 	r.done = make(chan struct{})
 	c.mu.Lock()
 	c.pending = append(c.pending, r)
@@ -110,9 +113,9 @@ func (c *committer) do(ctx context.Context, r *request, forget func(*request)) (
 	// and since Go 1.23 a stopped timer can be reset without draining.
 	t, _ := c.timers.Get().(*time.Timer)
 	if t == nil {
-		t = time.NewTimer(c.timeout)
+		t = time.NewTimer(wait)
 	} else {
-		t.Reset(c.timeout)
+		t.Reset(wait)
 	}
 	defer func() {
 		if !t.Stop() {

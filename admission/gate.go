@@ -193,24 +193,25 @@ func (g *Gate) quota(ctx context.Context, tenant string) (Quota, error) {
 // holds, and otherwise asks Redis, whose retry hint goes to the cache.
 func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string, fresh bool) ([]Decision, error) {
 	now := time.Now()
+	deadline := now.Add(g.opts.timeout) // one for the decision's calls, however many it takes
 	key := windowKey(g.opts.prefix, tenant, q)
 	brk := g.breakerFor(ctx, key)
 	if brk.isOpen() {
 		return g.withoutRedis(tenant, q, ids, now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, tenant))
 	}
-	if d, ok := g.deny.lookup(tenant, q, g.gran, now); ok && (fresh || q.Mode == Counter || !g.held(ctx, tenant, ids)) {
+	if d, ok := g.deny.lookup(tenant, q, g.gran, now); ok && (fresh || q.Mode == Counter || !g.held(ctx, tenant, ids, deadline)) {
 		yieldLocal()
 		return d.decisions(tenant, ids, now), nil
 	}
 	gen := g.deny.generation(tenant)
-	ds, hint, err := g.remote(ctx, tenant, key, q, ids, fresh)
+	ds, hint, err := g.remote(ctx, tenant, key, q, ids, fresh, deadline)
 	if errors.Is(err, ErrUnavailable) {
 		// The gate's own timeout, not the caller's deadline (that error
 		// is the caller's, and its pipeline reports to the breaker, see
 		// New). Counted here as well, before the caller can call again,
 		// so that its next call is a failure of its own; as of when the
-		// decision began, so that one behind a probe that failed counts
-		// with the probe.
+		// decision began, so that decisions that overlap one failure
+		// count as one.
 		brk.failure(err, now)
 		return g.withoutRedis(tenant, q, ids, now, err)
 	}
@@ -236,8 +237,8 @@ func (g *Gate) breakerFor(ctx context.Context, key string) *breaker {
 // tenant's log, in which case the deny cache must not answer: a retried ID
 // gets its original slot back. One ZMSCORE, far cheaper for Redis than the
 // script; when it fails, the script decides.
-func (g *Gate) held(ctx context.Context, tenant string, ids []string) bool {
-	ctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
+func (g *Gate) held(ctx context.Context, tenant string, ids []string, deadline time.Time) bool {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	var scores []float64
 	err := bounded(ctx, func(ctx context.Context) (err error) {
@@ -275,14 +276,14 @@ func (g *Gate) withoutRedis(tenant string, q Quota, ids []string, now time.Time,
 	return nil, err
 }
 
-// remote decides on Redis, through the group commit (see committer.do for
-// how long it waits).
+// remote decides on Redis, through the group commit. The whole call,
+// queueing included, ends by deadline.
 //
 // Besides the decisions it returns the script's retry hint: zero, or the
 // Redis time until which every new request of tenant will be rejected.
-func (g *Gate) remote(ctx context.Context, tenant, key string, q Quota, ids []string, fresh bool) ([]Decision, time.Time, error) {
+func (g *Gate) remote(ctx context.Context, tenant, key string, q Quota, ids []string, fresh bool, deadline time.Time) ([]Decision, time.Time, error) {
 	r := &request{tenant: tenant, key: key, q: q, gran: g.gran, ids: ids, fresh: fresh}
-	ds, err := g.commit.do(ctx, r, g.forget)
+	ds, err := g.commit.do(ctx, r, deadline, g.forget)
 	if err != nil {
 		return nil, time.Time{}, callError(ctx, "admit", tenant, err)
 	}
