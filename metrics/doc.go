@@ -1,11 +1,13 @@
 // Package metrics exports Prometheus metrics for admitq producers and
 // workers.
 //
-// One Metrics value holds four series:
+// One Metrics value holds six series:
 //
 //	admitq_gate_decisions_total{tenant,outcome}  counter: gate decisions, outcome = admitted|deferred|rejected
 //	admitq_tasks_processed_total{tenant}          counter: handler runs that ended, failed or not (as asynq counts "processed")
 //	admitq_tasks_failed_total{tenant}             counter: handler runs that failed
+//	admitq_tasks_started_total{tenant}            counter: handler runs that started, retries included
+//	admitq_task_seconds_total{tenant}             counter: worker seconds spent in handler runs that ended
 //	admitq_queue_delay_seconds{tenant}            histogram: from a task's slot to the start of its first run
 //
 // A producer reports each decision with ObserveDecision; a worker wraps its
@@ -27,8 +29,8 @@
 //
 // # Label cardinality
 //
-// Every series has a tenant label, so each tenant costs about 22 series
-// (3 decision counters, 2 task counters, and a histogram of 14 buckets plus
+// Every series has a tenant label, so each tenant costs about 24 series
+// (3 decision counters, 4 task counters, and a histogram of 14 buckets plus
 // +Inf, its sum and count). Past WithMaxTenants distinct tenants (DefaultMaxTenants,
 // 1000) further tenants are counted under the label value OtherTenant, so a
 // flood of new tenant names cannot grow the registry without bound. To choose

@@ -89,6 +89,8 @@ type Metrics struct {
 	decisions *prometheus.CounterVec
 	processed *prometheus.CounterVec
 	failed    *prometheus.CounterVec
+	started   *prometheus.CounterVec
+	busy      *prometheus.CounterVec
 	delay     *prometheus.HistogramVec
 
 	label     func(string) string
@@ -125,6 +127,14 @@ func New(opts ...Option) *Metrics {
 			Name: "admitq_tasks_failed_total",
 			Help: "Task runs that failed, by tenant.",
 		}, []string{"tenant"}),
+		started: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "admitq_tasks_started_total",
+			Help: "Task runs that started, retries included, by tenant.",
+		}, []string{"tenant"}),
+		busy: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "admitq_task_seconds_total",
+			Help: "Seconds of worker time spent in task runs that ended, by tenant.",
+		}, []string{"tenant"}),
 		delay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "admitq_queue_delay_seconds",
 			Help:    "Time from a task's admission slot to the start of its first run, by tenant.",
@@ -143,6 +153,8 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.decisions.Describe(ch)
 	m.processed.Describe(ch)
 	m.failed.Describe(ch)
+	m.started.Describe(ch)
+	m.busy.Describe(ch)
 	m.delay.Describe(ch)
 }
 
@@ -151,6 +163,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.decisions.Collect(ch)
 	m.processed.Collect(ch)
 	m.failed.Collect(ch)
+	m.started.Collect(ch)
+	m.busy.Collect(ch)
 	m.delay.Collect(ch)
 }
 
@@ -183,11 +197,13 @@ func (m *Metrics) Middleware() asynq.MiddlewareFunc {
 			if first {
 				m.failed.WithLabelValues(tenant)
 			}
+			m.started.WithLabelValues(tenant).Inc()
 			if slot, ok := TaskSlot(t); ok && firstRun(ctx) {
 				m.delay.WithLabelValues(tenant).Observe(max(start.Sub(slot), 0).Seconds())
 			}
 			ended := false
 			defer func() {
+				m.busy.WithLabelValues(tenant).Add(m.now().Sub(start).Seconds())
 				m.processed.WithLabelValues(tenant).Inc()
 				if !ended { // panicking: the worker turns it into a failure
 					m.failed.WithLabelValues(tenant).Inc()

@@ -164,3 +164,26 @@ func gather(t *testing.T, c prometheus.Collector, names ...string) map[string]fl
 	}
 	return out
 }
+
+func TestMiddlewareCountsStartsAndWorkerSeconds(t *testing.T) {
+	m := New()
+	now := time.UnixMilli(1_780_000_000_000)
+	m.now = func() time.Time { return now }
+	h := m.Middleware()(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		now = now.Add(250 * time.Millisecond) // each run takes a quarter second
+		return nil
+	}))
+	for _, tenant := range []string{"acme", "acme", "globex"} {
+		_ = h.ProcessTask(context.Background(), task(tenant, time.Time{}))
+	}
+	want := map[string]float64{
+		`admitq_tasks_started_total{tenant="acme"}`:   2,
+		`admitq_tasks_started_total{tenant="globex"}`: 1,
+		`admitq_task_seconds_total{tenant="acme"}`:    0.5,
+		`admitq_task_seconds_total{tenant="globex"}`:  0.25,
+	}
+	got := gather(t, m, "admitq_tasks_started_total", "admitq_task_seconds_total")
+	if diff := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+		t.Errorf("starts and worker seconds (-want,+got):\n%s", diff)
+	}
+}

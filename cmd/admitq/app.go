@@ -165,7 +165,8 @@ rediss:// for TLS; or --redis-cluster for a Redis Cluster.`,
 		a.newStatusCmd(),
 		a.newEnqueueCmd(),
 		a.newWorkerCmd(),
-		a.newBenchCmd(), // bench.go
+		a.newBenchCmd(),     // bench.go
+		a.newDashboardCmd(), // dashboard.go
 	)
 	return root
 }

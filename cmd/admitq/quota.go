@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/cmd/admitq/internal/quotainput"
 )
 
 func (a *app) newQuotaCmd() *cobra.Command {
@@ -56,22 +57,9 @@ func (f *quotaFlags) quota(cmd *cobra.Command) (admission.Quota, error) {
 			return admission.Quota{}, usageErrorf("--%s is required", name)
 		}
 	}
-	switch {
-	case f.limit < 1:
-		return admission.Quota{}, usageErrorf("--limit %d: want at least 1", f.limit)
-	case f.window < time.Millisecond:
-		return admission.Quota{}, usageErrorf("--window %v: want at least 1ms", f.window)
-	case f.maxDelay < 0:
-		return admission.Quota{}, usageErrorf("--max-delay %v: want 0 or more", f.maxDelay)
-	}
-	// ParseMode takes "" for log; on the command line an empty --mode is a
-	// mistake, not a choice.
-	mode, err := admission.ParseMode(f.mode)
-	if err != nil || f.mode == "" {
-		return admission.Quota{}, usageErrorf("--mode %q: want log or counter", f.mode)
-	}
-	q := admission.Quota{Limit: f.limit, Window: f.window, MaxDelay: f.maxDelay, Mode: mode}
-	if err := q.Validate(); err != nil {
+	// quotainput gives the dashboard's form the same messages.
+	q, err := quotainput.Check(f.limit, f.window, f.maxDelay, f.mode)
+	if err != nil {
 		return admission.Quota{}, usageError(err)
 	}
 	return q, nil
