@@ -43,5 +43,8 @@
 // task header that enqueue stamps) to the moment the worker starts it, on the
 // worker's clock. The slot is Redis server time, so a worker whose clock is
 // off by x skews the histogram by x. Delays under zero are counted as zero.
-// Retries are not observed: their wait is asynq's backoff, not admission.
+// Only a task's first start is observed: reruns (after a failure, a throttled
+// retry or a shutdown that put the task back) wait for asynq's backoff or
+// for the worker, not for admission. Under a worker.Worker a first start is
+// told apart with worker.FirstStart, at one Redis round trip per task.
 package metrics

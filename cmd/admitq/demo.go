@@ -62,6 +62,11 @@ runs, and prints its URL.`,
 				default:
 					return usageErrorf("--chart %s: want a .svg or .png file name", chart)
 				}
+				// Before the demo, not after it: a typo must not cost
+				// a whole run.
+				if err := checkWritable(chart); err != nil {
+					return usageErrorf("--chart %s: %w", chart, err)
+				}
 			}
 			if !dash {
 				dashboardAddr = ""
@@ -163,6 +168,27 @@ func (a *app) runDemo(ctx context.Context, duration time.Duration, chart, format
 		return errors.New("demo: a check failed")
 	}
 	return nil
+}
+
+// checkWritable reports whether a file can be created at path, without
+// creating it: its directory exists and takes a new file, and path is not a
+// directory.
+func checkWritable(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return errors.New("is a directory")
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, ".admitq-chart-*")
+	if err != nil {
+		var perr *os.PathError
+		if errors.As(err, &perr) {
+			err = perr.Err
+		}
+		return fmt.Errorf("cannot create a file in %s: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
 }
 
 func writeChart(path, format string, c demo.Chart) error {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -22,6 +23,10 @@ func (a *app) newQuotaCmd() *cobra.Command {
 		Short: "Set, show and delete per-tenant quotas",
 		Long: `Quotas live in the Redis hash <prefix>:quotas. Running producers pick up a
 change within a second. A tenant without a quota of its own gets the default.`,
+		// Without a RunE, cobra would print the help for a missing or
+		// misspelt subcommand and exit 0.
+		Args: cobra.ArbitraryArgs,
+		RunE: needSubcommand,
 	}
 	cmd.AddCommand(
 		a.newQuotaSetCmd(),
@@ -72,7 +77,7 @@ func (a *app) newQuotaSetCmd() *cobra.Command {
 		Short: "Set a tenant's quota",
 		Example: `  admitq quota set acme --limit 100 --window 1m --max-delay 30s
   admitq quota set bulk --limit 1000000 --window 1m --mode counter`,
-		Args: cobra.ExactArgs(1),
+		Args: oneTenant,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tenant := args[0]
 			if err := validateTenants(tenant); err != nil {
@@ -124,7 +129,7 @@ func (a *app) newQuotaGetCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get TENANT",
 		Short: "Show a tenant's own quota",
-		Args:  cobra.ExactArgs(1),
+		Args:  oneTenant,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tenant := args[0]
 			if err := validateTenants(tenant); err != nil {
@@ -181,13 +186,22 @@ func (a *app) newQuotaDeleteCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "delete TENANT",
 		Short: "Delete a tenant's own quota; the default then applies",
-		Args:  cobra.ExactArgs(1),
+		Long: `Deletes a tenant's own quota; the default then applies. A tenant that has
+no quota of its own is an error (exit 1), and nothing changes.`,
+		Args: oneTenant,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tenant := args[0]
 			if err := validateTenants(tenant); err != nil {
 				return err
 			}
 			return a.withQuotas(cmd, func(quotas *admission.RedisQuotas) error {
+				// Get, then Delete: a quota set in between is deleted
+				// and reported deleted, which is what the caller asked.
+				if _, err := quotas.Get(cmd.Context(), tenant); errors.Is(err, admission.ErrNoQuota) {
+					return fmt.Errorf("tenant %q has no quota of its own; nothing deleted", tenant)
+				} else if err != nil {
+					return inputError(err)
+				}
 				if err := quotas.Delete(cmd.Context(), tenant); err != nil {
 					return inputError(err)
 				}
@@ -298,9 +312,23 @@ func writeQuotaTable(w io.Writer, l quotaList) error {
 		row("(default)", *l.Default)
 	}
 	for _, e := range l.Tenants {
-		row(e.Tenant, quotaJSON{Limit: e.Limit, Window: e.Window, MaxDelay: e.MaxDelay, Mode: e.Mode})
+		row(tableTenant(e.Tenant), quotaJSON{Limit: e.Limit, Window: e.Window, MaxDelay: e.MaxDelay, Mode: e.Mode})
 	}
 	return tw.Flush()
+}
+
+// tableTenantWidth is the widest a tenant name is shown in a table. A
+// tenant may be 256 bytes long, which would widen every row of the table.
+const tableTenantWidth = 40
+
+// tableTenant shortens a long tenant name for a table, with an ellipsis.
+// JSON output always carries the whole name.
+func tableTenant(s string) string {
+	if utf8.RuneCountInString(s) <= tableTenantWidth {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:tableTenantWidth-1]) + "…"
 }
 
 func writeJSON(w io.Writer, v any, indent bool) error {
