@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -227,13 +228,12 @@ func (g *Gate) quota(ctx context.Context, tenant string) (Quota, error) {
 	return q, nil
 }
 
+// decide answers ids from the deny cache when a rejection of tenant
+// holds, and otherwise asks Redis, whose retry hint goes to the cache. nb
+// is the requests' not-before time (µs, 0 for now).
 func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string, nb int64, fresh bool) ([]Decision, error) {
 	now := time.Now()
-	began := now
-	// One deadline for the decision's calls, however many it takes; time
-	// spent waiting in the deny cache for room is added to it, since that
-	// says nothing of Redis.
-	deadline := now.Add(g.opts.timeout)
+	deadline := now.Add(g.opts.timeout) // one for the decision's calls, however many it takes
 	key := windowKey(g.opts.prefix, tenant, q)
 	brk := g.breakerFor(ctx, key)
 	if brk.isOpen() {
@@ -241,104 +241,28 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 	}
 	// A cached rejection speaks of requests that start now: one that
 	// starts later may find its slot free, so it always asks Redis.
-	if g.deny != nil && nb == 0 {
-		waitFrom := now
-		d, ok, ticket, err := g.denied(ctx, tenant, q, &now, deadline)
-		deadline = deadline.Add(now.Sub(waitFrom))
-		if err != nil {
-			// The caller's ctx ended while it waited for room.
-			err = callError(ctx, "admit", tenant, err)
-			if errors.Is(err, ErrUnavailable) {
-				return g.withoutRedis(tenant, q, ids, now, err)
-			}
-			return nil, err
-		}
-		if ok && (fresh || q.Mode == Counter || !g.held(ctx, tenant, ids, deadline)) {
-			return d.decisions(tenant, ids, now), nil
-		}
-		if ticket != nil {
-			defer g.deny.returned(tenant, ticket) // after the put or room below
-		}
+	if d, ok := g.deny.lookup(tenant, q, g.gran, now); ok && nb == 0 && (fresh || q.Mode == Counter || !g.held(ctx, tenant, ids, deadline)) {
+		yieldLocal()
+		return d.decisions(tenant, ids, now), nil
 	}
-	var gen uint64
-	if g.deny != nil {
-		gen = g.deny.generation(tenant)
-	}
+	gen := g.deny.generation(tenant)
 	ds, hint, err := g.remote(ctx, tenant, key, q, ids, nb, fresh, deadline)
+	if errors.Is(err, ErrUnavailable) {
+		// The gate's own timeout, not the caller's deadline (that error
+		// is the caller's, and its pipeline reports to the breaker, see
+		// New). Counted here as well, before the caller can call again,
+		// so that its next call is a failure of its own; as of when the
+		// decision began, so that decisions that overlap one failure
+		// count as one.
+		brk.failure(err, now)
+		return g.withoutRedis(tenant, q, ids, now, err)
+	}
 	if err != nil {
-		if g.deny != nil {
-			// Nothing is known of the tenant's room: its requests go
-			// uncounted rather than one at a time behind calls that fail.
-			g.deny.room(tenant, q, g.gran, 0, time.Time{}, time.Now(), gen)
-		}
-		if errors.Is(err, ErrUnavailable) {
-			// The gate's own timeout, not the caller's deadline (that
-			// error is the caller's, and its pipeline reports to the
-			// breaker, see New). Counted here as well, before the caller
-			// can call again, so that its next call is a failure of its
-			// own; as of when the decision began, so that one behind a
-			// probe that failed counts with the probe.
-			brk.failure(err, began)
-			return g.withoutRedis(tenant, q, ids, now, err)
-		}
 		return nil, err
 	}
 	brk.success()
-	if g.deny != nil && hint.IsZero() && len(ds) > 0 {
-		free := -1 // unknown, after a deferral (a rejection brings a hint)
-		if last := ds[len(ds)-1]; last.Outcome == Admitted {
-			free = last.Remaining
-		}
-		g.deny.room(tenant, q, g.gran, free, ds[0].Now, time.Now(), gen)
-	}
-	if g.deny != nil && !hint.IsZero() {
-		// The hint is mapped to the local clock from the reply's arrival,
-		// a one-way trip after the script ran; a request sent at the
-		// hint's local time would reach Redis a one-way trip later too. So
-		// the cache stops answering about when Redis starts admitting:
-		// late by at most the difference between the two trips and the
-		// delivery of the reply to this goroutine, well under a round trip.
-		// (Mapping from the send time instead would send probes early,
-		// and each would cost a script call Redis only rejects.)
-		g.deny.put(tenant, q, g.gran, ds[0].Now, hint, time.Now(), gen)
-	}
+	g.deny.put(tenant, q, g.gran, ds[0].Now, hint, time.Now(), gen)
 	return ds, nil
-}
-
-// denied looks tenant up in the deny cache. While the tenant has as many
-// calls out as it has room for, it waits for one to come back and looks
-// again, setting *now to when it did, as lookup says; and it waits for half
-// the time to deadline (or to ctx's, if sooner) at most, then looks once
-// more and goes regardless, so that its own call keeps the other half.
-// ticket, when set, counts this caller's call as out: it must call
-// g.deny.returned once its call is done. err is ctx's, when it ends first.
-func (g *Gate) denied(ctx context.Context, tenant string, q Quota, now *time.Time, deadline time.Time) (d denial, ok bool, ticket *denial, err error) {
-	if cd, has := ctx.Deadline(); has && cd.Before(deadline) {
-		deadline = cd
-	}
-	var (
-		w      waiter
-		t      *time.Timer
-		giveUp bool
-	)
-	for {
-		d, ok, ticket, wait := g.deny.lookup(tenant, q, g.gran, *now, &w)
-		if wait == nil || giveUp {
-			return d, ok, ticket, nil // a wait after giving up: go uncounted
-		}
-		if t == nil {
-			t = time.NewTimer(deadline.Sub(*now) / 2)
-			defer t.Stop()
-		}
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return denial{}, false, nil, context.Cause(ctx)
-		case <-t.C:
-			giveUp = true
-		}
-		*now = time.Now()
-	}
 }
 
 // breakerFor returns the breaker of the Redis that serves key: on a
@@ -374,9 +298,20 @@ func (g *Gate) held(ctx context.Context, tenant string, ids []string, deadline t
 	return false
 }
 
+// yieldLocal yields the processor to the other goroutines ready to run,
+// before a decision made without Redis returns. Such a decision takes a
+// microsecond, and callers that loop on them (a tenant flooding its cached
+// rejection, every caller while the breaker is open) would otherwise run
+// until the scheduler preempts them, 10 ms at a time, while the goroutines
+// that send and read Redis calls wait their turn behind them: with 144 such
+// callers on 2 cores, a reply from a healthy Redis went unread for 250-430
+// ms, past the timeout, and the gate reported Redis unavailable.
+func yieldLocal() { runtime.Gosched() }
+
 // withoutRedis decides while Redis is unavailable, as the failure policy
 // says.
 func (g *Gate) withoutRedis(tenant string, q Quota, ids []string, now time.Time, err error) ([]Decision, error) {
+	yieldLocal()
 	if g.opts.policy == FailOpen {
 		return g.local.admit(tenant, q, ids, now), nil
 	}
@@ -466,11 +401,7 @@ func (g *Gate) forget(r *request) {
 
 // forgetDenial drops tenant's cached rejection, and any that calls now in
 // flight would bring back: a slot is being freed.
-func (g *Gate) forgetDenial(tenant string) {
-	if g.deny != nil {
-		g.deny.forget(tenant)
-	}
-}
+func (g *Gate) forgetDenial(tenant string) { g.deny.forget(tenant) }
 
 // Release gives back the slot a decision took, for work that was admitted
 // but then not started (say, the enqueue after admission failed). It does
