@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,7 +68,11 @@ func TestBound(t *testing.T) {
 			prefix := "bound-" + v.name
 			gates := make([]*admission.Gate, 4)
 			for i := range gates {
-				gates[i] = admission.New(srv.Client(t), static(q), append([]admission.Option{admission.WithPrefix(prefix)}, v.opts...)...)
+				// A generous timeout: 64 callers on a loaded machine can wait
+				// past the default for Redis, and the bound, not latency, is
+				// what is checked here.
+				gates[i] = admission.New(srv.Client(t), static(q), append([]admission.Option{
+					admission.WithPrefix(prefix), admission.WithTimeout(5 * time.Second)}, v.opts...)...)
 				t.Cleanup(func() { gates[i].Close() })
 			}
 			r := floodAndCheckBound(t, boundRun{q: q, gates: gates, tenants: []string{"t0", "t1", "t2", "t3", "t4"},
@@ -101,8 +106,23 @@ func floodAndCheckBound(t *testing.T, r boundRun) boundResult {
 		decisions = map[string][]admission.Decision{}
 		snapshots = map[string][][]int64{}
 	)
-	ctx, cancel := context.WithTimeout(t.Context(), r.d)
+	// The flood lasts r.d, and on past that until some request has been
+	// rejected (10 r.d at most): a loaded machine may need longer for the
+	// load to reach the limit, which is what the bound is about.
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
+	var rejected atomic.Bool
+	go func() {
+		defer cancel()
+		end, limit := time.Now().Add(r.d), time.Now().Add(10*r.d)
+		for time.Now().Before(limit) && (time.Now().Before(end) || !rejected.Load()) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
@@ -124,6 +144,9 @@ func floodAndCheckBound(t *testing.T, r boundRun) boundResult {
 					}
 					t.Errorf("admit: %v", err)
 					return
+				}
+				if ds[len(ds)-1].Outcome == admission.Rejected {
+					rejected.Store(true)
 				}
 				mu.Lock()
 				decisions[tenant] = append(decisions[tenant], ds...)
@@ -185,7 +208,9 @@ func TestFIFO(t *testing.T) {
 	q := admission.Quota{Limit: 5, Window: 100 * time.Millisecond, MaxDelay: time.Second}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
-			opts := append([]admission.Option{admission.WithPrefix("fifo-" + v.name)}, v.opts...)
+			// Order, not latency, is checked: nine busy callers must not
+			// fail on the default timeout when the machine is loaded.
+			opts := append([]admission.Option{admission.WithPrefix("fifo-" + v.name), admission.WithTimeout(5 * time.Second)}, v.opts...)
 			ctx, cancel := context.WithCancel(t.Context())
 			var wg sync.WaitGroup
 			for range 8 {
