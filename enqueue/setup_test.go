@@ -63,7 +63,11 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 		f.rdb.Close()
 		f.asynqRDB.Close()
 	})
-	f.gate = admission.New(f.rdb, admission.StaticQuotas{Default: &cfg.quota}, cfg.gateOpts...)
+	// miniredis runs the scripts in a Lua interpreter written in Go, slow
+	// under -race on a loaded machine: a generous timeout (a test's
+	// gateOpts may set its own) keeps these tests about decisions.
+	gateOpts := append([]admission.Option{admission.WithTimeout(5 * time.Second)}, cfg.gateOpts...)
+	f.gate = admission.New(f.rdb, admission.StaticQuotas{Default: &cfg.quota}, gateOpts...)
 	t.Cleanup(func() { _ = f.gate.Close() })
 	f.asynq = asynq.NewClientFromRedisClient(f.asynqRDB)
 	f.client = enqueue.NewFromRedis(f.asynqRDB, f.gate, cfg.opts...)
