@@ -61,4 +61,3 @@ func BenchmarkCounterScript(b *testing.B) {
 		b.ReportMetric(100*float64(admitted.Load())/float64(b.N), "admitted-%")
 	})
 }
-
