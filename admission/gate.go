@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/admitq/admitq/internal/freshid"
 	"github.com/admitq/admitq/lua"
 )
 
@@ -40,6 +41,7 @@ type Gate struct {
 	brk    *breaker   // Redis's, or on a cluster, for keys of no known master
 	nodes  *nodeBreakers
 	local  *localLimiter
+	causes *causes // names why Redis is unavailable
 }
 
 // Group-commit bounds: requests per pipeline and pipelines in flight. With
@@ -65,6 +67,7 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 		counter: lua.Counter(),
 		ids:     newIDGen(),
 		local:   newLocalLimiter(o.instances),
+		causes:  watchCauses(rdb),
 	}
 	// Unbatched calls go through the committer too, one request a
 	// pipeline: its callers wait on their context, not on the connection,
@@ -146,7 +149,9 @@ func (g *Gate) AdmitID(ctx context.Context, tenant, id string) (Decision, error)
 // in order: slots never go backwards through the batch, and once one request
 // is rejected so is every one after it.
 func (g *Gate) AdmitBatch(ctx context.Context, tenant string, ids []string) ([]Decision, error) {
-	return g.admitBatch(ctx, tenant, ids, time.Time{}, false)
+	// package enqueue marks the IDs it made itself: like the gate's own,
+	// their slots go back when the caller leaves before the decision.
+	return g.admitBatch(ctx, tenant, ids, time.Time{}, freshid.Marked(ctx))
 }
 
 // AdmitAt is AdmitID for work that will not start before notBefore, such as
@@ -168,13 +173,14 @@ func (g *Gate) AdmitAt(ctx context.Context, tenant, id string, notBefore time.Ti
 // AdmitBatchAt is AdmitBatch for work that will not start before
 // notBefore, as AdmitAt says.
 func (g *Gate) AdmitBatchAt(ctx context.Context, tenant string, ids []string, notBefore time.Time) ([]Decision, error) {
-	return g.admitBatch(ctx, tenant, ids, notBefore, false)
+	return g.admitBatch(ctx, tenant, ids, notBefore, freshid.Marked(ctx))
 }
 
 // admitBatch decides ids for work that starts at notBefore (zero: when
 // admitted); fresh says the gate generated them, so none can be in the log
 // yet.
-func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notBefore time.Time, fresh bool) ([]Decision, error) {
+func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notBefore time.Time, fresh bool) (_ []Decision, err error) {
+	defer func() { err = g.causes.explain(err) }()
 	if err := ValidateTenant(tenant); err != nil {
 		return nil, err
 	}
@@ -465,8 +471,11 @@ func (g *Gate) forgetDenial(tenant string) {
 // but then not started (say, the enqueue after admission failed). It does
 // nothing for a rejected or local decision, which took no slot in Redis.
 // In Log mode releasing twice is harmless; Counter mode keeps no IDs, so
-// release each decision at most once.
-func (g *Gate) Release(ctx context.Context, d Decision) error {
+// release each decision at most once. Release uses the tenant's quota as
+// it is now: a decision made in Counter mode and released after the quota
+// changed to Log gives nothing back (its count leaves with its window).
+func (g *Gate) Release(ctx context.Context, d Decision) (err error) {
+	defer func() { err = g.causes.explain(err) }()
 	if d.ID == "" || d.Local || d.Outcome == Rejected {
 		return nil
 	}
@@ -486,6 +495,12 @@ func (g *Gate) Release(ctx context.Context, d Decision) error {
 	err = bounded(cctx, func(ctx context.Context) error {
 		defer g.forgetDenial(d.Tenant)
 		if q.Mode == Counter {
+			// A decision made before the quota changed from Log holds its
+			// slot in the log; the counter must not give back one it
+			// never gave.
+			if n, err := g.rdb.ZRem(ctx, logKey(g.opts.prefix, d.Tenant), d.ID).Result(); err != nil || n == 1 {
+				return err
+			}
 			// The script finds the bucket: it knows the width it counts
 			// with, which need not be the quota's any more.
 			args := append(appendCounterArgs(nil, q, 1, 1, 0), d.At.UnixMicro())
@@ -516,7 +531,8 @@ type Usage struct {
 }
 
 // Usage reports tenant's current use of its quota. It writes nothing.
-func (g *Gate) Usage(ctx context.Context, tenant string) (Usage, error) {
+func (g *Gate) Usage(ctx context.Context, tenant string) (_ Usage, err error) {
+	defer func() { err = g.causes.explain(err) }()
 	if err := ValidateTenant(tenant); err != nil {
 		return Usage{}, err
 	}
