@@ -356,18 +356,7 @@ func parseDecisions(ds []Decision, tenant string, ids []string, nowµs int64, re
 	for i, id := range ids {
 		code, at, remaining := res[3*i], res[3*i+1], res[3*i+2]
 		d := Decision{Tenant: tenant, ID: id, Now: now, At: time.UnixMicro(at), Remaining: int(remaining)}
-		switch code {
-		case 0:
-			d.Outcome = Admitted
-		case 1:
-			d.Outcome = Deferred
-		case 2:
-			d.Outcome, d.ID = Rejected, ""
-		case 3:
-			d.Outcome, d.Existing = Admitted, true
-		case 4:
-			d.Outcome, d.Existing = Deferred, true
-		default:
+		if code > 4 || !setOutcome(&d, code) {
 			return nil, time.Time{}, fmt.Errorf("admitq: admit script returned outcome %d", code)
 		}
 		ds[i] = d
