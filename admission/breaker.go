@@ -2,11 +2,12 @@ package admission
 
 import (
 	"context"
-	"github.com/redis/go-redis/v9"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // breaker stops the gate paying the Redis timeout on every call while Redis
@@ -20,6 +21,7 @@ type breaker struct {
 	probeEvery time.Duration
 	timeout    time.Duration
 	probe      func(context.Context) error
+	onOpen     func() // when set, called as the breaker opens
 	logger     *slog.Logger
 
 	failures    atomic.Int64
@@ -68,6 +70,9 @@ func (b *breaker) failure(err error, started time.Time) {
 		return
 	}
 	b.logger.Warn("admitq: redis unavailable, breaker open", "err", err)
+	if b.onOpen != nil {
+		b.onOpen()
+	}
 	b.probing.Add(1)
 	go b.probeLoop()
 }
@@ -122,16 +127,35 @@ func (b *breaker) close() {
 	b.probing.Wait()
 }
 
-// nodeBreakers keeps one breaker per cluster master, each probing its own
-// master. A nil *nodeBreakers (no cluster) has none.
+// nodeBreakers keeps one breaker per cluster master, so that one master
+// down opens no breaker for the tenants of the others. A nil *nodeBreakers
+// (no cluster) has none.
+//
+// A master's breaker probes the master that now serves one of its keys,
+// not a fixed address: when a master dies its replica takes its slots over
+// under another address, and the probe sees that as soon as the client's
+// cluster layout does. go-redis reloads its layout only every
+// ClusterStateReloadInterval (60 s by default) or on a MOVED reply, which
+// no call gets while the breaker is open; so the breaker asks for a reload
+// when it opens and on every probe. Breakers of nodes that no longer serve
+// their keys (gone, or replicas now) are forgotten.
 type nodeBreakers struct {
 	cc      *redis.ClusterClient
 	timeout time.Duration
 	logger  *slog.Logger
 
 	mu     sync.Mutex
-	m      map[string]*breaker
+	m      map[string]*nodeBreaker
 	closed bool
+}
+
+// nodeBreaker is one master's breaker, with a key the master served when
+// the breaker was made: the probe asks the key's master, and a breaker
+// whose key has moved elsewhere belongs to no master any more.
+type nodeBreaker struct {
+	*breaker
+	addr string
+	key  string
 }
 
 // of returns the breaker of the master that serves key, or nil when that
@@ -147,15 +171,69 @@ func (n *nodeBreakers) of(ctx context.Context, key string) *breaker {
 	addr := node.Options().Addr
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	b := n.m[addr]
-	if b == nil {
-		b = newBreaker(func(ctx context.Context) error { return node.Ping(ctx).Err() }, n.timeout, n.logger.With("node", addr))
+	nb := n.m[addr]
+	if nb == nil {
+		nb = &nodeBreaker{addr: addr, key: key}
+		nb.breaker = newBreaker(n.probe(nb), n.timeout, n.logger.With("node", addr))
+		nb.onOpen = n.reload
 		if n.closed {
-			b.close()
+			nb.close()
 		}
-		n.m[addr] = b
+		n.m[addr] = nb
+		n.sweepLocked(ctx)
 	}
-	return b
+	return nb.breaker
+}
+
+// reload asks go-redis to read the cluster layout again, in the
+// background and at most every 200 ms however often it is asked.
+func (n *nodeBreakers) reload() { n.cc.ReloadState(context.Background()) }
+
+// probe returns nb's probe: nil once its key's master answers, or once its
+// key is served by another node (a replica took over, or the slot moved),
+// whose own breaker then decides; an error while the master that serves
+// the key cannot. A keyed command rather than PING: a master that answers
+// PING may still refuse keys (CLUSTERDOWN while another master is down).
+func (n *nodeBreakers) probe(nb *nodeBreaker) func(context.Context) error {
+	return func(ctx context.Context) error {
+		n.reload() // this probe sees the last tick's reload; the next sees this one's
+		node, err := n.cc.MasterForKey(ctx, nb.key)
+		if err != nil {
+			return err
+		}
+		if node.Options().Addr != nb.addr {
+			n.mu.Lock()
+			n.sweepLocked(ctx)
+			n.mu.Unlock()
+			return nil
+		}
+		if err := node.Exists(ctx, nb.key).Err(); err != nil && unavailable(err) {
+			return err
+		}
+		return nil // an answer, even MOVED: the master is up
+	}
+}
+
+// sweepLocked forgets the breakers of nodes that no longer serve their
+// keys, as far as the client's current layout knows, and stops their
+// probes. It costs a slot lookup per known master, no round trip.
+func (n *nodeBreakers) sweepLocked(ctx context.Context) {
+	for addr, nb := range n.m {
+		node, err := n.cc.MasterForKey(ctx, nb.key)
+		if err != nil || node.Options().Addr == addr {
+			continue
+		}
+		delete(n.m, addr)
+		nb.open.Store(false) // a caller still holding it goes to Redis, which routes anew
+		go nb.close()        // not here: close waits for the probe loop, which may be waiting on n.mu
+	}
+}
+
+// size returns how many masters have a breaker.
+func (n *nodeBreakers) size() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.m)
 }
 
 func (n *nodeBreakers) close() {
@@ -164,7 +242,7 @@ func (n *nodeBreakers) close() {
 	}
 	n.mu.Lock()
 	n.closed = true
-	bs := make([]*breaker, 0, len(n.m))
+	bs := make([]*nodeBreaker, 0, len(n.m))
 	for _, b := range n.m {
 		bs = append(bs, b)
 	}

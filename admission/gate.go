@@ -80,7 +80,7 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 	}
 	g.brk = newBreaker(func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, o.timeout, o.logger)
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		g.nodes = &nodeBreakers{cc: cc, timeout: o.timeout, logger: o.logger, m: make(map[string]*breaker)}
+		g.nodes = &nodeBreakers{cc: cc, timeout: o.timeout, logger: o.logger, m: make(map[string]*nodeBreaker)}
 	}
 	// Every pipeline tells the breaker of its Redis how it went, even when
 	// all its callers have left: callers whose own deadlines are shorter
@@ -200,6 +200,15 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 	if brk.isOpen() {
 		return g.withoutRedis(tenant, q, ids, now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, tenant))
 	}
+	if g.opts.policy == FailOpen {
+		// Back from an outage: what the fallback admitted still counts
+		// until it leaves the window, since Redis never saw it. A batch
+		// that does not fit whole is rejected whole, which never admits
+		// too many.
+		if n, at := g.local.guard(tenant, q, len(ids), now); n < len(ids) {
+			return rejectAll(tenant, ids, now, at), nil
+		}
+	}
 	if g.deny != nil {
 		waitFrom := now
 		d, ok, ticket, err := g.denied(ctx, tenant, q, &now, deadline)
@@ -243,6 +252,9 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 		return nil, err
 	}
 	brk.success()
+	if g.opts.policy == FailOpen {
+		g.local.observe(tenant, q, ds, time.Now()) // what the fallback must not hand out again
+	}
 	if g.deny != nil && hint.IsZero() && len(ds) > 0 {
 		free := -1 // unknown, after a deferral (a rejection brings a hint)
 		if last := ds[len(ds)-1]; last.Outcome == Admitted {
