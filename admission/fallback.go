@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"hash/maphash"
 	"math"
 	"sync"
@@ -87,6 +88,10 @@ type localCount struct {
 	// tenant had used, in all producers, and counts fallback admissions.
 	seed      int32
 	seedUntil int64
+	// debt is how many fallback admissions Redis has not been told of yet,
+	// of those counted until debtUntil (UnixNano); see Gate.replay.
+	debt      int32
+	debtUntil int64
 }
 
 // localList is a doubly linked list of tenants, most recently admitted
@@ -132,6 +137,16 @@ func newLocalLimiter(instances int) *localLimiter {
 // that fail-open never means fail-closed.
 func (l *localLimiter) limit(q Quota) int32 {
 	return int32(min(max(q.Limit/l.instances, 1), math.MaxInt32))
+}
+
+// share returns what used of q's Limit, taken in all producers, is of
+// this producer's local limit, rounded up.
+func (l *localLimiter) share(q Quota, used int) int32 {
+	u, limit := int64(min(max(used, 0), q.Limit)), int64(l.limit(q))
+	if u > math.MaxInt64/limit-int64(q.Limit) { // no room to multiply: a little more, never less
+		return int32(min(math.Ceil(float64(u)/float64(q.Limit)*float64(limit))+1, float64(limit)))
+	}
+	return int32((u*limit + int64(q.Limit) - 1) / int64(q.Limit))
 }
 
 func (l *localLimiter) shard(tenant string) *localShard {
@@ -182,6 +197,11 @@ func (l *localLimiter) admit(tenant string, q Quota, ids []string, now time.Time
 			// more keeps this one's share bounded until those still
 			// deciding locally are back, and Redis sees their work.
 			c.localUntil = (c.newest+localBuckets+1)*c.width + int64(q.Window)
+			if now.UnixNano() >= c.debtUntil {
+				c.debt = 0
+			}
+			c.debt++
+			c.debtUntil = (c.newest + localBuckets + 1) * c.width
 			s.touch(c, &s.local)
 			d.Remaining = int(limit - max(n, c.seed-1) - 1)
 		}
@@ -210,10 +230,8 @@ func (l *localLimiter) observe(tenant string, q Quota, ds []Decision, now time.T
 			if !d.Existing {
 				c.add()
 			}
-			// The tenant's use in all producers, as a share of this
-			// one's limit, rounded up.
-			used := int64(max(q.Limit-d.Remaining, 0))
-			c.seed = int32(min((used*int64(l.limit(q))+int64(q.Limit)-1)/int64(q.Limit), math.MaxInt32))
+			// The tenant's use in all producers, for a window.
+			c.seed = l.share(q, q.Limit-d.Remaining)
 			c.seedUntil = now.Add(q.Window).UnixNano()
 			continue
 		case Deferred:
@@ -221,9 +239,12 @@ func (l *localLimiter) observe(tenant string, q Quota, ds []Decision, now time.T
 		case Rejected:
 			full = d.At.Add(q.MaxDelay) // the next free slot
 		}
-		if until := now.Add(full.Sub(d.Now)).UnixNano(); until > c.fullUntil {
-			c.fullUntil = until
-		}
+		// Full until that slot, and from then on one slot free of Limit
+		// for a window, as far as this producer knows.
+		until := now.Add(full.Sub(d.Now))
+		c.fullUntil = max(c.fullUntil, until.UnixNano())
+		c.seed = l.share(q, q.Limit-1)
+		c.seedUntil = max(c.seedUntil, until.Add(q.Window).UnixNano())
 	}
 	list := &s.seen
 	if c.list == &s.local {
@@ -235,24 +256,57 @@ func (l *localLimiter) observe(tenant string, q Quota, ds []Decision, now time.T
 // guard returns how many of n requests of tenant may go to Redis now, and
 // when the rest could be admitted: all of them, unless the fallback
 // admitted for the tenant within the window, in which case those count,
-// since Redis never saw them, until they leave the window.
-func (l *localLimiter) guard(tenant string, q Quota, n int, now time.Time) (int, time.Time) {
+// since Redis never saw them, until they leave the window. debt is how
+// many of those Redis has not been told of (see Gate.replay).
+func (l *localLimiter) guard(tenant string, q Quota, n int, now time.Time) (ok int, at time.Time, debt int) {
 	s := l.shard(tenant)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now = l.now(now)
 	c := s.m[tenant]
 	if c == nil || now.UnixNano() >= c.localUntil {
-		return n, time.Time{}
+		return n, time.Time{}, 0
+	}
+	if now.UnixNano() < c.debtUntil {
+		debt = int(c.debt)
 	}
 	if now.UnixNano() < c.fullUntil {
-		return 0, time.Unix(0, c.fullUntil)
+		return 0, time.Unix(0, c.fullUntil), debt
 	}
 	room := int(l.limit(q) - c.count(q, now))
 	if room >= n {
-		return n, time.Time{}
+		return n, time.Time{}, debt
 	}
-	return max(room, 0), c.frees(now)
+	return max(room, 0), c.frees(now), debt
+}
+
+// replayed notes that Redis has been told of n of tenant's fallback
+// admissions.
+func (l *localLimiter) replayed(tenant string, n int) {
+	s := l.shard(tenant)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.m[tenant]; c != nil {
+		c.debt = max(c.debt-int32(min(n, math.MaxInt32)), 0)
+	}
+}
+
+// replay tells Redis of n admissions the fallback made for tenant that
+// are still in their window: each takes a slot now, where there is room,
+// so that producers that stayed on Redis, or came back first, do not hand
+// those slots out again. Now, not when they happened, which keeps them
+// counted longer, never shorter. With no room they are only forgotten:
+// they ran already, and a deferred slot would only delay the tenant's
+// next work. A call that fails leaves them for the next one.
+func (g *Gate) replay(ctx context.Context, tenant, key string, q Quota, n int, deadline time.Time) {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = g.ids.next()
+	}
+	q.MaxDelay = 0
+	if _, _, err := g.remote(ctx, tenant, key, q, ids, true, deadline); err == nil {
+		g.local.replayed(tenant, n)
+	}
 }
 
 // get returns tenant's counter, making one if there is none and there is

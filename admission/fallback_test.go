@@ -292,8 +292,12 @@ func TestLocalLimiterObserve(t *testing.T) {
 		t.Fatalf("after a deferral = %+v, want rejected until %v", d, now.Add(5*time.Second))
 	}
 	clk.add(5 * time.Second)
+	if got := outcomes(l.admit("v", q, []string{"a"}, clk.now())); got != "r" {
+		t.Fatalf("after the deferred slot: %s, want r: the slots before it leave the window only a window later", got)
+	}
+	clk.add(q.Window)
 	if got := outcomes(l.admit("v", q, []string{"a"}, clk.now())); got != "a" {
-		t.Fatalf("after the deferred slot: %s, want a", got)
+		t.Fatalf("a window after the deferred slot: %s, want a", got)
 	}
 	// Rejected with At = next free slot - MaxDelay.
 	now = clk.now()
@@ -304,31 +308,40 @@ func TestLocalLimiterObserve(t *testing.T) {
 }
 
 // TestLocalLimiterGuard: back on Redis, a tenant's fallback admissions
-// still count until they leave the window, since Redis never saw them:
-// the producer sends Redis only what its share has room for.
+// still count until they leave the window, and a window more, since Redis
+// never saw them: the producer sends Redis only what its share has room
+// for, and owes Redis the fallback admissions still in the window until
+// it has replayed them.
 func TestLocalLimiterGuard(t *testing.T) {
 	q := Quota{Limit: 6, Window: time.Second}
 	l, clk := newTestLimiter(2) // 3 each
-	if n, _ := l.guard("t", q, 5, clk.now()); n != 5 {
-		t.Fatalf("no outage: guard lets %d of 5 through, want all", n)
+	if n, _, debt := l.guard("t", q, 5, clk.now()); n != 5 || debt != 0 {
+		t.Fatalf("no outage: guard = %d, debt %d; want all 5, no debt", n, debt)
 	}
 	l.admit("t", q, []string{"a", "b"}, clk.now())
-	if n, _ := l.guard("t", q, 1, clk.now()); n != 1 {
-		t.Fatalf("guard lets %d of 1 through, want 1: the share has room", n)
+	if n, _, debt := l.guard("t", q, 1, clk.now()); n != 1 || debt != 2 {
+		t.Fatalf("guard = %d, debt %d; want 1 (the share has room), debt 2", n, debt)
 	}
-	redis := Decision{Outcome: Admitted, Now: clk.now(), At: clk.now()}
+	l.replayed("t", 2)
+	redis := Decision{Outcome: Admitted, Now: clk.now(), At: clk.now(), Remaining: 3}
 	l.observe("t", q, []Decision{redis}, clk.now())
-	n, at := l.guard("t", q, 1, clk.now())
-	if frees := clk.now().Add(q.Window + q.Window/localBuckets); n != 0 || !at.Equal(frees) {
-		t.Fatalf("guard = %d, %v; want 0 until %v", n, at, frees)
+	n, at, debt := l.guard("t", q, 1, clk.now())
+	if frees := clk.now().Add(q.Window + q.Window/localBuckets); n != 0 || !at.Equal(frees) || debt != 0 {
+		t.Fatalf("guard = %d, %v, debt %d; want 0 until %v, no debt once replayed", n, at, debt, frees)
 	}
 	clk.add(q.Window + q.Window/localBuckets)
-	if n, _ := l.guard("t", q, 100, clk.now()); n != 3 {
+	if n, _, _ := l.guard("t", q, 100, clk.now()); n != 3 {
 		t.Fatalf("once the local admissions have left the window: guard lets %d of 100 through, want the share, 3", n)
 	}
 	clk.add(q.Window)
-	if n, _ := l.guard("t", q, 100, clk.now()); n != 100 {
+	if n, _, _ := l.guard("t", q, 100, clk.now()); n != 100 {
 		t.Fatalf("two windows after the last local admission: guard lets %d of 100 through, want all", n)
+	}
+	// A debt not replayed lapses with its window.
+	l.admit("u", q, []string{"a"}, clk.now())
+	clk.add(q.Window + q.Window/localBuckets)
+	if _, _, debt := l.guard("u", q, 1, clk.now()); debt != 0 {
+		t.Fatalf("a window later: debt %d, want 0", debt)
 	}
 }
 
@@ -349,6 +362,7 @@ func TestLocalLimiterConcurrent(t *testing.T) {
 					l.admit(tenant, q, []string{"x"}, time.Now())
 				}
 				l.guard(tenant, q, 1, time.Now())
+				l.replayed(tenant, 1)
 			}
 		})
 	}

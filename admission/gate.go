@@ -202,10 +202,14 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 	}
 	if g.opts.policy == FailOpen {
 		// Back from an outage: what the fallback admitted still counts
-		// until it leaves the window, since Redis never saw it. A batch
+		// until it leaves the window, and Redis is told of it. A batch
 		// that does not fit whole is rejected whole, which never admits
 		// too many.
-		if n, at := g.local.guard(tenant, q, len(ids), now); n < len(ids) {
+		n, at, debt := g.local.guard(tenant, q, len(ids), now)
+		if debt > 0 {
+			g.replay(ctx, tenant, key, q, debt, deadline)
+		}
+		if n < len(ids) {
 			return rejectAll(tenant, ids, now, at), nil
 		}
 	}
