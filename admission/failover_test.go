@@ -131,8 +131,8 @@ func runFailover(t *testing.T, partial bool) {
 
 	groups := []*failoverGroup{
 		{name: "fail-closed", policy: admission.FailClosed},
-		{name: "fail-open/instances=3", policy: admission.FailOpen, worst: 1.25},
-		{name: "fail-open/instances=1", policy: admission.FailOpen, worst: 3.25},
+		{name: "fail-open/instances=3", policy: admission.FailOpen, worst: 5.0 / 3},
+		{name: "fail-open/instances=1", policy: admission.FailOpen, worst: 10.0 / 3},
 	}
 	for i, g := range groups {
 		g.admitted, g.lastOff, g.offAfter = map[string][]time.Time{}, map[string]time.Time{}, map[string]int{}

@@ -14,12 +14,14 @@ import (
 // quota. It only admits or rejects: without Redis there is no shared order
 // in which to hand out future slots.
 //
-// It also counts what this producer took from Redis just before an outage
-// (observe), so that the fallback does not hand out again, on top of the
-// slots Redis already gave, the share those slots used; and after an
-// outage, until the fallback's own admissions have left the window, a
-// tenant goes to Redis only while its local count has room (guard), since
-// Redis never saw them.
+// It also counts what this producer took from Redis, and what Redis last
+// said of the tenant's window (observe), so that the fallback does not
+// hand out again, on top of the slots Redis already gave, the share those
+// slots used. After an outage it tells Redis what it admitted (replay),
+// and for two windows after its last fallback decision for a tenant it
+// sends Redis only what the tenant's local count has room for (guard):
+// producers come back at different times, and Redis cannot see what the
+// others still admit locally.
 //
 // Memory per tenant is constant: a tenant is localBuckets+1 counters, like
 // Counter mode, whatever its limit (about 200 bytes with its map entry,
@@ -80,7 +82,7 @@ type localCount struct {
 	// until: a slot it deferred, or the next free slot of a rejection.
 	fullUntil int64
 	// localUntil (UnixNano) is a window after the fallback's last
-	// admission stops being counted; until then the tenant is guarded.
+	// decision stops being counted; until then the tenant is guarded.
 	localUntil int64
 	// Until seedUntil (UnixNano), a window after the last admission Redis
 	// gave this producer, the fallback admits only while seed < the local
@@ -193,19 +195,24 @@ func (l *localLimiter) admit(tenant string, q Quota, ids []string, now time.Time
 			if now.UnixNano() < c.seedUntil {
 				c.seed++
 			}
-			// Producers come back to Redis at different times: a window
-			// more keeps this one's share bounded until those still
-			// deciding locally are back, and Redis sees their work.
-			c.localUntil = (c.newest+localBuckets+1)*c.width + int64(q.Window)
 			if now.UnixNano() >= c.debtUntil {
 				c.debt = 0
 			}
 			c.debt++
 			c.debtUntil = (c.newest + localBuckets + 1) * c.width
-			s.touch(c, &s.local)
 			d.Remaining = int(limit - max(n, c.seed-1) - 1)
 		}
 		ds[i] = d
+	}
+	if c != nil {
+		// Guarded, admitted or not, until a window after this decision
+		// stops counting: producers come back to Redis at different
+		// times, and one back first must not take the whole window while
+		// the others still admit their shares locally, nor before Redis
+		// has seen what they admitted.
+		c.count(q, now)
+		c.localUntil = max(c.localUntil, (c.newest+localBuckets+1)*c.width+int64(q.Window))
+		s.touch(c, &s.local)
 	}
 	return ds
 }

@@ -40,6 +40,8 @@ type Gate struct {
 	brk    *breaker   // Redis's, or on a cluster, for keys of no known master
 	nodes  *nodeBreakers
 	local  *localLimiter
+
+	version *versionCheck
 }
 
 // Group-commit bounds: requests per pipeline and pipelines in flight. With
@@ -65,6 +67,7 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 		counter: lua.Counter(),
 		ids:     newIDGen(),
 		local:   newLocalLimiter(o.instances),
+		version: &versionCheck{},
 	}
 	// Unbatched calls go through the committer too, one request a
 	// pipeline: its callers wait on their context, not on the connection,
@@ -162,6 +165,9 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, fres
 	}
 	if len(ids) == 0 {
 		return nil, nil
+	}
+	if err := g.checkVersion(ctx); err != nil {
+		return nil, err
 	}
 	q, err := g.quota(ctx, tenant)
 	var guess *guessedQuotaError
@@ -508,6 +514,9 @@ type Usage struct {
 // Usage reports tenant's current use of its quota. It writes nothing.
 func (g *Gate) Usage(ctx context.Context, tenant string) (Usage, error) {
 	if err := ValidateTenant(tenant); err != nil {
+		return Usage{}, err
+	}
+	if err := g.checkVersion(ctx); err != nil {
 		return Usage{}, err
 	}
 	q, err := g.quota(ctx, tenant)
