@@ -147,7 +147,13 @@ type nodeBreakers struct {
 	mu     sync.Mutex
 	m      map[string]*nodeBreaker
 	closed bool
+
+	swept atomic.Int64 // UnixNano of the last sweep
 }
+
+// sweepEvery is how often the breakers are checked against the client's
+// layout, besides whenever a breaker is made or probes.
+const sweepEvery = time.Second
 
 // nodeBreaker is one master's breaker, with a key the master served when
 // the breaker was made: the probe asks the key's master, and a breaker
@@ -171,6 +177,9 @@ func (n *nodeBreakers) of(ctx context.Context, key string) *breaker {
 	addr := node.Options().Addr
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if last := n.swept.Load(); time.Since(time.Unix(0, last)) > sweepEvery && n.swept.CompareAndSwap(last, time.Now().UnixNano()) {
+		n.sweepLocked(ctx)
+	}
 	nb := n.m[addr]
 	if nb == nil {
 		nb = &nodeBreaker{addr: addr, key: key}
