@@ -149,8 +149,11 @@ func runFailover(t *testing.T, partial bool) {
 		for range 3 {
 			// Each its own client, as in its own process: each must find
 			// the new master by itself.
+			// A timeout of 1 s, so that a loaded machine's stalls are not
+			// taken for outages: the dead master refuses connections at
+			// once, and the CLUSTERDOWN blip is an answer.
 			gt := admission.New(c.Client(t), static(failoverQuota), admission.WithPrefix(fmt.Sprintf("fo%d", i)),
-				admission.WithFailurePolicy(g.policy), admission.WithInstances(instances))
+				admission.WithFailurePolicy(g.policy), admission.WithInstances(instances), admission.WithTimeout(time.Second))
 			t.Cleanup(func() { gt.Close() })
 			g.gates = append(g.gates, gt)
 		}

@@ -245,6 +245,42 @@ func TestLocalLimiterEviction(t *testing.T) {
 	}
 }
 
+// TestLocalLimiterBeyondCap: 12,000 tenants active at once against a cap
+// of 10,000, each asking 5 times its limit within one window. No tenant
+// goes over its limit: the old fallback evicted active tenants at random,
+// resetting their counts, and 11,225 of 12,000 went over. Past the cap the
+// tenants not tracked are rejected instead.
+func TestLocalLimiterBeyondCap(t *testing.T) {
+	l, clk := newTestLimiter(1)
+	l.maxTenants = 10_000
+	q := Quota{Limit: 3, Window: time.Minute}
+	admitted := make([]int, 12_000)
+	for range 5 * q.Limit {
+		for i := range admitted {
+			if d := l.admit("tenant-"+strconv.Itoa(i), q, []string{"x"}, clk.now())[0]; d.Outcome == Admitted {
+				admitted[i]++
+			}
+		}
+		clk.add(time.Millisecond)
+	}
+	over, served := 0, 0
+	for _, n := range admitted {
+		if n > q.Limit {
+			over++
+		}
+		if n > 0 {
+			served++
+		}
+	}
+	if over != 0 {
+		t.Fatalf("%d of 12,000 tenants went over their limit", over)
+	}
+	if n := l.tracked(); n > l.maxTenants || served < l.maxTenants*9/10 {
+		t.Fatalf("%d tenants tracked (cap %d), %d admitted anything; want the cap nearly full and served", n, l.maxTenants, served)
+	}
+	t.Logf("12,000 tenants, cap 10,000: %d admitted, none over its limit", served)
+}
+
 // TestLocalLimiterObserve: what this producer took from Redis counts
 // against its fallback share, and a window Redis said was full stays full
 // in the fallback until Redis said it would free.
@@ -369,5 +405,30 @@ func TestLocalLimiterConcurrent(t *testing.T) {
 	wg.Wait()
 	if n := l.tracked(); n > l.maxTenants {
 		t.Fatalf("%d tenants tracked, cap %d", n, l.maxTenants)
+	}
+}
+
+// BenchmarkLocalLimiter: fallback decisions over many tenants, beyond the
+// cap included; each new tenant costs O(1), never a scan of the others.
+func BenchmarkLocalLimiter(b *testing.B) {
+	q := Quota{Limit: 100, Window: time.Second}
+	for _, tenants := range []int{1000, 12_000, 200_000} {
+		b.Run(fmt.Sprintf("tenants=%d", tenants), func(b *testing.B) {
+			l := newLocalLimiter(1)
+			l.maxTenants = 10_000
+			names := make([]string, tenants)
+			for i := range names {
+				names[i] = "tenant-" + strconv.Itoa(i)
+			}
+			ids := []string{"x"}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					l.admit(names[i%tenants], q, ids, time.Now())
+					i += 7
+				}
+			})
+		})
 	}
 }
