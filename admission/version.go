@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -26,49 +27,106 @@ var ErrRedisVersion = errors.New("admitq: redis version too old")
 // shared by the gates AtGranularity makes.
 type versionCheck struct {
 	done atomic.Bool // err is final
-	mu   sync.Mutex
-	err  error
+
+	mu      sync.Mutex
+	err     error
+	running chan struct{} // closed when the check in flight ends; nil when none is
+	next    time.Time     // after a check nobody answered, when to ask again
 }
 
-// checkVersion returns ErrRedisVersion, wrapped, if Redis is too old. A
-// Redis that cannot be asked now (down, slow) is asked again on the next
-// call, and the call goes on: the outage is the decision's to handle. One
-// that answers without a version (INFO disabled or renamed, a Redis-like
-// server) is trusted.
+// checkVersion returns ErrRedisVersion, wrapped, if Redis is too old.
+// Callers that come while the check is out wait for it, up to the timeout,
+// each on its own clock: never behind one another. A Redis that cannot be
+// asked now (down, slow; on a cluster, a master) is asked again a second
+// later, and meanwhile calls go on: the outage is the decisions' to handle.
+// One that answers without a version (INFO disabled or renamed, a
+// Redis-like server) is trusted.
 func (g *Gate) checkVersion(ctx context.Context) error {
 	v := g.version
 	if v.done.Load() {
 		return v.err
 	}
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	if v.done.Load() {
+		v.mu.Unlock()
 		return v.err
 	}
+	if ch := v.running; ch != nil {
+		v.mu.Unlock()
+		t := time.NewTimer(g.opts.timeout)
+		defer t.Stop()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		if v.done.Load() {
+			return v.err
+		}
+		return nil
+	}
+	if time.Now().Before(v.next) {
+		v.mu.Unlock()
+		return nil
+	}
+	ch := make(chan struct{})
+	v.running = ch
+	v.mu.Unlock()
+
+	answered, err := g.askVersion(ctx)
+
+	v.mu.Lock()
+	if answered {
+		v.err = err
+		v.done.Store(true)
+	} else {
+		v.next = time.Now().Add(time.Second)
+		err = nil
+	}
+	v.running = nil
+	v.mu.Unlock()
+	close(ch)
+	return err
+}
+
+// askVersion asks Redis (every master of a cluster) for its version. It
+// reports whether the question is settled: every server answered, or one
+// answered too old a version, which err then names.
+func (g *Gate) askVersion(ctx context.Context) (answered bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
 	defer cancel()
-	var infos []string
-	err := bounded(ctx, func(ctx context.Context) error {
+	var (
+		mu     sync.Mutex
+		infos  []string // each prefixed with its server's address and a newline
+		silent bool     // a server did not answer
+	)
+	ask := func(ctx context.Context, c redis.Cmdable, addr string) error {
+		info, err := c.Info(ctx, "server").Result()
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err == nil:
+			infos = append(infos, addr+"\n"+info)
+		case unavailable(err) || ctx.Err() != nil:
+			silent = true
+		}
+		// Any other error is an answer without a version.
+		return nil
+	}
+	cerr := bounded(ctx, func(ctx context.Context) error {
 		if cc, ok := g.rdb.(*redis.ClusterClient); ok {
-			var mu sync.Mutex
 			return cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-				info, err := m.Info(ctx, "server").Result()
-				mu.Lock()
-				defer mu.Unlock()
-				infos = append(infos, m.Options().Addr+"\n"+info)
-				return err
+				return ask(ctx, m, m.Options().Addr)
 			})
 		}
-		info, err := g.rdb.Info(ctx, "server").Result()
-		infos = append(infos, "\n"+info)
-		return err
+		return ask(ctx, g.rdb, "")
 	})
-	if err != nil && (unavailable(err) || ctx.Err() != nil) {
-		return nil // infos may still be written to: the call is out
+	mu.Lock()
+	defer mu.Unlock()
+	if err := tooOld(infos); err != nil {
+		return true, err
 	}
-	v.err = tooOld(infos)
-	v.done.Store(true)
-	return v.err
+	return cerr == nil && !silent, nil
 }
 
 // tooOld returns an error for the first INFO reply, each prefixed with its
