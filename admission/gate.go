@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/admitq/admitq/internal/freshid"
 	"github.com/admitq/admitq/lua"
 )
 
@@ -149,7 +150,9 @@ func (g *Gate) AdmitID(ctx context.Context, tenant, id string) (Decision, error)
 // in order: slots never go backwards through the batch, and once one request
 // is rejected so is every one after it.
 func (g *Gate) AdmitBatch(ctx context.Context, tenant string, ids []string) ([]Decision, error) {
-	return g.admitBatch(ctx, tenant, ids, false)
+	// package enqueue marks the IDs it made itself: like the gate's own,
+	// their slots go back when the caller leaves before the decision.
+	return g.admitBatch(ctx, tenant, ids, freshid.Marked(ctx))
 }
 
 // admitBatch decides ids; fresh says the gate generated them, so none can

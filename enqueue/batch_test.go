@@ -54,7 +54,6 @@ func TestEnqueueBatch(t *testing.T) {
 		task("b"),
 		asynq.NewTask(" ", nil),
 		task("c"),
-		task("a"), // the same ID again: a's slot, and asynq has the task
 		task("d"),
 		task("e"),
 		asynq.NewTask("test", nil, asynq.TaskID("f")),
@@ -73,7 +72,6 @@ func TestEnqueueBatch(t *testing.T) {
 		{ID: "b", Outcome: "admitted", At: base},
 		{Err: "other"},
 		{ID: "c", Outcome: "deferred", At: sec(11)},
-		{Outcome: "admitted", At: base, Err: "task ID conflict"},
 		{ID: "d", Outcome: "deferred", At: sec(11)},
 		{Outcome: "rejected", At: sec(21).Add(-15 * time.Second), Err: "rejected"},
 		{Outcome: "rejected", At: sec(21).Add(-15 * time.Second), Err: "rejected"},
@@ -102,11 +100,17 @@ func TestEnqueueBatchFailsAsAWhole(t *testing.T) {
 		tenant  string
 		opts    []asynq.Option
 		quotas  admission.StaticQuotas
-		wantErr error // nil: any error
+		tasks   []*asynq.Task // nil: one task
+		wantErr error         // nil: any error
 	}{
 		{desc: "an invalid tenant", tenant: "", quotas: admission.StaticQuotas{Default: &roomy}, wantErr: admission.ErrInvalidTenant},
 		{desc: "a TaskID among the batch's options", tenant: "acme", opts: []asynq.Option{asynq.TaskID("x")}, quotas: admission.StaticQuotas{Default: &roomy}},
 		{desc: "a tenant without quota", tenant: "acme", quotas: admission.StaticQuotas{}, wantErr: admission.ErrNoQuota},
+		{desc: "one task ID twice", tenant: "acme", quotas: admission.StaticQuotas{Default: &roomy}, tasks: []*asynq.Task{
+			asynq.NewTask("test", nil, asynq.TaskID("x")),
+			asynq.NewTask("test", nil),
+			asynq.NewTask("other", []byte("y"), asynq.TaskID("x")),
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -114,7 +118,11 @@ func TestEnqueueBatchFailsAsAWhole(t *testing.T) {
 			g := admission.New(f.rdb, tc.quotas)
 			defer g.Close()
 			c := enqueue.New(f.asynq, g)
-			rs, err := c.EnqueueBatch(context.Background(), tc.tenant, []*asynq.Task{asynq.NewTask("test", nil)}, tc.opts...)
+			tasks := tc.tasks
+			if tasks == nil {
+				tasks = []*asynq.Task{asynq.NewTask("test", nil)}
+			}
+			rs, err := c.EnqueueBatch(context.Background(), tc.tenant, tasks, tc.opts...)
 			if err == nil || (tc.wantErr != nil && !errors.Is(err, tc.wantErr)) {
 				t.Fatalf("EnqueueBatch = %v, %v; want an error matching %v", rs, err, tc.wantErr)
 			}
@@ -142,7 +150,8 @@ func TestEnqueueRefusesInvalidTasksBeforeAdmission(t *testing.T) {
 		tenant  string
 		task    *asynq.Task
 		opts    []asynq.Option
-		wantErr error // nil: any error
+		tasks   []*asynq.Task // nil: one task
+		wantErr error         // nil: any error
 	}{
 		{desc: "a nil task", tenant: "acme"},
 		{desc: "an empty task type", tenant: "acme", task: asynq.NewTask("", nil)},

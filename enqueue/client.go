@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/internal/freshid"
 )
 
 // releaseTimeout bounds the Release that follows a failed enqueue. It runs
@@ -25,17 +26,21 @@ const releaseTimeout = time.Second
 // puts more than its quota of tasks into the worker queues in any window.
 // Most callers want Enqueue.
 //
-// Create a Client with New; the zero value is not usable. A Client is safe
-// for concurrent use.
+// Create a Client with NewFromRedis or New; the zero value is not usable. A
+// Client is safe for concurrent use, and meant to be shared: it gives a
+// slot back only once no call of its own with the task's ID relies on it.
 type Client struct {
 	asynq *asynq.Client
 	gate  *admission.Gate
 	newID func() string
 	// unbatched: WithBatching(false), read by NewFromRedis.
 	unbatched bool
-	// pipelined: asynq writes through a pipelined client, which reports
-	// a write it never sent (unsentWrite).
-	pipelined bool
+	// rdb is asynq's Redis, for a Client made by NewFromRedis, whose
+	// asynq.Client writes through a pipelined client that traces what it
+	// sends (writeTrace); nil for New.
+	rdb redis.UniversalClient
+	// claims are the calls in flight with IDs of the caller's choosing.
+	claims claims
 }
 
 // An Option configures a Client.
@@ -75,12 +80,19 @@ func WithBatching(on bool) Option {
 // so that Redis and the producer each do one read and one write for many
 // tasks instead of for each. A lone call goes out at once; no timer waits
 // for company. Each task is still asynq's own script call, with its own
-// reply, and ctx is honoured as in New: a call whose ctx ends before its
-// pipeline is sent is never sent, and one that was sent waits for its
-// reply, as a plain go-redis call does. Hooks on rdb see these writes as
-// pipelines (ProcessPipelineHook), on a context of the pipeline's own,
-// which carries the latest deadline among its callers but not their
-// values. WithBatching(false) turns it off.
+// reply. Hooks on rdb see these writes as pipelines (ProcessPipelineHook),
+// on a context of the pipeline's own, which carries the latest deadline
+// among its callers, but not their values. WithBatching(false) turns group
+// commit off.
+//
+// Either way, a Client made by NewFromRedis keeps exact account of slots,
+// which New cannot: a write whose ctx ends before it is sent is never
+// sent, and its slot goes back; one that is sent goes out whatever
+// happens to its ctx after (with at least a second to leave, so that
+// go-redis never fails it unsent), and its caller waits for the reply, as
+// a plain go-redis call does once it has written its command; and a
+// refused duplicate (asynq.ErrDuplicateTask) is checked against asynq's
+// Redis before its slot goes back.
 //
 // rdb may be a *redis.Client, a *redis.ClusterClient (go-redis splits each
 // pipeline per node) or any redis.UniversalClient, and may be g's own
@@ -91,11 +103,10 @@ func NewFromRedis(rdb redis.UniversalClient, g *admission.Gate, opts ...Option) 
 		panic("enqueue: NewFromRedis needs a non-nil redis.UniversalClient and *admission.Gate")
 	}
 	c := newClient(g, opts)
-	c.pipelined = !c.unbatched
-	if c.pipelined {
-		rdb = newPipelined(rdb)
-	}
-	c.asynq = asynq.NewClientFromRedisClient(rdb)
+	c.rdb = rdb
+	p := newPipelined(rdb)
+	p.direct = c.unbatched
+	c.asynq = asynq.NewClientFromRedisClient(p)
 	return c
 }
 
@@ -146,11 +157,6 @@ func newClient(g *admission.Gate, opts []Option) *Client {
 // queue, across tenants, while each tenant's log is its own: where tenants
 // pick IDs (say, from idempotency keys), put the tenant in the ID.
 //
-// Treat asynq.ErrTaskIDConflict as "the task is in the queue", even from a
-// single call with an ID of its own: go-redis retries a command that timed
-// out, and when the attempt that timed out did reach Redis, the retry finds
-// the task that attempt wrote.
-//
 // A task with its own asynq.ProcessAt or asynq.ProcessIn runs at the later
 // of that time and its slot. The tenant is stored in the task's headers
 // under TenantHeader, next to the task's own headers and options; the task
@@ -158,26 +164,25 @@ func newClient(g *admission.Gate, opts []Option) *Client {
 // name, task ID or group, a Unique TTL under a second) are refused before
 // admission.
 //
-// When ctx is done after admission, Enqueue does not call asynq; it
-// releases the slot it took and returns an error that matches ctx.Err()
-// and context.Cause(ctx). If asynq fails to enqueue an admitted task,
-// Enqueue returns asynq's error, wrapped (errors.Is works; when ctx is
-// done, the error matches ctx.Err() and context.Cause(ctx) as well), and
-// releases the slot only when the failure shows that nothing was written:
-// asynq.ErrDuplicateTask (another task holds the asynq.Unique lock), a
-// Redis error reply that stopped asynq before its write, or (with
-// NewFromRedis) ctx done while the write still waited for its pipeline,
-// which then never sends it. Any other failure
-// (a timeout, a network error, ctx done while asynq waited for Redis) is
-// ambiguous: the write may have reached Redis and the task may be in the
-// queue, so the slot stays with it, and a retry with the same ID finds it
-// (Decision.Existing). Should the task not be there, its slot idles until
-// the window passes: at most one slot for each such failure, never a task
-// past the quota. A slot this call did not take (Decision.Existing) is
-// never released, nor one whose enqueue got asynq.ErrTaskIDConflict: it
-// belongs to a task already in asynq, or to another attempt at the same ID.
-// When the release itself fails, its error is appended as text only, so
-// that errors.Is finds asynq's error and not the gate's.
+// Every task in asynq's queues holds a slot. When the enqueue fails after
+// admission, the slot goes back only when no task can hold it: the write
+// certainly did not happen (ctx was done before it was sent, or asynq
+// refused it as a duplicate of another task's asynq.Unique lock), and no
+// other call with the task's ID is still in flight on this Client. Any
+// other failure is ambiguous (IsAmbiguous): the task may be in the queue,
+// so its slot stays, and a retry with the same ID finds it
+// (Decision.Existing). See IsAmbiguous for what that means to the caller.
+// Should ctx end while the gate decides, the slot of an ID Enqueue made
+// goes back once the decision arrives; a caller's own ID keeps it, for a
+// retry with that ID. When ctx is done, the error matches ctx.Err() and context.Cause(ctx) as
+// well as asynq's error. When the release itself fails, its error is
+// appended as text only, so that errors.Is finds asynq's error and not the
+// gate's.
+//
+// With a Client made by New, which cannot read asynq's Redis nor see what
+// its asynq.Client sends, every failure after asynq was called is
+// ambiguous but a Redis error reply to asynq's first command, which comes
+// before its write.
 //
 // The Decision is returned with any error from asynq, for logging; it is the
 // zero value when the gate was not asked or failed.
@@ -186,12 +191,16 @@ func (c *Client) Enqueue(ctx context.Context, tenant string, task *asynq.Task, o
 	if err != nil {
 		return nil, admission.Decision{}, err
 	}
-	d, err := c.gate.AdmitID(ctx, tenant, p.id)
+	h, err := c.join(ctx, p)
 	if err != nil {
 		return nil, admission.Decision{}, err
 	}
-	info, err := c.enqueue(ctx, p, d)
-	return info, d, err
+	d, err := c.gate.AdmitID(admitContext(ctx, p), tenant, p.id)
+	if err != nil {
+		return nil, admission.Decision{}, c.settle(ctx, h, admission.Decision{}, unwritten, err)
+	}
+	info, f, err := c.write(ctx, p, d)
+	return info, d, c.settle(ctx, h, d, f, err)
 }
 
 // Result is the outcome of one task of EnqueueBatch.
@@ -216,8 +225,9 @@ type Result struct {
 // type or ID) gets an error in its Result and is not admitted.
 //
 // The error is non-nil, and the results nil, only when nothing was admitted:
-// the tenant is invalid, opts hold a TaskID, or the gate failed (say, Redis
-// is unavailable). Otherwise every task's fate is in its Result.
+// the tenant is invalid, opts hold a TaskID, two tasks have the same ID
+// (one ID is one task, and one slot), or the gate failed (say, Redis is
+// unavailable). Otherwise every task's fate is in its Result.
 func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq.Task, opts ...asynq.Option) ([]Result, error) {
 	if err := admission.ValidateTenant(tenant); err != nil {
 		return nil, err
@@ -228,30 +238,56 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 	rs := make([]Result, len(tasks))
 	ps := make([]prepared, 0, len(tasks))
 	ids := make([]string, 0, len(tasks))
+	made := true // every ID is Enqueue's own
+	seen := make(map[string]int, len(tasks))
 	for i, t := range tasks {
 		p, err := c.prepare(tenant, t, opts)
 		if err != nil {
 			rs[i].Err = fmt.Errorf("task %d: %w", i, err)
 			continue
 		}
+		if first, ok := seen[p.id]; ok {
+			return nil, fmt.Errorf("enqueue: EnqueueBatch: tasks %d and %d have the same ID %q; a task ID is one task", first, i, p.id)
+		}
+		seen[p.id] = i
 		p.index = i
+		made = made && p.made
 		ps = append(ps, p)
 		ids = append(ids, p.id)
 	}
 	if len(ids) == 0 {
 		return rs, nil
 	}
-	ds, err := c.gate.AdmitBatch(ctx, tenant, ids)
-	if err != nil {
-		return nil, err
+	hs := make([]hold, 0, len(ps))
+	leave := func(err error) error {
+		for _, h := range hs {
+			err = c.settle(ctx, h, admission.Decision{}, unwritten, err)
+		}
+		return err
 	}
-	if len(ds) != len(ps) {
-		return nil, fmt.Errorf("enqueue: the gate returned %d decisions for %d tasks", len(ds), len(ps))
+	for _, p := range ps {
+		h, err := c.join(ctx, p)
+		if err != nil {
+			return nil, leave(err)
+		}
+		hs = append(hs, h)
+	}
+	actx := ctx
+	if made {
+		actx = freshid.Mark(ctx)
+	}
+	ds, err := c.gate.AdmitBatch(actx, tenant, ids)
+	if err == nil && len(ds) != len(ps) {
+		err = fmt.Errorf("enqueue: the gate returned %d decisions for %d tasks", len(ds), len(ps))
+	}
+	if err != nil {
+		return nil, leave(err)
 	}
 	for j, p := range ps {
 		r := &rs[p.index]
 		r.Decision = ds[j]
-		r.Info, r.Err = c.enqueue(ctx, p, ds[j])
+		info, f, err := c.write(ctx, p, ds[j])
+		r.Info, r.Err = info, c.settle(ctx, hs[j], ds[j], f, err)
 	}
 	return rs, nil
 }
@@ -268,7 +304,8 @@ type prepared struct {
 	opts  []asynq.Option
 	sched scheduling
 	id    string
-	index int // position in an EnqueueBatch
+	made  bool // Enqueue made id: no other call has it
+	index int  // position in an EnqueueBatch
 }
 
 // stampHeaders stands in for the headers of a task that has none: asynq
@@ -297,7 +334,7 @@ func (c *Client) prepare(tenant string, task *asynq.Task, opts []asynq.Option) (
 	all = append(append(all, topts...), opts...)
 	p := prepared{tenant: tenant, task: task, sched: s, id: s.id}
 	if s.id == "" {
-		p.id = c.newID()
+		p.id, p.made = c.newID(), true
 		// Appended, not prepended: asynq applies the last TaskID, and
 		// neither the task's nor the caller's options hold one.
 		all = append(all, asynq.TaskID(p.id))
@@ -309,10 +346,38 @@ func (c *Client) prepare(tenant string, task *asynq.Task, opts []asynq.Option) (
 	return p, nil
 }
 
-// enqueue acts on the gate's decision d for p.
-func (c *Client) enqueue(ctx context.Context, p prepared, d admission.Decision) (*asynq.TaskInfo, error) {
+// join makes p's call a member of its ID's group (see claims).
+func (c *Client) join(ctx context.Context, p prepared) (hold, error) {
+	if p.made {
+		return hold{}, nil
+	}
+	return c.claims.join(ctx, p.tenant, p.id)
+}
+
+// admitContext is the context p is admitted on: marked when Enqueue made
+// p's ID, so that the gate gives its slot back should ctx end before the
+// decision arrives. A caller's own ID keeps its slot then, for its retry.
+func admitContext(ctx context.Context, p prepared) context.Context {
+	if p.made {
+		return freshid.Mark(ctx)
+	}
+	return ctx
+}
+
+// fate is what became of a task's write.
+type fate int
+
+const (
+	unwritten fate = iota // certainly not written by this call
+	maybe                 // may be in the queue
+	written               // in the queue
+)
+
+// write acts on the gate's decision d for p: it enqueues the task, unless
+// it was rejected or ctx is done, and says what became of it.
+func (c *Client) write(ctx context.Context, p prepared, d admission.Decision) (*asynq.TaskInfo, fate, error) {
 	if d.Outcome == admission.Rejected {
-		return nil, &RejectedError{Decision: d}
+		return nil, unwritten, &RejectedError{Decision: d}
 	}
 	opts, slot := p.opts, d.At
 	if d.Outcome == admission.Deferred {
@@ -336,88 +401,85 @@ func (c *Client) enqueue(ctx context.Context, p prepared, d admission.Decision) 
 	th[TenantHeader] = p.tenant
 	th[SlotHeader] = strconv.FormatInt(slot.UnixMilli(), 10)
 	if ctx.Err() != nil {
-		// Done after admission: asynq is not called, so nothing was
-		// written and the slot can go back.
-		return nil, c.release(ctx, d, fmt.Errorf("enqueue: tenant %q, task %q: not enqueued: %w", p.tenant, p.id, ctxError(ctx)))
+		// Done after admission: asynq is not called.
+		return nil, unwritten, fmt.Errorf("enqueue: tenant %q, task %q: not enqueued: %w", p.tenant, p.id, ctxError(ctx))
 	}
-	actx, unsent := ctx, (*unsentWrite)(nil)
-	if c.pipelined {
-		unsent = new(unsentWrite)
-		actx = context.WithValue(ctx, unsentKey{}, unsent)
-	}
-	info, err := c.asynq.EnqueueContext(actx, task) // the task carries every option
+	tr := new(writeTrace)
+	info, err := c.asynq.EnqueueContext(context.WithValue(ctx, writeTraceKey{}, tr), task) // the task carries every option
 	if err == nil {
-		return info, nil
+		return info, written, nil
 	}
-	// A write that its pipeline never sent wrote nothing.
-	refused := notWritten(err) || unsent != nil && unsent.Load()
+	f := c.fateOf(p, tr, err)
 	if ctx.Err() != nil && !(errors.Is(err, ctx.Err()) && errors.Is(err, context.Cause(ctx))) {
 		// asynq flattens Redis errors into text; keep the caller's
 		// cancellation visible to errors.Is.
 		err = fmt.Errorf("%w: %w", ctxError(ctx), err)
 	}
-	err = fmt.Errorf("enqueue: tenant %q, task %q: %w", p.tenant, p.id, err)
-	if !refused {
-		// A timeout, a network error, a ctx done while asynq waited: the
-		// write may have reached Redis, which then runs it, so the task may
-		// be in the queue, and its slot stays with it. Releasing it would
-		// let the tenant's next task past the quota. At worst the slot
-		// idles until the window passes. ErrTaskIDConflict lands here too:
-		// the task with this ID is in the queue and owns the slot.
-		return nil, err
-	}
-	return nil, c.release(ctx, d, err)
+	return nil, f, fmt.Errorf("enqueue: tenant %q, task %q: %w", p.tenant, p.id, err)
 }
 
-// notWritten reports whether asynq's error err says for certain that the
-// task was not written, so that its slot can be released:
+// fateOf tells, from asynq's error err and the trace of what was sent,
+// whether p's failed write certainly did not happen:
 //
-//   - asynq.ErrDuplicateTask: another task holds the Unique lock, and
-//     asynq's script wrote nothing. One case slips through: go-redis
-//     retries a script call that timed out, and if the attempt that timed
-//     out did run, it took the lock for this very task, so the retry finds
-//     the lock held and reports a duplicate of the task it enqueued. Only
-//     the lock's value (the ID that holds it) tells the two apart, and the
-//     Client has no connection of its own to asynq's Redis to read it.
-//     Releasing a duplicate's slot is what Unique callers need, or every
-//     refused duplicate would idle a slot for a window; the slip needs a
-//     timeout whose write landed, on a Unique task, and costs one slot.
-//   - a Redis error reply (a redis.Error that is not a connection or
-//     timeout problem). asynq v0.26.0 keeps one only from the SADD of the
+//   - No script call was sent (NewFromRedis): asynq writes a task with one
+//     script call, and only commands before it (the SADD of a new queue's
+//     name) failed, or ctx ended before it left.
+//   - asynq.ErrDuplicateTask, and no task with p's ID is in asynq
+//     (NewFromRedis): another task holds the asynq.Unique lock, and
+//     asynq's script wrote nothing. When go-redis retries a write whose
+//     reply was lost, the retry finds the lock its own first attempt took,
+//     and the task is there.
+//   - a Redis error reply (New): asynq keeps one only from the SADD of the
 //     queue's name, which goes before the task's write and, failing, stops
 //     it. The write itself is asynq's Lua script, and asynq flattens the
-//     script's error into text ("redis eval error: ..."), where a reply such
-//     as WRONGTYPE or OOM reads much as a timeout does; telling them apart
-//     would mean parsing go-redis's and Redis's wording. Nor would that be
-//     safe: a script that failed part-way has run its earlier writes (Redis
-//     does not roll a script back), and a reply to a retry does not say that
-//     the attempt which timed out before it wrote nothing. So a failed
-//     script keeps its slot.
+//     script's error into text, where a reply such as WRONGTYPE or OOM
+//     reads much as a timeout does. Nor would telling them apart be safe:
+//     a script that failed part-way has run its earlier writes, and a reply
+//     to a retry does not say that the attempt before it wrote nothing.
 //
-// Everything else may have reached Redis.
-func notWritten(err error) bool {
-	if errors.Is(err, asynq.ErrDuplicateTask) {
-		return true
+// Everything else may have reached Redis. asynq.ErrTaskIDConflict says the
+// task with p's ID is in the queue, written by this call (go-redis retried
+// it) or by another with the ID.
+func (c *Client) fateOf(p prepared, tr *writeTrace, err error) fate {
+	switch {
+	case c.rdb != nil && !tr.sent.Load():
+		return unwritten
+	case c.rdb != nil && errors.Is(err, asynq.ErrDuplicateTask):
+		return c.duplicate(p)
+	case c.rdb == nil && isRedisReply(err):
+		return unwritten
 	}
+	return maybe
+}
+
+// isRedisReply reports whether err holds a Redis error reply, not a
+// connection or timeout problem.
+func isRedisReply(err error) bool {
 	var rerr redis.Error
 	var nerr net.Error
 	return errors.As(err, &rerr) && !errors.As(err, &nerr) &&
 		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
-// release gives back the slot d took, for a task that is certainly not in
-// the queue, and returns err, the reason, with the Release's own error
-// appended when it fails. That error is text only (%v): errors.Is must not
-// find admission.ErrUnavailable in a failure that happened after admission.
-// It keeps a slot this call did not take (Decision.Existing): that slot
-// belongs to an earlier attempt at the same ID, which may have enqueued it.
-func (c *Client) release(ctx context.Context, d admission.Decision, err error) error {
-	if d.Existing {
+// settle ends a call that failed with err, or wrote its task (f is
+// written, err nil): it leaves the call's group, gives back the group's
+// slot when no task can hold it (see claims), and returns err, marked
+// ambiguous when the task may be in the queue. d is the call's decision,
+// the zero value when it has none. A release's own failure is appended to
+// err as text only (%v): errors.Is must not find admission.ErrUnavailable
+// in a failure that happened after admission.
+func (c *Client) settle(ctx context.Context, h hold, d admission.Decision, f fate, err error) error {
+	slot, release := h.leave(d, f != unwritten)
+	if f == maybe {
+		err = &ambiguousError{err}
+	}
+	if !release {
 		return err
 	}
+	defer h.released()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	if rerr := c.gate.Release(rctx, d); rerr != nil {
+	if rerr := c.gate.Release(rctx, slot); rerr != nil {
 		return fmt.Errorf("%w (releasing its slot failed too: %v)", err, rerr)
 	}
 	return err

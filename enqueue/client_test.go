@@ -449,17 +449,19 @@ func TestEnqueueFailureReleasesTheSlot(t *testing.T) {
 		probeTask *asynq.Task
 		probeOpts []asynq.Option
 		// cancelAsynq cancels the context as asynq starts its enqueue. It
-		// needs WithBatching(false): with group commit the hook runs once
-		// the call is sent, and a call that was sent waits for its reply.
+		// needs a Client made by New: NewFromRedis sends a write whose ctx
+		// was live when it left on a context of its own, and waits for its
+		// reply.
 		cancelAsynq bool
 		aroundGate  bool // enqueue first with asynq directly, so it has no entry
 		// breakKey, when set, is made a string before the probe, so that
 		// asynq's command on it fails with a WRONGTYPE reply; it is deleted
 		// again before the checks.
-		breakKey    string
-		firstTask   *asynq.Task
-		wantErr     error
-		wantEntries int
+		breakKey      string
+		firstTask     *asynq.Task
+		wantErr       error
+		wantAmbiguous bool
+		wantEntries   int
 	}{
 		{
 			desc:        "a duplicate (asynq.Unique) releases its slot",
@@ -474,12 +476,13 @@ func TestEnqueueFailureReleasesTheSlot(t *testing.T) {
 			// that: a context that ends while asynq waits for Redis may end
 			// after the write reached Redis, so the failure is ambiguous and
 			// the slot stays with the task that may be in the queue.
-			desc:        "a context cancelled while asynq enqueues keeps the slot",
-			firstTask:   asynq.NewTask("test", nil),
-			probeTask:   asynq.NewTask("test", nil),
-			cancelAsynq: true,
-			wantErr:     context.Canceled,
-			wantEntries: 2,
+			desc:          "a context cancelled while asynq enqueues keeps the slot",
+			firstTask:     asynq.NewTask("test", nil),
+			probeTask:     asynq.NewTask("test", nil),
+			cancelAsynq:   true,
+			wantErr:       context.Canceled,
+			wantAmbiguous: true,
+			wantEntries:   2,
 		},
 		{
 			// asynq records each new queue's name (SADD asynq:queues) before
@@ -496,31 +499,34 @@ func TestEnqueueFailureReleasesTheSlot(t *testing.T) {
 			// asynq flattens its script's errors into text, and a script
 			// that fails part-way has made its earlier writes (here, the
 			// task's hash): the failure is ambiguous.
-			desc:        "a Redis error reply from asynq's script keeps the slot",
-			firstTask:   asynq.NewTask("test", nil),
-			probeTask:   asynq.NewTask("test", nil),
-			probeOpts:   []asynq.Option{asynq.Queue("other")},
-			breakKey:    "asynq:{other}:pending",
-			wantEntries: 2,
+			desc:          "a Redis error reply from asynq's script keeps the slot",
+			firstTask:     asynq.NewTask("test", nil),
+			probeTask:     asynq.NewTask("test", nil),
+			probeOpts:     []asynq.Option{asynq.Queue("other")},
+			breakKey:      "asynq:{other}:pending",
+			wantAmbiguous: true,
+			wantEntries:   2,
 		},
 		{
-			desc:        "a TaskIDConflict keeps the slot of the task already in asynq",
-			firstTask:   asynq.NewTask("test", nil),
-			probeTask:   asynq.NewTask("test", nil),
-			probeOpts:   []asynq.Option{asynq.TaskID("first")},
-			wantErr:     asynq.ErrTaskIDConflict,
-			wantEntries: 1,
+			desc:          "a TaskIDConflict keeps the slot of the task already in asynq",
+			firstTask:     asynq.NewTask("test", nil),
+			probeTask:     asynq.NewTask("test", nil),
+			probeOpts:     []asynq.Option{asynq.TaskID("first")},
+			wantErr:       asynq.ErrTaskIDConflict,
+			wantAmbiguous: true,
+			wantEntries:   1,
 		},
 		{
 			// The entry is new, yet it may belong to a concurrent attempt at
 			// the same ID that did enqueue the task, so it is kept too.
-			desc:        "a TaskIDConflict keeps the slot even when this call took it",
-			aroundGate:  true,
-			firstTask:   asynq.NewTask("test", nil),
-			probeTask:   asynq.NewTask("test", nil),
-			probeOpts:   []asynq.Option{asynq.TaskID("first")},
-			wantErr:     asynq.ErrTaskIDConflict,
-			wantEntries: 1,
+			desc:          "a TaskIDConflict keeps the slot even when this call took it",
+			aroundGate:    true,
+			firstTask:     asynq.NewTask("test", nil),
+			probeTask:     asynq.NewTask("test", nil),
+			probeOpts:     []asynq.Option{asynq.TaskID("first")},
+			wantErr:       asynq.ErrTaskIDConflict,
+			wantAmbiguous: true,
+			wantEntries:   1,
 		},
 	}
 	for _, tc := range tests {
@@ -528,9 +534,7 @@ func TestEnqueueFailureReleasesTheSlot(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			cfg := fixtureConfig{quota: roomy}
-			if tc.cancelAsynq {
-				cfg.opts = []enqueue.Option{enqueue.WithBatching(false)}
-			}
+			cfg.plain = tc.cancelAsynq
 			hook := &redistest.CancelHook{}
 			cfg.asynqHook = hook
 			f := newFixture(t, cfg)
@@ -572,6 +576,9 @@ func TestEnqueueFailureReleasesTheSlot(t *testing.T) {
 				}
 			} else if tc.wantErr != nil && !errors.Is(err, tc.wantErr) {
 				t.Errorf("err = %v, want errors.Is %v", err, tc.wantErr)
+			}
+			if enqueue.IsAmbiguous(err) != tc.wantAmbiguous {
+				t.Errorf("IsAmbiguous(%v) = %v, want %v", err, !tc.wantAmbiguous, tc.wantAmbiguous)
 			}
 			if d.Outcome != admission.Admitted {
 				t.Errorf("decision = %v, want admitted", d.Outcome)

@@ -12,18 +12,18 @@
 //     matches ErrRejected and says when to retry.
 //
 // The task ID is the gate's entry ID, so a producer that retries after a
-// timeout takes no second slot. If the asynq enqueue fails after admission,
-// the slot is given back only when nothing can have been written: ctx was
-// done before asynq was called, or before its write left in a pipeline,
-// asynq returned asynq.ErrDuplicateTask, or Redis refused the call before
-// the write. After an ambiguous failure (a
-// timeout, a network error, ctx done while asynq waited) the task may be in
-// the queue, so its slot is kept: at most one slot per such failure idles
-// until the window passes, and the tenant is never admitted past its quota.
-// asynq.ErrTaskIDConflict means the task is in the queue, even from a single
-// Enqueue: go-redis retries a command that timed out, and finds the task its
-// first attempt wrote. The tenant travels in the task's headers under
-// TenantHeader; package worker hands it to handlers.
+// timeout takes no second slot. Every task in asynq's queues holds a slot:
+// if the asynq enqueue fails after admission, the slot is given back only
+// when no task can hold it (the write was never sent, or asynq refused it
+// as a duplicate of another task), and no other call on the Client with
+// the task's ID is still in flight. After an ambiguous failure (a timeout,
+// a network error, a Redis error reply to the write, ctx done while the
+// write was out, asynq.ErrTaskIDConflict) the task may be in the queue, so
+// its slot is kept, and IsAmbiguous reports it: retry with the same task
+// ID, never a new one. At most one slot per such failure idles until the
+// window passes, and the tenant is never admitted past its quota. The
+// tenant travels in the task's headers under TenantHeader; package worker
+// hands it to handlers.
 //
 // NewFromRedis is the usual way to make a Client: it makes the asynq.Client
 // itself, on the Redis of the worker queues, and the task writes of
@@ -49,9 +49,11 @@
 //		// Over quota: try again after rej.RetryAfter().
 //	case errors.Is(err, asynq.ErrTaskIDConflict):
 //		// The task is in the queue, put there by this call or an earlier one.
+//	case enqueue.IsAmbiguous(err):
+//		// Perhaps enqueued (a timeout, say): retry with the same task ID,
+//		// which takes no second slot.
 //	case err != nil:
-//		// Not enqueued, or (after a timeout) perhaps enqueued: retry with
-//		// the same task ID, which takes no second slot.
+//		// Not enqueued: the caller still holds the task.
 //	default:
 //		log.Printf("task %s %s, runs at %v", info.ID, d.Outcome, info.NextProcessAt)
 //	}

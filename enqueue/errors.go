@@ -37,3 +37,37 @@ func (e *RejectedError) Is(target error) bool { return target == ErrRejected }
 // on the Redis clock from the moment of the decision, so it is exact at
 // once and does not depend on the local clock.
 func (e *RejectedError) RetryAfter() time.Duration { return e.Decision.Delay() }
+
+// IsAmbiguous reports whether err, from Enqueue or in a Result of
+// EnqueueBatch, leaves the task's fate open: the write may have reached
+// Redis, and the task may be in asynq's queue. Its slot was kept for it.
+// Retry with the same task ID, which takes no second slot and gets
+// asynq.ErrTaskIDConflict if the task is there; do not enqueue the task
+// again under a new ID, which could run it twice.
+//
+// These failures are ambiguous: asynq.ErrTaskIDConflict (the task with the
+// ID is in the queue, written by this call, which go-redis retried, or by
+// another with the ID); asynq.ErrDuplicateTask when a task with the ID is
+// in the queue (the retry of a write that ran finds its own lock); a
+// timeout, a network error or ctx done while the write was out; and any
+// Redis error reply to asynq's write, such as LOADING or OOM, since it may
+// answer a retry of an attempt that ran.
+//
+// Every other error is definite: the task was not enqueued by this call,
+// and the caller still holds it. That covers a rejection (ErrRejected),
+// invalid input, the gate's errors (admission.ErrUnavailable among them),
+// ctx done before the write was sent, and asynq.ErrDuplicateTask for
+// another task's lock. A Client made by New cannot see what its
+// asynq.Client sent, so every failure after it called asynq is ambiguous
+// but a Redis error reply before the write.
+func IsAmbiguous(err error) bool {
+	var a *ambiguousError
+	return errors.As(err, &a)
+}
+
+// ambiguousError marks a failed write after which the task may be in the
+// queue.
+type ambiguousError struct{ err error }
+
+func (e *ambiguousError) Error() string { return e.err.Error() }
+func (e *ambiguousError) Unwrap() error { return e.err }

@@ -29,21 +29,29 @@ const (
 	pipelineFlight = 4
 )
 
-// pipelined is a redis.UniversalClient whose EVALSHA calls share pipelines.
-// Every other command goes to the client it wraps, as it is: asynq's SADD
-// of a new queue's name, and the EVAL it falls back to when Redis has lost
-// the script (a NOSCRIPT reply to a pipelined EVALSHA comes back to asynq,
-// which retries with EVAL).
+// pipelined is the redis.UniversalClient that a Client made by NewFromRedis
+// gives its asynq.Client. Its script calls (EVALSHA, and the EVAL asynq
+// falls back to when Redis has lost the script) are asynq's writes of
+// tasks, and it sends them so that the Client knows whether each was sent
+// at all (writeTrace):
 //
-// A caller whose ctx ends before its call is sent leaves at once, with the
-// ctx's error, and the call is never sent. Once sent, a call waits for its
-// reply, as a plain go-redis call does once it has written its command
-// (unless ContextTimeoutEnabled), so that the caller learns whether the task
-// was written. A pipeline is bounded by go-redis's read and write timeouts,
-// and runs on a context with the latest deadline among its callers, which
-// go-redis heeds with ContextTimeoutEnabled.
+//   - A call whose ctx is done before it is sent is never sent, and fails
+//     with the ctx's error: its task was certainly not written.
+//   - A call that is sent runs on a context of its own, which keeps the
+//     caller's deadline but never a passed one: it gets at least sendGrace
+//     to go out, so that go-redis never fails it, unsent, for a deadline
+//     that passed while it waited its turn. Its caller then waits for the
+//     reply, as a plain go-redis call does once it has written its command
+//     (unless ContextTimeoutEnabled), and learns whether the task was
+//     written.
+//
+// Batched (the default), EVALSHA calls share pipelines: those waiting when
+// a pipeline is free go out together. Every other command goes to the
+// client it wraps, as it is: asynq's SADD of a new queue's name, before its
+// write.
 type pipelined struct {
 	redis.UniversalClient
+	direct    bool // WithBatching(false): each call goes out alone, at once
 	maxBatch  int
 	maxFlight int
 
@@ -54,6 +62,39 @@ type pipelined struct {
 
 func newPipelined(rdb redis.UniversalClient) *pipelined {
 	return &pipelined{UniversalClient: rdb, maxBatch: pipelineBatch, maxFlight: pipelineFlight}
+}
+
+// sendGrace is the least time a script call has to go out once it is
+// sent: a deadline that passes while a call waits for its pipeline or for
+// a connection would make go-redis fail it before it writes anything, and
+// the Client could not tell that failure from one after the write.
+const sendGrace = time.Second
+
+// sendContext returns the context a script call of ctx is sent on: ctx's
+// values and deadline, but no earlier than sendGrace from now, and not
+// cancelled with ctx.
+func sendContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	base := context.WithoutCancel(ctx)
+	if d, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(base, later(d, time.Now().Add(sendGrace)))
+	}
+	return base, func() {}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// Eval is asynq's fallback when Redis has lost its script (NOSCRIPT): the
+// EVALSHA before it was sent, so this goes out too, whatever ctx.
+func (p *pipelined) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	traceSent(ctx)
+	sctx, cancel := sendContext(ctx)
+	defer cancel()
+	return p.UniversalClient.Eval(sctx, script, keys, args...)
 }
 
 // Script call states: the caller who leaves and the pipeline that sends
@@ -74,11 +115,17 @@ type scriptCall struct {
 	cmd   *redis.Cmd
 }
 
-// EvalSha queues the call for the next free pipeline and waits for its
-// reply or for ctx.
+// EvalSha sends the call, in the next free pipeline unless direct, and
+// waits for its reply; or, if ctx ends before it is sent, for ctx.
 func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
 	if err := ctx.Err(); err != nil {
 		return unsent(ctx, sha, err)
+	}
+	if p.direct {
+		traceSent(ctx)
+		sctx, cancel := sendContext(ctx)
+		defer cancel()
+		return p.UniversalClient.EvalSha(sctx, sha, keys, args...)
 	}
 	c := &scriptCall{ctx: ctx, sha: sha, keys: keys, args: args, done: make(chan struct{})}
 	p.mu.Lock()
@@ -105,24 +152,28 @@ func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args
 	return c.cmd
 }
 
-// unsent is a call that was never sent, failed with err. An unsentWrite
-// in ctx (from Client.enqueue) hears of it: asynq flattens the error into
-// text, and the Client gives the task's slot back only for a write that
-// certainly did not happen.
+// unsent is a call that was never sent, failed with err.
 func unsent(ctx context.Context, sha string, err error) *redis.Cmd {
-	if u, ok := ctx.Value(unsentKey{}).(*unsentWrite); ok {
-		u.Store(true)
-	}
 	cmd := redis.NewCmd(ctx, "evalsha", sha)
 	cmd.SetErr(err)
 	return cmd
 }
 
-// unsentWrite is set when a call of the enqueue it travels with, in its
-// context under unsentKey, was never sent.
-type unsentWrite struct{ atomic.Bool }
+// writeTrace travels with one Enqueue's write, in its context under
+// writeTraceKey{}, and is set once a script call of it (asynq's write of
+// the task) has been sent: asynq flattens the errors of its script calls
+// into text, and a failure with none sent certainly wrote nothing.
+type writeTrace struct{ sent atomic.Bool }
 
-type unsentKey struct{}
+type writeTraceKey struct{}
+
+// traceSent records, in the writeTrace of ctx if any, that a script call
+// of it is sent.
+func traceSent(ctx context.Context) {
+	if tr, ok := ctx.Value(writeTraceKey{}).(*writeTrace); ok {
+		tr.sent.Store(true)
+	}
+}
 
 // flushLoop sends what is waiting, a batch at a time, until nothing is.
 func (p *pipelined) flushLoop() {
@@ -155,9 +206,13 @@ func (p *pipelined) flush(batch []*scriptCall) {
 	bounded := true
 	calls := batch[:0]
 	for _, c := range batch {
+		if c.ctx.Err() != nil {
+			continue // its caller is leaving: it finds the call unsent
+		}
 		if !c.state.CompareAndSwap(queued, sent) {
 			continue // its caller left before it was sent
 		}
+		traceSent(c.ctx)
 		if d, ok := c.ctx.Deadline(); !ok {
 			bounded = false
 		} else if d.After(latest) {
@@ -171,7 +226,7 @@ func (p *pipelined) flush(batch []*scriptCall) {
 	ctx := context.Background()
 	if bounded {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, latest)
+		ctx, cancel = context.WithDeadline(ctx, later(latest, time.Now().Add(sendGrace)))
 		defer cancel()
 	}
 	pipe := p.UniversalClient.Pipeline()

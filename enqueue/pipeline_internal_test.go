@@ -354,3 +354,62 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestPipelinedSentCallOutlivesItsDeadline: a call whose deadline passes
+// after it was sent, before go-redis writes it (here, in a slow hook), still
+// goes out: go-redis would otherwise fail it, unsent, with an error the
+// Client could not tell from a failure after the write, and the task's slot
+// would idle. Its caller gets the reply.
+func TestPipelinedSentCallOutlivesItsDeadline(t *testing.T) {
+	noLeaks(t)
+	spy := &pipelineSpy{onPipeline: func() { time.Sleep(30 * time.Millisecond) }}
+	p, rdb := newSpied(t, spy, 16, 1)
+	bg := context.Background()
+	if err := echo.Load(bg, p).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(bg, 10*time.Millisecond)
+	defer cancel()
+	if got, err := p.EvalSha(ctx, echo.Hash(), []string{"late"}, "late").Text(); err != nil || got != "late" {
+		t.Errorf("EvalSha = %q, %v; want its reply", got, err)
+	}
+	if n := rdb.Get(bg, "late").Val(); n != "1" {
+		t.Errorf("the call ran %q times, want once", n)
+	}
+}
+
+// TestPipelinedEvalFallbackAfterCtx: asynq falls back to EVAL when its
+// EVALSHA finds the script missing (NOSCRIPT). The EVALSHA was sent, so the
+// EVAL goes out too, even when the caller's ctx ended in between.
+func TestPipelinedEvalFallbackAfterCtx(t *testing.T) {
+	noLeaks(t)
+	p, rdb := newSpied(t, &pipelineSpy{}, 16, 1)
+	bg := context.Background()
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	rdb.AddHook(afterPipeline(cancel)) // ends ctx as the EVALSHA's NOSCRIPT comes back
+	if got, err := echo.Run(ctx, p, []string{"fallback"}, "x").Text(); err != nil || got != "x" {
+		t.Errorf("Run = %q, %v; want the EVAL's reply", got, err)
+	}
+	if ctx.Err() == nil {
+		t.Fatal("the ctx never ended")
+	}
+	if n := rdb.Get(bg, "fallback").Val(); n != "1" {
+		t.Errorf("the script ran %q times, want once", n)
+	}
+}
+
+// afterPipeline calls f after each pipeline of script calls.
+type afterPipeline func()
+
+func (h afterPipeline) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h afterPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h afterPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if scripts(cmds) {
+			h()
+		}
+		return err
+	}
+}

@@ -41,6 +41,7 @@ type fixtureConfig struct {
 	opts      []enqueue.Option
 	asynqHook redis.Hook // on asynq's connection only; nil means none
 	gateHook  redis.Hook // on the gate's connection only; nil means none
+	plain     bool       // the Client is made by New, on an asynq.Client of the test's
 }
 
 func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
@@ -66,6 +67,9 @@ func newFixture(t *testing.T, cfg fixtureConfig) *fixture {
 	t.Cleanup(func() { _ = f.gate.Close() })
 	f.asynq = asynq.NewClientFromRedisClient(f.asynqRDB)
 	f.client = enqueue.NewFromRedis(f.asynqRDB, f.gate, cfg.opts...)
+	if cfg.plain {
+		f.client = enqueue.New(f.asynq, f.gate, cfg.opts...)
+	}
 	f.inspector = asynq.NewInspectorFromRedisClient(f.rdb)
 	return f
 }

@@ -27,7 +27,7 @@ func TestUnsentWriteGivesTheSlotBack(t *testing.T) {
 	p := newPipelined(asynqRDB)
 	p.maxFlight = 1
 	c := New(asynq.NewClientFromRedisClient(p), g)
-	c.pipelined = true
+	c.rdb = asynqRDB // as NewFromRedis, with p for its pipelines
 	bg := context.Background()
 
 	first := make(chan error, 1)

@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/admission"
-	"github.com/admitq/admitq/enqueue"
 	"github.com/admitq/admitq/internal/redistest"
 )
 
@@ -46,8 +45,9 @@ func TestSlotRelease(t *testing.T) {
 		},
 		{
 			// The hook cancels just before asynq's command, so the command
-			// never leaves the client; but from Enqueue's side a context
-			// that ends while asynq waits for Redis is ambiguous.
+			// never leaves the client; but a Client made by New cannot see
+			// that, and a context that ends while asynq waits for Redis is
+			// ambiguous.
 			desc:    "a context cancelled while asynq enqueues keeps its slot",
 			first:   asynq.NewTask("work", nil),
 			probe:   asynq.NewTask("work", nil),
@@ -71,11 +71,10 @@ func TestSlotRelease(t *testing.T) {
 			q := admission.Quota{Limit: 2, Window: time.Minute, MaxDelay: time.Hour}
 			hook := &redistest.CancelHook{}
 			cfg := stackConfig{quotas: admission.StaticQuotas{Default: &q}, hooks: []redis.Hook{hook}}
-			if tc.cancel {
-				// With group commit the hook runs once the call is sent,
-				// and a call that was sent waits for its reply.
-				cfg.enqueue = []enqueue.Option{enqueue.WithBatching(false)}
-			}
+			// NewFromRedis sends a write whose ctx was live when it left
+			// whatever happens to the ctx after, and waits for its reply:
+			// the cancellation must reach asynq's own call, as with New.
+			cfg.plain = tc.cancel
 			s := buildStack(t, serverBackend(t), cfg)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

@@ -101,6 +101,9 @@ type stackConfig struct {
 	asynqRDB redis.UniversalClient
 	// enqueue configures the enqueue.Client, made by NewFromRedis.
 	enqueue []enqueue.Option
+	// plain makes the enqueue.Client with New, on an asynq.Client of
+	// asynqRDB, instead: it sends asynq's writes as asynq does.
+	plain bool
 }
 
 // newStack starts a redis-server for t and builds an enqueue.Client on it
@@ -133,6 +136,9 @@ func buildStack(t *testing.T, b backend, cfg stackConfig) *stack {
 	s.gate = admission.New(s.rdb, cfg.quotas, append([]admission.Option{admission.WithPrefix(s.prefix)}, cfg.gate...)...)
 	t.Cleanup(func() { _ = s.gate.Close() })
 	s.client = enqueue.NewFromRedis(s.asynqRDB, s.gate, cfg.enqueue...)
+	if cfg.plain {
+		s.client = enqueue.New(s.asynq, s.gate, cfg.enqueue...)
+	}
 	s.inspector = asynq.NewInspectorFromRedisClient(s.rdb)
 	return s
 }

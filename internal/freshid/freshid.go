@@ -1,0 +1,23 @@
+// Package freshid marks a context whose admission IDs were made for that
+// call alone, so that the gate may give back the slots of an admission its
+// caller no longer waits for: no retry can ever ask for those IDs again.
+//
+// package enqueue marks the contexts of Enqueue calls whose task IDs it made
+// itself; package admission reads the mark. It is no one's public API.
+//
+//	d, err := gate.AdmitID(freshid.Mark(ctx), tenant, uuid.NewString())
+package freshid
+
+import "context"
+
+type key struct{}
+
+// Mark returns ctx marked: the IDs admitted under it are new, and no other
+// call will ask for them.
+func Mark(ctx context.Context) context.Context { return context.WithValue(ctx, key{}, true) }
+
+// Marked reports whether ctx was marked by Mark.
+func Marked(ctx context.Context) bool {
+	v, _ := ctx.Value(key{}).(bool)
+	return v
+}
