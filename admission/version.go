@@ -34,13 +34,16 @@ type versionCheck struct {
 	next    time.Time     // after a check nobody answered, when to ask again
 }
 
-// checkVersion returns ErrRedisVersion, wrapped, if Redis is too old.
-// Callers that come while the check is out wait for it, up to the timeout,
-// each on its own clock: never behind one another. A Redis that cannot be
-// asked now (down, slow; on a cluster, a master) is asked again a second
-// later, and meanwhile calls go on: the outage is the decisions' to handle.
-// One that answers without a version (INFO disabled or renamed, a
-// Redis-like server) is trusted.
+// checkVersion returns ErrRedisVersion, wrapped, if Redis is too old. The
+// question goes out once, in the background with the gate's timeout, and
+// callers wait for the answer up to a quarter of the timeout (or their
+// ctx), each on its own clock, never behind one another: a Redis that
+// answers at all answers in well under that, and a slow or down one does
+// not add a whole timeout to the first calls' own. A question nobody
+// answered (Redis down or slow; on a cluster, a master) is asked again a
+// second later, and meanwhile calls go on: the outage is the decisions' to
+// handle. A server that answers without a version (INFO disabled or
+// renamed, a Redis-like server) is trusted.
 func (g *Gate) checkVersion(ctx context.Context) error {
 	v := g.version
 	if v.done.Load() {
@@ -51,42 +54,45 @@ func (g *Gate) checkVersion(ctx context.Context) error {
 		v.mu.Unlock()
 		return v.err
 	}
-	if ch := v.running; ch != nil {
-		v.mu.Unlock()
-		t := time.NewTimer(g.opts.timeout)
-		defer t.Stop()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-		case <-t.C:
+	ch := v.running
+	if ch == nil {
+		if time.Now().Before(v.next) {
+			v.mu.Unlock()
+			return nil
 		}
-		if v.done.Load() {
-			return v.err
-		}
-		return nil
+		ch = make(chan struct{})
+		v.running = ch
+		go g.settleVersion(ch)
 	}
-	if time.Now().Before(v.next) {
-		v.mu.Unlock()
-		return nil
-	}
-	ch := make(chan struct{})
-	v.running = ch
 	v.mu.Unlock()
+	t := time.NewTimer(g.opts.timeout / 4)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	if v.done.Load() {
+		return v.err
+	}
+	return nil
+}
 
-	answered, err := g.askVersion(ctx)
-
+// settleVersion asks the version and records the answer, or when to ask
+// again; then it closes ch.
+func (g *Gate) settleVersion(ch chan struct{}) {
+	answered, err := g.askVersion(context.Background())
+	v := g.version
 	v.mu.Lock()
 	if answered {
 		v.err = err
 		v.done.Store(true)
 	} else {
 		v.next = time.Now().Add(time.Second)
-		err = nil
 	}
 	v.running = nil
 	v.mu.Unlock()
 	close(ch)
-	return err
 }
 
 // askVersion asks Redis (every master of a cluster) for its version. It
