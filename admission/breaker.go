@@ -22,6 +22,7 @@ type breaker struct {
 	timeout    time.Duration
 	probe      func(context.Context) error
 	onOpen     func() // when set, called as the breaker opens
+	onTick     func() // when set, called every probeEvery while open, probe out or not
 	logger     *slog.Logger
 
 	failures    atomic.Int64
@@ -103,6 +104,9 @@ func (b *breaker) probeLoop() {
 				return
 			}
 		case <-t.C:
+			if b.onTick != nil {
+				b.onTick()
+			}
 			if !inFlight {
 				inFlight = true
 				go func() {
@@ -185,6 +189,10 @@ func (n *nodeBreakers) of(ctx context.Context, key string) *breaker {
 		nb = &nodeBreaker{addr: addr, key: key}
 		nb.breaker = newBreaker(n.probe(nb), n.timeout, n.logger.With("node", addr))
 		nb.onOpen = n.reload
+		// On every tick, even while a probe of a dead address is still
+		// out (go-redis retries its dials): the tenants' calls follow the
+		// layout, not this breaker.
+		nb.onTick = n.reload
 		if n.closed {
 			nb.close()
 		}
@@ -205,7 +213,6 @@ func (n *nodeBreakers) reload() { n.cc.ReloadState(context.Background()) }
 // PING may still refuse keys (CLUSTERDOWN while another master is down).
 func (n *nodeBreakers) probe(nb *nodeBreaker) func(context.Context) error {
 	return func(ctx context.Context) error {
-		n.reload() // this probe sees the last tick's reload; the next sees this one's
 		node, err := n.cc.MasterForKey(ctx, nb.key)
 		if err != nil {
 			return err
