@@ -141,7 +141,7 @@ func (b *breaker) close() {
 // cluster layout does. go-redis reloads its layout only every
 // ClusterStateReloadInterval (60 s by default) or on a MOVED reply, which
 // no call gets while the breaker is open; so the breaker asks for a reload
-// when it opens and on every probe. Breakers of nodes that no longer serve
+// when it opens and every probe interval (200 ms) while open. Breakers of nodes that no longer serve
 // their keys (gone, or replicas now) are forgotten.
 type nodeBreakers struct {
 	cc      *redis.ClusterClient
