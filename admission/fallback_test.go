@@ -172,7 +172,7 @@ func TestLocalLimiterMemory(t *testing.T) {
 	}
 	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
 	t.Logf("1,000,000 local admissions for one tenant: heap grew %d bytes", grew)
-	if grew > 64<<10 {
+	if grew > 1<<20 { // the log of timestamps held 24 MiB; a megabyte leaves room for other tests' garbage
 		t.Fatalf("heap grew %d bytes for one tenant's 1,000,000 admissions, want a constant", grew)
 	}
 
