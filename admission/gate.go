@@ -169,6 +169,7 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, fres
 	if len(ids) == 0 {
 		return nil, nil
 	}
+	began := time.Now()
 	if err := g.checkVersion(ctx); err != nil {
 		return nil, err
 	}
@@ -183,7 +184,7 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, fres
 	if err != nil {
 		return nil, err
 	}
-	return g.decide(ctx, tenant, q, ids, fresh)
+	return g.decide(ctx, tenant, q, ids, fresh, began)
 }
 
 func (g *Gate) quota(ctx context.Context, tenant string) (Quota, error) {
@@ -197,13 +198,16 @@ func (g *Gate) quota(ctx context.Context, tenant string) (Quota, error) {
 	return q, nil
 }
 
-func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string, fresh bool) ([]Decision, error) {
+// decide decides ids on Redis, or as the failure policy says. checked is
+// when the call began, before the first call's version check
+// (checkVersion), which counts against the timeout like a Redis call.
+func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string, fresh bool, checked time.Time) ([]Decision, error) {
 	now := time.Now()
 	began := now
 	// One deadline for the decision's calls, however many it takes; time
 	// spent waiting in the deny cache for room is added to it, since that
 	// says nothing of Redis.
-	deadline := now.Add(g.opts.timeout)
+	deadline := checked.Add(g.opts.timeout)
 	key := windowKey(g.opts.prefix, tenant, q)
 	brk := g.breakerFor(ctx, key)
 	if brk.isOpen() {
