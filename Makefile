@@ -6,13 +6,14 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # FUZZTIME is how long make test runs each fuzz target.
 FUZZTIME ?= 3s
 
-.PHONY: test redis lint build bench fuzz
+.PHONY: test redis chromium lint build bench fuzz
 
 ## test: go vet, then all tests with the race detector. ADMITQ_REQUIRE_REDIS=1
-## turns "redis-server missing" from a skip into a failure.
-test: redis
+## turns "redis-server missing" from a skip into a failure, and
+## ADMITQ_REQUIRE_BROWSER=1 does the same for the dashboard's Chromium.
+test: redis chromium
 	$(GO) vet ./...
-	ADMITQ_REQUIRE_REDIS=1 $(GO) test -race -count=1 -timeout 12m ./...
+	ADMITQ_REQUIRE_REDIS=1 ADMITQ_REQUIRE_BROWSER=1 $(GO) test -race -count=1 -timeout 12m ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzTenant$$' -fuzztime $(FUZZTIME) ./admission/
 	$(GO) test -run '^$$' -fuzz '^FuzzQuota$$' -fuzztime $(FUZZTIME) ./admission/
 	$(GO) test -run '^$$' -fuzz '^FuzzRedisQuotas$$' -fuzztime $(FUZZTIME) ./admission/
@@ -30,6 +31,11 @@ fuzz:
 ## redis: make sure redis-server and redis-cli are installed (apt-get as root).
 redis:
 	@./scripts/install-redis.sh
+
+## chromium: make sure a headless Chromium is installed (apt-get as root),
+## for the dashboard's browser tests.
+chromium:
+	@./scripts/install-chromium.sh
 
 ## lint: gofmt, go vet and staticcheck.
 lint:

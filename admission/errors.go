@@ -22,6 +22,10 @@ var (
 
 	// ErrUnavailable wraps the error of a Redis call that failed or timed
 	// out, and is returned without a call at all while the breaker is open.
-	// Under FailOpen the gate decides locally instead of returning it.
+	// Such an error also carries the last network error the client met in
+	// the past few seconds (a refused or failed dial, say), because a call
+	// that runs out of time would otherwise say only "context deadline
+	// exceeded"; errors.Is finds that cause too. Under FailOpen the gate
+	// decides locally instead of returning it.
 	ErrUnavailable = errors.New("admitq: redis unavailable")
 )

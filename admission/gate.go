@@ -41,6 +41,7 @@ type Gate struct {
 	brk    *breaker   // Redis's, or on a cluster, for keys of no known master
 	nodes  *nodeBreakers
 	local  *localLimiter
+	causes *causes // names why Redis is unavailable
 
 	version *versionCheck
 }
@@ -68,6 +69,7 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 		counter: lua.Counter(),
 		ids:     newIDGen(),
 		local:   newLocalLimiter(o.instances),
+		causes:  watchCauses(rdb),
 		version: &versionCheck{},
 	}
 	// Unbatched calls go through the committer too, one request a
@@ -157,7 +159,8 @@ func (g *Gate) AdmitBatch(ctx context.Context, tenant string, ids []string) ([]D
 
 // admitBatch decides ids; fresh says the gate generated them, so none can
 // be in the log yet.
-func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, fresh bool) ([]Decision, error) {
+func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, fresh bool) (_ []Decision, err error) {
+	defer func() { err = g.causes.explain(err) }()
 	if err := ValidateTenant(tenant); err != nil {
 		return nil, err
 	}
@@ -464,7 +467,8 @@ func (g *Gate) forgetDenial(tenant string) {
 // nothing for a rejected or local decision, which took no slot in Redis.
 // In Log mode releasing twice is harmless; Counter mode keeps no IDs, so
 // release each decision at most once.
-func (g *Gate) Release(ctx context.Context, d Decision) error {
+func (g *Gate) Release(ctx context.Context, d Decision) (err error) {
+	defer func() { err = g.causes.explain(err) }()
 	if d.ID == "" || d.Local || d.Outcome == Rejected {
 		return nil
 	}
@@ -519,7 +523,8 @@ type Usage struct {
 }
 
 // Usage reports tenant's current use of its quota. It writes nothing.
-func (g *Gate) Usage(ctx context.Context, tenant string) (Usage, error) {
+func (g *Gate) Usage(ctx context.Context, tenant string) (_ Usage, err error) {
+	defer func() { err = g.causes.explain(err) }()
 	if err := ValidateTenant(tenant); err != nil {
 		return Usage{}, err
 	}

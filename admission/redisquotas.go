@@ -41,6 +41,7 @@ type RedisQuotas struct {
 	cache       map[string]*cachedQuota
 	lastDefault *Quota    // the default as last read, nil for none
 	downUntil   time.Time // no reads of uncached tenants before this
+	causes      *causes   // names why Redis is unavailable
 }
 
 type cachedQuota struct {
@@ -54,7 +55,7 @@ type cachedQuota struct {
 // WithTimeout and WithRefresh.
 func NewRedisQuotas(rdb redis.UniversalClient, opts ...Option) *RedisQuotas {
 	o := newOptions(opts)
-	return &RedisQuotas{rdb: rdb, key: quotasKey(o.prefix), opts: o, cache: make(map[string]*cachedQuota)}
+	return &RedisQuotas{rdb: rdb, key: quotasKey(o.prefix), opts: o, cache: make(map[string]*cachedQuota), causes: watchCauses(rdb)}
 }
 
 // Set stores tenant's quota. It validates both first and writes nothing when
@@ -309,7 +310,7 @@ func (r *RedisQuotas) do(ctx context.Context, call func(context.Context) error) 
 	cctx, cancel := context.WithTimeout(ctx, r.opts.timeout)
 	defer cancel()
 	if err := bounded(cctx, call); err != nil {
-		return callError(ctx, "quotas", r.key, err)
+		return r.causes.explain(callError(ctx, "quotas", r.key, err))
 	}
 	return nil
 }

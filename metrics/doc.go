@@ -1,11 +1,13 @@
 // Package metrics exports Prometheus metrics for admitq producers and
 // workers.
 //
-// One Metrics value holds four series:
+// One Metrics value holds six series:
 //
 //	admitq_gate_decisions_total{tenant,outcome}  counter: gate decisions, outcome = admitted|deferred|rejected
 //	admitq_tasks_processed_total{tenant}          counter: handler runs that ended, failed or not (as asynq counts "processed")
 //	admitq_tasks_failed_total{tenant}             counter: handler runs that failed
+//	admitq_tasks_started_total{tenant}            counter: handler runs that started, retries included
+//	admitq_task_seconds_total{tenant}             counter: worker seconds spent in handler runs that ended
 //	admitq_queue_delay_seconds{tenant}            histogram: from a task's slot to the start of its first run
 //
 // A producer reports each decision with ObserveDecision; a worker wraps its
@@ -27,8 +29,8 @@
 //
 // # Label cardinality
 //
-// Every series has a tenant label, so each tenant costs about 22 series
-// (3 decision counters, 2 task counters, and a histogram of 14 buckets plus
+// Every series has a tenant label, so each tenant costs about 24 series
+// (3 decision counters, 4 task counters, and a histogram of 14 buckets plus
 // +Inf, its sum and count). Past WithMaxTenants distinct tenants (DefaultMaxTenants,
 // 1000) further tenants are counted under the label value OtherTenant, so a
 // flood of new tenant names cannot grow the registry without bound. To choose
@@ -41,5 +43,8 @@
 // task header that enqueue stamps) to the moment the worker starts it, on the
 // worker's clock. The slot is Redis server time, so a worker whose clock is
 // off by x skews the histogram by x. Delays under zero are counted as zero.
-// Retries are not observed: their wait is asynq's backoff, not admission.
+// Only a task's first start is observed: reruns (after a failure, a throttled
+// retry or a shutdown that put the task back) wait for asynq's backoff or
+// for the worker, not for admission. Under a worker.Worker a first start is
+// told apart with worker.FirstStart, at one Redis round trip per task.
 package metrics

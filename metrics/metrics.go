@@ -89,6 +89,8 @@ type Metrics struct {
 	decisions *prometheus.CounterVec
 	processed *prometheus.CounterVec
 	failed    *prometheus.CounterVec
+	started   *prometheus.CounterVec
+	busy      *prometheus.CounterVec
 	delay     *prometheus.HistogramVec
 
 	label     func(string) string
@@ -97,8 +99,18 @@ type Metrics struct {
 
 	maxTenants int
 	mu         sync.Mutex
-	tenants    map[string]struct{} // label values handed out, at most maxTenants
+	tenants    map[string]roles // label values handed out, at most maxTenants, and the series each has started
 }
+
+// roles are the series a tenant label value has been started at zero for.
+// A process that both produces and works starts each set on its own first
+// use, so neither use hides the other's series.
+type roles uint8
+
+const (
+	producerRole roles = 1 << iota // admitq_gate_decisions_total
+	workerRole                     // admitq_tasks_failed_total
+)
 
 // New returns Metrics with no observations. Register it before serving.
 func New(opts ...Option) *Metrics {
@@ -125,6 +137,14 @@ func New(opts ...Option) *Metrics {
 			Name: "admitq_tasks_failed_total",
 			Help: "Task runs that failed, by tenant.",
 		}, []string{"tenant"}),
+		started: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "admitq_tasks_started_total",
+			Help: "Task runs that started, retries included, by tenant.",
+		}, []string{"tenant"}),
+		busy: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "admitq_task_seconds_total",
+			Help: "Seconds of worker time spent in task runs that ended, by tenant.",
+		}, []string{"tenant"}),
 		delay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "admitq_queue_delay_seconds",
 			Help:    "Time from a task's admission slot to the start of its first run, by tenant.",
@@ -134,7 +154,7 @@ func New(opts ...Option) *Metrics {
 		isFailure:  o.isFailure,
 		now:        time.Now,
 		maxTenants: o.maxTenants,
-		tenants:    make(map[string]struct{}),
+		tenants:    make(map[string]roles),
 	}
 }
 
@@ -143,6 +163,8 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.decisions.Describe(ch)
 	m.processed.Describe(ch)
 	m.failed.Describe(ch)
+	m.started.Describe(ch)
+	m.busy.Describe(ch)
 	m.delay.Describe(ch)
 }
 
@@ -151,6 +173,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.decisions.Collect(ch)
 	m.processed.Collect(ch)
 	m.failed.Collect(ch)
+	m.started.Collect(ch)
+	m.busy.Collect(ch)
 	m.delay.Collect(ch)
 }
 
@@ -160,7 +184,7 @@ var outcomes = []admission.Outcome{admission.Admitted, admission.Deferred, admis
 // decision a producer gets, including rejections (enqueue.RejectedError
 // carries the Decision).
 func (m *Metrics) ObserveDecision(d admission.Decision) {
-	tenant, first := m.tenantLabel(d.Tenant)
+	tenant, first := m.tenantLabel(d.Tenant, producerRole)
 	if first {
 		// Start every outcome at zero, so rate() and alerts see the series
 		// before the first rejection.
@@ -172,22 +196,27 @@ func (m *Metrics) ObserveDecision(d admission.Decision) {
 }
 
 // Middleware returns asynq middleware that counts each run of a task by
-// tenant (from the enqueue.TenantHeader header) and, on a task's first run,
+// tenant (from the enqueue.TenantHeader header) and, on a task's first start,
 // observes its queueing delay (from the enqueue.SlotHeader header). Put it in
-// worker.Config.Middleware, or use it with a plain asynq.ServeMux.
+// worker.Config.Middleware: the Worker tells a first start from a rerun after
+// a throttled retry or a shutdown (worker.FirstStart, one Redis round trip
+// per task that carries a slot). With a plain asynq.ServeMux only retries
+// after failures are told apart, and such reruns add delay samples too.
 func (m *Metrics) Middleware() asynq.MiddlewareFunc {
 	return func(next asynq.Handler) asynq.Handler {
 		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 			start := m.now()
-			tenant, first := m.tenantLabel(t.Headers()[enqueue.TenantHeader])
+			tenant, first := m.tenantLabel(t.Headers()[enqueue.TenantHeader], workerRole)
 			if first {
 				m.failed.WithLabelValues(tenant)
 			}
+			m.started.WithLabelValues(tenant).Inc()
 			if slot, ok := TaskSlot(t); ok && firstRun(ctx) {
 				m.delay.WithLabelValues(tenant).Observe(max(start.Sub(slot), 0).Seconds())
 			}
 			ended := false
 			defer func() {
+				m.busy.WithLabelValues(tenant).Add(m.now().Sub(start).Seconds())
 				m.processed.WithLabelValues(tenant).Inc()
 				if !ended { // panicking: the worker turns it into a failure
 					m.failed.WithLabelValues(tenant).Inc()
@@ -216,28 +245,30 @@ func TaskSlot(t *asynq.Task) (time.Time, bool) {
 	return time.UnixMilli(ms), true
 }
 
+// firstRun reports whether this is the task's first start. Under a
+// worker.Worker that is exact: a throttled retry or a shutdown's requeue runs
+// the task again without raising its retry count, and worker.FirstStart
+// tells those reruns apart. Elsewhere it falls back to the retry count.
 func firstRun(ctx context.Context) bool {
-	n, ok := asynq.GetRetryCount(ctx)
-	return !ok || n == 0
+	return worker.FirstStart(ctx)
 }
 
 // tenantLabel maps tenant to its label value and reports whether this is the
-// first time the value is used.
-func (m *Metrics) tenantLabel(tenant string) (string, bool) {
+// first time the value is used in role.
+func (m *Metrics) tenantLabel(tenant string, role roles) (string, bool) {
 	if m.label != nil {
 		tenant = m.label(tenant)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.tenants[tenant]; ok {
+	seen, ok := m.tenants[tenant]
+	if !ok && len(m.tenants) >= m.maxTenants {
+		tenant = OtherTenant
+		seen, ok = m.tenants[tenant]
+	}
+	if ok && seen&role != 0 {
 		return tenant, false
 	}
-	if len(m.tenants) >= m.maxTenants {
-		tenant = OtherTenant
-		if _, ok := m.tenants[tenant]; ok {
-			return tenant, false
-		}
-	}
-	m.tenants[tenant] = struct{}{}
+	m.tenants[tenant] = seen | role
 	return tenant, true
 }

@@ -100,6 +100,37 @@ func TestMiddlewareCountsAPanicAsAFailure(t *testing.T) {
 	}
 }
 
+// A process that both produces and works (admitq demo --metrics-addr) starts
+// every series of a tenant at zero, whichever use comes first.
+func TestAProcessThatProducesAndWorksStartsEverySeries(t *testing.T) {
+	for _, producerFirst := range []bool{true, false} {
+		m := New()
+		produce := func() { m.ObserveDecision(admission.Decision{Tenant: "acme", Outcome: admission.Admitted}) }
+		work := func() {
+			_ = m.Middleware()(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })).
+				ProcessTask(context.Background(), task("acme", time.Time{}))
+		}
+		if producerFirst {
+			produce()
+			work()
+		} else {
+			work()
+			produce()
+		}
+		want := map[string]float64{
+			`admitq_gate_decisions_total{outcome="admitted",tenant="acme"}`: 1,
+			`admitq_gate_decisions_total{outcome="deferred",tenant="acme"}`: 0,
+			`admitq_gate_decisions_total{outcome="rejected",tenant="acme"}`: 0,
+			`admitq_tasks_processed_total{tenant="acme"}`:                   1,
+			`admitq_tasks_failed_total{tenant="acme"}`:                      0,
+		}
+		got := gather(t, m, "admitq_gate_decisions_total", "admitq_tasks_processed_total", "admitq_tasks_failed_total")
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("producer first %v: series (-want,+got):\n%s", producerFirst, diff)
+		}
+	}
+}
+
 func TestTenantsPastTheLimitShareOneLabel(t *testing.T) {
 	m := New(WithMaxTenants(2))
 	for _, tenant := range []string{"a", "b", "c", "d", "a"} {
@@ -163,4 +194,27 @@ func gather(t *testing.T, c prometheus.Collector, names ...string) map[string]fl
 		}
 	}
 	return out
+}
+
+func TestMiddlewareCountsStartsAndWorkerSeconds(t *testing.T) {
+	m := New()
+	now := time.UnixMilli(1_780_000_000_000)
+	m.now = func() time.Time { return now }
+	h := m.Middleware()(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		now = now.Add(250 * time.Millisecond) // each run takes a quarter second
+		return nil
+	}))
+	for _, tenant := range []string{"acme", "acme", "globex"} {
+		_ = h.ProcessTask(context.Background(), task(tenant, time.Time{}))
+	}
+	want := map[string]float64{
+		`admitq_tasks_started_total{tenant="acme"}`:   2,
+		`admitq_tasks_started_total{tenant="globex"}`: 1,
+		`admitq_task_seconds_total{tenant="acme"}`:    0.5,
+		`admitq_task_seconds_total{tenant="globex"}`:  0.25,
+	}
+	got := gather(t, m, "admitq_tasks_started_total", "admitq_task_seconds_total")
+	if diff := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+		t.Errorf("starts and worker seconds (-want,+got):\n%s", diff)
+	}
 }

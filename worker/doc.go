@@ -11,6 +11,9 @@
 //   - A handler returns Throttled(d) when a downstream service throttles the
 //     tenant. The task is retried after d without counting as a failure: its
 //     retry budget and the queue's failure stats are untouched.
+//   - FirstStart(ctx) tells a task's first start from its reruns, including
+//     those after a throttled retry or a shutdown, which asynq's retry count
+//     does not show.
 //
 // Deferred tasks are scheduled by the producer at whole-second slots, so the
 // Worker checks for due scheduled and retry tasks every second

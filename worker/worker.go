@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/enqueue"
+	"github.com/admitq/admitq/lua"
 )
 
 // Defaults the Worker applies to zero Config fields.
@@ -218,7 +219,7 @@ func (w *Worker) Start(h asynq.Handler) error {
 		return fmt.Errorf("worker: unsupported RedisConnOpt type %T", w.redis)
 	}
 	srv := asynq.NewServerFromRedisClient(rdb, w.cfg)
-	if err := srv.Start(w.handler(h)); err != nil {
+	if err := srv.Start(w.handler(h, rdb)); err != nil {
 		rdb.Close()
 		return err
 	}
@@ -300,13 +301,13 @@ func (w *Worker) Shutdown() {
 }
 
 // handler wraps h in the user's middleware, then in the Worker's own, which
-// is outermost so that the user's middleware sees the tenant and has its
-// panics recovered too.
-func (w *Worker) handler(h asynq.Handler) asynq.Handler {
+// is outermost so that the user's middleware sees the tenant (and
+// FirstStart works in it) and has its panics recovered too.
+func (w *Worker) handler(h asynq.Handler, rdb redis.UniversalClient) asynq.Handler {
 	for i := len(w.mw) - 1; i >= 0; i-- {
 		h = w.mw[i](h)
 	}
-	return tenantHandler{next: h, log: w.log}
+	return tenantHandler{next: h, log: w.log, starts: &starts{rdb: rdb, script: lua.Started()}}
 }
 
 type tenantKey struct{}
@@ -330,12 +331,13 @@ func withTenant(ctx context.Context, t *asynq.Task) (context.Context, string) {
 // tenantHandler puts the task's tenant into the context and recovers panics.
 // asynq recovers panics too, but its error names neither tenant nor task type.
 type tenantHandler struct {
-	next asynq.Handler
-	log  *slog.Logger
+	next   asynq.Handler
+	log    *slog.Logger
+	starts *starts
 }
 
 func (h tenantHandler) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
-	ctx, tenant := withTenant(ctx, t)
+	ctx, tenant := withTenant(h.starts.with(ctx), t)
 	defer func() {
 		if v := recover(); v != nil {
 			id, _ := asynq.GetTaskID(ctx)

@@ -130,7 +130,7 @@ func (a *app) newRootCmd() *cobra.Command {
 admitted now, deferred to the next free slot, or rejected.
 
 Redis: --redis URL (or ADMITQ_REDIS), redis://[user:password@]host:port[/db],
-rediss:// for TLS; or --redis-cluster for a Redis Cluster.`,
+rediss:// for TLS, or plain host:port; or --redis-cluster for a Redis Cluster.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(*cobra.Command, []string) error {
@@ -147,13 +147,14 @@ rediss:// for TLS; or --redis-cluster for a Redis Cluster.`,
 			return nil
 		},
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
+		Version:           version(),
 	}
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.redisURL, "redis", "", "Redis URL, redis://[user:password@]host:port[/db] or rediss://… for TLS (env ADMITQ_REDIS; default "+defaultRedisURL+")")
+	pf.StringVar(&a.redisURL, "redis", "", "Redis URL, redis://[user:password@]host:port[/db] or rediss://… for TLS, or host:port (env ADMITQ_REDIS; default "+defaultRedisURL+")")
 	pf.StringVar(&a.redisCluster, "redis-cluster", "", "Redis Cluster nodes host:port,…, optionally led by redis[s]://[user:password@]")
 	pf.StringVar(&a.tlsCA, "tls-ca", "", "PEM `file` of the CA that signed the server's certificate (rediss only)")
 	pf.StringVar(&a.prefix, "prefix", "admitq", "prefix of admitq's Redis keys")
@@ -165,26 +166,37 @@ rediss:// for TLS; or --redis-cluster for a Redis Cluster.`,
 		a.newStatusCmd(),
 		a.newEnqueueCmd(),
 		a.newWorkerCmd(),
-		a.newBenchCmd(), // bench.go
+		a.newBenchCmd(),     // bench.go
+		a.newDashboardCmd(), // dashboard.go
 	)
 	return root
 }
 
 // redisURLOrEnv is --redis, else ADMITQ_REDIS, else "".
 func (a *app) redisURLOrEnv() string {
+	raw, _ := a.redisURLSource()
+	return raw
+}
+
+// redisURLSource is --redis, else ADMITQ_REDIS, else "", and the name of
+// where it came from, for errors.
+func (a *app) redisURLSource() (raw, source string) {
 	if a.redisURL != "" {
-		return a.redisURL
+		return a.redisURL, "--redis"
 	}
-	return a.getenv("ADMITQ_REDIS")
+	if v := a.getenv("ADMITQ_REDIS"); v != "" {
+		return v, "ADMITQ_REDIS"
+	}
+	return "", "--redis"
 }
 
 // redisConfig reads the global flags; a bad value is a usage error.
 func (a *app) redisConfig() (redisConfig, error) {
-	raw := a.redisURLOrEnv()
+	raw, source := a.redisURLSource()
 	if raw == "" {
 		raw = defaultRedisURL
 	}
-	cfg, err := parseRedis(raw, a.redisCluster, a.tlsCA, a.timeout)
+	cfg, err := parseRedis(raw, source, a.redisCluster, a.tlsCA, a.timeout)
 	if err != nil {
 		return redisConfig{}, usageError(err)
 	}
@@ -210,6 +222,40 @@ func (a *app) dialConfig(ctx context.Context, cfg redisConfig) (redis.UniversalC
 // gateOptions are the admission options every command uses.
 func (a *app) gateOptions() []admission.Option {
 	return []admission.Option{admission.WithPrefix(a.prefix), admission.WithTimeout(a.timeout)}
+}
+
+// needSubcommand is the RunE of a command that only groups subcommands:
+// without one, or with an unknown one, the command line is wrong.
+func needSubcommand(cmd *cobra.Command, args []string) error {
+	var names []string
+	for _, c := range cmd.Commands() {
+		if c.IsAvailableCommand() {
+			names = append(names, c.Name())
+		}
+	}
+	list := strings.Join(names, ", ")
+	if len(args) > 0 {
+		return usageErrorf("unknown command %q for %q; want one of %s", args[0], cmd.CommandPath(), list)
+	}
+	return usageErrorf("%s needs a command: %s (see %s --help)", commandName(cmd), list, cmd.CommandPath())
+}
+
+// commandName is cmd's path without the root's name, for messages that
+// "admitq: " already starts.
+func commandName(cmd *cobra.Command) string {
+	return strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
+}
+
+// oneTenant is the Args of a command that takes one TENANT, and names it
+// when it is missing.
+func oneTenant(cmd *cobra.Command, args []string) error {
+	switch {
+	case len(args) == 0:
+		return usageErrorf("%s: TENANT is missing (usage: %s)", commandName(cmd), cmd.UseLine())
+	case len(args) > 1:
+		return usageErrorf("%s: want one TENANT, got %d arguments (usage: %s)", commandName(cmd), len(args), cmd.UseLine())
+	}
+	return nil
 }
 
 // validateTenants checks tenant arguments before anything touches Redis.

@@ -25,12 +25,14 @@ import (
 
 func (a *app) newDemoCmd() *cobra.Command {
 	var (
-		duration    time.Duration
-		chart       string
-		metricsAddr string
+		duration      time.Duration
+		chart         string
+		metricsAddr   string
+		dash          bool
+		dashboardAddr string
 	)
 	cmd := &cobra.Command{
-		Use:   "demo [--duration 20s] [--chart FILE.svg|FILE.png]",
+		Use:   "demo [--duration 20s] [--chart FILE.svg|FILE.png] [--dashboard]",
 		Short: "Watch a noisy tenant get flattened to its quota",
 		Long: `Runs a worker and producers for three tenants: "noisy" sends four times its
 quota, "steady" and "small" stay within theirs. Each second it prints, per
@@ -41,7 +43,10 @@ limit in any window, and that no task was lost; it exits 0 only if both hold.
 Without --redis (or ADMITQ_REDIS, or --redis-cluster) it runs on an embedded
 Redis (miniredis) inside the process. With one, it runs against that server,
 under its own key prefix and queue, and removes them afterwards, with any
-tasks still scheduled when it was interrupted.`,
+tasks still scheduled when it was interrupted.
+
+--dashboard serves admitq dashboard on the demo's Redis while the scenario
+runs, and prints its URL.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if duration < time.Second {
@@ -57,18 +62,30 @@ tasks still scheduled when it was interrupted.`,
 				default:
 					return usageErrorf("--chart %s: want a .svg or .png file name", chart)
 				}
+				// Before the demo, not after it: a typo must not cost
+				// a whole run.
+				if err := checkWritable(chart); err != nil {
+					return usageErrorf("--chart %s: %w", chart, err)
+				}
 			}
-			return a.runDemo(cmd.Context(), duration, chart, format, metricsAddr)
+			if !dash {
+				dashboardAddr = ""
+			} else if err := checkDashboardAddr(dashboardAddr, ""); err != nil {
+				return usageError(err)
+			}
+			return a.runDemo(cmd.Context(), duration, chart, format, metricsAddr, dashboardAddr)
 		},
 	}
 	fs := cmd.Flags()
 	fs.DurationVar(&duration, "duration", 20*time.Second, "how long the producers send")
 	fs.StringVar(&chart, "chart", "", "write a chart of tasks started per second to `FILE` (.svg or .png)")
 	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address while the demo runs")
+	fs.BoolVar(&dash, "dashboard", false, "serve the dashboard while the demo runs")
+	fs.StringVar(&dashboardAddr, "dashboard-addr", "127.0.0.1:8080", "loopback address of --dashboard")
 	return cmd
 }
 
-func (a *app) runDemo(ctx context.Context, duration time.Duration, chart, format, metricsAddr string) error {
+func (a *app) runDemo(ctx context.Context, duration time.Duration, chart, format, metricsAddr, dashboardAddr string) error {
 	var cfg redisConfig
 	embedded := a.redisURLOrEnv() == "" && a.redisCluster == ""
 	if embedded {
@@ -94,10 +111,12 @@ func (a *app) runDemo(ctx context.Context, duration time.Duration, chart, format
 	defer rdb.Close()
 
 	var m *metrics.Metrics
-	if metricsAddr != "" {
+	reg := prometheus.NewRegistry()
+	if metricsAddr != "" || dashboardAddr != "" {
 		m = metrics.New()
-		reg := prometheus.NewRegistry()
 		reg.MustRegister(m)
+	}
+	if metricsAddr != "" {
 		ln, err := net.Listen("tcp", metricsAddr)
 		if err != nil {
 			return fmt.Errorf("--metrics-addr: %w", err)
@@ -119,8 +138,17 @@ func (a *app) runDemo(ctx context.Context, duration time.Duration, chart, format
 		Timeout:  a.timeout,
 		Metrics:  m,
 	}
+	var dashboardURL string
+	if dashboardAddr != "" {
+		stop, url, err := a.demoDashboard(ctx, dashboardAddr, rdb, cfg, dc, reg)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		dashboardURL = url
+	}
 	p := &demoPrinter{w: a.stdout, color: a.colorful(a.stdout), tenants: dc.Tenants}
-	p.header(dc, cfg, embedded, metricsAddr)
+	p.header(dc, cfg, embedded, metricsAddr, dashboardURL)
 	dc.OnSecond = p.second
 	res, err := demo.Run(ctx, dc)
 	if err != nil {
@@ -140,6 +168,27 @@ func (a *app) runDemo(ctx context.Context, duration time.Duration, chart, format
 		return errors.New("demo: a check failed")
 	}
 	return nil
+}
+
+// checkWritable reports whether a file can be created at path, without
+// creating it: its directory exists and takes a new file, and path is not a
+// directory.
+func checkWritable(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return errors.New("is a directory")
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, ".admitq-chart-*")
+	if err != nil {
+		var perr *os.PathError
+		if errors.As(err, &perr) {
+			err = perr.Err
+		}
+		return fmt.Errorf("cannot create a file in %s: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
 }
 
 func writeChart(path, format string, c demo.Chart) error {
@@ -195,7 +244,7 @@ func (p *demoPrinter) num(n, width int, code string) string {
 	return p.paint(code, s)
 }
 
-func (p *demoPrinter) header(dc demo.Config, cfg redisConfig, embedded bool, metricsAddr string) {
+func (p *demoPrinter) header(dc demo.Config, cfg redisConfig, embedded bool, metricsAddr, dashboardURL string) {
 	p.nameW = len("tenant")
 	for _, t := range p.tenants {
 		p.nameW = max(p.nameW, len(t.Name))
@@ -208,6 +257,9 @@ func (p *demoPrinter) header(dc demo.Config, cfg redisConfig, embedded bool, met
 	fmt.Fprintf(p.w, "%s\n", p.paint(ansiDim, fmt.Sprintf("keys under %s, asynq queue %s", dc.Prefix, dc.Queue)))
 	if metricsAddr != "" {
 		fmt.Fprintf(p.w, "%s\n", p.paint(ansiDim, "metrics at "+metricsAddr))
+	}
+	if dashboardURL != "" {
+		fmt.Fprintf(p.w, "%s %s\n", p.paint(ansiBold, "dashboard at"), dashboardURL)
 	}
 	fmt.Fprintln(p.w)
 	fmt.Fprintf(p.w, "  %-*s  %-24s  %s\n", p.nameW, "tenant", "quota", "sends")

@@ -42,7 +42,7 @@ func TestDemoOnEmbeddedRedis(t *testing.T) {
 	}
 	defer f.Close()
 	dec := xml.NewDecoder(f)
-	polylines := 0
+	paths, noisy := 0, false
 	for {
 		tok, err := dec.Token()
 		if err == io.EOF {
@@ -51,11 +51,14 @@ func TestDemoOnEmbeddedRedis(t *testing.T) {
 		if err != nil {
 			t.Fatalf("chart is not well-formed SVG: %v", err)
 		}
-		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "polyline" {
-			polylines++
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "path" {
+			paths++
+		}
+		if cd, ok := tok.(xml.CharData); ok && strings.HasPrefix(string(cd), "noisy started") {
+			noisy = true
 		}
 	}
-	if polylines < 10 {
-		t.Errorf("chart has %d polylines, want the axes, grid, and per tenant a line and a quota", polylines)
+	if paths < 10 || !noisy {
+		t.Errorf("chart has %d paths and noisy's legend %v; want the axes, grid, per tenant a line and a quota, and a legend", paths, noisy)
 	}
 }

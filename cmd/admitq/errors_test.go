@@ -24,6 +24,11 @@ func TestBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	chartDir := filepath.Join(t.TempDir(), "chart.svg")
+	if err := os.Mkdir(chartDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+
 	for _, c := range []struct {
 		desc string
 		args []string
@@ -45,7 +50,11 @@ func TestBadInput(t *testing.T) {
 		{"tenant too long", []string{"--redis", url, "quota", "set", long, "--limit", "5", "--window", "1s"}, exitUsage, "257 bytes"},
 		{"tenant not UTF-8", []string{"--redis", url, "quota", "delete", "\xff"}, exitUsage, "not valid UTF-8"},
 		{"empty tenant", []string{"--redis", url, "enqueue", "--tenant", "", "--type", "x"}, exitUsage, "invalid tenant: empty"},
-		{"get without a tenant", []string{"--redis", url, "quota", "get"}, exitUsage, "accepts 1 arg"},
+		{"get without a tenant", []string{"--redis", url, "quota", "get"}, exitUsage, "quota get: TENANT is missing"},
+		{"set without a tenant", []string{"--redis", url, "quota", "set", "--limit", "5", "--window", "1s"}, exitUsage, "quota set: TENANT is missing"},
+		{"delete with two tenants", []string{"--redis", url, "quota", "delete", "a", "b"}, exitUsage, "want one TENANT, got 2"},
+		{"quota without a command", []string{"--redis", url, "quota"}, exitUsage, "quota needs a command: delete, delete-default, get, list, set, set-default"},
+		{"quota with an unknown command", []string{"--redis", url, "quota", "bogus"}, exitUsage, `unknown command "bogus" for "admitq quota"`},
 		{"status of a bad tenant", []string{"--redis", url, "status", "a\nb"}, exitUsage, "invalid tenant"},
 		{"enqueue without a type", []string{"--redis", url, "enqueue", "--tenant", "acme"}, exitUsage, "--type is required"},
 		{"payload not JSON", []string{"--redis", url, "enqueue", "--tenant", "acme", "--type", "x", "--payload", "{oops"}, exitUsage, "--payload: not valid JSON"},
@@ -53,6 +62,9 @@ func TestBadInput(t *testing.T) {
 		{"payload file missing", []string{"--redis", url, "enqueue", "--tenant", "acme", "--type", "x", "--payload", "@/no/such/file"}, exitUsage, "/no/such/file"},
 		{"worker concurrency zero", []string{"--redis", url, "worker", "--concurrency", "0"}, exitUsage, "--concurrency 0"},
 		{"worker queue weight", []string{"--redis", url, "worker", "--queues", "critical=high"}, exitUsage, `weight "high"`},
+		{"worker queue without a weight", []string{"--redis", url, "worker", "--queues", "bad"}, exitUsage, `queue "bad" has no weight`},
+		{"demo chart in a missing directory", []string{"demo", "--chart", "/no/such/dir/x.svg"}, exitUsage, "--chart /no/such/dir/x.svg: cannot create a file in /no/such/dir"},
+		{"demo chart that is a directory", []string{"demo", "--chart", chartDir}, exitUsage, "is a directory"},
 		{"demo chart format", []string{"demo", "--chart", "demo.gif"}, exitUsage, "--chart demo.gif"},
 		{"demo duration", []string{"demo", "--duration", "0s"}, exitUsage, "--duration 0s"},
 		{"timeout zero", []string{"--redis", url, "--timeout", "0s", "quota", "list"}, exitUsage, "--timeout 0s"},

@@ -9,10 +9,12 @@ import (
 	"slices"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/cmd/admitq/internal/quotainput"
 )
 
 func (a *app) newQuotaCmd() *cobra.Command {
@@ -21,6 +23,10 @@ func (a *app) newQuotaCmd() *cobra.Command {
 		Short: "Set, show and delete per-tenant quotas",
 		Long: `Quotas live in the Redis hash <prefix>:quotas. Running producers pick up a
 change within a second. A tenant without a quota of its own gets the default.`,
+		// Without a RunE, cobra would print the help for a missing or
+		// misspelt subcommand and exit 0.
+		Args: cobra.ArbitraryArgs,
+		RunE: needSubcommand,
 	}
 	cmd.AddCommand(
 		a.newQuotaSetCmd(),
@@ -56,22 +62,9 @@ func (f *quotaFlags) quota(cmd *cobra.Command) (admission.Quota, error) {
 			return admission.Quota{}, usageErrorf("--%s is required", name)
 		}
 	}
-	switch {
-	case f.limit < 1:
-		return admission.Quota{}, usageErrorf("--limit %d: want at least 1", f.limit)
-	case f.window < time.Millisecond:
-		return admission.Quota{}, usageErrorf("--window %v: want at least 1ms", f.window)
-	case f.maxDelay < 0:
-		return admission.Quota{}, usageErrorf("--max-delay %v: want 0 or more", f.maxDelay)
-	}
-	// ParseMode takes "" for log; on the command line an empty --mode is a
-	// mistake, not a choice.
-	mode, err := admission.ParseMode(f.mode)
-	if err != nil || f.mode == "" {
-		return admission.Quota{}, usageErrorf("--mode %q: want log or counter", f.mode)
-	}
-	q := admission.Quota{Limit: f.limit, Window: f.window, MaxDelay: f.maxDelay, Mode: mode}
-	if err := q.Validate(); err != nil {
+	// quotainput gives the dashboard's form the same messages.
+	q, err := quotainput.Check(f.limit, f.window, f.maxDelay, f.mode)
+	if err != nil {
 		return admission.Quota{}, usageError(err)
 	}
 	return q, nil
@@ -84,7 +77,7 @@ func (a *app) newQuotaSetCmd() *cobra.Command {
 		Short: "Set a tenant's quota",
 		Example: `  admitq quota set acme --limit 100 --window 1m --max-delay 30s
   admitq quota set bulk --limit 1000000 --window 1m --mode counter`,
-		Args: cobra.ExactArgs(1),
+		Args: oneTenant,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tenant := args[0]
 			if err := validateTenants(tenant); err != nil {
@@ -136,7 +129,7 @@ func (a *app) newQuotaGetCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get TENANT",
 		Short: "Show a tenant's own quota",
-		Args:  cobra.ExactArgs(1),
+		Args:  oneTenant,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tenant := args[0]
 			if err := validateTenants(tenant); err != nil {
@@ -193,13 +186,22 @@ func (a *app) newQuotaDeleteCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "delete TENANT",
 		Short: "Delete a tenant's own quota; the default then applies",
-		Args:  cobra.ExactArgs(1),
+		Long: `Deletes a tenant's own quota; the default then applies. A tenant that has
+no quota of its own is an error (exit 1), and nothing changes.`,
+		Args: oneTenant,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tenant := args[0]
 			if err := validateTenants(tenant); err != nil {
 				return err
 			}
 			return a.withQuotas(cmd, func(quotas *admission.RedisQuotas) error {
+				// Get, then Delete: a quota set in between is deleted
+				// and reported deleted, which is what the caller asked.
+				if _, err := quotas.Get(cmd.Context(), tenant); errors.Is(err, admission.ErrNoQuota) {
+					return fmt.Errorf("tenant %q has no quota of its own; nothing deleted", tenant)
+				} else if err != nil {
+					return inputError(err)
+				}
 				if err := quotas.Delete(cmd.Context(), tenant); err != nil {
 					return inputError(err)
 				}
@@ -310,9 +312,23 @@ func writeQuotaTable(w io.Writer, l quotaList) error {
 		row("(default)", *l.Default)
 	}
 	for _, e := range l.Tenants {
-		row(e.Tenant, quotaJSON{Limit: e.Limit, Window: e.Window, MaxDelay: e.MaxDelay, Mode: e.Mode})
+		row(tableTenant(e.Tenant), quotaJSON{Limit: e.Limit, Window: e.Window, MaxDelay: e.MaxDelay, Mode: e.Mode})
 	}
 	return tw.Flush()
+}
+
+// tableTenantWidth is the widest a tenant name is shown in a table. A
+// tenant may be 256 bytes long, which would widen every row of the table.
+const tableTenantWidth = 40
+
+// tableTenant shortens a long tenant name for a table, with an ellipsis.
+// JSON output always carries the whole name.
+func tableTenant(s string) string {
+	if utf8.RuneCountInString(s) <= tableTenantWidth {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:tableTenantWidth-1]) + "…"
 }
 
 func writeJSON(w io.Writer, v any, indent bool) error {

@@ -59,9 +59,10 @@ type connOpt struct{ cfg redisConfig }
 func (o connOpt) MakeRedisClient() any { return o.cfg.client() }
 
 // parseRedis turns the global flags into a redisConfig. rawURL is --redis
-// or ADMITQ_REDIS; rawCluster is --redis-cluster. The errors never hold a
-// password.
-func parseRedis(rawURL, rawCluster, caFile string, timeout time.Duration) (redisConfig, error) {
+// or ADMITQ_REDIS, which urlSource names in errors: a URL, or host:port as
+// the examples take it. rawCluster is --redis-cluster. The errors never hold
+// a password.
+func parseRedis(rawURL, urlSource, rawCluster, caFile string, timeout time.Duration) (redisConfig, error) {
 	var cfg redisConfig
 	var tlsOn bool
 	switch {
@@ -79,9 +80,9 @@ func parseRedis(rawURL, rawCluster, caFile string, timeout time.Duration) (redis
 		cfg.display = scheme + "://" + strings.Join(co.Addrs, ",")
 		co.DialTimeout, co.ReadTimeout, co.WriteTimeout = orDefault(co.DialTimeout, timeout), orDefault(co.ReadTimeout, timeout), orDefault(co.WriteTimeout, timeout)
 	default:
-		o, err := redis.ParseURL(rawURL)
+		o, err := redis.ParseURL(redisURLOf(rawURL))
 		if err != nil {
-			return redisConfig{}, fmt.Errorf("--redis %s: %s", redactURL(rawURL), urlErrorReason(err))
+			return redisConfig{}, fmt.Errorf("%s %s: %s (want redis://[user:password@]host:port[/db], rediss://… or host:port)", urlSource, redactURL(rawURL), urlErrorReason(err))
 		}
 		cfg.single = o
 		tlsOn = o.TLSConfig != nil
@@ -108,6 +109,15 @@ func parseRedis(rawURL, rawCluster, caFile string, timeout time.Duration) (redis
 		cfg.cluster.TLSConfig.RootCAs = pool
 	}
 	return cfg, nil
+}
+
+// redisURLOf makes host:port (or user:password@host:port) a redis:// URL,
+// so that ADMITQ_REDIS means the same to the command as to the examples.
+func redisURLOf(raw string) string {
+	if strings.Contains(raw, "://") {
+		return raw
+	}
+	return "redis://" + raw
 }
 
 // parseCluster reads "host:port,host:port", optionally led by a scheme and

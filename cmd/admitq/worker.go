@@ -131,27 +131,28 @@ func logHandler(log *slog.Logger, sleep time.Duration) asynq.Handler {
 	})
 }
 
-// parseQueues reads "critical=6,default=3,low"; a queue without a weight
-// weighs 1.
+// parseQueues reads "critical=6,default=3,low=1". Every queue needs its
+// weight: a bare name is more often a mistake (--queues 6, --queues
+// critical:6) than a queue meant to weigh 1.
 func parseQueues(s string) (map[string]int, error) {
 	qs := make(map[string]int)
 	for _, part := range strings.Split(s, ",") {
 		name, w, hasW := strings.Cut(strings.TrimSpace(part), "=")
+		name = strings.TrimSpace(name)
 		if name == "" {
 			return nil, fmt.Errorf("--queues %q: empty queue name", s)
 		}
-		weight := 1
-		if hasW {
-			n, err := strconv.Atoi(w)
-			if err != nil || n < 1 {
-				return nil, fmt.Errorf("--queues %q: weight %q of queue %q, want a whole number of at least 1", s, w, name)
-			}
-			weight = n
+		if !hasW {
+			return nil, fmt.Errorf("--queues %q: queue %q has no weight; want queue=weight,…, e.g. %s=1", s, name, name)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(w))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("--queues %q: weight %q of queue %q, want a whole number of at least 1", s, w, name)
 		}
 		if _, dup := qs[name]; dup {
 			return nil, fmt.Errorf("--queues %q: queue %q given twice", s, name)
 		}
-		qs[name] = weight
+		qs[name] = n
 	}
 	return qs, nil
 }

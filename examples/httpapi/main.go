@@ -10,6 +10,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,6 +35,7 @@ import (
 )
 
 func main() {
+	redis.SetLogger(quietRedisLog{})
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	cfg, err := parseFlags(os.Args[1:], os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -44,7 +47,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, cfg, log); err != nil {
-		log.Error("httpapi", "err", err)
+		fmt.Fprintln(os.Stderr, "httpapi:", err)
 		os.Exit(1)
 	}
 }
@@ -61,12 +64,16 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs := flag.NewFlagSet("httpapi", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg config
-	fs.StringVar(&cfg.redis, "redis", envOr(getenv, "ADMITQ_REDIS", "127.0.0.1:6379"), "Redis address (env ADMITQ_REDIS)")
+	fs.StringVar(&cfg.redis, "redis", envOr(getenv, "ADMITQ_REDIS", defaultRedis), "Redis: host:port or redis://[user:password@]host:port[/db] (env ADMITQ_REDIS)")
 	fs.StringVar(&cfg.addr, "addr", envOr(getenv, "ADMITQ_HTTP", "127.0.0.1:8080"), "address to listen on (env ADMITQ_HTTP)")
 	fs.IntVar(&cfg.quota.Limit, "limit", 10, "jobs each tenant may start in any window")
 	fs.DurationVar(&cfg.quota.Window, "window", time.Second, "length of the sliding window")
 	fs.DurationVar(&cfg.quota.MaxDelay, "max-delay", 5*time.Second, "how far ahead a job may be deferred before it is refused")
 	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if err := checkRedisFlag(fs, cfg.redis); err != nil {
+		fmt.Fprintln(fs.Output(), err)
 		return config{}, err
 	}
 	if err := cfg.quota.Validate(); err != nil {
@@ -84,22 +91,51 @@ func envOr(getenv func(string) string, key, def string) string {
 	return def
 }
 
-// run serves the API until ctx is done, then shuts down gracefully.
+// Server timeouts. A job request is small and answered within the gate's
+// timeout (250 ms), so a client that takes longer than readTimeout to send
+// one is broken or hostile; without these, it holds a connection and a
+// goroutine for as long as it likes.
+const (
+	readHeaderTimeout = 5 * time.Second  // the request line and headers
+	readTimeout       = 10 * time.Second // the whole request, body included
+	writeTimeout      = 15 * time.Second // from the end of the headers to the end of the answer
+	idleTimeout       = 15 * time.Second // a keep-alive connection between requests
+)
+
+// newServer returns the HTTP server for h on addr.
+func newServer(addr string, h http.Handler) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+	}
+}
+
+// run checks that Redis answers, then serves the API until ctx is done, and
+// shuts down gracefully.
 func run(ctx context.Context, cfg config, log *slog.Logger) error {
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.redis})
+	opts, err := redisOptions(cfg.redis)
+	if err != nil {
+		return err
+	}
+	// Without this check a wrong address would show only as a 503 for
+	// every request.
+	if err := pingRedis(ctx, opts); err != nil {
+		return err
+	}
+	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 	gate := admission.New(rdb, admission.StaticQuotas{Default: &cfg.quota})
 	defer gate.Close()
 	client := enqueue.NewFromRedis(rdb, gate)
 
-	srv := &http.Server{
-		Addr:              cfg.addr,
-		Handler:           newHandler(client, log),
-		ReadHeaderTimeout: 5 * time.Second,
-	}
+	srv := newServer(cfg.addr, newHandler(client, asynq.NewInspectorFromRedisClient(rdb), log))
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
-	log.Info("httpapi listening", "addr", cfg.addr, "redis", cfg.redis, "quota", cfg.quota.String())
+	log.Info("httpapi listening", "addr", cfg.addr, "redis", opts.Addr, "quota", cfg.quota.String())
 	select {
 	case err := <-errc:
 		return err
@@ -113,17 +149,40 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 // maxBody bounds a request body.
 const maxBody = 1 << 20
 
-// newHandler returns the API, enqueueing through client and logging
-// failures other than the caller's to log.
-func newHandler(client *enqueue.Client, log *slog.Logger) http.Handler {
-	a := &api{client: client, log: log}
+// queue is the asynq queue the jobs go to.
+const queue = "default"
+
+// newHandler returns the API, enqueueing through client, looking up jobs
+// whose Idempotency-Key is taken with insp, and logging failures other than
+// the caller's to log.
+func newHandler(client *enqueue.Client, insp *asynq.Inspector, log *slog.Logger) http.Handler {
+	a := &api{client: client, insp: insp, log: log}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /tenants/{tenant}/jobs", a.createJob)
-	return mux
+	return rejectUncleanPaths(mux)
+}
+
+// rejectUncleanPaths answers 400 for a path with an empty, "." or ".."
+// segment, such as /tenants//jobs. http.ServeMux would redirect it to the
+// cleaned path (/tenants/jobs), which is no answer for an API client.
+func rejectUncleanPaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.EscapedPath()
+		if p != "/" && (strings.Contains(p, "//") || slices.ContainsFunc(strings.Split(p, "/"), func(s string) bool { return s == "." || s == ".." })) {
+			msg := fmt.Sprintf("path %q has an empty, . or .. segment", p)
+			if p == "/tenants//jobs" {
+				msg = "invalid tenant: empty"
+			}
+			writeJSON(w, http.StatusBadRequest, errorResponse{Error: msg})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 type api struct {
 	client *enqueue.Client
+	insp   *asynq.Inspector
 	log    *slog.Logger
 }
 
@@ -172,11 +231,13 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 	}
 
 	task := asynq.NewTask(req.Type, req.Payload)
-	info, d, err := a.client.Enqueue(r.Context(), tenant, task, opts...)
+	info, d, err := a.client.Enqueue(r.Context(), tenant, task, append(opts, asynq.Queue(queue))...)
 	var rej *enqueue.RejectedError
 	switch {
 	case err == nil:
 		writeJSON(w, http.StatusAccepted, jobResponse{ID: info.ID, State: d.Outcome.String(), RunAt: d.At.UTC()})
+	case errors.Is(err, asynq.ErrTaskIDConflict):
+		a.existingJob(w, task, d)
 	case errors.As(err, &rej):
 		secs := retryAfterSeconds(rej.RetryAfter())
 		at := rej.Decision.At.UTC()
@@ -186,13 +247,6 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 			RetryAfter: secs,
 			RetryAt:    &at,
 		})
-	case errors.Is(err, asynq.ErrTaskIDConflict) && d.Existing:
-		// A retry of a job that is already queued: answer as the first time.
-		writeJSON(w, http.StatusAccepted, jobResponse{ID: d.ID, State: d.Outcome.String(), RunAt: d.At.UTC()})
-	case errors.Is(err, asynq.ErrTaskIDConflict):
-		// The job exists but no longer holds a slot (it ran and was kept,
-		// say): the key cannot be used again yet.
-		writeJSON(w, http.StatusConflict, errorResponse{Error: "a job with this Idempotency-Key already exists"})
 	case errors.Is(err, admission.ErrNoQuota):
 		writeJSON(w, http.StatusForbidden, errorResponse{Error: fmt.Sprintf("tenant %q has no quota", tenant)})
 	case errors.Is(err, admission.ErrUnavailable):
@@ -205,6 +259,43 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 		a.log.Error("httpapi: enqueue failed", "tenant", tenant, "err", err)
 		writeJSON(w, http.StatusInternalServerError, errorResponse{Error: "internal error"})
 	}
+}
+
+// existingJob answers a request whose Idempotency-Key names a job that is
+// in the queue already (asynq.ErrTaskIDConflict), d being this request's
+// decision:
+//
+//   - 422 when that job's type or payload differ from this request's: the
+//     key was reused for another job;
+//   - 202, as the first time, when the job holds the slot this request
+//     holds: a retry of the job (d.Existing), or the original request whose
+//     own retry, running at the same time, wrote the job first (both have
+//     the one slot, which the job carries in its enqueue.SlotHeader);
+//   - 409 otherwise: the job no longer holds a slot (it ran and was kept,
+//     say), and the key cannot be used again yet.
+func (a *api) existingJob(w http.ResponseWriter, task *asynq.Task, d admission.Decision) {
+	info, err := a.insp.GetTaskInfo(queue, d.ID)
+	switch {
+	case errors.Is(err, asynq.ErrTaskNotFound):
+		// Gone since the conflict (deleted, or done and not kept).
+		writeJSON(w, http.StatusConflict, errorResponse{Error: "a job with this Idempotency-Key existed a moment ago; try again"})
+		return
+	case err != nil:
+		a.log.Error("httpapi: looking up a job", "id", d.ID, "err", err)
+		writeJSON(w, http.StatusInternalServerError, errorResponse{Error: "internal error"})
+		return
+	}
+	if info.Type != task.Type() || !bytes.Equal(info.Payload, task.Payload()) {
+		writeJSON(w, http.StatusUnprocessableEntity, errorResponse{
+			Error: "this Idempotency-Key was used for another job, with a different type or payload",
+		})
+		return
+	}
+	if d.Existing || info.Headers[enqueue.SlotHeader] == strconv.FormatInt(d.At.UnixMilli(), 10) {
+		writeJSON(w, http.StatusAccepted, jobResponse{ID: d.ID, State: d.Outcome.String(), RunAt: d.At.UTC()})
+		return
+	}
+	writeJSON(w, http.StatusConflict, errorResponse{Error: "a job with this Idempotency-Key already exists"})
 }
 
 // jobID turns a tenant's idempotency key into a task ID. asynq task IDs are
@@ -230,6 +321,15 @@ func decodeJob(w http.ResponseWriter, r *http.Request) (jobRequest, error) {
 	}
 	if strings.TrimSpace(req.Type) == "" {
 		return jobRequest{}, errors.New(`"type" is required`)
+	}
+	if len(req.Payload) > 0 {
+		// Compact, so that a retry that only spaces its JSON differently
+		// is the same job (see existingJob).
+		var b bytes.Buffer
+		if err := json.Compact(&b, req.Payload); err != nil {
+			return jobRequest{}, fmt.Errorf("invalid JSON payload: %w", err)
+		}
+		req.Payload = b.Bytes()
 	}
 	return req, nil
 }

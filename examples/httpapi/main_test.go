@@ -31,7 +31,7 @@ func newTestServer(t *testing.T, q admission.Quota) (string, *asynq.Inspector) {
 	t.Cleanup(func() { _ = gate.Close() })
 	client := enqueue.New(asynq.NewClientFromRedisClient(rdb), gate)
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	hs := httptest.NewServer(newHandler(client, log))
+	hs := httptest.NewServer(newHandler(client, asynq.NewInspectorFromRedisClient(rdb), log))
 	t.Cleanup(hs.Close)
 	return hs.URL, asynq.NewInspectorFromRedisClient(rdb)
 }
@@ -244,7 +244,7 @@ func TestJobID(t *testing.T) {
 
 func TestWrongMethod(t *testing.T) {
 	t.Parallel()
-	hs := httptest.NewServer(newHandler(nil, slog.New(slog.DiscardHandler)))
+	hs := httptest.NewServer(newHandler(nil, nil, slog.New(slog.DiscardHandler)))
 	defer hs.Close()
 	resp, err := http.Get(hs.URL + "/tenants/acme/jobs")
 	if err != nil {
@@ -273,6 +273,11 @@ func TestParseFlags(t *testing.T) {
 			want: config{redis: "redis:6380", addr: ":9000", quota: admission.Quota{Limit: 10, Window: time.Second, MaxDelay: 5 * time.Second}},
 		},
 		{
+			desc: "ADMITQ_REDIS may be a URL",
+			env:  map[string]string{"ADMITQ_REDIS": "rediss://u:p@redis:6380/1"},
+			want: config{redis: "rediss://u:p@redis:6380/1", addr: "127.0.0.1:8080", quota: admission.Quota{Limit: 10, Window: time.Second, MaxDelay: 5 * time.Second}},
+		},
+		{
 			desc: "flags win over the environment",
 			args: []string{"-redis", "10.0.0.1:6379", "-limit", "3", "-window", "1m", "-max-delay", "0"},
 			env:  map[string]string{"ADMITQ_REDIS": "redis:6380"},
@@ -292,5 +297,9 @@ func TestParseFlags(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"-limit", "0"}, func(string) string { return "" }, io.Discard); err == nil {
 		t.Error("parseFlags(-limit 0) succeeded, want an error")
+	}
+	var stderr strings.Builder
+	if _, err := parseFlags(nil, func(string) string { return "a:b:c" }, &stderr); err == nil || !strings.HasPrefix(stderr.String(), "ADMITQ_REDIS: ") {
+		t.Errorf("parseFlags with ADMITQ_REDIS=a:b:c: %v, stderr %q; want an error naming ADMITQ_REDIS", err, stderr.String())
 	}
 }

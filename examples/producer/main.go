@@ -24,6 +24,7 @@ import (
 )
 
 func main() {
+	redis.SetLogger(quietRedisLog{})
 	cfg, err := parseFlags(os.Args[1:], os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return
@@ -55,10 +56,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.SetOutput(stderr)
 	redisAddr := getenv("ADMITQ_REDIS")
 	if redisAddr == "" {
-		redisAddr = "127.0.0.1:6379"
+		redisAddr = defaultRedis
 	}
 	var cfg config
-	fs.StringVar(&cfg.redis, "redis", redisAddr, "Redis address (env ADMITQ_REDIS)")
+	fs.StringVar(&cfg.redis, "redis", redisAddr, "Redis: host:port or redis://[user:password@]host:port[/db] (env ADMITQ_REDIS)")
 	fs.StringVar(&cfg.tenant, "tenant", "acme", "tenant to enqueue for")
 	fs.StringVar(&cfg.taskType, "type", "example:hello", "asynq task type")
 	fs.IntVar(&cfg.n, "n", 20, "number of tasks to send")
@@ -67,6 +68,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.DurationVar(&cfg.quota.Window, "window", time.Second, "length of the sliding window")
 	fs.DurationVar(&cfg.quota.MaxDelay, "max-delay", 2*time.Second, "how far ahead a task may be deferred before it is rejected")
 	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if err := checkRedisFlag(fs, cfg.redis); err != nil {
+		fmt.Fprintln(stderr, err)
 		return config{}, err
 	}
 	if err := cfg.quota.Validate(); err != nil {
@@ -84,7 +89,14 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 
 // run sends cfg.n tasks and prints one line per task, then a summary.
 func run(ctx context.Context, cfg config, out io.Writer) error {
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.redis})
+	opts, err := redisOptions(cfg.redis)
+	if err != nil {
+		return err
+	}
+	if err := pingRedis(ctx, opts); err != nil {
+		return err
+	}
+	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 	// A real deployment reads quotas from Redis (admission.NewRedisQuotas),
 	// so that every producer shares them; a fixed one keeps the example short.

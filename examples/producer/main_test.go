@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/internal/redistest"
@@ -55,6 +57,42 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// A producer whose Redis cannot be reached stops before its first task,
+// naming the cause.
+func TestRunChecksRedis(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	var out strings.Builder
+	cfg := config{redis: addr, tenant: "acme", taskType: "t", n: 3, quota: admission.Quota{Limit: 1, Window: time.Second}}
+	err = run(context.Background(), cfg, &out)
+	if err == nil || !strings.Contains(err.Error(), "cannot reach Redis at "+addr) || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("run = %v, want an error naming %s and the refused connection", err, addr)
+	}
+	if out.Len() != 0 {
+		t.Errorf("run printed %q before giving up", out.String())
+	}
+}
+
+// -redis and ADMITQ_REDIS take a redis:// URL as well as host:port, as the
+// admitq command does.
+func TestRunTakesARedisURL(t *testing.T) {
+	srv := redistest.Start(t)
+	var out strings.Builder
+	cfg := config{redis: srv.URL() + "/2", tenant: "acme", taskType: "t", n: 1, quota: admission.Quota{Limit: 1, Window: time.Second}}
+	if err := run(context.Background(), cfg, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), DB: 2})
+	defer c.Close()
+	if n := c.DBSize(context.Background()).Val(); n == 0 {
+		t.Errorf("database 2 of the URL is empty after run")
+	}
+}
+
 func TestParseFlags(t *testing.T) {
 	tests := []struct {
 		desc    string
@@ -76,6 +114,7 @@ func TestParseFlags(t *testing.T) {
 				quota: admission.Quota{Limit: 5, Window: time.Second, MaxDelay: 2 * time.Second}},
 		},
 		{desc: "an invalid quota", args: []string{"-window", "0s"}, wantErr: true},
+		{desc: "a bad address from the environment", env: map[string]string{"ADMITQ_REDIS": "a:b:c"}, wantErr: true},
 		{desc: "a negative count", args: []string{"-n", "-1"}, wantErr: true},
 	}
 	for _, tc := range tests {

@@ -16,6 +16,7 @@ import (
 	"os"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/worker"
 )
@@ -28,9 +29,14 @@ func main() {
 	if err != nil {
 		os.Exit(2) // the error and the usage are printed already
 	}
+	redis.SetLogger(quietRedisLog{})
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	w := newWorker(cfg, log)
-	log.Info("worker running; Ctrl-C stops it", "redis", cfg.redis, "concurrency", cfg.concurrency)
+	w, err := newWorker(context.Background(), cfg, log)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+	log.Info("worker running; Ctrl-C stops it", "redis", mustRedisOptions(cfg.redis).Addr, "concurrency", cfg.concurrency)
 	// Run blocks until SIGINT or SIGTERM, then lets running tasks finish.
 	if err := w.Run(newHandler(log)); err != nil {
 		log.Error("worker", "err", err)
@@ -50,12 +56,16 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.SetOutput(stderr)
 	redisAddr := getenv("ADMITQ_REDIS")
 	if redisAddr == "" {
-		redisAddr = "127.0.0.1:6379"
+		redisAddr = defaultRedis
 	}
 	var cfg config
-	fs.StringVar(&cfg.redis, "redis", redisAddr, "Redis address (env ADMITQ_REDIS)")
+	fs.StringVar(&cfg.redis, "redis", redisAddr, "Redis: host:port or redis://[user:password@]host:port[/db] (env ADMITQ_REDIS)")
 	fs.IntVar(&cfg.concurrency, "concurrency", 10, "tasks handled at once")
 	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if err := checkRedisFlag(fs, cfg.redis); err != nil {
+		fmt.Fprintln(stderr, err)
 		return config{}, err
 	}
 	if cfg.concurrency < 1 {
@@ -66,14 +76,30 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	return cfg, nil
 }
 
-// newWorker returns a worker for the Redis at cfg.redis. worker.Config's
-// zero values are sane: queue "default", and deferred tasks promoted every
-// second, the resolution of their slots.
-func newWorker(cfg config, log *slog.Logger) *worker.Worker {
-	return worker.New(asynq.RedisClientOpt{Addr: cfg.redis}, worker.Config{
+// newWorker checks that the Redis at cfg.redis answers, then returns a
+// worker for it. Unchecked, a wrong address would have the worker retry for
+// ever, logging each failure. worker.Config's zero values are sane: queue
+// "default", and deferred tasks promoted every second, the resolution of
+// their slots.
+func newWorker(ctx context.Context, cfg config, log *slog.Logger) (*worker.Worker, error) {
+	o := mustRedisOptions(cfg.redis)
+	if err := pingRedis(ctx, o); err != nil {
+		return nil, err
+	}
+	opt := asynq.RedisClientOpt{Network: o.Network, Addr: o.Addr, Username: o.Username, Password: o.Password, DB: o.DB, TLSConfig: o.TLSConfig}
+	return worker.New(opt, worker.Config{
 		Concurrency: cfg.concurrency,
 		Logger:      log,
-	})
+	}), nil
+}
+
+// mustRedisOptions is redisOptions for an address parseFlags has checked.
+func mustRedisOptions(s string) *redis.Options {
+	o, err := redisOptions(s)
+	if err != nil {
+		panic(err)
+	}
+	return o
 }
 
 // newHandler returns the handler for every task type: it logs the task with

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -57,7 +58,10 @@ func TestHandlerLogsTheTenant(t *testing.T) {
 
 	var out syncBuffer
 	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	w := newWorker(config{redis: srv.Addr(), concurrency: 2}, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	w, err := newWorker(context.Background(), config{redis: srv.URL(), concurrency: 2}, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := w.Start(newHandler(log)); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -73,6 +77,44 @@ func TestHandlerLogsTheTenant(t *testing.T) {
 	}
 }
 
+// A worker whose Redis cannot be reached stops at once, naming the cause,
+// rather than retrying for ever.
+func TestNewWorkerChecksRedis(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	start := time.Now()
+	w, err := newWorker(context.Background(), config{redis: addr, concurrency: 1}, slog.New(slog.DiscardHandler))
+	if w != nil || err == nil || !strings.Contains(err.Error(), "cannot reach Redis at "+addr) || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("newWorker = %v, %v; want an error naming %s and the refused connection", w, err, addr)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("took %v to give up", d)
+	}
+}
+
+// ADMITQ_REDIS is named when its value is wrong; -redis when the flag's is.
+func TestParseFlagsNamesTheBadAddress(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{nil, "a:b:c", "ADMITQ_REDIS: "},
+		{[]string{"-redis", "redis://a:b:c"}, "", "-redis: "},
+		{[]string{"-redis", "nocolon"}, "127.0.0.1:6379", "-redis: "},
+	} {
+		var stderr strings.Builder
+		_, err := parseFlags(c.args, func(string) string { return c.env }, &stderr)
+		if err == nil || !strings.HasPrefix(stderr.String(), c.want) {
+			t.Errorf("parseFlags(%q) with ADMITQ_REDIS=%q: err %v, stderr %q; want it to start %q", c.args, c.env, err, stderr.String(), c.want)
+		}
+	}
+}
+
 func TestParseFlags(t *testing.T) {
 	tests := []struct {
 		desc    string
@@ -84,7 +126,9 @@ func TestParseFlags(t *testing.T) {
 		{desc: "defaults", want: config{redis: "127.0.0.1:6379", concurrency: 10}},
 		{desc: "ADMITQ_REDIS sets the address", env: map[string]string{"ADMITQ_REDIS": "r:1"}, want: config{redis: "r:1", concurrency: 10}},
 		{desc: "flags win", args: []string{"-redis", "s:2", "-concurrency", "3"}, env: map[string]string{"ADMITQ_REDIS": "r:1"}, want: config{redis: "s:2", concurrency: 3}},
+		{desc: "ADMITQ_REDIS may be a URL", env: map[string]string{"ADMITQ_REDIS": "redis://r:1/2"}, want: config{redis: "redis://r:1/2", concurrency: 10}},
 		{desc: "no concurrency", args: []string{"-concurrency", "0"}, wantErr: true},
+		{desc: "a bad address", args: []string{"-redis", "redis://a:b:c"}, wantErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {

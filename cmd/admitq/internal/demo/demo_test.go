@@ -79,7 +79,7 @@ func TestRunFlattensTheNoisyTenantAndLosesNothing(t *testing.T) {
 	// Both chart formats render.
 	c := ChartOf(res)
 	var svg, img bytes.Buffer
-	if err := c.WriteSVG(&svg); err != nil || !strings.Contains(svg.String(), ">noisy</text>") {
+	if err := c.WriteSVG(&svg); err != nil || !strings.Contains(svg.String(), ">noisy started (quota 10/s, dashed)</text>") {
 		t.Errorf("WriteSVG: %v, %d bytes", err, svg.Len())
 	}
 	if err := c.WritePNG(&img); err != nil {

@@ -1,0 +1,120 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// causeMaxAge is how old a network error may be and still explain a call
+// that found Redis unavailable. While Redis refuses connections, go-redis
+// and the breaker's probe keep dialing, so the error stays fresh.
+const causeMaxAge = 5 * time.Second
+
+// causes remembers the last network error that a Redis client's dials and
+// commands met. A call that gives up at its deadline sees only "context
+// deadline exceeded", while the reason (a refused connection, an unknown
+// host) lies in a dial that go-redis retried in the background; causes lets
+// the ErrUnavailable error name it. It is a redis.Hook, added to the client
+// by New and NewRedisQuotas; it costs nothing until a call fails.
+type causes struct {
+	last atomic.Pointer[cause]
+}
+
+type cause struct {
+	err error
+	at  time.Time
+}
+
+// watchCauses adds a causes hook to rdb and returns it.
+func watchCauses(rdb redis.UniversalClient) *causes {
+	c := &causes{}
+	if rdb != nil {
+		rdb.AddHook(c)
+	}
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		// A cluster client's own hooks see a command's last error, not the
+		// dials of the node clients it makes, where a refusal shows.
+		cc.OnNewNode(func(node *redis.Client) { node.AddHook(c) })
+	}
+	return c
+}
+
+// record keeps err if it is a network error, not the caller's context.
+func (c *causes) record(err error) {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return
+	}
+	var nerr net.Error
+	if !errors.As(err, &nerr) && !unavailable(err) {
+		return // an answer from Redis, not a reason it could not answer
+	}
+	c.last.Store(&cause{err: err, at: time.Now()})
+}
+
+// DialHook implements redis.Hook.
+func (c *causes) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		if err != nil {
+			c.record(err)
+		}
+		return conn, err
+	}
+}
+
+// ProcessHook implements redis.Hook.
+func (c *causes) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err != nil {
+			c.record(err)
+		}
+		return err
+	}
+}
+
+// ProcessPipelineHook implements redis.Hook.
+func (c *causes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if err != nil {
+			c.record(err)
+		}
+		return err
+	}
+}
+
+// explain adds the last network error, if there is a recent one, to err
+// when err wraps ErrUnavailable without saying why: it ran out of time, or
+// the breaker is open. The result still matches everything err matched,
+// and the cause too (errors.Is(err, syscall.ECONNREFUSED), say).
+func (c *causes) explain(err error) error {
+	if c == nil || err == nil || !errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	var nerr net.Error
+	if errors.As(err, &nerr) && !nerr.Timeout() {
+		return err // it names its cause already
+	}
+	last := c.last.Load()
+	if last == nil || time.Since(last.at) > causeMaxAge {
+		return err
+	}
+	return &causedError{err: err, cause: last.err}
+}
+
+// causedError is an ErrUnavailable error with the network error behind it.
+type causedError struct {
+	err, cause error
+}
+
+func (e *causedError) Error() string {
+	return e.err.Error() + " (last error: " + e.cause.Error() + ")"
+}
+
+func (e *causedError) Unwrap() []error { return []error{e.err, e.cause} }

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/admitq/admitq/cmd/admitq/internal/dashboard"
+	"github.com/admitq/admitq/cmd/admitq/internal/demo"
+)
+
+// dashboardTokenEnv is where the dashboard's token may come from instead
+// of --auth-token, which other users of the machine can see in ps.
+const dashboardTokenEnv = "ADMITQ_DASHBOARD_TOKEN"
+
+func (a *app) newDashboardCmd() *cobra.Command {
+	var (
+		addr, token, queue, metricsURLs string
+		readOnly                        bool
+	)
+	cmd := &cobra.Command{
+		Use:   "dashboard [--addr 127.0.0.1:8080] [--read-only] [--auth-token T]",
+		Short: "Serve a web page of every tenant's window, rates and quota, with asynqmon",
+		Long: `Serves the dashboard: a live tenants page (quota, window, reservations, next
+free slot, decisions and tasks started per second, flags), a page per tenant
+with its window as a timeline, quota editing, and asynqmon under /asynq/.
+
+Decisions and task starts per second are read from the Prometheus metrics of
+producers and workers (--metrics; admitq worker serves them at
+` + defaultMetricsAddr + ` by default), not from Redis.
+
+It binds to loopback by default. Any other address needs a token, from
+--auth-token or ` + dashboardTokenEnv + ` (better: it stays out of ps); with a
+token, every page and every write needs it.`,
+		Example: `  admitq dashboard
+  ADMITQ_DASHBOARD_TOKEN=$(openssl rand -hex 16) admitq dashboard --addr :8080
+  admitq dashboard --metrics http://10.0.0.5:9464/metrics,http://10.0.0.6:9464/metrics`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if token == "" {
+				token = a.getenv(dashboardTokenEnv)
+			}
+			if err := checkDashboardAddr(addr, token); err != nil {
+				return usageError(err)
+			}
+			var sources []dashboard.Source
+			for _, u := range strings.Split(metricsURLs, ",") {
+				if u = strings.TrimSpace(u); u != "" {
+					if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+						return usageErrorf("--metrics %s: want an http:// or https:// URL", u)
+					}
+					sources = append(sources, dashboard.Scrape(u, nil))
+				}
+			}
+			rdb, cfg, err := a.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer rdb.Close()
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return fmt.Errorf("--addr: %w", err)
+			}
+			srv, err := dashboard.New(dashboard.Config{
+				Redis: rdb, Asynq: connOpt{cfg}, Queue: queue, Prefix: a.prefix, Timeout: a.timeout,
+				Token: token, ReadOnly: readOnly, Sources: sources,
+				Logger: slog.New(slog.NewTextHandler(a.stderr, nil)),
+			})
+			if err != nil {
+				ln.Close()
+				return err
+			}
+			defer srv.Close()
+			fmt.Fprintf(a.stdout, "admitq dashboard at %s on Redis at %s\n", dashboardURL(ln.Addr()), cfg.display)
+			return serveDashboard(cmd.Context(), ln, srv)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&addr, "addr", "127.0.0.1:8080", "address to serve on; one that is not loopback needs a token")
+	fs.BoolVar(&readOnly, "read-only", false, "refuse every write: quota changes here and task actions in asynqmon")
+	fs.StringVar(&token, "auth-token", "", "token every page and write needs (env "+dashboardTokenEnv+")")
+	fs.StringVar(&queue, "queue", "default", "asynq queue of the tenants' tasks, for links to them in asynqmon")
+	fs.StringVar(&metricsURLs, "metrics", "http://"+defaultMetricsAddr+"/metrics", "Prometheus /metrics URLs of producers and workers, comma-separated; \"\" reads none")
+	return cmd
+}
+
+// checkDashboardAddr refuses a non-loopback address without a token.
+func checkDashboardAddr(addr, token string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--addr %s: want host:port", addr)
+	}
+	if token != "" || isLoopbackHost(host) {
+		return nil
+	}
+	shown := host
+	if shown == "" {
+		shown = "every interface"
+	}
+	return fmt.Errorf("--addr %s: %s is not a loopback address, and the dashboard can change quotas: give a token with --auth-token or %s, or bind to 127.0.0.1", addr, shown, dashboardTokenEnv)
+}
+
+func isLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func dashboardURL(addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || tcp.IP.IsUnspecified() {
+		_, port, _ := net.SplitHostPort(addr.String())
+		return "http://localhost:" + port + "/"
+	}
+	return "http://" + addr.String() + "/"
+}
+
+// serveDashboard serves h on ln until ctx is done, then shuts down.
+func serveDashboard(ctx context.Context, ln net.Listener, h http.Handler) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// demoDashboard serves the dashboard on the demo's Redis, keys and queue,
+// with rates from the demo's own metrics. stop ends it.
+func (a *app) demoDashboard(ctx context.Context, addr string, rdb redis.UniversalClient, cfg redisConfig, dc demo.Config, reg prometheus.Gatherer) (stop func(), url string, err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("--dashboard-addr: %w", err)
+	}
+	srv, err := dashboard.New(dashboard.Config{
+		Redis: rdb, Asynq: connOpt{cfg}, Queue: dc.Queue, Prefix: dc.Prefix, Timeout: a.timeout,
+		Sources: []dashboard.Source{dashboard.Gatherer("demo", reg)},
+		Every:   time.Second,
+		Logger:  slog.New(slog.NewTextHandler(a.stderr, nil)),
+	})
+	if err != nil {
+		ln.Close()
+		return nil, "", err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = serveDashboard(sctx, ln, srv)
+	}()
+	return func() {
+		cancel()
+		<-done
+		_ = srv.Close()
+	}, dashboardURL(ln.Addr()), nil
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/admitq/admitq/internal/redistest"
+)
+
+func TestDashboardRefusesANonLoopbackAddressWithoutAToken(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"0.0.0.0:0", ":0", "192.0.2.1:8080", "example.com:8080"} {
+		r := admitq(t, "--redis", "redis://127.0.0.1:1", "dashboard", "--addr", addr)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "is not a loopback address") || !strings.Contains(r.stderr, "--auth-token or ADMITQ_DASHBOARD_TOKEN") {
+			t.Errorf("--addr %s without a token: %v", addr, r)
+		}
+		oneLine(t, addr, r.stderr)
+	}
+	if err := checkDashboardAddr("0.0.0.0:8080", "tok"); err != nil {
+		t.Errorf("with a token: %v", err)
+	}
+	for _, addr := range []string{"127.0.0.1:8080", "localhost:8080", "[::1]:8080"} {
+		if err := checkDashboardAddr(addr, ""); err != nil {
+			t.Errorf("%s without a token: %v", addr, err)
+		}
+	}
+}
+
+// runUntilCancelled runs the command in the background until the test ends.
+func runUntilCancelled(t *testing.T, env map[string]string, args ...string) (stdout, stderr *syncBuffer) {
+	t.Helper()
+	ctx, stop := context.WithCancel(t.Context())
+	stdout, stderr = &syncBuffer{}, &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		a := &app{stdout: stdout, stderr: stderr, getenv: func(k string) string { return env[k] }}
+		done <- a.run(ctx, args)
+	}()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case code := <-done:
+			if code != 0 && code != 130 {
+				t.Errorf("%s exited %d:\n%s", args, code, stderr.String())
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("%s did not stop within 15s of its context ending", args)
+		}
+	})
+	return stdout, stderr
+}
+
+func waitForMatch(t *testing.T, buf *syncBuffer, re *regexp.Regexp, what string) string {
+	t.Helper()
+	var m []string
+	waitFor(t, 20*time.Second, what, func() bool {
+		m = re.FindStringSubmatch(buf.String())
+		return m != nil
+	})
+	return m[1]
+}
+
+// TestDashboardShowsTheWorkersTaskStarts runs admitq worker and admitq
+// dashboard as a user would: the dashboard scrapes the worker's /metrics.
+func TestDashboardShowsTheWorkersTaskStarts(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	base := []string{"--redis", srv.URL()}
+	mustRun(t, append(base, "quota", "set", "acme", "--limit", "10", "--window", "1m")...)
+	_, werr := runUntilCancelled(t, nil, append(base, "worker", "--metrics-addr", "127.0.0.1:0")...)
+	metricsURL := waitForMatch(t, werr, regexp.MustCompile(`metrics=(http://127\.0\.0\.1:\d+/metrics)`), "the worker's metrics address")
+	const token = "a-token-never-printed"
+	dout, derr := runUntilCancelled(t, map[string]string{"ADMITQ_DASHBOARD_TOKEN": token},
+		append(base, "dashboard", "--addr", "127.0.0.1:0", "--metrics", metricsURL)...)
+	url := waitForMatch(t, dout, regexp.MustCompile(`admitq dashboard at (http://127\.0\.0\.1:\d+/) on Redis at`), "the dashboard's address")
+
+	get := func() map[string]any {
+		req, _ := http.NewRequest(http.MethodGet, url+"api/tenants", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var v map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	// Wait for the dashboard's first sample of the worker's metrics.
+	waitFor(t, 20*time.Second, "a first sample", func() bool {
+		times, _ := get()["rates"].(map[string]any)["times"].([]any)
+		return len(times) > 0
+	})
+	for range 3 {
+		mustRun(t, append(base, "enqueue", "--tenant", "acme", "--type", "job")...)
+	}
+	waitFor(t, 20*time.Second, "3 task starts of acme in the dashboard's rates", func() bool {
+		v := get()
+		rows, _ := v["rows"].([]any)
+		if len(rows) != 1 || rows[0].(map[string]any)["in_window"] != 3.0 {
+			return false
+		}
+		started, _ := v["rates"].(map[string]any)["series"].(map[string]any)["acme"].(map[string]any)["started"].([]any)
+		sum := 0.0
+		for _, s := range started {
+			sum += s.(float64) * 2 // per second over 2s intervals
+		}
+		return sum > 2.9 && sum < 3.1
+	})
+	if strings.Contains(dout.String()+derr.String(), token) {
+		t.Error("the dashboard printed its token")
+	}
+}
+
+func TestDemoServesTheDashboardWhileItRuns(t *testing.T) {
+	t.Parallel()
+	out, _ := runUntilCancelled(t, nil, "demo", "--duration", "4s", "--dashboard", "--dashboard-addr", "127.0.0.1:0")
+	url := waitForMatch(t, out, regexp.MustCompile(`(?m)^dashboard at (http://127\.0\.0\.1:\d+/)$`), "the demo's dashboard URL")
+	var names []string
+	waitFor(t, 10*time.Second, "the demo's tenants on the dashboard", func() bool {
+		resp, err := http.Get(url + "api/tenants")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var v struct {
+			Rows []struct{ Tenant string } `json:"rows"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&v)
+		names = names[:0]
+		for _, r := range v.Rows {
+			names = append(names, r.Tenant)
+		}
+		return strings.Join(names, ",") == "noisy,small,steady"
+	})
+}

@@ -1,0 +1,393 @@
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// A Source is where the dashboard reads per-tenant counters: the Prometheus
+// metrics of admitq's metrics package (admitq_gate_decisions_total,
+// admitq_tasks_started_total, admitq_task_seconds_total), which producers
+// and workers already keep. Reading them costs Redis nothing.
+type Source interface {
+	// Name says where the counters come from, for messages.
+	Name() string
+	Gather(ctx context.Context) ([]*dto.MetricFamily, error)
+}
+
+// Gatherer makes a Source of an in-process registry, such as the one
+// admitq demo fills.
+func Gatherer(name string, g prometheus.Gatherer) Source { return gathererSource{name, g} }
+
+type gathererSource struct {
+	name string
+	g    prometheus.Gatherer
+}
+
+func (s gathererSource) Name() string { return s.name }
+
+func (s gathererSource) Gather(context.Context) ([]*dto.MetricFamily, error) { return s.g.Gather() }
+
+// counters are one tenant's running totals in one source.
+type counters struct {
+	admitted, deferred, rejected, started, busy float64
+}
+
+func (c counters) minus(p counters) counters {
+	d := counters{c.admitted - p.admitted, c.deferred - p.deferred, c.rejected - p.rejected, c.started - p.started, c.busy - p.busy}
+	// A counter that went down is a restarted process: it counted c since.
+	if d.admitted < 0 || d.deferred < 0 || d.rejected < 0 || d.started < 0 || d.busy < 0 {
+		return c
+	}
+	return d
+}
+
+func (c counters) plus(o counters) counters {
+	return counters{c.admitted + o.admitted, c.deferred + o.deferred, c.rejected + o.rejected, c.started + o.started, c.busy + o.busy}
+}
+
+// readCounters sums the families of admitq's metrics by tenant.
+func readCounters(fams []*dto.MetricFamily) map[string]counters {
+	out := map[string]counters{}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			var tenant, outcome string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "tenant":
+					tenant = l.GetValue()
+				case "outcome":
+					outcome = l.GetValue()
+				}
+			}
+			v := m.GetCounter().GetValue()
+			if m.GetCounter() == nil && m.GetUntyped() != nil {
+				v = m.GetUntyped().GetValue()
+			}
+			c := out[tenant]
+			switch f.GetName() {
+			case "admitq_gate_decisions_total":
+				switch outcome {
+				case "admitted":
+					c.admitted += v
+				case "deferred":
+					c.deferred += v
+				case "rejected":
+					c.rejected += v
+				}
+			case "admitq_tasks_started_total":
+				c.started += v
+			case "admitq_task_seconds_total":
+				c.busy += v
+			default:
+				continue
+			}
+			out[tenant] = c
+		}
+	}
+	return out
+}
+
+// rates samples the sources every interval and keeps, per tenant, the
+// rates of the last history: a ring of points shared by all tenants.
+type rates struct {
+	sources  []Source
+	every    time.Duration
+	capacity int // points kept
+	now      func() time.Time
+
+	mu     sync.Mutex
+	times  []time.Time           // end of each interval, oldest first
+	series map[string][]counters // per tenant, per interval: the increase, aligned with times
+	prev   []map[string]counters // per source: the totals last read
+	errs   map[string]string     // per source name: the last error, if any
+}
+
+func newRates(sources []Source, every, history time.Duration) *rates {
+	return &rates{
+		sources:  sources,
+		every:    every,
+		capacity: max(int(history/every), 2),
+		now:      time.Now,
+		series:   map[string][]counters{},
+		prev:     make([]map[string]counters, len(sources)),
+		errs:     map[string]string{},
+	}
+}
+
+// run samples until ctx is done.
+func (r *rates) run(ctx context.Context) {
+	t := time.NewTicker(r.every)
+	defer t.Stop()
+	r.sample(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.sample(ctx)
+		}
+	}
+}
+
+// sample reads every source at once and appends one point.
+func (r *rates) sample(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, r.every)
+	defer cancel()
+	read := make([]map[string]counters, len(r.sources))
+	errs := make([]error, len(r.sources))
+	var wg sync.WaitGroup
+	for i, s := range r.sources {
+		wg.Go(func() {
+			fams, err := s.Gather(ctx)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			read[i] = readCounters(fams)
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) {
+		return
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delta := map[string]counters{}
+	for i, cur := range read {
+		name := r.sources[i].Name()
+		if errs[i] != nil {
+			r.errs[name] = errs[i].Error()
+			continue // a source that did not answer adds nothing this time
+		}
+		delete(r.errs, name)
+		if r.prev[i] != nil { // the first read only sets the baseline
+			for t, c := range cur {
+				delta[t] = delta[t].plus(c.minus(r.prev[i][t]))
+			}
+		}
+		r.prev[i] = cur
+	}
+	first := len(r.times) == 0 && len(delta) == 0
+	if first {
+		// Nothing to plot yet; keep the baseline only.
+		r.times = append(r.times, r.now())
+		for t := range r.series {
+			r.series[t] = append(r.series[t], counters{})
+		}
+		r.trim()
+		return
+	}
+	n := len(r.times)
+	r.times = append(r.times, r.now())
+	for t, s := range r.series {
+		r.series[t] = append(s, delta[t])
+	}
+	for t, d := range delta {
+		if _, ok := r.series[t]; !ok {
+			s := make([]counters, n+1)
+			s[n] = d
+			r.series[t] = s
+		}
+	}
+	r.trim()
+}
+
+func (r *rates) trim() {
+	if over := len(r.times) - r.capacity; over > 0 {
+		r.times = r.times[over:]
+		for t, s := range r.series {
+			s = s[over:]
+			idle := true
+			for _, c := range s {
+				if c != (counters{}) {
+					idle = false
+					break
+				}
+			}
+			if idle {
+				delete(r.series, t) // a tenant idle for the whole history costs nothing
+				continue
+			}
+			r.series[t] = s
+		}
+	}
+}
+
+// ratePoints is a chart's data: per second rates per interval.
+type ratePoints struct {
+	Admitted []float64 `json:"admitted"`
+	Deferred []float64 `json:"deferred"`
+	Rejected []float64 `json:"rejected"`
+	Started  []float64 `json:"started"`
+}
+
+// flags says whether a tenant is mostly at its limit or holds most of the
+// worker time, with the figures behind it.
+type flags struct {
+	AtLimit     bool    `json:"at_limit"`
+	AtLimitPart float64 `json:"at_limit_part"` // of the intervals with decisions, those with one deferred or rejected
+	Hog         bool    `json:"hog"`
+	BusyPart    float64 `json:"busy_part"` // of all tenants' worker seconds
+}
+
+// The flag rules, over the whole history kept (5 minutes by default):
+//
+//   - at limit: in more than half of the intervals in which the tenant got
+//     decisions, at least one was deferred or rejected (the gate defers or
+//     rejects only when the window is full), over at least minIntervals
+//     such intervals;
+//   - most worker time: the tenant's tasks took more than half of the worker
+//     seconds of all tenants, while at least one other tenant ran tasks.
+const (
+	atLimitPart  = 0.5
+	hogPart      = 0.5
+	minIntervals = 5
+)
+
+// view is what a page needs from the rates: the times, since a given one,
+// and the points and flags of the tenants asked for.
+type view struct {
+	Times  []int64               `json:"times"` // unix ms, end of each interval
+	Series map[string]ratePoints `json:"series"`
+	Flags  map[string]flags      `json:"flags"`
+	Errors []string              `json:"errors,omitempty"`
+}
+
+// points returns, for the tenants asked (and the sum of the others under
+// rest, when rest is not ""), the rates after since (unix ms; 0 for all).
+func (r *rates) view(tenants []string, since int64, rest string, exclude map[string]bool) view {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v := view{Times: []int64{}, Series: map[string]ratePoints{}, Flags: map[string]flags{}}
+	for name, e := range r.errs {
+		v.Errors = append(v.Errors, fmt.Sprintf("%s: %s", name, e))
+	}
+	from := 0
+	for from < len(r.times) && r.times[from].UnixMilli() <= since {
+		from++
+	}
+	for _, t := range r.times[from:] {
+		v.Times = append(v.Times, t.UnixMilli())
+	}
+	secs := r.every.Seconds()
+	toPoints := func(s []counters) ratePoints {
+		p := ratePoints{
+			Admitted: make([]float64, len(r.times)-from), Deferred: make([]float64, len(r.times)-from),
+			Rejected: make([]float64, len(r.times)-from), Started: make([]float64, len(r.times)-from),
+		}
+		for i := from; i < len(r.times); i++ {
+			if i >= len(s) {
+				break
+			}
+			c := s[i]
+			p.Admitted[i-from], p.Deferred[i-from], p.Rejected[i-from], p.Started[i-from] = c.admitted/secs, c.deferred/secs, c.rejected/secs, c.started/secs
+		}
+		return p
+	}
+	var totalBusy float64
+	busyTenants := 0
+	for _, s := range r.series {
+		b := 0.0
+		for _, c := range s {
+			b += c.busy
+		}
+		totalBusy += b
+		if b > 0 {
+			busyTenants++
+		}
+	}
+	empty := make([]counters, len(r.times))
+	for _, t := range tenants {
+		s, ok := r.series[t]
+		if !ok {
+			s = empty
+		}
+		v.Series[t] = toPoints(s)
+		v.Flags[t] = flagsOf(s, totalBusy, busyTenants)
+	}
+	if rest != "" {
+		sum := make([]counters, len(r.times))
+		for t, s := range r.series {
+			if exclude[t] {
+				continue
+			}
+			for i, c := range s {
+				sum[i] = sum[i].plus(c)
+			}
+		}
+		v.Series[rest] = toPoints(sum)
+	}
+	return v
+}
+
+func flagsOf(s []counters, totalBusy float64, busyTenants int) flags {
+	var f flags
+	withDecisions, limited := 0, 0
+	busy := 0.0
+	for _, c := range s {
+		busy += c.busy
+		if c.admitted+c.deferred+c.rejected > 0 {
+			withDecisions++
+			if c.deferred+c.rejected > 0 {
+				limited++
+			}
+		}
+	}
+	if withDecisions > 0 {
+		f.AtLimitPart = float64(limited) / float64(withDecisions)
+	}
+	f.AtLimit = withDecisions >= minIntervals && f.AtLimitPart > atLimitPart
+	if totalBusy > 0 {
+		f.BusyPart = busy / totalBusy
+	}
+	f.Hog = f.BusyPart > hogPart && busyTenants > 1
+	return f
+}
+
+// flagged returns the tenants, of all those in the history, that carry a
+// flag: the filter of the tenants page.
+func (r *rates) flagged() map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var totalBusy float64
+	busyTenants := 0
+	for _, s := range r.series {
+		b := 0.0
+		for _, c := range s {
+			b += c.busy
+		}
+		totalBusy += b
+		if b > 0 {
+			busyTenants++
+		}
+	}
+	out := map[string]bool{}
+	for t, s := range r.series {
+		if f := flagsOf(s, totalBusy, busyTenants); f.AtLimit || f.Hog {
+			out[t] = true
+		}
+	}
+	return out
+}
+
+// countOthers counts the tenants in the history that are not in own: those
+// on the default quota, or with none.
+func (r *rates) countOthers(own map[string]bool) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for t := range r.series {
+		if !own[t] {
+			n++
+		}
+	}
+	return n
+}

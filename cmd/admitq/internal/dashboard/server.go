@@ -1,0 +1,207 @@
+package dashboard
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/hibiken/asynqmon"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/admission"
+)
+
+//go:embed static templates
+var assets embed.FS
+
+// Defaults of Config's zero values.
+const (
+	DefaultPageSize = 50
+	DefaultEvery    = 2 * time.Second
+	DefaultHistory  = 5 * time.Minute
+	// listTTL is how long the list of tenants with a quota is reused: the
+	// one read that grows with every tenant, not only those shown.
+	listTTL = 5 * time.Second
+)
+
+// Depth is a tenant's share of the worker queues: its tasks pending or
+// active against its cap, and those parked behind the cap.
+type Depth struct {
+	InFlight int `json:"in_flight"`
+	Cap      int `json:"cap"` // 0: no cap
+	Parked   int `json:"parked"`
+}
+
+// Config says where the dashboard reads and what it allows.
+type Config struct {
+	// Redis holds the quotas and windows. The caller owns and closes it.
+	Redis redis.UniversalClient
+	// Asynq is the same Redis for asynqmon, which makes and closes its own
+	// client from it. Nil mounts no asynqmon.
+	Asynq asynq.RedisConnOpt
+	// Queue is the asynq queue the tenants' tasks go to, for links to a
+	// task in asynqmon. "" means "default", asynq's own default.
+	Queue string
+	// Prefix of admitq's keys; "" means "admitq".
+	Prefix string
+	// Timeout of each Redis call; 0 means admission's default.
+	Timeout time.Duration
+	// Token, when not "", is needed for every page and every write.
+	Token string
+	// ReadOnly refuses every write, here and in asynqmon.
+	ReadOnly bool
+	// Sources are where decisions and task starts per tenant are counted.
+	// None: the charts stay empty and the page says so.
+	Sources []Source
+	// Depth, when not nil, fills the in flight / cap and parked columns of
+	// the tenants shown. Nil hides them.
+	Depth func(ctx context.Context, tenants []string) (map[string]Depth, error)
+	// Logger gets one line per quota change, naming who made it. Nil
+	// discards.
+	Logger *slog.Logger
+	// PageSize is how many tenants a page shows; 0 means DefaultPageSize.
+	PageSize int
+	// Every is how often the page refreshes and the Sources are sampled;
+	// 0 means DefaultEvery.
+	Every time.Duration
+	// History is how far back the charts go; 0 means DefaultHistory.
+	History time.Duration
+}
+
+// Server is the dashboard's http.Handler. Close it to stop its sampling.
+type Server struct {
+	cfg     Config
+	mux     *http.ServeMux
+	handler http.Handler
+	tmpl    *template.Template
+	quotas  *admission.RedisQuotas
+	gate    *admission.Gate
+	rates   *rates
+	mon     *asynqmon.HTTPHandler
+	session string
+	log     *slog.Logger
+
+	listMu      sync.Mutex
+	list        *tenantList
+	listReading bool          // a background read of the list is under way
+	listGen     int           // counts writes here, which drop the list
+	listTTL     time.Duration // listTTL but in tests
+
+	bgCtx  context.Context // ends at Close
+	bg     sync.WaitGroup  // background reads of the list
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New returns a Server that samples its Sources until Close.
+func New(cfg Config) (*Server, error) {
+	if cfg.Redis == nil {
+		return nil, errors.New("dashboard: Config.Redis is nil")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = "admitq"
+	}
+	if cfg.Queue == "" {
+		cfg.Queue = "default"
+	}
+	if cfg.PageSize <= 0 {
+		cfg.PageSize = DefaultPageSize
+	}
+	if cfg.Every <= 0 {
+		cfg.Every = DefaultEvery
+	}
+	if cfg.History <= 0 {
+		cfg.History = DefaultHistory
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	opts := []admission.Option{admission.WithPrefix(cfg.Prefix)}
+	if cfg.Timeout > 0 {
+		opts = append(opts, admission.WithTimeout(cfg.Timeout))
+	}
+	tmpl, err := template.New("").Funcs(template.FuncMap{"pathEscape": url.PathEscape}).ParseFS(assets, "templates/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: templates: %w", err)
+	}
+	s := &Server{
+		cfg:     cfg,
+		mux:     http.NewServeMux(),
+		tmpl:    tmpl,
+		quotas:  admission.NewRedisQuotas(cfg.Redis, opts...),
+		rates:   newRates(cfg.Sources, cfg.Every, cfg.History),
+		log:     log,
+		done:    make(chan struct{}),
+		listTTL: listTTL,
+	}
+	if cfg.Token != "" {
+		s.session = sessionValue(cfg.Token)
+	}
+	// The gate reads quotas from the list the page already holds, so that a
+	// row costs Redis one script call and no quota lookup.
+	s.gate = admission.New(cfg.Redis, listQuotas{s}, opts...)
+	static, _ := fs.Sub(assets, "static")
+	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	s.mux.HandleFunc("GET /{$}", s.handleTenants)
+	s.mux.HandleFunc("GET /api/tenants", s.handleTenantsAPI)
+	s.mux.HandleFunc("GET /tenants/{tenant}", s.handleTenant)
+	s.mux.HandleFunc("GET /default", s.handleDefault)
+	s.mux.HandleFunc("GET /api/tenant", s.handleTenantAPI)
+	s.mux.HandleFunc("POST /quota", s.handleQuota)
+	s.mux.HandleFunc("GET /login", s.handleLoginForm)
+	s.mux.HandleFunc("POST /login", s.handleLogin)
+	s.mux.HandleFunc("POST /logout", s.handleLogout)
+	if cfg.Asynq != nil {
+		s.mon = asynqmon.New(asynqmon.Options{RootPath: "/asynq", RedisConnOpt: cfg.Asynq, ReadOnly: cfg.ReadOnly})
+		s.mux.Handle("/asynq/", s.mon)
+		s.mux.Handle("GET /asynq", http.RedirectHandler("/asynq/", http.StatusMovedPermanently))
+	}
+	s.handler = s.guard(s.mux)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	s.bgCtx, s.cancel = ctx, cancel
+	go func() {
+		defer close(s.done)
+		if len(cfg.Sources) > 0 {
+			s.rates.run(ctx)
+		}
+	}()
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// Close stops sampling and closes asynqmon's Redis client. The Redis
+// client in Config stays open.
+func (s *Server) Close() error {
+	s.cancel()
+	<-s.done
+	s.bg.Wait()
+	s.gate.Close()
+	if s.mon != nil {
+		return s.mon.Close()
+	}
+	return nil
+}
+
+func (s *Server) render(w http.ResponseWriter, status int, name string, data any) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'")
+	w.WriteHeader(status)
+	if err := s.tmpl.ExecuteTemplate(w, name, data); err != nil {
+		s.log.Error("dashboard: rendering a page", "page", name, "err", err)
+	}
+}
+
+func urlQueryEscape(s string) string { return url.QueryEscape(s) }

@@ -1,0 +1,165 @@
+// The tenants page: draws the rows from the page's data, then polls.
+"use strict";
+(function () {
+  const A = window.admitq;
+  let page = JSON.parse(document.getElementById("data").textContent);
+  const tbody = document.getElementById("rows");
+  let rows = new Map(); // tenant -> {tr, cells, buf, dec, st}
+  let keys = "";
+  let updates = 0;
+
+  function keyOf(p) {
+    return (p.default ? "\u0000default|" : "") + p.rows.map(r => r.tenant).join("\u0000");
+  }
+
+  function cell(tr, k, cls) {
+    const td = A.el("td", { "data-k": k, class: cls || "" });
+    tr.appendChild(td);
+    return td;
+  }
+
+  function build(p) {
+    rows.forEach(r => { r.dec && r.dec.destroy(); r.st && r.st.destroy(); });
+    rows = new Map();
+    tbody.textContent = "";
+    const all = (p.default ? [p.default] : []).concat(p.rows);
+    if (!all.length) {
+      const tr = A.el("tr");
+      const td = A.el("td", { colspan: 20, class: "empty" }, p.query || p.flagged ? "No tenant matches." : "No tenant has a quota of its own yet.");
+      tr.appendChild(td);
+      tbody.appendChild(tr);
+    }
+    for (const r of all) {
+      const isDef = r.tenant === "(default)";
+      const tr = A.el("tr", { "data-tenant": r.tenant, class: isDef ? "default" : "" });
+      const c = {};
+      c.tenant = cell(tr, "tenant", "mono");
+      const a = A.el("a", { href: r.link }, r.tenant);
+      c.tenant.appendChild(a);
+      if (isDef) c.others = c.tenant.appendChild(A.el("div", { class: "sub", "data-k": "others" }));
+      c.quota = cell(tr, "quota");
+      c.mode = cell(tr, "mode");
+      c.in_window = cell(tr, "in_window", "num");
+      c.reserved = cell(tr, "reserved", "num");
+      c.next_free = cell(tr, "next_free");
+      if (p.has_depth) {
+        c.in_flight = cell(tr, "in_flight", "num");
+        c.parked = cell(tr, "parked", "num");
+      }
+      const dtd = cell(tr, "decisions", "spark");
+      const dchart = dtd.appendChild(A.el("div"));
+      c.dnow = dtd.appendChild(A.el("div", { class: "sub", "data-k": "decisions_now" }));
+      const std = cell(tr, "started", "spark");
+      const schart = std.appendChild(A.el("div"));
+      c.snow = std.appendChild(A.el("div", { class: "sub", "data-k": "started_now" }));
+      c.flags = cell(tr, "flags");
+      tbody.appendChild(tr);
+      const buf = new A.Buffer(5 * 60 * 1000);
+      rows.set(r.tenant, { tr, c, buf, dec: A.decisionsChart(dchart, 170, 38, true), st: A.startedChart(schart, 130, 38, true) });
+    }
+    keys = keyOf(p);
+  }
+
+  function fill(p, full) {
+    const all = (p.default ? [p.default] : []).concat(p.rows);
+    const times = (p.rates && p.rates.times) || [];
+    for (const r of all) {
+      const x = rows.get(r.tenant);
+      if (!x) continue;
+      const c = x.c, isDef = r.tenant === "(default)";
+      c.quota.textContent = r.quota;
+      c.mode.textContent = r.mode;
+      if (isDef) {
+        c.in_window.textContent = c.reserved.textContent = c.next_free.textContent = "";
+        c.others.textContent = r.others ? r.others + " tenant" + (r.others === 1 ? "" : "s") + " without a quota of their own seen" : "";
+      } else if (r.error) {
+        c.in_window.textContent = "";
+        c.reserved.textContent = "";
+        c.next_free.textContent = r.error;
+        c.next_free.className = "err";
+      } else {
+        c.in_window.textContent = "";
+        const pct = Math.min(100, Math.round(100 * r.usage));
+        const bar = A.el("span", { class: "bar" });
+        bar.appendChild(A.el("span", { class: pct >= 100 ? "full" : "", style: "width:" + pct + "%" }));
+        c.in_window.appendChild(A.el("span", { "data-v": "in_window" }, r.in_window.toLocaleString() + " / " + r.limit.toLocaleString()));
+        c.in_window.appendChild(bar);
+        c.reserved.textContent = r.reserved.toLocaleString();
+        c.next_free.textContent = A.fmtDelay(r.next_free_ms);
+        c.next_free.className = "";
+      }
+      if (p.has_depth) {
+        c.in_flight.textContent = r.depth ? r.depth.in_flight + " / " + (r.depth.cap || "∞") : "";
+        c.parked.textContent = r.depth ? r.depth.parked : "";
+      }
+      if (full) x.buf.reset();
+      const pts = p.rates && p.rates.series ? p.rates.series[r.tenant] : null;
+      x.buf.add(times, pts);
+      x.dec.setData(x.buf.decisions());
+      x.st.setData(x.buf.started());
+      const d = x.buf.s;
+      // What the charts hold, as counts: the browser tests read these.
+      const secs = p.every_ms / 1000;
+      for (const k of ["admitted", "deferred", "rejected", "started"]) {
+        x.tr.dataset[k] = String(Math.round((d[k] || []).reduce((a, b) => a + b, 0) * secs));
+      }
+      c.dnow.textContent = p.sources ? A.fmtRate(A.last(d.admitted)) + " · " + A.fmtRate(A.last(d.deferred)) + " · " + A.fmtRate(A.last(d.rejected)) + " /s now" : "no metrics source";
+      c.snow.textContent = p.sources ? A.fmtRate(A.last(d.started)) + " /s now" : "";
+      c.flags.textContent = "";
+      const f = r.flags || {};
+      if (f.at_limit) c.flags.appendChild(A.el("span", { class: "badge warn", title: "share of intervals at the limit" }, "at limit " + Math.round(100 * f.at_limit_part) + "%"));
+      if (f.hog) c.flags.appendChild(A.el("span", { class: "badge hot", title: "share of all worker seconds" }, Math.round(100 * f.busy_part) + "% of worker time"));
+    }
+    const sum = document.getElementById("summary");
+    const from = p.total ? (p.page - 1) * p.page_size + 1 : 0;
+    sum.textContent = p.all.toLocaleString() + " tenants with a quota of their own" +
+      (p.query || p.flagged ? ", " + p.total.toLocaleString() + " match" : "") +
+      (p.total ? " · " + from.toLocaleString() + "–" + Math.min(p.total, from + p.page_size - 1).toLocaleString() : "");
+    const pager = document.getElementById("pager");
+    pager.textContent = "";
+    if (p.pages > 1) {
+      const link = (n, label) => {
+        const u = new URL(location.href);
+        u.searchParams.set("page", n);
+        return A.el("a", { href: u.pathname + u.search, rel: label }, label);
+      };
+      if (p.page > 1) pager.appendChild(link(p.page - 1, "prev"));
+      pager.appendChild(A.el("span", {}, " page " + p.page + " of " + p.pages.toLocaleString() + " "));
+      if (p.page < p.pages) pager.appendChild(link(p.page + 1, "next"));
+    }
+    const pe = document.getElementById("page-error");
+    pe.hidden = !p.error;
+    pe.textContent = p.error || "";
+    const re = document.getElementById("rates-error");
+    const errs = (p.rates && p.rates.errors) || [];
+    re.hidden = !errs.length;
+    re.textContent = errs.length ? "Metrics not read: " + errs.join("; ") : "";
+    tbody.dataset.updates = String(updates);
+    tbody.dataset.now = String(p.now);
+  }
+
+  build(page);
+  fill(page, true);
+  // From navigation to drawn rows: the load time the tests report.
+  performance.mark("rows-drawn");
+
+  A.poll(page.every_ms, async () => {
+    const u = new URL("/api/tenants", location.href);
+    const here = new URL(location.href).searchParams;
+    for (const k of ["q", "page", "flagged"]) if (here.get(k)) u.searchParams.set(k, here.get(k));
+    let last = 0;
+    rows.forEach(r => { last = Math.max(last, r.buf.lastTime()); });
+    u.searchParams.set("since", String(last));
+    let p = await (await fetch(u, { credentials: "same-origin" })).json();
+    let full = false;
+    if (keyOf(p) !== keys) {
+      // Other rows (a tenant added or gone): start over with full history.
+      u.searchParams.set("since", "0");
+      p = await (await fetch(u, { credentials: "same-origin" })).json();
+      build(p);
+      full = true;
+    }
+    updates++;
+    fill(p, full);
+  });
+})();

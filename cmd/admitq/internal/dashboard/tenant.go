@@ -1,0 +1,310 @@
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/admission"
+)
+
+// maxTimelineEntries bounds the log entries a tenant page reads.
+const maxTimelineEntries = 5000
+
+func pathEscape(s string) string { return url.PathEscape(s) }
+
+// formPage is the data of a tenant's page, the default's, and a quota form
+// sent back with its errors.
+type formPage struct {
+	Tenant    string // "" for the default
+	IsDefault bool
+	New       bool // the tenant name is a field: the form on the tenants page came back
+	Own       string
+	Default   string
+	Values    map[string]string
+	Errors    map[string]string
+	Error     string
+	Saved     string
+	CSRF      string
+	ReadOnly  bool
+	Token     bool
+	Asynq     bool
+	Queue     string
+	Every     int64
+}
+
+func (s *Server) formPage(w http.ResponseWriter, r *http.Request, tenant string, isDefault bool) formPage {
+	p := formPage{
+		Tenant: tenant, IsDefault: isDefault, CSRF: csrfToken(w, r), ReadOnly: s.cfg.ReadOnly, Token: s.cfg.Token != "",
+		Asynq: s.mon != nil, Queue: s.cfg.Queue, Every: s.cfg.Every.Milliseconds(),
+		Values: map[string]string{"mode": "log", "max-delay": "0s"}, Errors: map[string]string{},
+		Saved: r.URL.Query().Get("saved"),
+	}
+	ctx := r.Context()
+	if def, err := s.quotas.GetDefault(ctx); err == nil {
+		p.Default = def.String()
+		p.Values = quotaValues(def)
+	} else if !errors.Is(err, admission.ErrNoQuota) {
+		p.Error = errorText(err)
+	}
+	if !isDefault {
+		switch q, err := s.quotas.Get(ctx, tenant); {
+		case err == nil:
+			p.Own = q.String()
+			p.Values = quotaValues(q)
+		case !errors.Is(err, admission.ErrNoQuota):
+			p.Error = errorText(err)
+		}
+	}
+	return p
+}
+
+func quotaValues(q admission.Quota) map[string]string {
+	return map[string]string{
+		"limit": itoa(q.Limit), "window": q.Window.String(), "max-delay": q.MaxDelay.String(), "mode": q.Mode.String(),
+	}
+}
+
+func (s *Server) handleTenant(w http.ResponseWriter, r *http.Request) {
+	tenant := r.PathValue("tenant")
+	if err := admission.ValidateTenant(tenant); err != nil {
+		http.Error(w, errorText(err), http.StatusNotFound)
+		return
+	}
+	s.render(w, http.StatusOK, "tenant.html", s.formPage(w, r, tenant, false))
+}
+
+func (s *Server) handleDefault(w http.ResponseWriter, r *http.Request) {
+	s.render(w, http.StatusOK, "tenant.html", s.formPage(w, r, "", true))
+}
+
+// tenantView is a tenant page's refresh: its window as a timeline, its
+// newest entries with their tasks, and its rates.
+type tenantView struct {
+	Tenant   string  `json:"tenant"`
+	Now      int64   `json:"now"` // Redis time, unix ms
+	Quota    string  `json:"quota"`
+	Limit    int     `json:"limit"`
+	WindowMs int64   `json:"window_ms"`
+	Mode     string  `json:"mode"`
+	InWindow int     `json:"in_window"`
+	Reserved int     `json:"reserved"`
+	NextFree int64   `json:"next_free_ms"`
+	Slots    []int64 `json:"slots"` // unix ms of each entry in the window or ahead, oldest first
+	Cut      bool    `json:"cut"`   // more entries than maxTimelineEntries
+	Entries  []entry `json:"entries"`
+	Rates    view    `json:"rates"`
+	Error    string  `json:"error,omitempty"`
+}
+
+type entry struct {
+	ID   string `json:"id"`
+	At   int64  `json:"at"` // unix ms
+	Task string `json:"task,omitempty"`
+}
+
+func (s *Server) handleTenantAPI(w http.ResponseWriter, r *http.Request) {
+	tenant := r.URL.Query().Get("t")
+	since, _ := parseInt(r.URL.Query().Get("since"))
+	v := tenantView{Tenant: tenant, Slots: []int64{}, Entries: []entry{}}
+	if tenant == DefaultRow {
+		list, err := s.tenantsList(r.Context())
+		if err != nil {
+			v.Error = errorText(err)
+		} else {
+			own := make(map[string]bool, len(list.names))
+			for _, t := range list.names {
+				own[t] = true
+			}
+			v.Rates = s.rates.view(nil, since, DefaultRow, own)
+		}
+		writeJSON(w, v)
+		return
+	}
+	if err := admission.ValidateTenant(tenant); err != nil {
+		v.Error = errorText(err)
+		writeJSON(w, v)
+		return
+	}
+	v.Rates = s.rates.view([]string{tenant}, since, "", nil)
+	u, err := s.gate.Usage(r.Context(), tenant)
+	if err != nil {
+		v.Error = errorText(err)
+		writeJSON(w, v)
+		return
+	}
+	v.Now, v.Quota, v.Limit, v.WindowMs, v.Mode = u.Now.UnixMilli(), u.Quota.String(), u.Quota.Limit, u.Quota.Window.Milliseconds(), u.Quota.Mode.String()
+	v.InWindow, v.Reserved = u.InWindow, u.Reserved
+	if d := u.NextFree.Sub(u.Now); d > 0 {
+		v.NextFree = max(d.Milliseconds(), 1)
+	}
+	if u.Quota.Mode == admission.Log {
+		if err := s.timeline(r.Context(), tenant, u, &v); err != nil {
+			v.Error = errorText(err)
+		}
+	}
+	writeJSON(w, v)
+}
+
+// timeline reads the tenant's log: the newest entries, those still in the
+// window or ahead of it. One ZRANGE, bounded by maxTimelineEntries.
+func (s *Server) timeline(ctx context.Context, tenant string, u admission.Usage, v *tenantView) error {
+	// The key is the one DESIGN.md's key table names for the log.
+	key := s.cfg.Prefix + ":{" + tenant + "}:log"
+	zs, err := s.cfg.Redis.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: key, Start: -maxTimelineEntries, Stop: -1}).Result()
+	if err != nil {
+		return err
+	}
+	from := u.Now.Add(-u.Quota.Window).UnixMicro()
+	v.Cut = len(zs) == maxTimelineEntries
+	for _, z := range zs {
+		if int64(z.Score) <= from {
+			continue // left the window; the next admission drops it
+		}
+		v.Slots = append(v.Slots, int64(z.Score)/1000)
+	}
+	// The newest entries, newest first, each linked to its task: enqueue
+	// uses the entry ID as the asynq task ID.
+	for i := len(zs) - 1; i >= 0 && len(v.Entries) < 20; i-- {
+		id, _ := zs[i].Member.(string)
+		if int64(zs[i].Score) <= from {
+			break
+		}
+		e := entry{ID: id, At: int64(zs[i].Score) / 1000}
+		if s.mon != nil {
+			e.Task = "/asynq/queues/" + pathEscape(s.cfg.Queue) + "/tasks/" + pathEscape(id)
+		}
+		v.Entries = append(v.Entries, e)
+	}
+	return nil
+}
+
+// handleQuota sets or deletes a tenant's quota or the default, from a form.
+func (s *Server) handleQuota(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.ReadOnly {
+		http.Error(w, "this dashboard is read-only (--read-only)", http.StatusForbidden)
+		return
+	}
+	if err := r.ParseForm(); err != nil || !csrfOK(r) {
+		http.Error(w, "the form's CSRF token is missing or stale: reload the page and try again", http.StatusForbidden)
+		return
+	}
+	isDefault := r.PostFormValue("default") == "1"
+	tenant := r.PostFormValue("tenant")
+	action := r.PostFormValue("action")
+	back := func(status int, p formPage) {
+		for _, f := range []string{"limit", "window", "max-delay", "mode"} {
+			p.Values[f] = r.PostFormValue(f)
+		}
+		s.render(w, status, "tenant.html", p)
+	}
+	if !isDefault {
+		if err := admission.ValidateTenant(tenant); err != nil {
+			p := s.formPage(w, r, "", false)
+			p.New, p.Tenant = true, tenant
+			p.Errors["tenant"] = errorText(err)
+			back(http.StatusBadRequest, p)
+			return
+		}
+	}
+	ctx := r.Context()
+	who := s.actor(r)
+	name := tenant
+	if isDefault {
+		name = DefaultRow
+	}
+	switch action {
+	case "delete":
+		var err error
+		if isDefault {
+			err = s.quotas.DeleteDefault(ctx)
+		} else {
+			err = s.quotas.Delete(ctx, tenant)
+		}
+		if err != nil {
+			p := s.formPage(w, r, tenant, isDefault)
+			p.Error = errorText(err)
+			back(http.StatusInternalServerError, p)
+			return
+		}
+		s.log.Info("dashboard: quota deleted", "tenant", name, "by", who)
+		s.forgetList()
+		http.Redirect(w, r, "/?deleted="+url.QueryEscape(name), http.StatusSeeOther)
+		return
+	case "set":
+	default:
+		http.Error(w, "action: want set or delete", http.StatusBadRequest)
+		return
+	}
+	q, fieldErrs, err := parseQuotaForm(r)
+	if err != nil {
+		p := s.formPage(w, r, tenant, isDefault)
+		p.New = r.PostFormValue("new") == "1"
+		for f, e := range fieldErrs {
+			p.Errors[f] = e
+		}
+		if len(fieldErrs) == 0 {
+			p.Error = errorText(err)
+		}
+		back(http.StatusBadRequest, p)
+		return
+	}
+	if isDefault {
+		err = s.quotas.SetDefault(ctx, q)
+	} else {
+		err = s.quotas.Set(ctx, tenant, q)
+	}
+	if err != nil {
+		p := s.formPage(w, r, tenant, isDefault)
+		p.Error = errorText(err)
+		back(http.StatusInternalServerError, p)
+		return
+	}
+	s.log.Info("dashboard: quota set", "tenant", name, "quota", q.String(), "by", who)
+	s.forgetList()
+	to := "/default"
+	if !isDefault {
+		to = "/tenants/" + pathEscape(tenant)
+	}
+	http.Redirect(w, r, to+"?saved="+url.QueryEscape(q.String()), http.StatusSeeOther)
+}
+
+func (s *Server) handleLoginForm(w http.ResponseWriter, r *http.Request) {
+	s.render(w, http.StatusOK, "login.html", map[string]any{"Next": safeNext(r.URL.Query().Get("next")), "Token": s.cfg.Token != ""})
+}
+
+func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
+	next := safeNext(r.PostFormValue("next"))
+	if s.cfg.Token == "" {
+		http.Redirect(w, r, next, http.StatusSeeOther)
+		return
+	}
+	if !equal(r.PostFormValue("token"), s.cfg.Token) {
+		s.log.Warn("dashboard: sign-in with a wrong token", "from", r.RemoteAddr)
+		s.render(w, http.StatusUnauthorized, "login.html", map[string]any{"Next": next, "Token": true, "Error": "That is not the dashboard's token."})
+		return
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name: sessionCookie, Value: s.session, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+		SameSite: http.SameSiteStrictMode, Expires: time.Now().Add(12 * time.Hour),
+	})
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (s *Server) handleLogout(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+// safeNext keeps a redirect on this site.
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
+		return "/"
+	}
+	return next
+}

@@ -1,0 +1,279 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/admitq/admitq/admission"
+)
+
+// DefaultRow is the name under which the default quota's row, and the sum
+// of the rates of tenants without a quota of their own, are shown.
+const DefaultRow = "(default)"
+
+// tenantList is every quota, read with one HGETALL and reused for listTTL.
+type tenantList struct {
+	read   time.Time
+	names  []string // tenants with a quota of their own, sorted
+	quotas admission.StaticQuotas
+}
+
+// tenantsList returns the quotas. The first call reads them; later ones get
+// the last list at once and, when it is older than listTTL, start one read
+// in the background, so that no page waits for the read that grows with
+// every tenant.
+func (s *Server) tenantsList(ctx context.Context) (*tenantList, error) {
+	s.listMu.Lock()
+	l := s.list
+	if l != nil {
+		if time.Since(l.read) >= s.listTTL && !s.listReading {
+			s.listReading = true
+			s.bg.Add(1)
+			go func() {
+				defer s.bg.Done()
+				_, _ = s.readList(s.bgCtx)
+			}()
+		}
+		s.listMu.Unlock()
+		return l, nil
+	}
+	s.listMu.Unlock()
+	return s.readList(ctx)
+}
+
+// readList reads every quota and keeps the list, unless a write here made
+// it stale while it was being read.
+func (s *Server) readList(ctx context.Context) (*tenantList, error) {
+	s.listMu.Lock()
+	gen := s.listGen
+	s.listMu.Unlock()
+	all, err := s.quotas.List(ctx)
+	s.listMu.Lock()
+	defer s.listMu.Unlock()
+	s.listReading = false
+	if err != nil {
+		return nil, err
+	}
+	l := &tenantList{read: time.Now(), quotas: all, names: make([]string, 0, len(all.Tenants))}
+	for t := range all.Tenants {
+		l.names = append(l.names, t)
+	}
+	slices.Sort(l.names)
+	if gen == s.listGen {
+		s.list = l
+	}
+	return l, nil
+}
+
+// forgetList makes the next page read the quotas again: after a write here.
+func (s *Server) forgetList() {
+	s.listMu.Lock()
+	s.list = nil
+	s.listGen++
+	s.listMu.Unlock()
+}
+
+// listQuotas answers the gate's quota lookups from the tenant list.
+type listQuotas struct{ s *Server }
+
+func (l listQuotas) Quota(ctx context.Context, tenant string) (admission.Quota, error) {
+	list, err := l.s.tenantsList(ctx)
+	if err != nil {
+		return admission.Quota{}, err
+	}
+	return list.quotas.Quota(ctx, tenant)
+}
+
+// row is one tenant's line on the tenants page.
+type row struct {
+	Tenant   string  `json:"tenant"`
+	Quota    string  `json:"quota"`
+	Limit    int     `json:"limit"`
+	Mode     string  `json:"mode"`
+	InWindow int     `json:"in_window"`
+	Reserved int     `json:"reserved"`
+	NextFree int64   `json:"next_free_ms"` // after now; 0 when a request would be admitted now
+	Depth    *Depth  `json:"depth,omitempty"`
+	Flags    flags   `json:"flags"`
+	Error    string  `json:"error,omitempty"`
+	Others   int     `json:"others,omitempty"` // default row: tenants without a quota seen in the rates
+	Link     string  `json:"link"`
+	Usage    float64 `json:"usage"` // in window / limit
+}
+
+// tenantsPage is the data of the tenants page and of each refresh.
+type tenantsPage struct {
+	Now      int64  `json:"now"` // Redis time, unix ms
+	Query    string `json:"query"`
+	Flagged  bool   `json:"flagged"`
+	Page     int    `json:"page"` // from 1
+	Pages    int    `json:"pages"`
+	Total    int    `json:"total"` // tenants matching the query
+	All      int    `json:"all"`   // tenants with a quota of their own
+	PageSize int    `json:"page_size"`
+	Every    int64  `json:"every_ms"`
+	HasDepth bool   `json:"has_depth"`
+	ReadOnly bool   `json:"read_only"`
+	Asynq    bool   `json:"asynq"`
+	Token    bool   `json:"token"`
+	Sources  int    `json:"sources"`
+	Default  *row   `json:"default"` // nil when there is no default quota
+	Rows     []row  `json:"rows"`
+	Rates    view   `json:"rates"`
+	Error    string `json:"error,omitempty"`
+}
+
+// usageParallel bounds the concurrent Usage calls of one refresh.
+const usageParallel = 8
+
+func (s *Server) tenantsPage(ctx context.Context, query string, page int, flagged bool, since int64) (tenantsPage, error) {
+	p := tenantsPage{
+		Query: query, Flagged: flagged, PageSize: s.cfg.PageSize, Every: s.cfg.Every.Milliseconds(),
+		HasDepth: s.cfg.Depth != nil, ReadOnly: s.cfg.ReadOnly, Asynq: s.mon != nil, Token: s.cfg.Token != "", Sources: len(s.cfg.Sources),
+		Rows: []row{},
+	}
+	list, err := s.tenantsList(ctx)
+	if err != nil {
+		return p, err
+	}
+	p.All = len(list.names)
+	var hot map[string]bool
+	if flagged {
+		hot = s.rates.flagged()
+	}
+	matches := list.names
+	if query != "" || flagged {
+		q := strings.ToLower(query)
+		matches = nil
+		for _, t := range list.names {
+			if (q == "" || strings.Contains(strings.ToLower(t), q)) && (!flagged || hot[t]) {
+				matches = append(matches, t)
+			}
+		}
+	}
+	p.Total = len(matches)
+	p.Pages = max(1, (p.Total+p.PageSize-1)/p.PageSize)
+	p.Page = min(max(page, 1), p.Pages)
+	lo := (p.Page - 1) * p.PageSize
+	shown := matches[lo:min(lo+p.PageSize, len(matches))]
+
+	p.Rows = make([]row, len(shown))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, usageParallel)
+	var nowMu sync.Mutex
+	for i, t := range shown {
+		q := list.quotas.Tenants[t]
+		p.Rows[i] = row{Tenant: t, Quota: q.String(), Limit: q.Limit, Mode: q.Mode.String(), Link: "/tenants/" + pathEscape(t)}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			u, err := s.gate.Usage(ctx, t)
+			r := &p.Rows[i]
+			if err != nil {
+				r.Error = errorText(err)
+				return
+			}
+			r.InWindow, r.Reserved = u.InWindow, u.Reserved
+			r.Usage = float64(u.InWindow) / float64(max(u.Quota.Limit, 1))
+			if d := u.NextFree.Sub(u.Now); d > 0 {
+				r.NextFree = max(d.Milliseconds(), 1)
+			}
+			nowMu.Lock()
+			p.Now = max(p.Now, u.Now.UnixMilli())
+			nowMu.Unlock()
+		})
+	}
+	wg.Wait()
+	if p.Now == 0 {
+		if now, err := s.cfg.Redis.Time(ctx).Result(); err == nil {
+			p.Now = now.UnixMilli()
+		}
+	}
+	if s.cfg.Depth != nil && len(shown) > 0 {
+		if depth, err := s.cfg.Depth(ctx, shown); err == nil {
+			for i := range p.Rows {
+				if d, ok := depth[p.Rows[i].Tenant]; ok {
+					p.Rows[i].Depth = &d
+				}
+			}
+		} else {
+			p.Error = "depth: " + errorText(err)
+		}
+	}
+
+	own := make(map[string]bool, len(list.names))
+	for _, t := range list.names {
+		own[t] = true
+	}
+	rest := ""
+	if d := list.quotas.Default; d != nil {
+		rest = DefaultRow
+		p.Default = &row{Tenant: DefaultRow, Quota: d.String(), Limit: d.Limit, Mode: d.Mode.String(), Link: "/default"}
+	}
+	p.Rates = s.rates.view(shown, since, rest, own)
+	for i := range p.Rows {
+		p.Rows[i].Flags = p.Rates.Flags[p.Rows[i].Tenant]
+	}
+	if p.Default != nil {
+		p.Default.Others = s.rates.countOthers(own)
+	}
+	return p, nil
+}
+
+func (s *Server) pageParams(r *http.Request) (query string, page int, flagged bool, since int64) {
+	v := r.URL.Query()
+	page, _ = strconv.Atoi(v.Get("page"))
+	since, _ = strconv.ParseInt(v.Get("since"), 10, 64)
+	return strings.TrimSpace(v.Get("q")), page, v.Get("flagged") == "1", since
+}
+
+func (s *Server) handleTenants(w http.ResponseWriter, r *http.Request) {
+	query, page, flagged, _ := s.pageParams(r)
+	p, err := s.tenantsPage(r.Context(), query, page, flagged, 0)
+	if err != nil {
+		p.Error = errorText(err)
+	}
+	s.render(w, http.StatusOK, "tenants.html", map[string]any{
+		"Page": p, "CSRF": csrfToken(w, r), "Rules": flagRules(s.cfg.Every),
+		"Form": map[string]any{"Values": map[string]string{"mode": "log", "max-delay": "0s"}, "Errors": map[string]string{}},
+	})
+}
+
+func (s *Server) handleTenantsAPI(w http.ResponseWriter, r *http.Request) {
+	query, page, flagged, since := s.pageParams(r)
+	p, err := s.tenantsPage(r.Context(), query, page, flagged, since)
+	if err != nil {
+		p.Error = errorText(err)
+	}
+	writeJSON(w, p)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// errorText is an error for a page: admitq's errors name no secret, and
+// go-redis's name the server, never its password.
+func errorText(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "Redis did not answer in time"
+	}
+	return strings.TrimPrefix(err.Error(), "admitq: ")
+}
+
+// flagRules is the flag rule as the page states it.
+func flagRules(every time.Duration) string {
+	return fmt.Sprintf("at limit: in more than %.0f%% of the %v intervals in which it got decisions (at least %d), some were deferred or rejected; "+
+		"most worker time: its tasks took more than %.0f%% of all tenants' worker seconds while another tenant ran tasks too. Both over the charts' last minutes.",
+		atLimitPart*100, every, minIntervals, hogPart*100)
+}

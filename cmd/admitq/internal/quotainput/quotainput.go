@@ -1,0 +1,137 @@
+// Package quotainput checks a quota as a person types it, on the command
+// line (admitq quota set) or in the dashboard's form, so that both give the
+// same messages for the same mistakes.
+package quotainput
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/admitq/admitq/admission"
+)
+
+// A FieldError names the field that was wrong, the value given and why.
+// Error formats it as the command line does: "--limit 0: want at least 1".
+type FieldError struct {
+	Field  string // limit, window, max-delay or mode
+	Value  string // as given
+	Reason string // e.g. "want at least 1"
+}
+
+func (e *FieldError) Error() string {
+	return "--" + e.Field + " " + e.Value + ": " + e.Reason
+}
+
+// Message is the error without the flag name, for a form that shows it next
+// to its field: "0: want at least 1".
+func (e *FieldError) Message() string {
+	if e.Value == "" {
+		return e.Reason
+	}
+	return e.Value + ": " + e.Reason
+}
+
+// Check validates a quota's fields in the order the command line names them
+// and returns the first mistake as a *FieldError. An empty mode is a mistake:
+// on a command line or in a form it is a slip, not a choice of log.
+func Check(limit int, window, maxDelay time.Duration, mode string) (admission.Quota, error) {
+	for _, fe := range []*FieldError{checkLimit(limit), checkWindow(window), checkMaxDelay(maxDelay), checkMode(mode)} {
+		if fe != nil {
+			return admission.Quota{}, fe
+		}
+	}
+	m, _ := admission.ParseMode(mode)
+	q := admission.Quota{Limit: limit, Window: window, MaxDelay: maxDelay, Mode: m}
+	if err := q.Validate(); err != nil {
+		return admission.Quota{}, err
+	}
+	return q, nil
+}
+
+func checkLimit(limit int) *FieldError {
+	if limit < 1 {
+		return &FieldError{"limit", strconv.Itoa(limit), "want at least 1"}
+	}
+	return nil
+}
+
+func checkWindow(window time.Duration) *FieldError {
+	if window < time.Millisecond {
+		return &FieldError{"window", window.String(), "want at least 1ms"}
+	}
+	return nil
+}
+
+func checkMaxDelay(d time.Duration) *FieldError {
+	if d < 0 {
+		return &FieldError{"max-delay", d.String(), "want 0 or more"}
+	}
+	return nil
+}
+
+func checkMode(mode string) *FieldError {
+	if _, err := admission.ParseMode(mode); err != nil || mode == "" {
+		return &FieldError{"mode", strconv.Quote(mode), "want log or counter"}
+	}
+	return nil
+}
+
+// Parse reads a quota from text fields, as a form sends them, then Checks
+// it. Every field's mistake is returned, keyed by field name, so that a
+// form can show each next to its field; the error is their join. An empty
+// max delay is 0.
+func Parse(limit, window, maxDelay, mode string) (admission.Quota, map[string]*FieldError, error) {
+	errs := map[string]*FieldError{}
+	add := func(fe *FieldError) {
+		if fe != nil {
+			errs[fe.Field] = fe
+		}
+	}
+	l, err := strconv.Atoi(strings.TrimSpace(limit))
+	if err != nil {
+		add(&FieldError{"limit", strconv.Quote(limit), "want a whole number"})
+	} else {
+		add(checkLimit(l))
+	}
+	w, err := parseDuration(window)
+	if err != nil {
+		add(&FieldError{"window", strconv.Quote(window), "want a duration such as 500ms, 1s or 1m"})
+	} else {
+		add(checkWindow(w))
+	}
+	d := time.Duration(0)
+	if strings.TrimSpace(maxDelay) != "" {
+		if d, err = parseDuration(maxDelay); err != nil {
+			add(&FieldError{"max-delay", strconv.Quote(maxDelay), "want a duration such as 0, 30s or 5m"})
+		} else {
+			add(checkMaxDelay(d))
+		}
+	}
+	mode = strings.TrimSpace(mode)
+	add(checkMode(mode))
+	if len(errs) == 0 {
+		q, err := Check(l, w, d, mode)
+		if err == nil {
+			return q, nil, nil
+		}
+		return admission.Quota{}, nil, err
+	}
+	var all []error
+	for _, f := range []string{"limit", "window", "max-delay", "mode"} {
+		if e, ok := errs[f]; ok {
+			all = append(all, e)
+		}
+	}
+	return admission.Quota{}, errs, errors.Join(all...)
+}
+
+func parseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, fmt.Errorf("empty")
+	}
+	return time.ParseDuration(s)
+}
