@@ -152,7 +152,8 @@ type nodeBreakers struct {
 	m      map[string]*nodeBreaker
 	closed bool
 
-	swept atomic.Int64 // UnixNano of the last sweep
+	swept     atomic.Int64 // UnixNano of the last sweep
+	reloading atomic.Bool  // a reload of reload's own is out
 }
 
 // sweepEvery is how often the breakers are checked against the client's
@@ -203,8 +204,26 @@ func (n *nodeBreakers) of(ctx context.Context, key string) *breaker {
 }
 
 // reload asks go-redis to read the cluster layout again, in the
-// background and at most every 200 ms however often it is asked.
-func (n *nodeBreakers) reload() { n.cc.ReloadState(context.Background()) }
+// background and at most every 200 ms however often it is asked. go-redis
+// reads it from one node, picked at random, and tries the next only once
+// that one has failed: a dead address costs its dial retries (DialerRetries,
+// about 2 s on loopback), and a single reload that picks it first holds
+// everything up for that long. So each call also starts a reload of its
+// own, one at a time, that gives up after the timeout: each of these picks
+// afresh, and one soon starts with a live node.
+func (n *nodeBreakers) reload() {
+	n.cc.ReloadState(context.Background())
+	if !n.reloading.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer n.reloading.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), n.timeout)
+		defer cancel()
+		// ForEachMaster reads the layout anew before it calls anything.
+		_ = n.cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil })
+	}()
+}
 
 // probe returns nb's probe: nil once its key's master answers, or once its
 // key is served by another node (a replica took over, or the slot moved),
