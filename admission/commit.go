@@ -64,6 +64,10 @@ type request struct {
 	gran   int64
 	ids    []string
 	fresh  bool // the gate generated ids: no one else can ask for them
+	// notBefore is when the work will first run, Redis time µs; 0 when
+	// it runs as soon as admitted. Requests with different ones are
+	// decided in groups of their own.
+	notBefore int64
 
 	state atomic.Int32
 	done  chan struct{}
@@ -200,6 +204,7 @@ type group struct {
 	key  string
 	q    Quota
 	gran int64
+	nb   int64 // the requests' notBefore
 	ids  []string
 	reqs []*request
 	one  [1]*request
@@ -225,13 +230,13 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 		if r.state.Load() == abandoned {
 			continue // its caller left before it was sent
 		}
-		k := groupKey{r.key, r.q, r.gran}
+		k := groupKey{r.key, r.q, r.gran, r.notBefore}
 		if g := byKey[k]; g != nil {
 			g.ids = append(g.ids[:len(g.ids):len(g.ids)], r.ids...) // copies: never the caller's
 			g.reqs = append(g.reqs, r)
 			continue
 		}
-		all = append(all, group{key: r.key, q: r.q, gran: r.gran, ids: r.ids})
+		all = append(all, group{key: r.key, q: r.q, gran: r.gran, nb: r.notBefore, ids: r.ids})
 		g := &all[len(all)-1]
 		g.one[0] = r
 		g.reqs = g.one[:]
@@ -350,6 +355,7 @@ type groupKey struct {
 	key  string
 	q    Quota
 	gran int64
+	nb   int64
 }
 
 // exec sends one script call per entry of calls in a single pipeline, by
@@ -365,7 +371,7 @@ func (c *committer) exec(ctx context.Context, calls [][]*group, eval bool) ([][]
 		var script *redis.Script
 		var args []any
 		if call[0].q.Mode == Counter { // a call of its own
-			script, args = c.counter, appendCounterArgs(nil, call[0].q, call[0].gran, len(call[0].ids))
+			script, args = c.counter, appendCounterArgs(nil, call[0].q, call[0].gran, len(call[0].ids), call[0].nb)
 		} else {
 			script, args = c.admit, c.admitArgs(call)
 		}
@@ -453,7 +459,7 @@ func (c *committer) deliver(call []*group, res []int64, err error, forget func(*
 }
 
 // admitArgs returns admit.lua's ARGV for call: the quotas its groups use,
-// each once, then each group's quota index, count and IDs.
+// each once, then each group's quota index, not-before time, count and IDs.
 func (c *committer) admitArgs(call []*group) []any {
 	var quotas []groupKey // usually one; searched while few, then mapped
 	var byQuota map[groupKey]int
@@ -481,7 +487,7 @@ func (c *committer) admitArgs(call []*group) []any {
 			}
 		}
 		index[j] = i
-		n += 2 + len(g.ids)
+		n += 3 + len(g.ids)
 	}
 	args := make([]any, 0, n)
 	args = append(args, len(quotas)) // ints under 256 box without allocating
@@ -489,7 +495,7 @@ func (c *committer) admitArgs(call []*group) []any {
 		args = append(args, c.argsFor(k)...)
 	}
 	for j, g := range call {
-		args = append(args, index[j]+1, len(g.ids))
+		args = append(args, index[j]+1, g.nb, len(g.ids)) // nb is 0 but for scheduled work: no allocation
 		for _, id := range g.ids {
 			args = append(args, id)
 		}

@@ -26,6 +26,9 @@
 //		// refused: retry after d.At, e.g. answer 429 with Retry-After
 //	}
 //
+// Work that will not start before a later time (a task scheduled ahead) is
+// charged for that time with AdmitAt or AdmitBatchAt.
+//
 // Quotas come from a Quotas source: StaticQuotas for a fixed table, or
 // RedisQuotas, which operators change live and gates see within a second.
 //

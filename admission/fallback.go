@@ -311,7 +311,7 @@ func (g *Gate) replay(ctx context.Context, tenant, key string, q Quota, n int, d
 		ids[i] = g.ids.next()
 	}
 	q.MaxDelay = 0
-	if _, _, err := g.remote(ctx, tenant, key, q, ids, true, deadline); err == nil {
+	if _, _, err := g.remote(ctx, tenant, key, q, ids, 0, true, deadline); err == nil {
 		g.local.replayed(tenant, n)
 	}
 }

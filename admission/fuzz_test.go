@@ -207,7 +207,9 @@ func FuzzRedisQuotas(f *testing.F) {
 // Each byte is one operation, by its top two bits: 0 steps the clock by
 // (low 6 bits) sixteenths of a window; 1 releases an issued ID; 2 and 3
 // admit a batch of 1 to 4 IDs, where bit i+2 makes the i-th a repeat of an
-// issued ID chosen by the next byte.
+// issued ID chosen by the next byte. A 3 first takes a byte b of its own:
+// the batch's not-before time, now + (b - 64) sixteenths of a window (from
+// four windows past to twelve ahead).
 func FuzzScriptMatchesModel(f *testing.F) {
 	mr := miniredis.RunT(f)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
@@ -218,6 +220,8 @@ func FuzzScriptMatchesModel(f *testing.F) {
 	f.Add(uint8(0), uint16(1), uint16(0), uint8(1), []byte{0xc3, 0xff, 0x3f, 0xc0, 0x41})
 	f.Add(uint8(5), uint16(3000), uint16(9000), uint8(3), []byte{0x83, 0x83, 0x83, 0x83, 0x08, 0x83, 0x50, 0x45, 0x83})
 	f.Add(uint8(1), uint16(60000), uint16(65535), uint8(2), bytes.Repeat([]byte{0x81, 0x04}, 32))
+	// Not-before times: ahead of a full log, far ahead, past, then plain.
+	f.Add(uint8(0), uint16(1000), uint16(2000), uint8(0), []byte{0x81, 0xc0, 0x50, 0xc1, 0xff, 0x80, 0xc0, 0x00, 0x83, 0x3f, 0xc2, 0x48})
 	f.Fuzz(func(t *testing.T, limit uint8, windowMs, maxDelayMs uint16, granSel uint8, ops []byte) {
 		ctx := context.Background()
 		q := Quota{
@@ -253,6 +257,11 @@ func FuzzScriptMatchesModel(f *testing.F) {
 					t.Fatal(err)
 				}
 			default:
+				var nb int64
+				if op>>6 == 3 && step+1 < len(ops) {
+					step++
+					nb = now.Add(time.Duration(int(ops[step])-64) * q.Window / 16).UnixMicro()
+				}
 				ids := make([]string, 1+op&3)
 				for i := range ids {
 					if op&(4<<i) != 0 && len(issued) > 0 && step+1 < len(ops) {
@@ -265,16 +274,16 @@ func FuzzScriptMatchesModel(f *testing.F) {
 				}
 				ids = slices.Compact(ids)
 				mr.SetTime(now)
-				res, err := script.Run(ctx, rdb, []string{key}, appendAdmitArgs(nil, q, gran, ids)...).Int64Slice()
+				res, err := script.Run(ctx, rdb, []string{key}, appendAdmitArgsAt(nil, q, gran, nb, ids)...).Int64Slice()
 				if err != nil {
 					t.Fatalf("%s: %v", desc, err)
 				}
 				if len(res) == 0 || res[0] != now.UnixMicro() {
 					t.Fatalf("%s: script reply %v, want the clock %d first", desc, res, now.UnixMicro())
 				}
-				want := m.admit(now.UnixMicro(), q, gran, ids)
+				want := m.admitAt(now.UnixMicro(), nb, q, gran, ids)
 				if diff := cmp.Diff(want, scriptResults(res, len(ids), len(want))); diff != "" {
-					t.Fatalf("%s: admit %v (-model,+script):\n%s", desc, ids, diff)
+					t.Fatalf("%s: admit %v not before %d (-model,+script):\n%s", desc, ids, nb, diff)
 				}
 			}
 			checkLog(t, desc, rdb, key, m, now.UnixMicro()-q.Window.Microseconds())

@@ -129,7 +129,7 @@ func (g *Gate) AtGranularity(d time.Duration) *Gate {
 
 // Admit decides one request for tenant under a generated entry ID.
 func (g *Gate) Admit(ctx context.Context, tenant string) (Decision, error) {
-	ds, err := g.admitBatch(ctx, tenant, []string{g.ids.next()}, true)
+	ds, err := g.admitBatch(ctx, tenant, []string{g.ids.next()}, time.Time{}, true)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -154,12 +154,35 @@ func (g *Gate) AdmitID(ctx context.Context, tenant, id string) (Decision, error)
 func (g *Gate) AdmitBatch(ctx context.Context, tenant string, ids []string) ([]Decision, error) {
 	// package enqueue marks the IDs it made itself: like the gate's own,
 	// their slots go back when the caller leaves before the decision.
-	return g.admitBatch(ctx, tenant, ids, freshid.Marked(ctx))
+	return g.admitBatch(ctx, tenant, ids, time.Time{}, freshid.Marked(ctx))
 }
 
-// admitBatch decides ids; fresh says the gate generated them, so none can
-// be in the log yet.
-func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, fresh bool) (_ []Decision, err error) {
+// AdmitAt is AdmitID for work that will not start before notBefore, such as
+// a task scheduled for later: the work is charged for when it will first
+// run, not for now. Its slot is the first free one at or after notBefore
+// (and after every slot already given: slots never go backwards), and
+// MaxDelay is measured from notBefore, so it is Deferred to a slot at most
+// MaxDelay past notBefore, or Rejected. A zero notBefore, or one that has
+// passed on Redis's clock, is AdmitID. notBefore is read on the caller's
+// clock and compared with Redis server time.
+func (g *Gate) AdmitAt(ctx context.Context, tenant, id string, notBefore time.Time) (Decision, error) {
+	ds, err := g.AdmitBatchAt(ctx, tenant, []string{id}, notBefore)
+	if err != nil {
+		return Decision{}, err
+	}
+	return ds[0], nil
+}
+
+// AdmitBatchAt is AdmitBatch for work that will not start before
+// notBefore, as AdmitAt says.
+func (g *Gate) AdmitBatchAt(ctx context.Context, tenant string, ids []string, notBefore time.Time) ([]Decision, error) {
+	return g.admitBatch(ctx, tenant, ids, notBefore, freshid.Marked(ctx))
+}
+
+// admitBatch decides ids for work that starts at notBefore (zero: when
+// admitted); fresh says the gate generated them, so none can be in the log
+// yet.
+func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notBefore time.Time, fresh bool) (_ []Decision, err error) {
 	defer func() { err = g.causes.explain(err) }()
 	if err := ValidateTenant(tenant); err != nil {
 		return nil, err
@@ -187,7 +210,12 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, fres
 	if err != nil {
 		return nil, err
 	}
-	return g.decide(ctx, tenant, q, ids, fresh, began)
+	var nb int64
+	if !notBefore.IsZero() && notBefore.After(time.Now()) {
+		// Past ones join the requests without one, in their groups.
+		nb = notBefore.UnixMicro()
+	}
+	return g.decide(ctx, tenant, q, ids, nb, fresh, began)
 }
 
 func (g *Gate) quota(ctx context.Context, tenant string) (Quota, error) {
@@ -204,7 +232,7 @@ func (g *Gate) quota(ctx context.Context, tenant string) (Quota, error) {
 // decide decides ids on Redis, or as the failure policy says. checked is
 // when the call began, before the first call's version check
 // (checkVersion), which counts against the timeout like a Redis call.
-func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string, fresh bool, checked time.Time) ([]Decision, error) {
+func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string, nb int64, fresh bool, checked time.Time) ([]Decision, error) {
 	now := time.Now()
 	began := now
 	// One deadline for the decision's calls, however many it takes; time
@@ -229,7 +257,9 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 			return rejectAll(tenant, ids, now, at), nil
 		}
 	}
-	if g.deny != nil {
+	// A cached rejection speaks of requests that start now: one that
+	// starts later may find its slot free, so it always asks Redis.
+	if g.deny != nil && nb == 0 {
 		waitFrom := now
 		d, ok, ticket, err := g.denied(ctx, tenant, q, &now, deadline)
 		deadline = deadline.Add(now.Sub(waitFrom))
@@ -252,7 +282,7 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 	if g.deny != nil {
 		gen = g.deny.generation(tenant)
 	}
-	ds, hint, err := g.remote(ctx, tenant, key, q, ids, fresh, deadline)
+	ds, hint, err := g.remote(ctx, tenant, key, q, ids, nb, fresh, deadline)
 	if err != nil {
 		if g.deny != nil {
 			// Nothing is known of the tenant's room: its requests go
@@ -272,8 +302,10 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 		return nil, err
 	}
 	brk.success()
-	if g.opts.policy == FailOpen {
-		g.local.observe(tenant, q, ds, time.Now()) // what the fallback must not hand out again
+	if g.opts.policy == FailOpen && nb == 0 {
+		// What the fallback must not hand out again. A request that
+		// starts later says nothing of the window now.
+		g.local.observe(tenant, q, ds, time.Now())
 	}
 	if g.deny != nil && hint.IsZero() && len(ds) > 0 {
 		free := -1 // unknown, after a deferral (a rejection brings a hint)
@@ -379,8 +411,8 @@ func (g *Gate) withoutRedis(tenant string, q Quota, ids []string, now time.Time,
 //
 // Besides the decisions it returns the script's retry hint: zero, or the
 // Redis time until which every new request of tenant will be rejected.
-func (g *Gate) remote(ctx context.Context, tenant, key string, q Quota, ids []string, fresh bool, deadline time.Time) ([]Decision, time.Time, error) {
-	r := &request{tenant: tenant, key: key, q: q, gran: g.gran, ids: ids, fresh: fresh}
+func (g *Gate) remote(ctx context.Context, tenant, key string, q Quota, ids []string, nb int64, fresh bool, deadline time.Time) ([]Decision, time.Time, error) {
+	r := &request{tenant: tenant, key: key, q: q, gran: g.gran, ids: ids, fresh: fresh, notBefore: nb}
 	ds, err := g.commit.do(ctx, r, deadline, g.forget)
 	if err != nil {
 		return nil, time.Time{}, callError(ctx, "admit", tenant, err)
@@ -388,9 +420,10 @@ func (g *Gate) remote(ctx context.Context, tenant, key string, q Quota, ids []st
 	return ds, r.hint, nil
 }
 
-// appendCounterArgs appends counter.lua's ARGV for n requests.
-func appendCounterArgs(args []any, q Quota, gran int64, n int) []any {
-	return append(args, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), gran, counterBuckets, n)
+// appendCounterArgs appends counter.lua's ARGV for n requests that start
+// at nb (µs, 0 for now).
+func appendCounterArgs(args []any, q Quota, gran int64, n int, nb int64) []any {
+	return append(args, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), gran, counterBuckets, n, nb)
 }
 
 // parseDecisions reads a script reply for ids: the server time nowµs; res,
@@ -466,7 +499,9 @@ func (g *Gate) forgetDenial(tenant string) {
 // but then not started (say, the enqueue after admission failed). It does
 // nothing for a rejected or local decision, which took no slot in Redis.
 // In Log mode releasing twice is harmless; Counter mode keeps no IDs, so
-// release each decision at most once.
+// release each decision at most once. Release uses the tenant's quota as
+// it is now: a decision made in Counter mode and released after the quota
+// changed to Log gives nothing back (its count leaves with its window).
 func (g *Gate) Release(ctx context.Context, d Decision) (err error) {
 	defer func() { err = g.causes.explain(err) }()
 	if d.ID == "" || d.Local || d.Outcome == Rejected {
@@ -488,8 +523,15 @@ func (g *Gate) Release(ctx context.Context, d Decision) (err error) {
 	err = bounded(cctx, func(ctx context.Context) error {
 		defer g.forgetDenial(d.Tenant)
 		if q.Mode == Counter {
-			bucket := d.At.UnixMicro() / counterWidth(q)
-			args := append(appendCounterArgs(nil, q, 1, 1), bucket)
+			// A decision made before the quota changed from Log holds its
+			// slot in the log; the counter must not give back one it
+			// never gave.
+			if n, err := g.rdb.ZRem(ctx, logKey(g.opts.prefix, d.Tenant), d.ID).Result(); err != nil || n == 1 {
+				return err
+			}
+			// The script finds the bucket: it knows the width it counts
+			// with, which need not be the quota's any more.
+			args := append(appendCounterArgs(nil, q, 1, 1, 0), d.At.UnixMicro())
 			return g.counter.Run(ctx, g.rdb, []string{counterKey(g.opts.prefix, d.Tenant)}, args...).Err()
 		}
 		return g.rdb.ZRem(ctx, logKey(g.opts.prefix, d.Tenant), d.ID).Err()
@@ -498,12 +540,6 @@ func (g *Gate) Release(ctx context.Context, d Decision) (err error) {
 		return callError(ctx, "release", d.Tenant, err)
 	}
 	return nil
-}
-
-// counterWidth is the width in µs of q's Counter-mode buckets, as
-// counter.lua computes it.
-func counterWidth(q Quota) int64 {
-	return max(1, q.Window.Microseconds()/counterBuckets)
 }
 
 // Usage is a snapshot of one tenant's log.
@@ -539,7 +575,7 @@ func (g *Gate) Usage(ctx context.Context, tenant string) (_ Usage, err error) {
 	defer cancel()
 	script, args := g.usage, []any{q.Limit, q.Window.Microseconds()}
 	if q.Mode == Counter {
-		script, args = g.counter, appendCounterArgs(nil, q, 1, 0)
+		script, args = g.counter, appendCounterArgs(nil, q, 1, 0, 0)
 	}
 	var res []int64
 	err = bounded(cctx, func(ctx context.Context) (err error) {

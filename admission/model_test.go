@@ -25,10 +25,14 @@ type modelResult struct {
 	Code, At, Remaining int64
 }
 
-// admit decides ids and returns their results followed by the retry hint
-// as a last modelResult{Code: hint}.
-func (m *slotModel) admit(now int64, q Quota, gran int64, ids []string) []modelResult {
+// admitAt decides ids, and returns their results followed by the retry
+// hint as a last modelResult{Code: hint}, for work that starts no earlier than nb (µs, 0 for
+// none): slot = max(start, newest, e + W) with start = max(now, nb), and
+// MaxDelay counted from start. The retry hint speaks of requests without a
+// not-before time.
+func (m *slotModel) admitAt(now, nb int64, q Quota, gran int64, ids []string) []modelResult {
 	w, d, limit := q.Window.Microseconds(), q.MaxDelay.Microseconds(), q.Limit
+	start := max(now, nb)
 	for id, s := range m.log {
 		if s <= now-w {
 			delete(m.log, id)
@@ -47,7 +51,7 @@ func (m *slotModel) admit(now int64, q Quota, gran int64, ids []string) []modelR
 		case retryAt != nil:
 			code, slot = 2, *retryAt
 		default:
-			slot = newest
+			slot = max(newest, start)
 			if len(m.log) >= limit {
 				scores := slices.Sorted(mapValues(m.log))
 				slot = max(slot, scores[len(scores)-limit]+w)
@@ -55,7 +59,7 @@ func (m *slotModel) admit(now int64, q Quota, gran int64, ids []string) []modelR
 			switch {
 			case slot <= now:
 				code = 0
-			case ceil(slot, gran)-now <= d:
+			case ceil(slot, gran)-start <= d:
 				code, slot = 1, ceil(slot, gran)
 			default:
 				code, raw, slot = 2, slot, ceil(slot, gran)
@@ -98,10 +102,11 @@ func (m *slotModel) admit(now int64, q Quota, gran int64, ids []string) []modelR
 	return append(out, modelResult{Code: hint})
 }
 
-// appendAdmitArgs appends admit.lua's ARGV for one key, as the committer
-// sends it: one quota, then the key's quota index, count and IDs.
-func appendAdmitArgs(args []any, q Quota, gran int64, ids []string) []any {
-	args = append(args, 1, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), gran, 1, len(ids))
+// appendAdmitArgsAt appends admit.lua's ARGV for one key, as the committer
+// sends it: one quota, then the key's quota index, not-before time nb µs
+// (0 for none), count and IDs.
+func appendAdmitArgsAt(args []any, q Quota, gran, nb int64, ids []string) []any {
+	args = append(args, 1, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), gran, 1, nb, len(ids))
 	for _, id := range ids {
 		args = append(args, id)
 	}
@@ -145,9 +150,9 @@ func pickIDs(r *rand.Rand, n int, issued *[]string) []string {
 }
 
 // TestScriptMatchesModel drives admit.lua on miniredis with an exact clock
-// through random sequences of admissions (new and repeated IDs, batches),
-// releases and time steps, and checks every reply and the stored log
-// against slotModel.
+// through random sequences of admissions (new and repeated IDs, batches,
+// some with a not-before time, past or ahead), releases and time steps, and
+// checks every reply and the stored log against slotModel.
 func TestScriptMatchesModel(t *testing.T) {
 	mr, rdb, script := onMiniredis(t)
 	ctx := t.Context()
@@ -177,8 +182,12 @@ func TestScriptMatchesModel(t *testing.T) {
 				}
 			default: // a batch of new and repeated IDs
 				ids := pickIDs(r, 1+r.IntN(4), &issued)
+				var nb int64 // one batch in three starts from -W to 3W away
+				if r.IntN(3) == 0 {
+					nb = now.UnixMicro() + r.Int64N(4*q.Window.Microseconds()) - q.Window.Microseconds()
+				}
 				mr.SetTime(now)
-				args := appendAdmitArgs(nil, q, gran, ids)
+				args := appendAdmitArgsAt(nil, q, gran, nb, ids)
 				res, err := script.Run(ctx, rdb, []string{key}, args...).Int64Slice()
 				if err != nil {
 					t.Fatalf("%s: %v", desc, err)
@@ -191,9 +200,9 @@ func TestScriptMatchesModel(t *testing.T) {
 					got = append(got, modelResult{res[i], res[i+1], res[i+2]})
 				}
 				got = append(got, modelResult{Code: res[len(res)-1]})
-				want := m.admit(now.UnixMicro(), q, gran, ids)
+				want := m.admitAt(now.UnixMicro(), nb, q, gran, ids)
 				if diff := cmp.Diff(want, got); diff != "" {
-					t.Fatalf("%s: admit %v (-model,+script):\n%s", desc, ids, diff)
+					t.Fatalf("%s: admit %v not before %d (-model,+script):\n%s", desc, ids, nb, diff)
 				}
 			}
 			// The model trims when it decides, like the script: compare
@@ -245,11 +254,15 @@ func TestScriptMatchesModelAcrossGroups(t *testing.T) {
 				type grp struct {
 					q    Quota
 					gran int64
+					nb   int64
 					ids  []string
 				}
 				groups := make([]grp, 2+r.IntN(2))
 				for gi := range groups {
-					groups[gi] = grp{qs[r.IntN(2)], grans[r.IntN(len(grans))], pickIDs(r, 1+r.IntN(3), &issued)}
+					groups[gi] = grp{qs[r.IntN(2)], grans[r.IntN(len(grans))], 0, pickIDs(r, 1+r.IntN(3), &issued)}
+					if r.IntN(3) == 0 {
+						groups[gi].nb = now.UnixMicro() + r.Int64N(3*groups[gi].q.Window.Microseconds())
+					}
 				}
 				// The ARGV the committer sends: each (quota, granularity)
 				// once, then every group's index, count and IDs.
@@ -267,7 +280,7 @@ func TestScriptMatchesModelAcrossGroups(t *testing.T) {
 						table = append(table, qk{g.q, g.gran})
 					}
 					keys[gi] = key
-					rest = append(rest, i+1, len(g.ids))
+					rest = append(rest, i+1, g.nb, len(g.ids))
 					for _, id := range g.ids {
 						rest = append(rest, id)
 					}
@@ -291,7 +304,7 @@ func TestScriptMatchesModelAcrossGroups(t *testing.T) {
 					}
 					got = append(got, modelResult{Code: res[off]})
 					off++
-					want = append(want, m.admit(now.UnixMicro(), g.q, g.gran, g.ids)...)
+					want = append(want, m.admitAt(now.UnixMicro(), g.nb, g.q, g.gran, g.ids)...)
 				}
 				if diff := cmp.Diff(want, got); diff != "" {
 					t.Fatalf("%s: groups %v (-model,+script):\n%s", desc, groups, diff)
@@ -313,7 +326,7 @@ func TestAdmitArgs(t *testing.T) {
 		var call []*group
 		for j := range 1 + r.IntN(256) {
 			qi := r.IntN(nq)
-			call = append(call, &group{key: "k", q: Quota{Limit: 1 + qi, Window: time.Second}, gran: int64(1 + qi%3), ids: []string{"x" + strconv.Itoa(j)}})
+			call = append(call, &group{key: "k", q: Quota{Limit: 1 + qi, Window: time.Second}, gran: int64(1 + qi%3), nb: int64(j % 3), ids: []string{"x" + strconv.Itoa(j)}})
 		}
 		args := c.admitArgs(call)
 		n := args[0].(int)
@@ -324,10 +337,10 @@ func TestAdmitArgs(t *testing.T) {
 			if q[0].(int) != g.q.Limit || q[3].(int64) != g.gran {
 				t.Fatalf("trial %d group %d: index %d points at %v, want limit %d gran %d", trial, j, idx, q[:4], g.q.Limit, g.gran)
 			}
-			if args[a+1].(int) != len(g.ids) || args[a+2].(string) != g.ids[0] {
-				t.Fatalf("trial %d group %d: count and ID %v, want 1 and %s", trial, j, args[a+1:a+3], g.ids[0])
+			if args[a+1].(int64) != g.nb || args[a+2].(int) != len(g.ids) || args[a+3].(string) != g.ids[0] {
+				t.Fatalf("trial %d group %d: not-before, count and ID %v, want %d, 1 and %s", trial, j, args[a+1:a+4], g.nb, g.ids[0])
 			}
-			a += 2 + len(g.ids)
+			a += 3 + len(g.ids)
 		}
 		if a != len(args) {
 			t.Fatalf("trial %d: %d arguments, walked %d", trial, len(args), a)

@@ -25,6 +25,10 @@ type options struct {
 	denyCache   bool
 	policy      FailurePolicy
 	instances   int
+	// quotaCacheSize bounds RedisQuotas's cache; 0 means
+	// DefaultQuotaCacheSize (see WithQuotaCacheSize).
+	quotaCacheSize int
+	bulkTimeout    time.Duration
 }
 
 // DefaultTimeout is the deadline of one Redis call when WithTimeout is not
@@ -32,6 +36,24 @@ type options struct {
 // a loaded one in a few; 250ms rides out a GC pause or a failover blip, yet
 // bounds what a caller waits for a Redis that is gone.
 const DefaultTimeout = 250 * time.Millisecond
+
+// DefaultBulkTimeout bounds a bulk read, such as RedisQuotas.List or
+// Gate.UsageBatch, as a whole, when WithBulkTimeout is not given. Each of
+// its round trips has the per-call timeout, or a second if that is more.
+const DefaultBulkTimeout = time.Minute
+
+// WithBulkTimeout sets the deadline of a whole bulk read
+// (RedisQuotas.List, Scan and GetBatch; Gate.UsageBatch, UsageTop and
+// ScanTenants), which takes as many round trips as the data needs, each
+// under the per-call timeout (WithTimeout) but given a second at least; 0
+// or less keeps DefaultBulkTimeout. The caller's context can only shorten it.
+func WithBulkTimeout(d time.Duration) Option {
+	return optionFunc(func(o *options) {
+		if d > 0 {
+			o.bulkTimeout = d
+		}
+	})
+}
 
 // DefaultRefresh is how long RedisQuotas serves a cached quota before it
 // reads it again, so a change reaches every producer within about a second.
@@ -47,6 +69,7 @@ func newOptions(opts []Option) options {
 		batching:    true,
 		denyCache:   true,
 		instances:   1,
+		bulkTimeout: DefaultBulkTimeout,
 	}
 	for _, opt := range opts {
 		opt.apply(&o)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,9 +14,6 @@ import (
 // defaultField is the hash field of the default quota. Tenants are never
 // empty, so it cannot collide with one.
 const defaultField = ""
-
-// maxCachedQuotas bounds the lookup cache of a RedisQuotas.
-const maxCachedQuotas = 100_000
 
 // RedisQuotas keeps quotas in the Redis hash {prefix}:quotas, where
 // operators change them live (admitq quota set). As a Quotas source it
@@ -29,8 +27,12 @@ const maxCachedQuotas = 100_000
 // a while, without waiting. A FailOpen gate then decides locally with the
 // last default quota read, if any.
 //
-// A RedisQuotas is safe for concurrent use. Its only goroutines are the
-// background rereads, one per stale tenant at a time, each bounded by the
+// The cache holds the tenants looked up most recently (WithQuotaCacheSize,
+// DefaultQuotaCacheSize) and evicts the least recently used one when full.
+//
+// A RedisQuotas is safe for concurrent use. Its only goroutine is the
+// background reread, at most one at a time, which reads the stale tenants
+// found meanwhile in batches, one round trip per batch, each bounded by the
 // timeout.
 type RedisQuotas struct {
 	rdb  redis.UniversalClient
@@ -38,24 +40,24 @@ type RedisQuotas struct {
 	opts options
 
 	mu          sync.Mutex
-	cache       map[string]*cachedQuota
+	cache       *quotaCache
 	lastDefault *Quota    // the default as last read, nil for none
 	downUntil   time.Time // no reads of uncached tenants before this
 	causes      *causes   // names why Redis is unavailable
+	stale       []string  // tenants waiting for the background reread
+	rereading   bool      // the background reread is running
 }
 
-type cachedQuota struct {
-	q          Quota
-	err        error
-	fetched    time.Time
-	refreshing bool
-}
+// maxResolveBatch bounds the fields of one HMGET: big enough to amortize
+// the round trip, small enough that Redis answers it in about a
+// millisecond.
+const maxResolveBatch = 1000
 
 // NewRedisQuotas returns a quota store on rdb. It honours WithPrefix,
-// WithTimeout and WithRefresh.
+// WithTimeout, WithRefresh and WithQuotaCacheSize.
 func NewRedisQuotas(rdb redis.UniversalClient, opts ...Option) *RedisQuotas {
 	o := newOptions(opts)
-	return &RedisQuotas{rdb: rdb, key: quotasKey(o.prefix), opts: o, cache: make(map[string]*cachedQuota), causes: watchCauses(rdb)}
+	return &RedisQuotas{rdb: rdb, key: quotasKey(o.prefix), opts: o, cache: newQuotaCache(o.quotaCacheSize), causes: watchCauses(rdb)}
 }
 
 // Set stores tenant's quota. It validates both first and writes nothing when
@@ -144,30 +146,193 @@ func (r *RedisQuotas) delete(ctx context.Context, field string) error {
 	return nil
 }
 
-// List returns every stored quota. An entry that does not decode (written
-// by hand, say) makes List fail with an error naming its tenant.
+// List returns every stored quota, read a page at a time (see Scan). An
+// entry that does not decode (written by hand, say) makes List fail with
+// an error naming its tenant.
 func (r *RedisQuotas) List(ctx context.Context) (StaticQuotas, error) {
-	var all map[string]string
-	err := r.do(ctx, func(ctx context.Context) (err error) {
-		all, err = r.rdb.HGetAll(ctx, r.key).Result()
-		return err
+	s := StaticQuotas{Tenants: make(map[string]Quota)}
+	err := r.scan(ctx, "*", func(field string, q Quota, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case field == defaultField:
+			s.Default = &q
+		default:
+			s.Tenants[field] = q
+		}
+		return nil
 	})
 	if err != nil {
 		return StaticQuotas{}, err
 	}
-	s := StaticQuotas{Tenants: make(map[string]Quota, len(all))}
-	for field, v := range all {
-		var q Quota
-		if err := q.UnmarshalText([]byte(v)); err != nil {
-			return StaticQuotas{}, fmt.Errorf("%s: %w", describe(field), err)
-		}
+	return s, nil
+}
+
+// Scan calls fn with each stored quota of a tenant whose name matches
+// pattern, a Redis glob ("*" or "" for every tenant; see SCAN's MATCH),
+// not the default's (GetDefault reads it). err is set, wrapping
+// ErrInvalidQuota, for an entry that does not decode; fn returning an
+// error stops the scan, which returns it.
+//
+// Scan reads the hash a page (HSCAN) at a time, each page under the
+// store's per-call timeout (but at least a second), the whole scan under
+// the bulk timeout
+// (WithBulkTimeout, DefaultBulkTimeout): a large hash is read however
+// long it takes, while a Redis that stops answering fails the page it is
+// on. Entries written or deleted meanwhile may or may not be seen, and
+// an entry may come twice when Redis resizes the hash mid-scan.
+func (r *RedisQuotas) Scan(ctx context.Context, pattern string, fn func(tenant string, q Quota, err error) error) error {
+	if pattern == "" {
+		pattern = "*"
+	}
+	return r.scan(ctx, pattern, func(field string, q Quota, err error) error {
 		if field == defaultField {
-			s.Default = &q
-		} else {
-			s.Tenants[field] = q
+			return nil
+		}
+		return fn(field, q, err)
+	})
+}
+
+// scanPage is how many entries one HSCAN asks for: a reply of some 50 KB,
+// which Redis builds in well under a millisecond.
+const scanPage = 1000
+
+func (r *RedisQuotas) scan(ctx context.Context, pattern string, fn func(field string, q Quota, err error) error) error {
+	bctx, cancel := context.WithTimeoutCause(ctx, r.opts.bulkTimeout, errBulkTimeout(r.opts.bulkTimeout))
+	defer cancel()
+	var cursor uint64
+	read := 0
+	var dec quotaDecoder
+	for {
+		var page []string
+		var next uint64
+		err := bulkCall(bctx, r.opts.pageTimeout(), func(ctx context.Context) (err error) {
+			page, next, err = r.rdb.HScan(ctx, r.key, cursor, pattern, scanPage).Result()
+			return err
+		})
+		if err != nil {
+			return bulkError(ctx, bctx, fmt.Sprintf("list quotas %q, after %d entries", r.key, read), err)
+		}
+		for i := 0; i+1 < len(page); i += 2 {
+			field := page[i]
+			q, derr := dec.decode(field, page[i+1])
+			if err := fn(field, q, derr); err != nil {
+				return err
+			}
+			read++
+		}
+		if next == 0 {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+// errBulkTimeout is the cause of a bulk read's end at its deadline.
+func errBulkTimeout(d time.Duration) error {
+	return fmt.Errorf("%w: the bulk timeout (%v) passed", context.DeadlineExceeded, d)
+}
+
+// minPageTimeout is the least time a round trip of a bulk read gets: it
+// carries hundreds of entries, not one decision, and an operator's listing
+// had better wait a little on a loaded Redis than fail; a Redis that is
+// gone still fails it within a second.
+const minPageTimeout = time.Second
+
+// pageTimeout is the deadline of one round trip of a bulk read.
+func (o options) pageTimeout() time.Duration { return max(o.timeout, minPageTimeout) }
+
+// bulkCall runs one round trip of a bulk read under timeout.
+func bulkCall(bctx context.Context, timeout time.Duration, call func(context.Context) error) error {
+	pctx, cancel := context.WithTimeout(bctx, timeout)
+	defer cancel()
+	return bounded(pctx, call)
+}
+
+// bulkError maps the failure of one round trip of a bulk read: the
+// caller's context error when ctx is done, the bulk timeout when bctx
+// (ctx's child) is, and otherwise what callError makes of it.
+func bulkError(ctx, bctx context.Context, what string, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		err = context.Cause(ctx)
+	case bctx.Err() != nil:
+		err = context.Cause(bctx)
+	case unavailable(err):
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
+	}
+	return fmt.Errorf("admitq: %s: %w", what, err)
+}
+
+// quotaDecoder decodes the entries of one bulk read, remembering the
+// quotas it has decoded: most tenants share a few quotas, and decoding
+// costs far more than a map lookup.
+type quotaDecoder struct {
+	seen map[string]Quota
+}
+
+// decode decodes field's entry v.
+func (d *quotaDecoder) decode(field, v string) (Quota, error) {
+	if q, ok := d.seen[v]; ok {
+		return q, nil
+	}
+	var q Quota
+	if err := q.UnmarshalText([]byte(v)); err != nil {
+		return Quota{}, fmt.Errorf("%s: %w", describe(field), err)
+	}
+	if d.seen == nil {
+		d.seen = make(map[string]Quota)
+	}
+	if len(d.seen) < 4096 {
+		d.seen[v] = q
+	}
+	return q, nil
+}
+
+// QuotaResult is one tenant's answer from GetBatch.
+type QuotaResult struct {
+	Quota Quota
+	// Err wraps ErrNoQuota when the tenant has no quota of its own, and
+	// ErrInvalidQuota when its entry does not decode.
+	Err error
+}
+
+// GetBatch returns each tenant's own quota, like Get, in order, with one
+// round trip per thousand tenants. It returns an error, and no results,
+// only when Redis does not answer or a tenant is invalid.
+func (r *RedisQuotas) GetBatch(ctx context.Context, tenants []string) ([]QuotaResult, error) {
+	for _, t := range tenants {
+		if err := ValidateTenant(t); err != nil {
+			return nil, err
 		}
 	}
-	return s, nil
+	bctx, cancel := context.WithTimeoutCause(ctx, r.opts.bulkTimeout, errBulkTimeout(r.opts.bulkTimeout))
+	defer cancel()
+	res := make([]QuotaResult, 0, len(tenants))
+	var dec quotaDecoder
+	for chunk := range slices.Chunk(tenants, maxResolveBatch) {
+		var vals []any
+		err := bulkCall(bctx, r.opts.pageTimeout(), func(ctx context.Context) (err error) {
+			vals, err = r.rdb.HMGet(ctx, r.key, chunk...).Result()
+			return err
+		})
+		if err != nil {
+			return nil, bulkError(ctx, bctx, fmt.Sprintf("get quotas %q, after %d of %d tenants", r.key, len(res), len(tenants)), err)
+		}
+		if len(vals) != len(chunk) {
+			return nil, fmt.Errorf("admitq: quotas %q: HMGET returned %d values for %d fields", r.key, len(vals), len(chunk))
+		}
+		for i, v := range vals {
+			var qr QuotaResult
+			if s, ok := v.(string); ok {
+				qr.Quota, qr.Err = dec.decode(chunk[i], s)
+			} else {
+				qr.Err = noQuota(chunk[i])
+			}
+			res = append(res, qr)
+		}
+	}
+	return res, nil
 }
 
 // Quota returns tenant's quota, else the default, else ErrNoQuota, from the
@@ -176,7 +341,7 @@ func (r *RedisQuotas) List(ctx context.Context) (StaticQuotas, error) {
 func (r *RedisQuotas) Quota(ctx context.Context, tenant string) (Quota, error) {
 	now := time.Now()
 	r.mu.Lock()
-	c, ok := r.cache[tenant]
+	c, ok := r.cache.get(tenant)
 	if ok && now.Sub(c.fetched) < r.opts.refresh {
 		q, err := c.q, c.err
 		r.mu.Unlock()
@@ -186,7 +351,11 @@ func (r *RedisQuotas) Quota(ctx context.Context, tenant string) (Quota, error) {
 		q, err := c.q, c.err
 		if !c.refreshing {
 			c.refreshing = true
-			go r.refresh(tenant)
+			r.stale = append(r.stale, tenant)
+			if !r.rereading {
+				r.rereading = true
+				go r.reread()
+			}
 		}
 		r.mu.Unlock()
 		return q, err
@@ -233,64 +402,104 @@ type guessedQuotaError struct {
 func (e *guessedQuotaError) Error() string { return e.err.Error() }
 func (e *guessedQuotaError) Unwrap() error { return e.err }
 
-func (r *RedisQuotas) refresh(tenant string) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.opts.timeout)
-	defer cancel()
-	now := time.Now()
-	q, err := r.resolve(ctx, tenant)
-	if err != nil && !errors.Is(err, ErrNoQuota) && !errors.Is(err, ErrInvalidQuota) {
-		// Keep serving what we had; try again on the next lookup.
+// reread refreshes the stale tenants, a batch a round trip, until none
+// is left. A batch Redis does not answer is dropped: its tenants keep
+// their quotas and are read again at their next lookup.
+func (r *RedisQuotas) reread() {
+	for {
 		r.mu.Lock()
-		if c, ok := r.cache[tenant]; ok {
-			c.refreshing = false
+		n := min(len(r.stale), maxResolveBatch)
+		if n == 0 {
+			r.stale, r.rereading = nil, false
+			r.mu.Unlock()
+			return
+		}
+		batch := slices.Clone(r.stale[:n])
+		r.stale = r.stale[n:]
+		r.mu.Unlock()
+
+		ctx, cancel := context.WithTimeout(context.Background(), r.opts.timeout)
+		now := time.Now()
+		qs, errs, err := r.resolveMany(ctx, batch)
+		cancel()
+		r.mu.Lock()
+		for i, tenant := range batch {
+			switch {
+			case err == nil:
+				r.cache.update(tenant, qs[i], errs[i], now)
+			default:
+				// Keep serving what we had; try again on the next lookup.
+				if c, ok := r.cache.peek(tenant); ok {
+					c.refreshing = false
+				}
+			}
 		}
 		r.mu.Unlock()
-		return
 	}
-	r.store(tenant, q, err, now)
 }
 
+// store caches a lookup; a full cache evicts its least recently used tenant.
 func (r *RedisQuotas) store(tenant string, q Quota, err error, fetched time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.cache) >= maxCachedQuotas {
-		clear(r.cache) // a flood of distinct tenants must not grow memory without bound
-	}
-	r.cache[tenant] = &cachedQuota{q: q, err: err, fetched: fetched}
+	r.cache.put(tenant, q, err, fetched)
 }
 
 // resolve reads tenant's quota and the default in one round trip.
 func (r *RedisQuotas) resolve(ctx context.Context, tenant string) (Quota, error) {
-	var vals []any
-	err := r.do(ctx, func(ctx context.Context) (err error) {
-		vals, err = r.rdb.HMGet(ctx, r.key, tenant, defaultField).Result()
-		return err
-	})
+	qs, errs, err := r.resolveMany(ctx, []string{tenant})
 	if err != nil {
 		return Quota{}, err
 	}
+	return qs[0], errs[0]
+}
+
+// resolveMany reads the quota of each tenant (its own, else the default)
+// with one HMGET, together with the default. err is set when Redis did not
+// answer; errs[i] when tenants[i] has no quota (ErrNoQuota) or one that
+// does not decode (ErrInvalidQuota).
+func (r *RedisQuotas) resolveMany(ctx context.Context, tenants []string) (qs []Quota, errs []error, err error) {
+	fields := append(slices.Clone(tenants), defaultField)
+	var vals []any
+	err = r.do(ctx, func(ctx context.Context) (err error) {
+		vals, err = r.rdb.HMGet(ctx, r.key, fields...).Result()
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(vals) != len(fields) {
+		return nil, nil, fmt.Errorf("admitq: quotas %q: HMGET returned %d values for %d fields", r.key, len(vals), len(fields))
+	}
 	var def *Quota
-	if v, ok := vals[1].(string); ok {
+	var defErr error
+	if v, ok := vals[len(tenants)].(string); ok {
 		var q Quota
-		if q.UnmarshalText([]byte(v)) == nil {
+		if defErr = q.UnmarshalText([]byte(v)); defErr == nil {
 			def = &q
+		} else {
+			defErr = fmt.Errorf("%s: %w", describe(defaultField), defErr)
 		}
 	}
 	r.mu.Lock()
 	r.lastDefault = def
 	r.mu.Unlock()
-	for i, field := range []string{tenant, defaultField} {
+	qs, errs = make([]Quota, len(tenants)), make([]error, len(tenants))
+	var dec quotaDecoder
+	for i, tenant := range tenants {
 		v, ok := vals[i].(string)
-		if !ok {
-			continue
+		switch {
+		case ok:
+			qs[i], errs[i] = dec.decode(tenant, v)
+		case def != nil:
+			qs[i] = *def
+		case defErr != nil:
+			errs[i] = defErr
+		default:
+			errs[i] = noQuota(tenant)
 		}
-		var q Quota
-		if err := q.UnmarshalText([]byte(v)); err != nil {
-			return Quota{}, fmt.Errorf("%s: %w", describe(field), err)
-		}
-		return q, nil
 	}
-	return Quota{}, noQuota(tenant)
+	return qs, errs, nil
 }
 
 // invalidate drops cached lookups that a write to field changes: one
@@ -299,10 +508,10 @@ func (r *RedisQuotas) invalidate(field string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if field == defaultField {
-		clear(r.cache)
+		r.cache.clear()
 		return
 	}
-	delete(r.cache, field)
+	r.cache.remove(field)
 }
 
 // do runs one Redis call under the store's deadline and maps its error.

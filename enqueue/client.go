@@ -157,10 +157,15 @@ func newClient(g *admission.Gate, opts []Option) *Client {
 // queue, across tenants, while each tenant's log is its own: where tenants
 // pick IDs (say, from idempotency keys), put the tenant in the ID.
 //
-// A task with its own asynq.ProcessAt or asynq.ProcessIn runs at the later
-// of that time and its slot. The tenant is stored in the task's headers
-// under TenantHeader, next to the task's own headers and options; the task
-// itself is not modified. Options that asynq would refuse (a blank queue
+// A task with its own asynq.ProcessAt or asynq.ProcessIn is charged for the
+// time it will run, not for now (Gate.AdmitAt): its slot is the first free
+// one from that time (to the second, as asynq runs it) and after every slot
+// the tenant was given before, MaxDelay counts from that time, and it runs
+// at its slot. Tasks enqueued after it queue behind it: a task scheduled far
+// ahead holds the tenant's later tasks back until its slot, and rejects
+// those it would hold back by more than MaxDelay. The tenant is stored in
+// the task's headers under TenantHeader, next to the task's own headers and
+// options; the task itself is not modified. Options that asynq would refuse (a blank queue
 // name, task ID or group, a Unique TTL under a second) are refused before
 // admission.
 //
@@ -195,7 +200,7 @@ func (c *Client) Enqueue(ctx context.Context, tenant string, task *asynq.Task, o
 	if err != nil {
 		return nil, admission.Decision{}, err
 	}
-	d, err := c.gate.AdmitID(admitContext(ctx, p), tenant, p.id)
+	d, err := c.gate.AdmitAt(admitContext(ctx, p), tenant, p.id, notBefore(p.sched.at))
 	if err != nil {
 		return nil, admission.Decision{}, c.settle(ctx, h, admission.Decision{}, unwritten, err)
 	}
@@ -218,16 +223,19 @@ type Result struct {
 // EnqueueBatch admits tasks for tenant in one gate round trip, then
 // enqueues each as Enqueue does, in order, and returns one Result per task,
 // in the order of tasks. opts apply to every task, so they must not hold an
-// asynq.TaskID.
+// asynq.TaskID. (Tasks with times of their own, asynq.ProcessAt or
+// ProcessIn, take a round trip for each run of tasks with the same time.)
 //
 // Slots never go backwards through the batch, and once one task is rejected
-// so is every task after it. A task that is invalid (nil, or with an empty
-// type or ID) gets an error in its Result and is not admitted.
+// so is every task after it that starts at the same time. A task that is
+// invalid (nil, or with an empty type or ID) gets an error in its Result
+// and is not admitted.
 //
 // The error is non-nil, and the results nil, only when nothing was admitted:
 // the tenant is invalid, opts hold a TaskID, two tasks have the same ID
 // (one ID is one task, and one slot), or the gate failed (say, Redis is
-// unavailable). Otherwise every task's fate is in its Result.
+// unavailable, on the first run of tasks). Otherwise every task's fate is in
+// its Result.
 func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq.Task, opts ...asynq.Option) ([]Result, error) {
 	if err := admission.ValidateTenant(tenant); err != nil {
 		return nil, err
@@ -276,15 +284,16 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 	if made {
 		actx = freshid.Mark(ctx)
 	}
-	ds, err := c.gate.AdmitBatch(actx, tenant, ids)
-	if err == nil && len(ds) != len(ps) {
-		err = fmt.Errorf("enqueue: the gate returned %d decisions for %d tasks", len(ds), len(ps))
-	}
+	ds, errs, err := c.admitAll(actx, tenant, ps, ids)
 	if err != nil {
 		return nil, leave(err)
 	}
 	for j, p := range ps {
 		r := &rs[p.index]
+		if errs[j] != nil {
+			r.Err = c.settle(ctx, hs[j], admission.Decision{}, unwritten, errs[j])
+			continue
+		}
 		r.Decision = ds[j]
 		info, f, err := c.write(ctx, p, ds[j])
 		r.Info, r.Err = info, c.settle(ctx, hs[j], ds[j], f, err)

@@ -237,6 +237,9 @@ func TestEnqueueRunsAtTheLaterOfProcessAtAndSlot(t *testing.T) {
 	}
 }
 
+// TestEnqueueProcessInLaterThanSlot: a task whose ProcessIn ends after the
+// slot it would get now is charged for its own time, to the second asynq
+// runs it at (issue 11, A3), not for the slot at base+10s.
 func TestEnqueueProcessInLaterThanSlot(t *testing.T) {
 	f := newFixture(t, fixtureConfig{quota: admission.Quota{Limit: 1, Window: 10 * time.Second, MaxDelay: time.Hour}})
 	f.mustEnqueue(t, "acme", "fill")
@@ -247,8 +250,8 @@ func TestEnqueueProcessInLaterThanSlot(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Enqueue: %v", err)
 	}
-	if d.Outcome != admission.Deferred || !d.At.Equal(sec(11)) {
-		t.Fatalf("decision = %v at %v, want deferred at %v", d.Outcome, d.At, sec(11))
+	if d.Outcome != admission.Deferred || !d.At.Equal(sec(60)) {
+		t.Fatalf("decision = %v at %v, want deferred at %v, the second asynq runs it at", d.Outcome, d.At, sec(60))
 	}
 	if info.NextProcessAt.Before(before.Add(in)) || info.NextProcessAt.After(after.Add(in)) {
 		t.Errorf("NextProcessAt = %v, want the caller's ProcessIn, within [%v, %v]", info.NextProcessAt, before.Add(in), after.Add(in))

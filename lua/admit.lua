@@ -3,8 +3,9 @@
 -- KEYS[k]  the log of the k-th tenant: a ZSET of entry ID -> slot (Redis time, µs)
 -- ARGV     nq, then nq quotas of four numbers each: limit, window µs,
 --          max delay µs, granularity µs (1 = none); then for each key k, in
---          order: the index (1..nq) of its quota, n, then n entry IDs in
---          request order. Most calls carry one quota for many keys.
+--          order: the index (1..nq) of its quota, the key's not-before time
+--          µs (0 = none), n, then n entry IDs in request order. Most calls
+--          carry one quota for many keys.
 -- Returns  {now µs, then for each key: for each of its IDs in order
 --          outcome, at µs, remaining; then the key's retry hint µs}
 --          outcome 0 admitted, 1 deferred, 2 rejected,
@@ -12,14 +13,19 @@
 --          at is the slot; for a rejection, the earliest time a retry could be
 --          admitted or deferred.
 --          The retry hint is 0, or the time until which any new request for
---          the key will be rejected: callers may answer those without Redis.
+--          the key without a not-before time will be rejected: callers may
+--          answer those without Redis. (A key rejected with a not-before
+--          time has its slot pushed by the log, not by the not-before time,
+--          so one without would be rejected too, with the same hint.)
 --
--- A new slot is max(now, newest slot, L-th newest slot + window): every interval
--- of length window then holds at most limit slots, and slots never go backwards
--- (FIFO), even when deferred slots are rounded up to the granularity.
--- MaxDelay is compared with the rounded slot, so no request is ever deferred
--- further than max delay, and requests that share a rounded slot are judged
--- on the same slot.
+-- A new slot is max(start, newest slot, L-th newest slot + window), where
+-- start is the later of now and the key's not-before time (work that will not
+-- run before then is charged for when it runs): every interval of length
+-- window then holds at most limit slots, and slots never go backwards (FIFO),
+-- even when deferred slots are rounded up to the granularity.
+-- MaxDelay is compared with the rounded slot, from start, so no request is
+-- ever deferred further than max delay past its not-before time, and
+-- requests that share a rounded slot are judged on the same slot.
 -- Once one ID of a key is rejected, every later ID of that key is too.
 --
 -- Numbers passed to redis.call are converted exactly: Redis formats them
@@ -84,8 +90,12 @@ for k = 1, #KEYS do
   local key = KEYS[k]
   local quota = quotas[tonumber(ARGV[a])]
   local limit, window, maxDelay, gran = quota.limit, quota.window, quota.maxDelay, quota.gran
-  local n = tonumber(ARGV[a + 1])
-  a = a + 2
+  local start = tonumber(ARGV[a + 1])
+  if start < now then -- no not-before time, or one that has passed
+    start = now
+  end
+  local n = tonumber(ARGV[a + 2])
+  a = a + 3
 
   local card = cards[k]
   if seen[key] then -- a second group of one tenant: count it anew
@@ -113,7 +123,7 @@ for k = 1, #KEYS do
     local id = ARGV[i]
     local code, slot, raw = 2, retryAt, nil
     if not retryAt then
-      slot = newest
+      slot = max(newest, start)
       if card >= limit then
         slot = max(slot, lth(key, limit, card) + window)
       end
@@ -122,7 +132,7 @@ for k = 1, #KEYS do
       else
         raw = slot
         slot = ceil(slot, gran)
-        if slot - now <= maxDelay then
+        if slot - start <= maxDelay then
           code = 1
         end
       end

@@ -1,16 +1,22 @@
 -- counter.lua: the approximate, O(1)-in-Limit mode of the slot rule, for
 -- tenants whose quotas are too large to log every entry.
 --
--- KEYS[1]  the tenant's counters: a HASH of bucket index -> count, where a
---          bucket is window/buckets µs of Redis time, plus the field "last":
---          the newest slot handed out, in µs
+-- KEYS[1]  the tenant's counters: a HASH of
+--            "w"     the width µs of the buckets it counts in
+--            "g"     their generation, which a change of width starts anew
+--            "<g>:<i>"  the entries of bucket i of generation g: slots in
+--                    [i*w, (i+1)*w) of Redis time
+--            "n"     the entries of all buckets of generation g
+--            "last"  the newest slot handed out, µs
+--            "c"     the cursor of the sweep that deletes dead buckets
 -- ARGV[1]  limit
 -- ARGV[2]  window µs
 -- ARGV[3]  max delay µs
 -- ARGV[4]  granularity µs (1 = none)
 -- ARGV[5]  buckets per window
 -- ARGV[6]  n, the number of requests, decided in order; 0 asks for usage
--- ARGV[7]  (with n > 0) a bucket to release an entry from instead: n must be 1
+-- ARGV[7]  not-before time µs (0 = none): the requests start no earlier
+-- ARGV[8]  (with n = 1) a slot µs to release an entry from instead
 -- Returns  {now µs, then for each request: outcome, at µs, remaining;
 --          then the retry hint µs}
 --          outcome 0 admitted, 1 deferred, 2 rejected, and the retry hint,
@@ -19,55 +25,170 @@
 --          next free slot µs}, writing nothing;
 --          for a release: {now µs, 1 if an entry was released else 0}
 --
--- MaxDelay is compared with the rounded slot, as in admit.lua.
 -- A slot is free when the buckets that overlap the window ending at it hold
 -- fewer than limit entries. Counting every overlapping bucket whole is an
 -- upper bound on the true count, so the mode never admits more than limit in
 -- any window; the price is under-admission by at most one bucket's time.
--- Slots never go backwards (the field "last"), and once one request is
--- rejected every later one is too.
-local t = redis.call('TIME')
+-- A new slot is the first free one at or after the later of now, the
+-- not-before time and the newest slot (FIFO); max delay is compared with the
+-- rounded slot, from the later of now and the not-before time, as in
+-- admit.lua. Once one request is rejected every later one is too.
+--
+-- Cost. Buckets are numbered by absolute time with the stored width, so a
+-- decision reads only the buckets of the window it looks at (every slot it
+-- gives is at or after the newest), however many lie ahead: O(buckets in a
+-- window). A change of width (the quota's window changed) moves at most
+-- MOVE buckets, the newest, into a new generation, each to the new bucket
+-- that holds its last moment (or the newest slot, if sooner): no entry is
+-- counted earlier than it can be. Older entries that a window from now on
+-- can still reach go, all together, into the new bucket of the newest
+-- moment they can have. Buckets of older generations, and buckets that no
+-- window from now on reaches, are deleted by a sweep of SWEEP fields a call
+-- (HSCAN): deletion never walks the whole hash.
+-- A call that records nothing writes nothing.
+local call, max, min, floor = redis.call, math.max, math.min, math.floor
+local SWEEP, MOVE = 64, 64
+local t = call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local maxDelay = tonumber(ARGV[3])
 local gran = tonumber(ARGV[4])
-local width = math.max(1, math.floor(window / tonumber(ARGV[5])))
-local span = math.ceil(window / width) -- buckets before the current one that a window can reach
+local width = max(1, floor(window / tonumber(ARGV[5])))
 local n = tonumber(ARGV[6])
+local start = max(now, tonumber(ARGV[7]))
 
-local cur = math.floor(now / width)
-local counts = {}
-local last = now
-local raw = redis.call('HGETALL', key)
-local stale = {}
-for i = 1, #raw, 2 do
-  if raw[i] == 'last' then
-    last = math.max(last, tonumber(raw[i + 1]))
-  else
-    local b = tonumber(raw[i])
-    if b < cur - span then
-      stale[#stale + 1] = raw[i]
-    else
-      counts[b] = tonumber(raw[i + 1])
+local function fmt(x)
+  return string.format('%.0f', x)
+end
+
+local meta = call('HMGET', key, 'w', 'g', 'n', 'last', 'c')
+local storedWidth, gen = tonumber(meta[1]), tonumber(meta[2]) or 0
+local total, last, cursor = tonumber(meta[3]) or 0, tonumber(meta[4]) or now, meta[5] or '0'
+
+local function field(g, i)
+  return g .. ':' .. fmt(i)
+end
+
+if ARGV[8] then
+  -- Release, from the bucket the slot is counted in now; never below zero.
+  if not storedWidth then
+    return {now, 0}
+  end
+  local f = field(gen, floor(tonumber(ARGV[8]) / storedWidth))
+  if (tonumber(call('HGET', key, f)) or 0) > 0 then
+    call('HINCRBY', key, f, -1)
+    call('HINCRBY', key, 'n', -1)
+    return {now, 1}
+  end
+  return {now, 0}
+end
+
+-- counts holds the buckets this call may look at, of generation gen at
+-- width; moved says they are not in Redis yet (a change of width).
+local counts, moved = {}, false
+local span = math.ceil(window / width) -- buckets before the current one that a window can reach
+
+-- read fills counts with the stored buckets lo..hi: by name, or by
+-- scanning the hash when it holds fewer fields than that (Usage only ever
+-- asks for many).
+local function read(lo, hi)
+  if hi < lo then
+    return
+  end
+  if hi - lo + 1 > call('HLEN', key) then
+    local c = '0'
+    repeat
+      local r = call('HSCAN', key, c, 'COUNT', 1000)
+      c = r[1]
+      local kv = r[2]
+      for j = 1, #kv, 2 do
+        local g, i = string.match(kv[j], '^(%d+):(%-?%d+)$')
+        if g and tonumber(g) == gen then
+          i = tonumber(i)
+          if i >= lo and i <= hi then
+            counts[i] = tonumber(kv[j + 1])
+          end
+        end
+      end
+    until c == '0'
+    return
+  end
+  for s = lo, hi, 1000 do
+    local names = {}
+    for i = s, min(hi, s + 999) do
+      names[#names + 1] = field(gen, i)
+    end
+    local v = call('HMGET', key, unpack(names))
+    for j = 1, #names do
+      local c = tonumber(v[j])
+      if c then
+        counts[s + j - 1] = c
+      end
     end
   end
 end
-if n > 0 and #stale > 0 then
-  redis.call('HDEL', key, unpack(stale))
+
+if storedWidth and storedWidth ~= width then
+  -- The window changed. Move the newest buckets to the new width, each to
+  -- the new bucket of its last moment or of the newest slot, whichever is
+  -- sooner, so that every window that could hold one of its entries counts
+  -- it. Older ones go together to the new bucket of the last moment they
+  -- can have, unless no window from now on reaches them.
+  local ow, og = storedWidth, gen
+  gen = gen + 1
+  local lo = floor((now - window) / ow) -- older buckets end before any window from now on
+  local hi = floor(last / ow)
+  local from = max(lo, hi - MOVE + 1)
+  local sum = 0
+  if from <= hi then
+    local names = {}
+    for i = from, hi do
+      names[#names + 1] = field(og, i)
+    end
+    local v = call('HMGET', key, unpack(names))
+    for j = 1, #names do
+      local c = tonumber(v[j])
+      if c and c > 0 then
+        local b = floor(min((from + j) * ow - 1, last) / width)
+        counts[b] = (counts[b] or 0) + c
+        sum = sum + c
+      end
+    end
+  end
+  if from > lo and total > sum then
+    local b = floor(min(from * ow - 1, last) / width)
+    counts[b] = (counts[b] or 0) + total - sum
+  else
+    total = sum
+  end
+  moved = true
+elseif storedWidth and n == 0 then
+  read(floor(now / width) - span, floor(last / width)) -- the window and what lies ahead
+elseif storedWidth then
+  -- The buckets a window ending at the first slot this call can give
+  -- reaches; every slot after it reaches fewer of them, and none of the
+  -- stored buckets lies after it.
+  local b = floor(max(start, last) / width)
+  read(b - span, min(b, floor(last / width)))
+elseif meta[4] then
+  -- Buckets of an older layout, uncounted: every window that reaches the
+  -- newest slot counts as full, which holds whatever they were.
+  counts[floor(last / width)] = limit
+  total = limit
+  moved = true
 end
 
 -- load returns the entries in the buckets a window ending in bucket b can
 -- overlap, and the oldest of those buckets that holds any.
 local function load(b)
   local sum, oldest = 0, nil
-  for k, c in pairs(counts) do
-    if k >= b - span and k <= b and c > 0 then
+  for i = b - span, b do
+    local c = counts[i]
+    if c and c > 0 then
       sum = sum + c
-      if not oldest or k < oldest then
-        oldest = k
-      end
+      oldest = oldest or i
     end
   end
   return sum, oldest
@@ -88,7 +209,7 @@ end
 local function slotFrom(t)
   local raw = nil
   for _ = 1, 10000 do
-    local b = math.floor(t / width)
+    local b = floor(t / width)
     local sum, oldest = load(b)
     if sum < limit then
       if t <= now then
@@ -99,81 +220,123 @@ local function slotFrom(t)
         return t, raw
       end
       t = ceil(t) -- check the bucket the rounded slot falls in
-      if math.floor(t / width) == b then
+      if floor(t / width) == b then
         return t, raw
       end
     else
       -- Nothing frees up before the oldest counted bucket leaves.
-      t = math.max(t, (oldest + span + 1) * width)
+      t = max(t, (oldest + span + 1) * width)
       raw = nil
     end
   end
   return t, raw or t
 end
 
-if ARGV[7] then
-  -- Release: only from a bucket still counted, and never below zero.
-  local b = tonumber(ARGV[7])
-  if counts[b] and counts[b] > 0 then
-    redis.call('HINCRBY', key, ARGV[7], -1)
-    return {now, 1}
-  end
-  return {now, 0}
-end
+local cur = floor(now / width)
 
 if n == 0 then
   local ahead = 0
-  for k, c in pairs(counts) do
-    if k > cur then
+  for i, c in pairs(counts) do
+    if i > cur then
       ahead = ahead + c
     end
   end
   gran = 1
-  return {now, (load(cur)), ahead, (slotFrom(math.max(now, last)))}
+  return {now, (load(cur)), ahead, (slotFrom(max(now, last)))}
 end
 
 local out = {now}
 local retryAt = nil
-local added = false
+local added = {}
+local any = false
 for _ = 1, n do
   local code, slot = 2, retryAt
   if not retryAt then
     local raw
-    slot, raw = slotFrom(math.max(now, last))
+    slot, raw = slotFrom(max(start, last))
     if slot <= now then
       code = 0
-    elseif slot - now <= maxDelay then
+    elseif slot - start <= maxDelay then
       code = 1
     else
-      retryAt = math.min(raw, slot - maxDelay)
+      retryAt = min(raw, slot - maxDelay)
       slot = retryAt
     end
   end
   local remaining = 0
   if code ~= 2 then
-    local b = math.floor(slot / width)
+    local b = floor(slot / width)
     counts[b] = (counts[b] or 0) + 1
-    redis.call('HINCRBY', key, string.format('%.0f', b), 1)
+    added[b] = (added[b] or 0) + 1
+    total = total + 1
     last = slot
-    added = true
+    any = true
     if code == 0 then
-      remaining = math.max(0, limit - load(b))
+      remaining = max(0, limit - load(b))
     end
   end
   out[#out + 1] = code
   out[#out + 1] = slot
   out[#out + 1] = remaining
 end
-local hint = retryAt or 0
-if not retryAt then
-  local free, raw = slotFrom(math.max(now, last))
+-- The hint speaks of requests without a not-before time. A rejection with
+-- one may not hold for them: ask afresh.
+local hint = 0
+if retryAt and start == now then
+  hint = retryAt
+else
+  local free, raw = slotFrom(max(now, last))
   if free - now > maxDelay then
-    hint = math.min(raw, free - maxDelay)
+    hint = min(raw, free - maxDelay)
   end
 end
 out[#out + 1] = hint
-if added then
-  redis.call('HSET', key, 'last', string.format('%.0f', last))
-  redis.call('PEXPIRE', key, math.ceil((last + window + width - now) / 1000) + 1)
+if not any then
+  return out
 end
+
+if moved then
+  local kv = {}
+  for i, c in pairs(counts) do
+    if c > 0 and i >= cur - span then
+      kv[#kv + 1] = field(gen, i)
+      kv[#kv + 1] = c
+    end
+  end
+  if #kv > 0 then
+    call('HSET', key, unpack(kv))
+  end
+else
+  for i, c in pairs(added) do
+    call('HINCRBY', key, field(gen, i), c)
+  end
+end
+
+-- Sweep: delete what no window from now on counts, a few fields a call.
+local r = call('HSCAN', key, cursor, 'COUNT', SWEEP)
+cursor = r[1]
+local kv, dead, seen = r[2], {}, {}
+for j = 1, #kv, 2 do
+  local f = kv[j]
+  if not seen[f] then
+    seen[f] = true
+    local g, i = string.match(f, '^(%d+):(%-?%d+)$')
+    if g then
+      if tonumber(g) ~= gen then
+        dead[#dead + 1] = f -- moved at a change of width, or reaching no window
+      elseif tonumber(i) < cur - span then
+        dead[#dead + 1] = f
+        total = total - tonumber(kv[j + 1])
+      end
+    elseif f ~= 'w' and f ~= 'g' and f ~= 'n' and f ~= 'last' and f ~= 'c' then
+      dead[#dead + 1] = f -- not ours: an older layout's bucket
+    end
+  end
+end
+for s = 1, #dead, 1000 do
+  call('HDEL', key, unpack(dead, s, min(#dead, s + 999)))
+end
+
+call('HSET', key, 'w', width, 'g', gen, 'n', fmt(total), 'last', fmt(last), 'c', cursor)
+call('PEXPIRE', key, math.ceil((last + window + width - now) / 1000) + 1)
 return out

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
+	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -16,61 +20,109 @@ import (
 	"github.com/admitq/admitq/admission"
 )
 
+// defaultStatusLimit is how many tenants status shows unless told.
+const defaultStatusLimit = 50
+
+// statusOptions are the flags that pick and order the tenants status shows.
+type statusOptions struct {
+	limit int    // 0: every tenant
+	sort  string // "usage" or "name"
+	match string // Redis glob on tenant names; "" for all
+}
+
 func (a *app) newStatusCmd() *cobra.Command {
 	var asJSON, watch bool
+	o := statusOptions{limit: defaultStatusLimit, sort: "usage"}
 	cmd := &cobra.Command{
-		Use:   "status [TENANT...] [--json] [--watch]",
+		Use:   "status [TENANT...] [--limit N] [--sort usage|name] [--match GLOB] [--json] [--watch]",
 		Short: "Show tenants' windows and asynq's queues",
 		Long: `For each tenant: its quota, the entries in its window, the reservations ahead
-of now and the next free slot. With no TENANT, every tenant with a quota of
-its own. Then asynq's queues: tasks pending, scheduled and active.
+of now and the next free slot. Then asynq's queues: tasks pending, scheduled
+and active.
+
+With no TENANT, status lists every tenant that has a quota of its own, and
+every tenant on the default quota that has a window in Redis now: one given
+a slot within its window, or holding one ahead. A tenant on the default
+quota that has been idle for longer than its window has nothing in Redis
+(its log expires), so it is not listed, and has nothing to show.
+
+--sort usage (the default) puts the fullest tenants first: the share of the
+limit taken in the window and ahead, then the count; --sort name sorts names
+naturally (tenant-2 before tenant-10). --limit shows the first N (0 for
+all); --match keeps the tenants whose names match a Redis glob (*, ?, [abc],
+\ escapes). Named TENANTs are shown as given: --limit, --sort and --match
+do not apply.
+
+Reads are batched: quotas and keys a page at a time, windows a pipeline of
+hundreds at a time. When some cannot be read, status prints what it read,
+marks the rest, and exits 1.
 
 --watch redraws every second until interrupted; with --json it prints one
-JSON object per line.`,
+JSON object per line. Tables shorten tenant names longer than 40 characters
+with an ellipsis; --json prints them whole.`,
 		RunE: func(cmd *cobra.Command, tenants []string) error {
 			if err := validateTenants(tenants...); err != nil {
 				return err
+			}
+			if o.limit < 0 {
+				return usageErrorf("--limit %d: want 0 (all) or more", o.limit)
+			}
+			if o.sort != "usage" && o.sort != "name" {
+				return usageErrorf("--sort %q: want usage or name", o.sort)
+			}
+			if len(tenants) > 0 && cmd.Flags().Changed("match") {
+				return usageErrorf("--match filters the list of tenants; it does not apply to named tenants")
 			}
 			rdb, _, err := a.dial(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer rdb.Close()
-			quotas := admission.NewRedisQuotas(rdb, a.gateOptions()...)
-			gate := admission.New(rdb, quotas, a.gateOptions()...)
-			defer gate.Close()
-			s := &statusReader{rdb: rdb, gate: gate, quotas: quotas, insp: asynq.NewInspectorFromRedisClient(rdb)}
+			s := &statusReader{
+				rdb:    rdb,
+				opts:   a.gateOptions(),
+				quotas: admission.NewRedisQuotas(rdb, a.gateOptions()...),
+				insp:   asynq.NewInspectorFromRedisClient(rdb),
+				list:   o,
+			}
 			if !watch {
-				r, err := s.read(cmd.Context(), tenants)
-				if err != nil {
-					return err
+				r, rerr := s.read(cmd.Context(), tenants)
+				if r.Tenants == nil && r.Queues == nil {
+					return rerr // nothing read at all
 				}
 				if asJSON {
-					return writeJSON(a.stdout, r, true)
+					err = writeJSON(a.stdout, r, true)
+				} else {
+					err = writeStatus(a.stdout, r)
 				}
-				return writeStatus(a.stdout, r)
+				return cmp.Or(rerr, err)
 			}
 			return a.watchStatus(cmd.Context(), s, tenants, asJSON)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().BoolVar(&watch, "watch", false, "redraw every second until interrupted")
+	cmd.Flags().IntVar(&o.limit, "limit", o.limit, "show at most this many tenants; 0 for all")
+	cmd.Flags().StringVar(&o.sort, "sort", o.sort, "order of the tenants: usage (fullest first) or name")
+	cmd.Flags().StringVar(&o.match, "match", "", "only tenants whose names match this Redis glob, e.g. 'acme-*'")
 	return cmd
 }
 
+// watchStatus redraws the status every second. A round that could not
+// read everything prints what it read and the error, and the watch goes
+// on.
 func (a *app) watchStatus(ctx context.Context, s *statusReader, tenants []string, asJSON bool) error {
 	clear := a.colorful(a.stdout) && !asJSON
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for first := true; ; first = false {
-		r, err := s.read(ctx, tenants)
+		r, rerr := s.read(ctx, tenants)
 		if ctx.Err() != nil {
 			return nil // interrupted: the normal end of a watch
 		}
-		if err != nil {
-			return err
-		}
+		var err error
 		switch {
+		case r.Tenants == nil && r.Queues == nil:
 		case asJSON:
 			err = writeJSON(a.stdout, r, false)
 		case clear:
@@ -85,6 +137,9 @@ func (a *app) watchStatus(ctx context.Context, s *statusReader, tenants []string
 		if err != nil {
 			return err
 		}
+		if rerr != nil {
+			fmt.Fprintf(a.stderr, "admitq: %s\n", strings.TrimPrefix(rerr.Error(), "admitq: "))
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -97,7 +152,11 @@ func (a *app) watchStatus(ctx context.Context, s *statusReader, tenants []string
 type statusReport struct {
 	Time    time.Time      `json:"time"` // Redis server time
 	Tenants []tenantStatus `json:"tenants"`
-	Queues  []queueStatus  `json:"queues"`
+	// Total is how many tenants the listing found (after --match), of
+	// which Tenants holds the first --limit; for named tenants, how many
+	// were named.
+	Total  int           `json:"total"`
+	Queues []queueStatus `json:"queues"`
 }
 
 type tenantStatus struct {
@@ -108,6 +167,8 @@ type tenantStatus struct {
 	Reserved int        `json:"reserved"`  // reservations after now
 	NextFree *time.Time `json:"next_free"` // when a request arriving now would get a slot
 	Error    string     `json:"error,omitempty"`
+
+	now time.Time // Redis server time of this tenant's read
 }
 
 type queueStatus struct {
@@ -120,82 +181,351 @@ type queueStatus struct {
 
 type statusReader struct {
 	rdb    redis.UniversalClient
-	gate   *admission.Gate
+	opts   []admission.Option
 	quotas *admission.RedisQuotas
 	insp   *asynq.Inspector
+	list   statusOptions
 }
 
-func (s *statusReader) read(ctx context.Context, tenants []string) (statusReport, error) {
-	all, err := s.quotas.List(ctx)
+// statusQuotas is what status knows of the quotas of the tenants it shows.
+type statusQuotas struct {
+	static admission.StaticQuotas // the default and tenants' own quotas
+	bad    map[string]error       // tenants whose own quota does not decode
+	defErr error                  // the default's, when it does not decode
+}
+
+// read reads the status of the named tenants, or of the listing. It
+// returns what it could read, and an error when some of it failed; a
+// report with no tenants and no queues means nothing was read.
+func (s *statusReader) read(ctx context.Context, named []string) (statusReport, error) {
+	var (
+		names  []string
+		active map[string]bool // tenants with a window in Redis; nil: read every one
+		sq     statusQuotas
+		err    error
+	)
+	if len(named) > 0 {
+		names = named
+		sq, err = s.namedQuotas(ctx, named)
+	} else {
+		names, active, sq, err = s.listing(ctx)
+	}
 	if err != nil {
 		return statusReport{}, err
 	}
-	if len(tenants) == 0 {
-		for t := range all.Tenants {
-			tenants = append(tenants, t)
-		}
-		slices.Sort(tenants)
+	r := statusReport{Tenants: []tenantStatus{}, Total: len(names), Queues: []queueStatus{}}
+	gate := admission.New(s.rdb, sq.static, s.opts...)
+	defer gate.Close()
+	limit := s.list.limit
+	if len(named) > 0 {
+		limit = 0
 	}
-	r := statusReport{Tenants: []tenantStatus{}, Queues: []queueStatus{}}
-	for _, t := range tenants {
-		ts := tenantStatus{Tenant: t}
-		u, err := s.gate.Usage(ctx, t)
+
+	// Tenants with nothing in Redis are not read: their windows are empty.
+	var read, idle, bad []string
+	for i, t := range names {
+		if len(named) == 0 && s.list.sort == "name" && limit > 0 && i == limit {
+			break // names are in natural order already
+		}
+		switch {
+		case sq.bad[t] != nil:
+			bad = append(bad, t)
+		case active == nil || active[t]:
+			read = append(read, t)
+		default:
+			idle = append(idle, t)
+		}
+	}
+	var results []admission.UsageResult
+	if len(named) == 0 && s.list.sort == "usage" {
+		results = gate.UsageTop(ctx, read, limit)
+	} else {
+		results = gate.UsageBatch(ctx, read)
+	}
+	rows := map[string]tenantStatus{}
+	var ok, failed []tenantStatus // in the order read
+	var errs []error
+	for _, u := range results {
+		ts, err := sq.row(u)
 		if err != nil {
-			ts.Error = err.Error()
-			if !errors.Is(err, admission.ErrNoQuota) {
-				return statusReport{}, err
-			}
-			r.Tenants = append(r.Tenants, ts)
+			failed, errs = append(failed, ts), append(errs, err)
 			continue
 		}
-		q := toQuotaJSON(u.Quota)
-		_, own := all.Tenants[t]
-		ts.Quota, ts.Default = &q, !own
-		ts.InWindow, ts.Reserved = u.InWindow, u.Reserved
-		next := u.NextFree
-		ts.NextFree = &next
-		r.Time = u.Now
-		r.Tenants = append(r.Tenants, ts)
+		if r.Time.IsZero() && ts.NextFree != nil {
+			r.Time = u.Usage.Now
+		}
+		ok, rows[ts.Tenant] = append(ok, ts), ts
 	}
 	if r.Time.IsZero() {
 		if now, err := s.rdb.Time(ctx).Result(); err == nil {
 			r.Time = now
 		}
 	}
+	for _, t := range idle {
+		q, err := sq.static.Quota(ctx, t)
+		ts, err := sq.row(admission.UsageResult{Usage: admission.Usage{Tenant: t, Quota: q, Now: r.Time, NextFree: r.Time}, Err: err})
+		if err != nil {
+			failed, errs = append(failed, ts), append(errs, err)
+			continue
+		}
+		rows[t] = ts
+	}
+	for _, t := range bad {
+		failed = append(failed, tenantStatus{Tenant: t, Error: sq.bad[t].Error()})
+		errs = append(errs, sq.bad[t])
+	}
+
+	if len(named) == 0 && s.list.sort == "usage" {
+		// UsageTop's order, then the idle tenants, none of whom holds
+		// anything, by name.
+		r.Tenants = append(r.Tenants, ok...)
+		for _, t := range idle {
+			if ts, found := rows[t]; found {
+				r.Tenants = append(r.Tenants, ts)
+			}
+		}
+		r.Tenants = append(r.Tenants, failed...)
+		if limit > 0 && len(r.Tenants) > limit {
+			r.Tenants = r.Tenants[:limit]
+		}
+	} else {
+		byName := map[string]tenantStatus{}
+		for _, ts := range failed {
+			byName[ts.Tenant] = ts
+		}
+		maps.Copy(byName, rows)
+		for i, t := range names {
+			if len(named) == 0 && limit > 0 && i == limit {
+				break
+			}
+			r.Tenants = append(r.Tenants, byName[t])
+		}
+	}
+
+	var errAll []error
+	if len(errs) > 0 {
+		errAll = append(errAll, fmt.Errorf("%d of %d tenants could not be read; the first: %w", len(errs), len(read)+len(idle)+len(bad), errs[0]))
+	}
+	queues, err := s.queues()
+	r.Queues = append(r.Queues, queues...)
+	if err != nil {
+		errAll = append(errAll, err)
+	}
+	return r, errors.Join(errAll...)
+}
+
+// row turns a tenant's usage into its row, with the error that kept it
+// from being read, if any. Having no quota at all is not an error; being
+// on a default that does not decode is.
+func (sq statusQuotas) row(u admission.UsageResult) (tenantStatus, error) {
+	ts := tenantStatus{Tenant: u.Usage.Tenant}
+	err := u.Err
+	switch {
+	case errors.Is(err, admission.ErrNoQuota) && sq.defErr != nil:
+		err = sq.defErr
+	case errors.Is(err, admission.ErrNoQuota):
+		return ts, nil
+	}
+	if err != nil {
+		ts.Error = err.Error()
+		return ts, err
+	}
+	q := toQuotaJSON(u.Usage.Quota)
+	_, own := sq.static.Tenants[ts.Tenant]
+	ts.Quota, ts.Default = &q, !own
+	ts.InWindow, ts.Reserved = u.Usage.InWindow, u.Usage.Reserved
+	next := u.Usage.NextFree
+	ts.NextFree, ts.now = &next, u.Usage.Now
+	return ts, nil
+}
+
+// namedQuotas reads the quotas of named tenants, and the default.
+func (s *statusReader) namedQuotas(ctx context.Context, named []string) (statusQuotas, error) {
+	sq := statusQuotas{static: admission.StaticQuotas{Tenants: map[string]admission.Quota{}}, bad: map[string]error{}}
+	if err := s.readDefault(ctx, &sq); err != nil {
+		return sq, err
+	}
+	res, err := s.quotas.GetBatch(ctx, named)
+	if err != nil {
+		return sq, err
+	}
+	for i, r := range res {
+		switch {
+		case r.Err == nil:
+			sq.static.Tenants[named[i]] = r.Quota
+		case !errors.Is(r.Err, admission.ErrNoQuota):
+			sq.bad[named[i]] = r.Err
+		}
+	}
+	return sq, nil
+}
+
+func (s *statusReader) readDefault(ctx context.Context, sq *statusQuotas) error {
+	def, err := s.quotas.GetDefault(ctx)
+	switch {
+	case err == nil:
+		sq.static.Default = &def
+	case errors.Is(err, admission.ErrInvalidQuota):
+		sq.defErr = err
+	case !errors.Is(err, admission.ErrNoQuota):
+		return err
+	}
+	return nil
+}
+
+// listing finds the tenants to list, in natural order: those with a quota
+// of their own and those with a window in Redis, which it returns as
+// active. The quota hash and the keys are scanned at the same time.
+func (s *statusReader) listing(ctx context.Context) (names []string, active map[string]bool, sq statusQuotas, err error) {
+	sq = statusQuotas{static: admission.StaticQuotas{Tenants: map[string]admission.Quota{}}, bad: map[string]error{}}
+	active = map[string]bool{}
+	// A gate only to scan the keys of the prefix: no quota is looked up.
+	scanner := admission.New(s.rdb, admission.StaticQuotas{}, s.opts...)
+	defer scanner.Close()
+	var qerr, kerr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if qerr = s.readDefault(ctx, &sq); qerr != nil {
+			return
+		}
+		qerr = s.quotas.Scan(ctx, s.list.match, func(tenant string, q admission.Quota, err error) error {
+			if err != nil {
+				sq.bad[tenant] = err
+			} else {
+				sq.static.Tenants[tenant] = q
+			}
+			return nil
+		})
+	})
+	wg.Go(func() {
+		kerr = scanner.ScanTenants(ctx, s.list.match, func(tenant string) error {
+			active[tenant] = true
+			return nil
+		})
+	})
+	wg.Wait()
+	if err := cmp.Or(qerr, kerr); err != nil {
+		return nil, nil, sq, err
+	}
+	names = make([]string, 0, len(sq.static.Tenants)+len(sq.bad)+len(active))
+	for t := range sq.static.Tenants {
+		names = append(names, t)
+	}
+	for t := range sq.bad {
+		names = append(names, t)
+	}
+	for t := range active {
+		if _, own := sq.static.Tenants[t]; !own && sq.bad[t] == nil {
+			names = append(names, t)
+		}
+	}
+	sortNatural(names)
+	return names, active, sq, nil
+}
+
+// queues reads asynq's queues.
+func (s *statusReader) queues() ([]queueStatus, error) {
 	queues, err := s.insp.Queues()
 	if err != nil {
-		return statusReport{}, fmt.Errorf("asynq queues: %w", err)
+		return nil, fmt.Errorf("asynq queues: %w", err)
 	}
 	slices.Sort(queues)
+	var out []queueStatus
 	for _, q := range queues {
 		info, err := s.insp.GetQueueInfo(q)
 		if err != nil {
-			return statusReport{}, fmt.Errorf("asynq queue %q: %w", q, err)
+			return out, fmt.Errorf("asynq queue %q: %w", q, err)
 		}
-		r.Queues = append(r.Queues, queueStatus{
+		out = append(out, queueStatus{
 			Queue: q, Pending: info.Pending, Scheduled: info.Scheduled, Active: info.Active, Retry: info.Retry,
 		})
 	}
-	return r, nil
+	return out, nil
 }
+
+// naturalCompare orders strings as people read them: runs of digits by
+// their value, so tenant-2 comes before tenant-10; everything else, and
+// ties such as tenant-02 and tenant-2, byte by byte.
+func naturalCompare(a, b string) int {
+	if c := strings.Compare(naturalKey(a), naturalKey(b)); c != 0 {
+		return c
+	}
+	return strings.Compare(a, b)
+}
+
+// sortNatural sorts names as naturalCompare does, making each one's key
+// once rather than at every comparison.
+func sortNatural(names []string) {
+	type keyed struct{ key, name string }
+	ks := make([]keyed, len(names))
+	for i, n := range names {
+		ks[i] = keyed{naturalKey(n), n}
+	}
+	slices.SortFunc(ks, func(x, y keyed) int {
+		return cmp.Or(strings.Compare(x.key, y.key), strings.Compare(x.name, y.name))
+	})
+	for i, k := range ks {
+		names[i] = k.name
+	}
+}
+
+// naturalKey returns a string whose byte order is s's natural order: each
+// run of digits becomes '0', its length without leading zeros in two
+// bytes, then those digits. Every '0' of a key starts such a run, and all
+// digits sort alike against any other byte, so a run meets either another
+// run, compared by length and then digits, or the byte a digit would have
+// met.
+func naturalKey(s string) string {
+	b := make([]byte, 0, len(s)+8)
+	for i := 0; i < len(s); {
+		if !isDigit(s[i]) {
+			b = append(b, s[i])
+			i++
+			continue
+		}
+		n := i
+		for n < len(s) && isDigit(s[n]) {
+			n++
+		}
+		run := strings.TrimLeft(s[i:n], "0")
+		b = append(b, '0', byte(len(run)>>8), byte(len(run)))
+		b = append(b, run...)
+		i = n
+	}
+	return string(b)
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 func writeStatus(w io.Writer, r statusReport) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if len(r.Tenants) == 0 {
-		fmt.Fprintln(tw, "no tenant has a quota of its own")
+		fmt.Fprintln(tw, "no tenant has a quota of its own or a window in Redis")
 	} else {
 		fmt.Fprintln(tw, "TENANT\tQUOTA\tIN WINDOW\tAHEAD\tNEXT FREE")
 	}
 	for _, t := range r.Tenants {
-		if t.Quota == nil {
-			fmt.Fprintf(tw, "%s\t%s\t\t\t\n", t.Tenant, "no quota")
+		name := tableTenant(t.Tenant)
+		switch {
+		case t.Error != "":
+			fmt.Fprintf(tw, "%s\terror: %s\t\t\t\n", name, t.Error)
+			continue
+		case t.Quota == nil:
+			fmt.Fprintf(tw, "%s\t%s\t\t\t\n", name, "no quota")
 			continue
 		}
 		q := t.Quota.String()
 		if t.Default {
 			q += " (default)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%s\n", t.Tenant, q, t.InWindow, t.Quota.Limit, t.Reserved, nextFree(r.Time, *t.NextFree))
+		now := r.Time
+		if !t.now.IsZero() {
+			now = t.now // reads of many tenants take a while: each against its own time
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%s\n", name, q, t.InWindow, t.Quota.Limit, t.Reserved, nextFree(now, *t.NextFree))
+	}
+	if more := r.Total - len(r.Tenants); more > 0 {
+		fmt.Fprintf(tw, "… and %d more tenants (--limit 0 shows them all)\n", more)
 	}
 	fmt.Fprintln(tw)
 	if len(r.Queues) == 0 {

@@ -124,10 +124,11 @@ func BenchmarkScript(b *testing.B) {
 					r := rand.New(rand.NewPCG(g, 1))
 					idPrefix := strconv.FormatUint(g, 36) + "."
 					var n uint64
-					// One quota, then the key's quota index, count and IDs.
-					const head = 7
+					// One quota, then the key's quota index, not-before
+					// time (none), count and IDs.
+					const head = 8
 					args := make([]any, head+ids)
-					copy(args, []any{1, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), 1, 1, ids})
+					copy(args, []any{1, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), 1, 1, 0, ids})
 					ctx := context.Background()
 					var ok uint64
 					for pb.Next() {

@@ -19,7 +19,8 @@ import (
 // of the rates of tenants without a quota of their own, are shown.
 const DefaultRow = "(default)"
 
-// tenantList is every quota, read with one HGETALL and reused for listTTL.
+// tenantList is every quota, read by RedisQuotas.List (HSCAN pages) and
+// reused for listTTL.
 type tenantList struct {
 	read   time.Time
 	names  []string // tenants with a quota of their own, sorted
