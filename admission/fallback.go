@@ -18,7 +18,7 @@ import (
 // said of the tenant's window (observe), so that the fallback does not
 // hand out again, on top of the slots Redis already gave, the share those
 // slots used. After an outage it tells Redis what it admitted (replay),
-// and for two windows after its last fallback decision for a tenant it
+// and for two windows after its last fallback admission for a tenant it
 // sends Redis only what the tenant's local count has room for (guard):
 // producers come back at different times, and Redis cannot see what the
 // others still admit locally.
@@ -82,7 +82,7 @@ type localCount struct {
 	// until: a slot it deferred, or the next free slot of a rejection.
 	fullUntil int64
 	// localUntil (UnixNano) is a window after the fallback's last
-	// decision stops being counted; until then the tenant is guarded.
+	// admission stops being counted; until then the tenant is guarded.
 	localUntil int64
 	// Until seedUntil (UnixNano), a window after the last admission Redis
 	// gave this producer, the fallback admits only while seed < the local
@@ -200,19 +200,14 @@ func (l *localLimiter) admit(tenant string, q Quota, ids []string, now time.Time
 			}
 			c.debt++
 			c.debtUntil = (c.newest + localBuckets + 1) * c.width
+			// Guarded until a window after this admission stops counting:
+			// producers come back to Redis at different times, and Redis
+			// cannot see what the others still admit locally.
+			c.localUntil = c.debtUntil + int64(q.Window)
+			s.touch(c, &s.local)
 			d.Remaining = int(limit - max(n, c.seed-1) - 1)
 		}
 		ds[i] = d
-	}
-	if c != nil {
-		// Guarded, admitted or not, until a window after this decision
-		// stops counting: producers come back to Redis at different
-		// times, and one back first must not take the whole window while
-		// the others still admit their shares locally, nor before Redis
-		// has seen what they admitted.
-		c.count(q, now)
-		c.localUntil = max(c.localUntil, (c.newest+localBuckets+1)*c.width+int64(q.Window))
-		s.touch(c, &s.local)
 	}
 	return ds
 }
@@ -277,9 +272,8 @@ func (l *localLimiter) guard(tenant string, q Quota, n int, now time.Time) (ok i
 	if now.UnixNano() < c.debtUntil {
 		debt = int(c.debt)
 	}
-	if now.UnixNano() < c.fullUntil {
-		return 0, time.Unix(0, c.fullUntil), debt
-	}
+	// Not fullUntil: that is Redis's word, and Redis, back, says it anew
+	// (it may have come back empty).
 	room := int(l.limit(q) - c.count(q, now))
 	if room >= n {
 		return n, time.Time{}, debt
