@@ -15,12 +15,18 @@ const (
 	// slot, Decision.At, and must not start before it.
 	Deferred
 	// Rejected means even the next free slot is further ahead than the
-	// quota's MaxDelay. Nothing was recorded; Decision.At says when a retry
+	// quota's MaxDelay, or (Decision.Full) the tenant's parked backlog is
+	// at its MaxParked. Nothing was recorded; Decision.At says when a retry
 	// could succeed.
 	Rejected
+	// Parked means the tenant has Quota.MaxInFlight tasks in the worker
+	// queues already (or older tasks parked): the request waits, durably
+	// and in order, and gets a permit and a slot as the tenant's own tasks
+	// finish. Decision.At is when it was parked.
+	Parked
 )
 
-// String returns "admitted", "deferred" or "rejected".
+// String returns "admitted", "deferred", "rejected" or "parked".
 func (o Outcome) String() string {
 	switch o {
 	case Admitted:
@@ -29,6 +35,8 @@ func (o Outcome) String() string {
 		return "deferred"
 	case Rejected:
 		return "rejected"
+	case Parked:
+		return "parked"
 	}
 	return "Outcome(" + strconv.Itoa(int(o)) + ")"
 }
@@ -53,6 +61,9 @@ type Decision struct {
 	// Existing reports that ID was already in the log: this is its original
 	// slot, and no second one was taken.
 	Existing bool
+	// Full reports a rejection because the tenant's parked backlog is full
+	// (Quota.MaxParked), not because of its rate.
+	Full bool
 	// Local reports a decision made without Redis: by the FailOpen fallback
 	// limiter or from the local cache of recent rejections.
 	Local bool

@@ -29,6 +29,7 @@ type options struct {
 	// DefaultQuotaCacheSize (see WithQuotaCacheSize).
 	quotaCacheSize int
 	bulkTimeout    time.Duration
+	permitLease    time.Duration // see WithPermitLease (permit.go); 0 is the default
 }
 
 // DefaultTimeout is the deadline of one Redis call when WithTimeout is not
@@ -96,10 +97,7 @@ func WithGranularity(d time.Duration) Option {
 }
 
 // WithTimeout sets the deadline of each Redis call; 0 or less keeps
-// DefaultTimeout. The caller's context can only shorten it. A request of a
-// tenant over its quota may first wait in the deny cache for room, up to
-// half the timeout (see WithDenyCache); that wait is not counted against
-// its call.
+// DefaultTimeout. The caller's context can only shorten it.
 func WithTimeout(d time.Duration) Option {
 	return optionFunc(func(o *options) {
 		if d > 0 {
@@ -137,11 +135,10 @@ func WithBatching(on bool) Option {
 }
 
 // WithDenyCache turns the local cache of rejections on (the default) or
-// off. With it on, a tenant that Redis rejected until T is rejected locally
-// (Decision.Local) until T, and afterwards sends Redis no more calls at once
-// than it has room for (a request may wait for room up to two calls' time,
-// and half the timeout at most), so a flood from one tenant costs Redis
-// about one script call per admission. A retried ID of the caller's own that holds a slot still gets
+// off. With it on, a tenant that Redis rejected until T (or whose window an
+// admission filled until T) is rejected locally (Decision.Local) until T,
+// so a flood from one tenant costs Redis about one script call per
+// admission. A retried ID of the caller's own that holds a slot still gets
 // it back (one ZMSCORE checks); under a Counter quota, which keeps no IDs,
 // it is rejected while its tenant is cached.
 func WithDenyCache(on bool) Option {

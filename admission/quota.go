@@ -24,6 +24,26 @@ type Quota struct {
 	MaxDelay time.Duration
 	// Mode chooses how the window is kept: Log (the zero value) or Counter.
 	Mode Mode
+	// MaxInFlight caps the tenant's tasks in the worker queues (pending or
+	// active) at once; a task over the cap is Parked and released in order
+	// as the tenant's own tasks finish. 0 means no cap. Needs Log mode.
+	MaxInFlight int
+	// MaxParked bounds how many tasks the tenant may have parked; a task
+	// that finds the backlog full is rejected. 0 means DefaultMaxParked.
+	// Only meaningful with MaxInFlight.
+	MaxParked int
+}
+
+// DefaultMaxParked is the parked backlog of a capped tenant whose quota
+// leaves MaxParked at 0.
+const DefaultMaxParked = 10_000
+
+// parkedBound is q's effective MaxParked.
+func (q Quota) parkedBound() int {
+	if q.MaxParked > 0 {
+		return q.MaxParked
+	}
+	return DefaultMaxParked
 }
 
 // Mode is how a tenant's window is kept in Redis.
@@ -78,6 +98,14 @@ func (q Quota) Validate() error {
 		return fmt.Errorf("%w: MaxDelay is %v, want 0 or more", ErrInvalidQuota, q.MaxDelay)
 	case q.Mode != Log && q.Mode != Counter:
 		return fmt.Errorf("%w: Mode is %d, want Log or Counter", ErrInvalidQuota, q.Mode)
+	case q.MaxInFlight < 0:
+		return fmt.Errorf("%w: MaxInFlight is %d, want 0 (no cap) or more", ErrInvalidQuota, q.MaxInFlight)
+	case q.MaxParked < 0:
+		return fmt.Errorf("%w: MaxParked is %d, want 0 (the default) or more", ErrInvalidQuota, q.MaxParked)
+	case q.MaxParked > 0 && q.MaxInFlight == 0:
+		return fmt.Errorf("%w: MaxParked is %d without MaxInFlight; only capped tenants park", ErrInvalidQuota, q.MaxParked)
+	case q.MaxInFlight > 0 && q.Mode == Counter:
+		return fmt.Errorf("%w: MaxInFlight is %d in counter mode; the cap needs the log's entry IDs", ErrInvalidQuota, q.MaxInFlight)
 	}
 	return nil
 }
@@ -91,6 +119,9 @@ func (q Quota) String() string {
 	if q.Mode != Log {
 		s += ", " + q.Mode.String()
 	}
+	if q.MaxInFlight > 0 {
+		s += fmt.Sprintf(", max in flight %d, max parked %d", q.MaxInFlight, q.parkedBound())
+	}
 	return s
 }
 
@@ -101,6 +132,10 @@ type quotaJSON struct {
 	Window   string `json:"window"`
 	MaxDelay string `json:"max_delay,omitempty"`
 	Mode     string `json:"mode,omitempty"`
+	// MaxInFlight and MaxParked are absent when zero, so quotas written
+	// before the cap existed read the same.
+	MaxInFlight int `json:"max_in_flight,omitempty"`
+	MaxParked   int `json:"max_parked,omitempty"`
 }
 
 // MarshalText encodes q as the JSON stored in the quota hash, e.g.
@@ -116,6 +151,7 @@ func (q Quota) MarshalText() ([]byte, error) {
 	if q.Mode != Log {
 		j.Mode = q.Mode.String()
 	}
+	j.MaxInFlight, j.MaxParked = q.MaxInFlight, q.MaxParked
 	return json.Marshal(j)
 }
 
@@ -146,7 +182,7 @@ func (q *Quota) UnmarshalText(b []byte) error {
 	if err != nil {
 		return err
 	}
-	got := Quota{Limit: j.Limit, Window: w, MaxDelay: d, Mode: mode}
+	got := Quota{Limit: j.Limit, Window: w, MaxDelay: d, Mode: mode, MaxInFlight: j.MaxInFlight, MaxParked: j.MaxParked}
 	if err := got.Validate(); err != nil {
 		return err
 	}

@@ -61,6 +61,13 @@ func (g *Gate) UsageBatch(ctx context.Context, tenants []string) []UsageResult {
 	}
 
 	g.readUsage(ctx, bctx, res, todo)
+	// Capped tenants' permits and parked tasks: one more round trip each,
+	// and only for them (permit.go).
+	for _, i := range todo {
+		if r := &res[i]; r.Err == nil && r.Usage.Quota.MaxInFlight > 0 {
+			r.Err = g.depthUsage(bctx, &r.Usage)
+		}
+	}
 	return res
 }
 

@@ -146,7 +146,12 @@ func newClient(g *admission.Gate, opts []Option) *Client {
 //   - Deferred: the task is scheduled (asynq.ProcessAt) for its slot,
 //     Decision.At, a whole second. It never becomes pending before it.
 //   - Rejected: nothing is enqueued and the error is a *RejectedError,
-//     which matches ErrRejected and says when to retry.
+//     which matches ErrRejected and says when to retry (Decision.Full: the
+//     tenant's parked backlog, Quota.MaxParked, is full).
+//   - Parked (a tenant with Quota.MaxInFlight tasks in the queue already):
+//     the task is written to asynq's scheduled set until ParkedUntil, and
+//     a worker with a Gate moves it to pending, in order, when one of the
+//     tenant's tasks finishes. Its own ProcessAt, if any, is not kept.
 //
 // The task's ID is the tenant's log entry. It comes from an asynq.TaskID
 // option, given to Enqueue or to asynq.NewTask (Enqueue's wins, as in
@@ -200,12 +205,13 @@ func (c *Client) Enqueue(ctx context.Context, tenant string, task *asynq.Task, o
 	if err != nil {
 		return nil, admission.Decision{}, err
 	}
-	d, err := c.gate.AdmitAt(admitContext(ctx, p), tenant, p.id, notBefore(p.sched.at))
+	ds, err := c.gate.AdmitTasksAt(admitContext(ctx, p), tenant, []admission.Ref{p.ref()}, notBefore(p.sched.at))
 	if err != nil {
 		return nil, admission.Decision{}, c.settle(ctx, h, admission.Decision{}, unwritten, err)
 	}
+	d := ds[0]
 	info, f, err := c.write(ctx, p, d)
-	return info, d, c.settle(ctx, h, d, f, err)
+	return info, d, c.settle(ctx, h, d, f, c.unpark(ctx, p, d, f, err))
 }
 
 // Result is the outcome of one task of EnqueueBatch.
@@ -245,7 +251,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 	}
 	rs := make([]Result, len(tasks))
 	ps := make([]prepared, 0, len(tasks))
-	ids := make([]string, 0, len(tasks))
+	refs := make([]admission.Ref, 0, len(tasks))
 	made := true // every ID is Enqueue's own
 	seen := make(map[string]int, len(tasks))
 	for i, t := range tasks {
@@ -261,9 +267,9 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 		p.index = i
 		made = made && p.made
 		ps = append(ps, p)
-		ids = append(ids, p.id)
+		refs = append(refs, p.ref())
 	}
-	if len(ids) == 0 {
+	if len(refs) == 0 {
 		return rs, nil
 	}
 	hs := make([]hold, 0, len(ps))
@@ -284,7 +290,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 	if made {
 		actx = freshid.Mark(ctx)
 	}
-	ds, errs, err := c.admitAll(actx, tenant, ps, ids)
+	ds, errs, err := c.admitAll(actx, tenant, ps, refs)
 	if err != nil {
 		return nil, leave(err)
 	}
@@ -296,7 +302,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 		}
 		r.Decision = ds[j]
 		info, f, err := c.write(ctx, p, ds[j])
-		r.Info, r.Err = info, c.settle(ctx, hs[j], ds[j], f, err)
+		r.Info, r.Err = info, c.settle(ctx, hs[j], ds[j], f, c.unpark(ctx, p, ds[j], f, err))
 	}
 	return rs, nil
 }
@@ -389,6 +395,9 @@ func (c *Client) write(ctx context.Context, p prepared, d admission.Decision) (*
 		return nil, unwritten, &RejectedError{Decision: d}
 	}
 	opts, slot := p.opts, d.At
+	if d.Outcome == admission.Parked {
+		opts = append(opts, asynq.ProcessAt(ParkedUntil)) // park.go
+	}
 	if d.Outcome == admission.Deferred {
 		// The slot is a whole second already, unless another Gate with a
 		// finer granularity recorded this ID; rounding up is never early.
@@ -397,7 +406,7 @@ func (c *Client) write(ctx context.Context, p prepared, d admission.Decision) (*
 			opts = append(opts, asynq.ProcessAt(slot)) // into the room prepare left
 		}
 	}
-	if p.sched.at.After(slot) {
+	if p.sched.at.After(slot) && d.Outcome != admission.Parked {
 		slot = p.sched.at // the caller's own later time; asynq already has it
 	}
 	h := p.task.Headers()

@@ -23,7 +23,7 @@ func notBefore(at time.Time) time.Time {
 // why it was not decided: a run whose gate call failed after an earlier
 // run's succeeded, and every run after it, are not admitted. err, with
 // nothing admitted, is the first run's failure.
-func (c *Client) admitAll(ctx context.Context, tenant string, ps []prepared, ids []string) (ds []admission.Decision, errs []error, err error) {
+func (c *Client) admitAll(ctx context.Context, tenant string, ps []prepared, refs []admission.Ref) (ds []admission.Decision, errs []error, err error) {
 	ds = make([]admission.Decision, 0, len(ps))
 	errs = make([]error, len(ps))
 	for lo := 0; lo < len(ps); {
@@ -32,7 +32,7 @@ func (c *Client) admitAll(ctx context.Context, tenant string, ps []prepared, ids
 		for hi < len(ps) && notBefore(ps[hi].sched.at).Equal(nb) {
 			hi++
 		}
-		run, err := c.gate.AdmitBatchAt(ctx, tenant, ids[lo:hi], nb)
+		run, err := c.gate.AdmitTasksAt(ctx, tenant, refs[lo:hi], nb)
 		if err == nil && len(run) != hi-lo {
 			err = fmt.Errorf("enqueue: the gate returned %d decisions for %d tasks", len(run), hi-lo)
 		}

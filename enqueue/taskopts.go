@@ -42,6 +42,9 @@ func taskOptions(t *asynq.Task) ([]asynq.Option, error) {
 type scheduling struct {
 	// id is the task ID from asynq.TaskID; "" when there is none.
 	id string
+	// queue is the asynq queue the task goes to, from asynq.Queue;
+	// "default" when none is given, as in asynq.
+	queue string
 	// at is when the caller asked the task to run, from asynq.ProcessAt or
 	// asynq.ProcessIn (relative to now); zero when neither was given.
 	at time.Time
@@ -50,7 +53,7 @@ type scheduling struct {
 // readScheduling reads lists of options in the order asynq applies them,
 // the last option of each kind winning, as in asynq.Client.Enqueue.
 func readScheduling(now time.Time, lists ...[]asynq.Option) scheduling {
-	var s scheduling
+	s := scheduling{queue: defaultQueue}
 	for _, opts := range lists {
 		for _, o := range opts {
 			if o == nil {
@@ -59,6 +62,8 @@ func readScheduling(now time.Time, lists ...[]asynq.Option) scheduling {
 			switch o.Type() {
 			case asynq.TaskIDOpt:
 				s.id, _ = o.Value().(string)
+			case asynq.QueueOpt:
+				s.queue, _ = o.Value().(string)
 			case asynq.ProcessAtOpt:
 				s.at, _ = o.Value().(time.Time)
 			case asynq.ProcessInOpt:

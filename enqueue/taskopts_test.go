@@ -54,21 +54,21 @@ func TestReadScheduling(t *testing.T) {
 		lists [][]asynq.Option
 		want  scheduling
 	}{
-		{desc: "no options", want: scheduling{}},
+		{desc: "no options", want: scheduling{queue: "default"}},
 		{
 			desc:  "ProcessIn is relative to now",
 			lists: [][]asynq.Option{{asynq.ProcessIn(time.Minute)}},
-			want:  scheduling{at: now.Add(time.Minute)},
+			want:  scheduling{queue: "default", at: now.Add(time.Minute)},
 		},
 		{
 			desc:  "a later list overrides an earlier one, as Enqueue's options override the task's",
-			lists: [][]asynq.Option{{asynq.TaskID("task"), asynq.ProcessAt(now.Add(time.Hour))}, {asynq.TaskID("call"), asynq.ProcessIn(time.Second)}},
-			want:  scheduling{id: "call", at: now.Add(time.Second)},
+			lists: [][]asynq.Option{{asynq.TaskID("task"), asynq.Queue("a"), asynq.ProcessAt(now.Add(time.Hour))}, {asynq.TaskID("call"), asynq.Queue("b"), asynq.ProcessIn(time.Second)}},
+			want:  scheduling{id: "call", queue: "b", at: now.Add(time.Second)},
 		},
 		{
 			desc:  "within a list the last option wins",
 			lists: [][]asynq.Option{{asynq.ProcessIn(time.Second), asynq.ProcessAt(now.Add(time.Hour)), nil}},
-			want:  scheduling{at: now.Add(time.Hour)},
+			want:  scheduling{queue: "default", at: now.Add(time.Hour)},
 		},
 	}
 	for _, tc := range tests {

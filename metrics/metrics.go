@@ -92,6 +92,7 @@ type Metrics struct {
 	started   *prometheus.CounterVec
 	busy      *prometheus.CounterVec
 	delay     *prometheus.HistogramVec
+	depth     depthGauges // depth.go
 
 	label     func(string) string
 	isFailure func(error) bool
@@ -150,6 +151,7 @@ func New(opts ...Option) *Metrics {
 			Help:    "Time from a task's admission slot to the start of its first run, by tenant.",
 			Buckets: o.buckets,
 		}, []string{"tenant"}),
+		depth:      newDepthGauges(),
 		label:      o.label,
 		isFailure:  o.isFailure,
 		now:        time.Now,
@@ -166,6 +168,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.started.Describe(ch)
 	m.busy.Describe(ch)
 	m.delay.Describe(ch)
+	m.depth.describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -176,6 +179,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.started.Collect(ch)
 	m.busy.Collect(ch)
 	m.delay.Collect(ch)
+	m.depth.collect(ch)
 }
 
 var outcomes = []admission.Outcome{admission.Admitted, admission.Deferred, admission.Rejected}

@@ -187,6 +187,8 @@ func gather(t *testing.T, c prometheus.Collector, names ...string) map[string]fl
 			switch {
 			case mt.GetCounter() != nil:
 				out[mf.GetName()+labels] = mt.GetCounter().GetValue()
+			case mt.GetGauge() != nil:
+				out[mf.GetName()+labels] = mt.GetGauge().GetValue()
 			case mt.GetHistogram() != nil:
 				out[mf.GetName()+"_count"+labels] = float64(mt.GetHistogram().GetSampleCount())
 				out[mf.GetName()+"_sum"+labels] = mt.GetHistogram().GetSampleSum()

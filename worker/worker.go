@@ -17,6 +17,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/enqueue"
 	"github.com/admitq/admitq/lua"
 )
@@ -74,7 +75,9 @@ type Config struct {
 
 	// TaskCheckInterval is how long, on average, an idle worker waits before
 	// it polls empty queues again. Lower values pick up new work sooner and
-	// cost Redis more. Zero or negative means DefaultTaskCheckInterval (1 s).
+	// cost Redis more. Zero or negative means DefaultTaskCheckInterval (1 s),
+	// or DefaultDepthTaskCheckInterval (20 ms) when Gate is set, so that a
+	// task released from a parked backlog starts at once.
 	TaskCheckInterval time.Duration
 
 	// Middleware wraps the handler. The first element is the outermost.
@@ -101,6 +104,34 @@ type Config struct {
 	// beyond asynq's own bookkeeping.
 	ErrorHandler asynq.ErrorHandler
 
+	// Gate, when set, makes the Worker keep its tenants' Quota.MaxInFlight:
+	// it holds the permit of each running task of a capped tenant, gives it
+	// back when the task ends for good (success, archived, revoked) and
+	// moves the tenant's oldest parked task into its queue; a reconciler
+	// gives back permits whose leases lapse (a worker died, a task was
+	// deleted or archived from outside). Use the Gate, or one with the same
+	// prefix and quotas, that the producers' enqueue.Client uses. Nil means
+	// the Worker ignores permits; a capped tenant's parked tasks then wait
+	// for a Worker that has one.
+	Gate *admission.Gate
+
+	// PermitLease is how long a running task's permit outlives the last
+	// renewal by its worker (every third of it): the longest a dead worker
+	// holds a permit, plus ReconcileInterval. Zero or negative means
+	// DefaultPermitLease (10 s).
+	PermitLease time.Duration
+
+	// ReconcileInterval is how often (give or take a fifth) the Worker
+	// reconciles capped tenants' permits; a raised MaxInFlight takes effect
+	// within it. Zero or negative means DefaultReconcileInterval (500 ms).
+	ReconcileInterval time.Duration
+
+	// OnDepth, when set with Gate, receives each capped tenant's permits
+	// and parked backlog whenever the reconciler has looked at it (every
+	// ReconcileInterval or so), for gauges such as metrics.ObserveDepth.
+	// It must not block. Nil means none.
+	OnDepth func(admission.Depth)
+
 	// Logger receives asynq's log lines (with component=asynq) and a line
 	// with the stack for each recovered panic. Nil means slog.Default(), read
 	// once by New: a worker that hid its Redis errors would be hard to
@@ -115,13 +146,18 @@ type Config struct {
 // Create one with New. A Worker runs once, from Start or Run until Shutdown,
 // and cannot be restarted. Its methods are safe for concurrent use.
 type Worker struct {
-	redis asynq.RedisConnOpt
-	cfg   asynq.Config
-	log   *slog.Logger
-	mw    []asynq.MiddlewareFunc
+	redis   asynq.RedisConnOpt
+	cfg     asynq.Config
+	log     *slog.Logger
+	mw      []asynq.MiddlewareFunc
+	gate    *admission.Gate
+	lease   time.Duration // running permits' lease
+	every   time.Duration // reconcile interval
+	onDepth func(admission.Depth)
 
 	mu     sync.Mutex
 	srv    *asynq.Server         // nil until Start
+	depth  *depth                // nil unless Config.Gate; closed by Shutdown
 	rdb    redis.UniversalClient // nil until Start; closed by Shutdown
 	closed bool                  // Shutdown has been called
 	done   chan struct{}         // closed when Shutdown has finished
@@ -136,12 +172,23 @@ func New(r asynq.RedisConnOpt, cfg Config) *Worker {
 		log = slog.Default()
 	}
 	return &Worker{
-		redis: r,
-		cfg:   cfg.asynqConfig(log),
-		log:   log,
-		mw:    slices.Clone(cfg.Middleware),
-		done:  make(chan struct{}),
+		redis:   r,
+		cfg:     cfg.asynqConfig(log),
+		log:     log,
+		mw:      slices.Clone(cfg.Middleware),
+		gate:    cfg.Gate,
+		onDepth: cfg.OnDepth,
+		lease:   positiveOr(cfg.PermitLease, DefaultPermitLease),
+		every:   positiveOr(cfg.ReconcileInterval, DefaultReconcileInterval),
+		done:    make(chan struct{}),
 	}
+}
+
+func positiveOr(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
 }
 
 // asynqConfig maps cfg to the asynq.Config it runs with, defaults applied.
@@ -180,6 +227,9 @@ func (cfg Config) asynqConfig(log *slog.Logger) asynq.Config {
 	}
 	if c.TaskCheckInterval <= 0 {
 		c.TaskCheckInterval = DefaultTaskCheckInterval
+		if cfg.Gate != nil {
+			c.TaskCheckInterval = DefaultDepthTaskCheckInterval
+		}
 	}
 	return c
 }
@@ -219,11 +269,19 @@ func (w *Worker) Start(h asynq.Handler) error {
 		return fmt.Errorf("worker: unsupported RedisConnOpt type %T", w.redis)
 	}
 	srv := asynq.NewServerFromRedisClient(rdb, w.cfg)
-	if err := srv.Start(w.handler(h, rdb)); err != nil {
+	var dep *depth
+	if w.gate != nil {
+		dep = newDepth(w.gate, rdb, w.lease, w.every, w.log)
+		dep.observe = w.onDepth
+	}
+	if err := srv.Start(w.handler(h, rdb, dep)); err != nil {
 		rdb.Close()
 		return err
 	}
-	w.srv, w.rdb = srv, rdb
+	if dep != nil {
+		dep.goTracked(dep.reconcile)
+	}
+	w.srv, w.rdb, w.depth = srv, rdb, dep
 	return nil
 }
 
@@ -287,7 +345,7 @@ func (w *Worker) Shutdown() {
 		return
 	}
 	w.closed = true
-	srv, rdb := w.srv, w.rdb
+	srv, rdb, dep := w.srv, w.rdb, w.depth
 	w.mu.Unlock()
 
 	defer close(w.done)
@@ -295,6 +353,11 @@ func (w *Worker) Shutdown() {
 		return
 	}
 	srv.Shutdown()
+	if dep != nil {
+		// After asynq has put back or finished every task, so that the
+		// give-backs read final states, and before the client closes.
+		dep.close()
+	}
 	if err := rdb.Close(); err != nil {
 		w.log.Warn("worker: closing the Redis client", "err", err)
 	}
@@ -302,10 +365,14 @@ func (w *Worker) Shutdown() {
 
 // handler wraps h in the user's middleware, then in the Worker's own, which
 // is outermost so that the user's middleware sees the tenant (and
-// FirstStart works in it) and has its panics recovered too.
-func (w *Worker) handler(h asynq.Handler, rdb redis.UniversalClient) asynq.Handler {
+// FirstStart works in it) and has its panics recovered too. dep, when set,
+// holds capped tenants' permits inside it (permits.go).
+func (w *Worker) handler(h asynq.Handler, rdb redis.UniversalClient, dep *depth) asynq.Handler {
 	for i := len(w.mw) - 1; i >= 0; i-- {
 		h = w.mw[i](h)
+	}
+	if dep != nil {
+		h = dep.middleware(h)
 	}
 	return tenantHandler{next: h, log: w.log, starts: &starts{rdb: rdb, script: lua.Started()}}
 }

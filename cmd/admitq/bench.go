@@ -76,6 +76,12 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 			if cfg.Warmup == 0 {
 				cfg.Warmup = -1 // bench.Config: negative is none, 0 the default
 			}
+			if slices.Contains(cfg.Only, bench.Neighbour) {
+				if len(cfg.Only) > 1 {
+					return usageErrorf("--only %s: the noisy-neighbour scenario runs alone", strings.Join(cfg.Only, ","))
+				}
+				return a.benchNeighbour(cmd, cfg, asJSON)
+			}
 			known := bench.Contenders()
 			for _, id := range cfg.Only {
 				if !slices.Contains(known, id) {
@@ -148,7 +154,7 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 	f.IntVar(&cfg.Rounds, "rounds", 3, "slices each contender's --duration is run in, round-robin with the others, to spread out noise")
 	f.DurationVar(&cfg.Warmup, "warmup", 500*time.Millisecond, "unmeasured time before each slice")
 	f.IntVar(&cfg.FloodFactor, "flood", 20, "the flood row's offered load, as a multiple of the quota")
-	f.StringSliceVar(&cfg.Only, "only", nil, "run only these contenders: "+strings.Join(bench.Contenders(), ","))
+	f.StringSliceVar(&cfg.Only, "only", nil, "run only these contenders: "+strings.Join(bench.Contenders(), ",")+"; or "+bench.Neighbour+", the noisy-neighbour scenario with real workers")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.BoolVar(&check, "check", false, "exit 1 when a target is not met")
 	return cmd

@@ -30,6 +30,7 @@ func (a *app) newDemoCmd() *cobra.Command {
 		metricsAddr   string
 		dash          bool
 		dashboardAddr string
+		scenario      string
 	)
 	cmd := &cobra.Command{
 		Use:   "demo [--duration 20s] [--chart FILE.svg|FILE.png] [--dashboard]",
@@ -51,6 +52,17 @@ runs, and prints its URL.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if duration < time.Second {
 				return usageErrorf("--duration %v: want at least 1s", duration)
+			}
+			switch scenario {
+			case "rate":
+			case "depth":
+				d := time.Duration(0)
+				if cmd.Flags().Changed("duration") {
+					d = duration
+				}
+				return a.runDepthDemo(cmd.Context(), d) // demodepth.go
+			default:
+				return usageErrorf("--scenario %q: want rate or depth", scenario)
 			}
 			var format string
 			if chart != "" {
@@ -82,6 +94,7 @@ runs, and prints its URL.`,
 	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address while the demo runs")
 	fs.BoolVar(&dash, "dashboard", false, "serve the dashboard while the demo runs")
 	fs.StringVar(&dashboardAddr, "dashboard-addr", "127.0.0.1:8080", "loopback address of --dashboard")
+	fs.StringVar(&scenario, "scenario", "rate", "rate: a noisy tenant flattened to its quota; depth: a slow worker pool meets a noisy tenant's backlog, capped by MaxInFlight")
 	return cmd
 }
 

@@ -71,6 +71,8 @@ Exit status: 0 admitted or deferred, 3 rejected, 1 error, 2 bad usage.`,
 				return &exitError{code: exitRejected}
 			case err != nil:
 				return inputError(err)
+			case d.Outcome == admission.Parked:
+				fmt.Fprintf(a.stdout, "parked: task %s in queue %s waits for one of the tenant's tasks to finish\n", info.ID, info.Queue)
 			case d.Outcome == admission.Deferred:
 				fmt.Fprintf(a.stdout, "deferred until %s (in %v): task %s in queue %s\n",
 					info.NextProcessAt.Local().Format(time.RFC3339), roundDelay(info.NextProcessAt.Sub(d.Now)), info.ID, info.Queue)

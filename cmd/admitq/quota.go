@@ -39,12 +39,15 @@ change within a second. A tenant without a quota of its own gets the default.`,
 	return cmd
 }
 
-// quotaFlags are --limit, --window, --max-delay and --mode.
+// quotaFlags are --limit, --window, --max-delay, --mode, --max-in-flight
+// and --max-parked.
 type quotaFlags struct {
-	limit    int
-	window   time.Duration
-	maxDelay time.Duration
-	mode     string
+	limit       int
+	window      time.Duration
+	maxDelay    time.Duration
+	mode        string
+	maxInFlight int
+	maxParked   int
 }
 
 func (f *quotaFlags) register(cmd *cobra.Command) {
@@ -53,6 +56,8 @@ func (f *quotaFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&f.window, "window", 0, "length of the sliding window, e.g. 1s or 1m (required)")
 	fs.DurationVar(&f.maxDelay, "max-delay", 0, "how far ahead a task over the limit may be deferred; 0 rejects it at once")
 	fs.StringVar(&f.mode, "mode", admission.Log.String(), "how the window is kept: log (exact), or counter for quotas too large to log")
+	fs.IntVar(&f.maxInFlight, "max-in-flight", 0, "tasks of the tenant pending or running in the worker queues at once; the rest are parked in order (0: no cap)")
+	fs.IntVar(&f.maxParked, "max-parked", 0, fmt.Sprintf("parked tasks the tenant may have before new ones are rejected (0: %d; needs --max-in-flight)", admission.DefaultMaxParked))
 }
 
 // quota checks the flags, naming them, before anything touches Redis.
@@ -62,9 +67,21 @@ func (f *quotaFlags) quota(cmd *cobra.Command) (admission.Quota, error) {
 			return admission.Quota{}, usageErrorf("--%s is required", name)
 		}
 	}
+	switch {
+	case f.maxInFlight < 0:
+		return admission.Quota{}, usageErrorf("--max-in-flight %d: want 0 (no cap) or more", f.maxInFlight)
+	case f.maxParked < 0:
+		return admission.Quota{}, usageErrorf("--max-parked %d: want 0 (the default) or more", f.maxParked)
+	case f.maxParked > 0 && f.maxInFlight == 0:
+		return admission.Quota{}, usageErrorf("--max-parked %d needs --max-in-flight: only capped tenants park", f.maxParked)
+	}
 	// quotainput gives the dashboard's form the same messages.
 	q, err := quotainput.Check(f.limit, f.window, f.maxDelay, f.mode)
 	if err != nil {
+		return admission.Quota{}, usageError(err)
+	}
+	q.MaxInFlight, q.MaxParked = f.maxInFlight, f.maxParked
+	if err := q.Validate(); err != nil {
 		return admission.Quota{}, usageError(err)
 	}
 	return q, nil
@@ -73,10 +90,11 @@ func (f *quotaFlags) quota(cmd *cobra.Command) (admission.Quota, error) {
 func (a *app) newQuotaSetCmd() *cobra.Command {
 	var f quotaFlags
 	cmd := &cobra.Command{
-		Use:   "set TENANT --limit N --window D [--max-delay D] [--mode log|counter]",
+		Use:   "set TENANT --limit N --window D [--max-delay D] [--mode log|counter] [--max-in-flight N [--max-parked M]]",
 		Short: "Set a tenant's quota",
 		Example: `  admitq quota set acme --limit 100 --window 1m --max-delay 30s
-  admitq quota set bulk --limit 1000000 --window 1m --mode counter`,
+  admitq quota set bulk --limit 1000000 --window 1m --mode counter
+  admitq quota set noisy --limit 100 --window 1s --max-in-flight 4 --max-parked 50000`,
 		Args: oneTenant,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tenant := args[0]
@@ -103,7 +121,7 @@ func (a *app) newQuotaSetCmd() *cobra.Command {
 func (a *app) newQuotaSetDefaultCmd() *cobra.Command {
 	var f quotaFlags
 	cmd := &cobra.Command{
-		Use:   "set-default --limit N --window D [--max-delay D] [--mode log|counter]",
+		Use:   "set-default --limit N --window D [--max-delay D] [--mode log|counter] [--max-in-flight N [--max-parked M]]",
 		Short: "Set the quota of tenants that have none of their own",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -246,10 +264,18 @@ type quotaJSON struct {
 	Window   string `json:"window"`
 	MaxDelay string `json:"max_delay"`
 	Mode     string `json:"mode"`
+	// MaxInFlight is 0 for no cap; MaxParked is the effective bound of a
+	// capped tenant's parked backlog, 0 without a cap.
+	MaxInFlight int `json:"max_in_flight"`
+	MaxParked   int `json:"max_parked"`
 }
 
 func toQuotaJSON(q admission.Quota) quotaJSON {
-	return quotaJSON{Limit: q.Limit, Window: q.Window.String(), MaxDelay: q.MaxDelay.String(), Mode: q.Mode.String()}
+	j := quotaJSON{Limit: q.Limit, Window: q.Window.String(), MaxDelay: q.MaxDelay.String(), Mode: q.Mode.String(), MaxInFlight: q.MaxInFlight}
+	if q.MaxInFlight > 0 {
+		j.MaxParked = cmp.Or(q.MaxParked, admission.DefaultMaxParked)
+	}
+	return j
 }
 
 // String formats j as admission.Quota.String does, e.g.
@@ -263,20 +289,22 @@ func (j quotaJSON) String() string {
 		// Not from toQuotaJSON: show the fields as they are.
 		return fmt.Sprintf("%d/%s, max delay %s, %s", j.Limit, j.Window, j.MaxDelay, j.Mode)
 	}
-	return admission.Quota{Limit: j.Limit, Window: w, MaxDelay: d, Mode: m}.String()
+	return admission.Quota{Limit: j.Limit, Window: w, MaxDelay: d, Mode: m, MaxInFlight: j.MaxInFlight, MaxParked: j.MaxParked}.String()
 }
 
 type quotaEntry struct {
-	Tenant   string `json:"tenant"`
-	Limit    int    `json:"limit"`
-	Window   string `json:"window"`
-	MaxDelay string `json:"max_delay"`
-	Mode     string `json:"mode"`
+	Tenant      string `json:"tenant"`
+	Limit       int    `json:"limit"`
+	Window      string `json:"window"`
+	MaxDelay    string `json:"max_delay"`
+	Mode        string `json:"mode"`
+	MaxInFlight int    `json:"max_in_flight"`
+	MaxParked   int    `json:"max_parked"`
 }
 
 func toQuotaEntry(tenant string, q admission.Quota) quotaEntry {
 	j := toQuotaJSON(q)
-	return quotaEntry{Tenant: tenant, Limit: j.Limit, Window: j.Window, MaxDelay: j.MaxDelay, Mode: j.Mode}
+	return quotaEntry{Tenant: tenant, Limit: j.Limit, Window: j.Window, MaxDelay: j.MaxDelay, Mode: j.Mode, MaxInFlight: j.MaxInFlight, MaxParked: j.MaxParked}
 }
 
 // quotaList is the output of quota list.
@@ -304,15 +332,33 @@ func writeQuotaTable(w io.Writer, l quotaList) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tLIMIT\tWINDOW\tMAX DELAY\tMODE")
+	// The depth columns appear once some quota has a cap, so that a table
+	// of rate-only quotas reads as it always has.
+	capped := l.Default != nil && l.Default.MaxInFlight > 0
+	for _, e := range l.Tenants {
+		capped = capped || e.MaxInFlight > 0
+	}
+	if capped {
+		fmt.Fprintln(tw, "TENANT\tLIMIT\tWINDOW\tMAX DELAY\tMODE\tMAX IN FLIGHT\tMAX PARKED")
+	} else {
+		fmt.Fprintln(tw, "TENANT\tLIMIT\tWINDOW\tMAX DELAY\tMODE")
+	}
 	row := func(name string, q quotaJSON) {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", name, q.Limit, q.Window, q.MaxDelay, q.Mode)
+		if !capped {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", name, q.Limit, q.Window, q.MaxDelay, q.Mode)
+			return
+		}
+		inFlight, parked := "-", "-"
+		if q.MaxInFlight > 0 {
+			inFlight, parked = fmt.Sprint(q.MaxInFlight), fmt.Sprint(q.MaxParked)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", name, q.Limit, q.Window, q.MaxDelay, q.Mode, inFlight, parked)
 	}
 	if l.Default != nil {
 		row("(default)", *l.Default)
 	}
 	for _, e := range l.Tenants {
-		row(tableTenant(e.Tenant), quotaJSON{Limit: e.Limit, Window: e.Window, MaxDelay: e.MaxDelay, Mode: e.Mode})
+		row(tableTenant(e.Tenant), quotaJSON{Limit: e.Limit, Window: e.Window, MaxDelay: e.MaxDelay, Mode: e.Mode, MaxInFlight: e.MaxInFlight, MaxParked: e.MaxParked})
 	}
 	return tw.Flush()
 }

@@ -160,13 +160,14 @@ type statusReport struct {
 }
 
 type tenantStatus struct {
-	Tenant   string     `json:"tenant"`
-	Quota    *quotaJSON `json:"quota"`     // null when the tenant has none
-	Default  bool       `json:"default"`   // the quota is the default
-	InWindow int        `json:"in_window"` // entries in (now-window, now]
-	Reserved int        `json:"reserved"`  // reservations after now
-	NextFree *time.Time `json:"next_free"` // when a request arriving now would get a slot
-	Error    string     `json:"error,omitempty"`
+	Tenant      string     `json:"tenant"`
+	Quota       *quotaJSON `json:"quota"`     // null when the tenant has none
+	Default     bool       `json:"default"`   // the quota is the default
+	InWindow    int        `json:"in_window"` // entries in (now-window, now]
+	Reserved    int        `json:"reserved"`  // reservations after now
+	NextFree    *time.Time `json:"next_free"` // when a request arriving now would get a slot
+	Error       string     `json:"error,omitempty"`
+	depthStatus            // depth.go: in flight and parked, for capped tenants
 
 	now time.Time // Redis server time of this tenant's read
 }
@@ -334,6 +335,7 @@ func (sq statusQuotas) row(u admission.UsageResult) (tenantStatus, error) {
 	_, own := sq.static.Tenants[ts.Tenant]
 	ts.Quota, ts.Default = &q, !own
 	ts.InWindow, ts.Reserved = u.Usage.InWindow, u.Usage.Reserved
+	ts.depthStatus = toDepthStatus(u.Usage)
 	next := u.Usage.NextFree
 	ts.NextFree, ts.now = &next, u.Usage.Now
 	return ts, nil
@@ -528,6 +530,7 @@ func writeStatus(w io.Writer, r statusReport) error {
 		fmt.Fprintf(tw, "… and %d more tenants (--limit 0 shows them all)\n", more)
 	}
 	fmt.Fprintln(tw)
+	writeDepth(tw, r)
 	if len(r.Queues) == 0 {
 		fmt.Fprintln(tw, "no asynq queues")
 	} else {

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/metrics"
 	"github.com/admitq/admitq/worker"
 )
@@ -83,11 +84,22 @@ Prometheus metrics (package metrics) at http://ADDR/metrics.`,
 				}()
 			}
 
+			// The gate gives back capped tenants' permits and releases
+			// their parked tasks (Quota.MaxInFlight).
+			rdb, _, err := a.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer rdb.Close()
+			gate := admission.New(rdb, admission.NewRedisQuotas(rdb, a.gateOptions()...), a.gateOptions()...)
+			defer gate.Close()
 			w := worker.New(connOpt{cfg}, worker.Config{
 				Concurrency: concurrency,
 				Queues:      qs,
 				Logger:      log,
 				Middleware:  []asynq.MiddlewareFunc{m.Middleware()},
+				Gate:        gate,
+				OnDepth:     m.ObserveDepth,
 			})
 			if err := w.Start(logHandler(log, sleep)); err != nil {
 				return fmt.Errorf("worker: %w", err)

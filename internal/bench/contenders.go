@@ -69,6 +69,15 @@ func contenders() []contender {
 			build: func(e env) Limiter { return gateLimiter{newGate(e, admission.WithBatching(false))} },
 		},
 		{
+			// Every decision also takes a permit (a cap no tenant reaches):
+			// the Redis cost of MaxInFlight next to the uncapped rows.
+			id: "gate-capped", name: "gate, MaxInFlight set", logKey: gateLogKey,
+			build: func(e env) Limiter {
+				e.quota.MaxInFlight = 1 << 30
+				return gateLimiter{newGate(e)}
+			},
+		},
+		{
 			id: "tx-pipeline", name: "tx-pipeline zset (notes)", logKey: zsetKey,
 			build: func(e env) Limiter {
 				return &txPipeline{rdb: e.rdb, prefix: e.prefix, limit: int64(e.quota.Limit), window: e.quota.Window, process: processID()}

@@ -66,8 +66,8 @@ func TestRunReportsEveryContender(t *testing.T) {
 	if len(rep.Ratios) != len(rep.Rows)-2 { // not the gate itself, not the flood
 		t.Errorf("%d ratios for %d rows", len(rep.Ratios), len(rep.Rows))
 	}
-	if len(rep.Targets) != 6 {
-		t.Errorf("targets: %+v, want 6", rep.Targets)
+	if len(rep.Targets) != 7 {
+		t.Errorf("targets: %+v, want 7", rep.Targets)
 	}
 	if len(progress) == 0 || progress[len(progress)-1].Index != len(rep.Rows)-1 {
 		t.Errorf("progress reached %+v, want the last row", progress[len(progress)-1:])
@@ -156,7 +156,7 @@ func checkRow(t *testing.T, rep Report, row Row) {
 		t.Errorf("CPU per decision: Redis %.2fµs, client %.2fµs, want both above 0", row.RedisCPUPerDecision, row.ClientCPUPerDecision)
 	}
 	switch row.ID {
-	case "gate-batched", "gate-unbatched", "tx-pipeline", "plain-lua", "enqueue", "gate-flood":
+	case "gate-batched", "gate-unbatched", "gate-capped", "tx-pipeline", "plain-lua", "enqueue", "gate-flood":
 		// A log entry costs more than its ID and less than a kilobyte.
 		if row.BytesPerEntry < 10 || row.BytesPerEntry > 1000 || row.LogKeysSampled == 0 {
 			t.Errorf("%.1f bytes per entry over %d keys", row.BytesPerEntry, row.LogKeysSampled)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,9 @@ func TestMain(m *testing.M) {
 	// The outage tests make go-redis log every failed dial; they count the
 	// errors themselves.
 	redis.SetLogger(quietLogger{})
+	if os.Getenv(childEnv) != "" {
+		os.Exit(runChildWorker()) // depth_kill_test.go: a worker to SIGKILL
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -1,0 +1,231 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/lua"
+)
+
+// DefaultPermitLease is how long a permit lasts while its task waits in a
+// queue, with no worker running it: a reconciler renews it after checking
+// that the task is still there (see Permits.Renew).
+const DefaultPermitLease = 30 * time.Second
+
+// WithPermitLease sets how long a permit lasts while its task waits in a
+// queue with no worker running it (DefaultPermitLease when 0 or less).
+// Reconcilers check such a task against asynq when its lease runs out, so
+// this is also how soon a task deleted from outside gives its permit back.
+func WithPermitLease(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.permitLease = d })
+}
+
+// waitLease is the lease of a permit whose task is not running.
+func (g *Gate) waitLease() time.Duration {
+	if g.opts.permitLease > 0 {
+		return g.opts.permitLease
+	}
+	return DefaultPermitLease
+}
+
+// Ref names a task that holds or waits for a permit under a tenant's
+// MaxInFlight: its entry ID (the log's, and enqueue's task ID) and the
+// queue it waits in. The gate only stores Queue, for whoever hands the task
+// its permit; enqueue puts asynq's queue name there.
+type Ref struct {
+	ID    string
+	Queue string
+}
+
+// member is r as stored in Redis: "<len(Queue)>:<Queue><ID>". The length
+// makes any queue name and ID safe; release.lua reads the ID back.
+func (r Ref) member() string {
+	return strconv.Itoa(len(r.Queue)) + ":" + r.Queue + r.ID
+}
+
+// parseRef reads what member wrote.
+func parseRef(s string) (Ref, error) {
+	n, rest, ok := strings.Cut(s, ":")
+	l, err := strconv.Atoi(n)
+	if !ok || err != nil || l < 0 || l > len(rest) {
+		return Ref{}, fmt.Errorf("admitq: malformed permit ref %q", s)
+	}
+	return Ref{Queue: rest[:l], ID: rest[l:]}, nil
+}
+
+// Depth keys, under the tenant's hash tag like its log.
+func permitsKey(prefix, tenant string) string { return prefix + ":{" + tenant + "}:permits" }
+func parkedKey(prefix, tenant string) string  { return prefix + ":{" + tenant + "}:parked" }
+func dueKey(prefix, tenant string) string     { return prefix + ":{" + tenant + "}:due" }
+
+// depthKey is the set of tenants that may hold permits or parked tasks,
+// which reconcilers walk. It is a key of its own (its own cluster slot),
+// written apart from the tenants' scripts.
+func depthKey(prefix string) string { return prefix + ":depth" }
+
+// depthScripts are the scripts of capped tenants.
+type depthScripts struct {
+	permit, release, lease *redis.Script
+}
+
+func newDepthScripts() depthScripts {
+	return depthScripts{permit: lua.Permit(), release: lua.Release(), lease: lua.Lease()}
+}
+
+// AdmitTasks decides tasks for tenant in order, as AdmitBatch decides
+// their IDs, and also holds the tenant to its Quota.MaxInFlight: a task
+// that finds the tenant's permits all taken, or older tasks parked, is
+// Parked, and one that finds the parked backlog full (Quota.MaxParked) is
+// Rejected with Decision.Full set. A tenant with no cap takes AdmitBatch's
+// path, unchanged; Queue is then not used.
+//
+// Every admitted or deferred task of a capped tenant holds a permit until
+// its worker gives it back (Permits.Finish); a parked task holds none until
+// Permits hands it one.
+func (g *Gate) AdmitTasks(ctx context.Context, tenant string, tasks []Ref) ([]Decision, error) {
+	return g.AdmitTasksAt(ctx, tenant, tasks, time.Time{})
+}
+
+// AdmitTasksAt is AdmitTasks for tasks that will not start before
+// notBefore, as AdmitAt says: each is charged for when it will first run.
+// A parked task is charged when a permit is handed to it; its not-before
+// time is not kept, so it may then run before notBefore.
+func (g *Gate) AdmitTasksAt(ctx context.Context, tenant string, tasks []Ref, notBefore time.Time) ([]Decision, error) {
+	if err := ValidateTenant(tenant); err != nil {
+		return nil, err
+	}
+	q, err := g.quota(ctx, tenant)
+	if err != nil || q.MaxInFlight == 0 || len(tasks) == 0 {
+		return g.AdmitBatchAt(ctx, tenant, refIDs(tasks), notBefore)
+	}
+	for _, t := range tasks {
+		if t.ID == "" {
+			return nil, fmt.Errorf("%w: empty entry ID", ErrInvalidID)
+		}
+	}
+	var nb int64
+	if !notBefore.IsZero() && notBefore.After(time.Now()) {
+		nb = notBefore.UnixMicro()
+	}
+	return g.admitCapped(ctx, tenant, q, tasks, nb)
+}
+
+// admitCapped runs permit.lua for tasks of a tenant capped by q.
+func (g *Gate) admitCapped(ctx context.Context, tenant string, q Quota, tasks []Ref, nb int64) ([]Decision, error) {
+	now := time.Now()
+	brk := g.breakerFor(ctx, logKey(g.opts.prefix, tenant))
+	if brk.isOpen() {
+		return g.withoutRedis(tenant, q, refIDs(tasks), now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, tenant))
+	}
+	args := make([]any, 0, 9+2*len(tasks))
+	args = append(args, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), g.gran,
+		q.MaxInFlight, q.parkedBound(), g.waitLease().Microseconds(), nb, len(tasks))
+	for _, t := range tasks {
+		args = append(args, t.ID, t.member())
+	}
+	keys := []string{logKey(g.opts.prefix, tenant), permitsKey(g.opts.prefix, tenant), parkedKey(g.opts.prefix, tenant)}
+	cctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
+	defer cancel()
+	var res []int64
+	err := bounded(cctx, func(ctx context.Context) (err error) {
+		res, err = g.depth.permit.Run(ctx, g.rdb, keys, args...).Int64Slice()
+		return err
+	})
+	if err != nil {
+		err = callError(ctx, "admit", tenant, err)
+		if errors.Is(err, ErrUnavailable) {
+			brk.failure(err, now)
+			return g.withoutRedis(tenant, q, refIDs(tasks), now, err)
+		}
+		return nil, err
+	}
+	brk.success()
+	if len(res) != 2+3*len(tasks) {
+		return nil, fmt.Errorf("admitq: permit script returned %d values for %d tasks", len(res), len(tasks))
+	}
+	ds := make([]Decision, len(tasks))
+	parked := false
+	for i, t := range tasks {
+		code, at, remaining := res[2+3*i], res[3+3*i], res[4+3*i]
+		d := Decision{Tenant: tenant, ID: t.ID, Now: time.UnixMicro(res[0]), At: time.UnixMicro(at), Remaining: int(remaining)}
+		switch code {
+		case 0:
+			d.Outcome = Admitted
+		case 1:
+			d.Outcome = Deferred
+		case 2:
+			d.Outcome, d.ID = Rejected, ""
+		case 3:
+			d.Outcome, d.Existing = Admitted, true
+		case 4:
+			d.Outcome, d.Existing = Deferred, true
+		case 5:
+			d.Outcome, parked = Parked, true
+		case 6:
+			d.Outcome, d.Existing = Parked, true
+		case 7:
+			d.Outcome, d.ID, d.Full = Rejected, "", true
+		default:
+			return nil, fmt.Errorf("admitq: permit script returned outcome %d", code)
+		}
+		ds[i] = d
+	}
+	if res[1] == 1 || parked {
+		// Reconcilers must know the tenant before anything of it can wait
+		// on them. A failure here is not the caller's: the next parked
+		// task of the tenant, or a finishing task, tries again.
+		_ = bounded(cctx, func(ctx context.Context) error {
+			return g.rdb.SAdd(ctx, depthKey(g.opts.prefix), tenant).Err()
+		})
+	}
+	return ds, nil
+}
+
+// refsOf names ids with no queue: AdmitBatch's callers have none.
+func refsOf(ids []string) []Ref {
+	refs := make([]Ref, len(ids))
+	for i, id := range ids {
+		refs[i] = Ref{ID: id}
+	}
+	return refs
+}
+
+func refIDs(tasks []Ref) []string {
+	ids := make([]string, len(tasks))
+	for i, t := range tasks {
+		ids[i] = t.ID
+	}
+	return ids
+}
+
+// depthUsage fills u's permit and parked counts, read-only, in one round
+// trip: one tenant's keys share a slot, so a cluster pipelines them too.
+func (g *Gate) depthUsage(ctx context.Context, u *Usage) error {
+	cctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
+	defer cancel()
+	var held, waiting *redis.IntCmd
+	var head *redis.ZSliceCmd
+	err := bounded(cctx, func(ctx context.Context) error {
+		_, err := g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			held = p.ZCard(ctx, permitsKey(g.opts.prefix, u.Tenant))
+			waiting = p.ZCard(ctx, parkedKey(g.opts.prefix, u.Tenant))
+			head = p.ZRangeWithScores(ctx, parkedKey(g.opts.prefix, u.Tenant), 0, 0)
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return callError(ctx, "usage", u.Tenant, err)
+	}
+	u.InFlight, u.Parked = int(held.Val()), int(waiting.Val())
+	if z := head.Val(); len(z) == 1 {
+		u.OldestParked = time.UnixMicro(int64(z[0].Score))
+	}
+	return nil
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/admitq/admitq/internal/redistest"
+)
+
+// TestQuotaDepthFlags sets, shows and lists a capped quota, and refuses
+// bad depth flags before writing anything.
+func TestQuotaDepthFlags(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	url := srv.URL()
+	r := func(args ...string) result { return mustRun(t, append([]string{"--redis", url}, args...)...) }
+
+	if got, want := r("quota", "set", "noisy", "--limit", "100", "--window", "1s", "--max-in-flight", "4", "--max-parked", "500").stdout,
+		"noisy: 100/1s, max in flight 4, max parked 500\n"; got != want {
+		t.Errorf("quota set printed %q, want %q", got, want)
+	}
+	r("quota", "set", "calm", "--limit", "5", "--window", "1s")
+	var entry quotaEntry
+	if err := json.Unmarshal([]byte(r("quota", "get", "noisy", "--json").stdout), &entry); err != nil {
+		t.Fatal(err)
+	}
+	want := quotaEntry{Tenant: "noisy", Limit: 100, Window: "1s", MaxDelay: "0s", Mode: "log", MaxInFlight: 4, MaxParked: 500}
+	if diff := cmp.Diff(want, entry); diff != "" {
+		t.Errorf("quota get --json (-want,+got):\n%s", diff)
+	}
+	var list quotaList
+	if err := json.Unmarshal([]byte(r("quota", "list", "--json").stdout), &list); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]quotaEntry{{Tenant: "calm", Limit: 5, Window: "1s", MaxDelay: "0s", Mode: "log"}, want}, list.Tenants); diff != "" {
+		t.Errorf("quota list --json (-want,+got):\n%s", diff)
+	}
+	table := r("quota", "list").stdout
+	for _, line := range []string{
+		"TENANT  LIMIT  WINDOW  MAX DELAY  MODE  MAX IN FLIGHT  MAX PARKED",
+		"calm    5      1s      0s         log   -              -",
+		"noisy   100    1s      0s         log   4              500",
+	} {
+		if !strings.Contains(table, line+"\n") {
+			t.Errorf("quota list lacks the line %q:\n%s", line, table)
+		}
+	}
+
+	fresh := redistest.Start(t)
+	for _, c := range []struct {
+		desc string
+		args []string
+		want string
+	}{
+		{"negative cap", []string{"--max-in-flight", "-1"}, "--max-in-flight -1"},
+		{"negative parked bound", []string{"--max-in-flight", "2", "--max-parked", "-5"}, "--max-parked -5"},
+		{"parked bound without a cap", []string{"--max-parked", "5"}, "--max-parked 5 needs --max-in-flight"},
+		{"cap in counter mode", []string{"--max-in-flight", "2", "--mode", "counter"}, "counter mode"},
+	} {
+		args := append([]string{"--redis", fresh.URL(), "quota", "set", "acme", "--limit", "5", "--window", "1s"}, c.args...)
+		res := admitq(t, args...)
+		if res.code != exitUsage || !strings.Contains(res.stderr, c.want) {
+			t.Errorf("%s: %v\nwant exit %d and stderr holding %q", c.desc, res, exitUsage, c.want)
+		}
+		if n, err := fresh.Client(t).DBSize(t.Context()).Result(); err != nil || n != 0 {
+			t.Errorf("%s: DBSIZE = %d, %v; want 0", c.desc, n, err)
+		}
+	}
+}
+
+// TestStatusShowsDepth: status shows a capped tenant's permits in use
+// against its cap, its parked tasks and how long the oldest has waited,
+// as text and JSON; enqueue says when a task is parked.
+func TestStatusShowsDepth(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	base := []string{"--redis", srv.URL()}
+	mustRun(t, append(base, "quota", "set", "noisy", "--limit", "100", "--window", "1s", "--max-in-flight", "1", "--max-parked", "10")...)
+	mustRun(t, append(base, "quota", "set", "calm", "--limit", "5", "--window", "1s")...)
+	mustRun(t, append(base, "enqueue", "--tenant", "noisy", "--type", "x")...)
+	for range 2 {
+		if out := mustRun(t, append(base, "enqueue", "--tenant", "noisy", "--type", "x")...).stdout; !strings.HasPrefix(out, "parked: task ") {
+			t.Errorf("enqueue over the cap printed %q, want parked", out)
+		}
+	}
+	var got statusReport
+	out := mustRun(t, append(base, "status", "--json")...).stdout
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	calm, noisy := got.Tenants[0], got.Tenants[1]
+	if calm.InFlight != nil || calm.Parked != nil {
+		t.Errorf("calm, with no cap, shows depth: %+v", calm)
+	}
+	if noisy.InFlight == nil || *noisy.InFlight != 1 || noisy.Parked == nil || *noisy.Parked != 2 || noisy.OldestParkedAge == nil || *noisy.OldestParkedAge < 0 {
+		t.Errorf("noisy = %s; want 1 in flight, 2 parked, an oldest age", out)
+	}
+	text := mustRun(t, append(base, "status")...).stdout
+	if !strings.Contains(text, "TENANT  IN FLIGHT  PARKED  OLDEST PARKED\n") || !strings.Contains(text, "noisy   1/1        2/10    ") {
+		t.Errorf("status lacks the depth table:\n%s", text)
+	}
+}
+
+// TestDemoDepthScenario runs the depth demo on a redis-server and on the
+// embedded Redis: both checks pass, and the run cleans up after itself.
+func TestDemoDepthScenario(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, args := range [][]string{
+		{"--redis", srv.URL(), "demo", "--scenario", "depth", "--duration", "2s"},
+		{"demo", "--scenario", "depth", "--duration", "2s"},
+	} {
+		res := admitq(t, args...)
+		if res.code != exitOK {
+			t.Fatalf("%v: %v", args, res)
+		}
+		for _, want := range []string{"ok   depth bound", "ok   nothing lost", "noisy: in flight "} {
+			if !strings.Contains(res.stdout, want) {
+				t.Errorf("%v: output lacks %q:\n%s", args, want, res.stdout)
+			}
+		}
+	}
+	if keys, err := srv.Client(t).Keys(t.Context(), "admitq-demo-*").Result(); err != nil || len(keys) != 0 {
+		t.Errorf("keys left behind: %v, %v", keys, err)
+	}
+	if res := admitq(t, "demo", "--scenario", "burst"); res.code != exitUsage || !strings.Contains(res.stderr, `--scenario "burst"`) {
+		t.Errorf("a bad --scenario: %v", res)
+	}
+}

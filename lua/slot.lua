@@ -1,0 +1,60 @@
+-- slot.lua: the slot rule of admit.lua for one request at a time, as a
+-- fragment, not a script: package lua puts it ahead of permit.lua and
+-- release.lua at build time, so that the capped scripts share one copy.
+-- admit.lua keeps its own, tuned for batches; a model test holds the two
+-- to the same decisions (admission/permit_model_test.go).
+--
+-- It defines, for the scripts that follow it:
+--   call, max, min, now (Redis time, µs), nowS (now formatted exactly)
+--   ceil(x, g)                     x rounded up to a multiple of g
+--   slotTrim(key, window)          trims the log, returns its count
+--   slotNewest(key, card)          the newest slot in the log, at least now
+--   slotRaw(key, limit, window, card, newest)
+--                                  the next free slot before rounding
+--   slotExpire(key, window, newest, fresh)
+--                                  the log's TTL, as admit.lua sets it
+local call, max, min = redis.call, math.max, math.min
+local t = call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local nowS = string.format('%.0f', now)
+
+local function ceil(x, g)
+  local r = math.fmod(x, g)
+  if r > 0 then
+    return x - r + g
+  end
+  return x
+end
+
+local function slotTrim(key, window)
+  local card = call('ZCARD', key)
+  if card > 0 then
+    card = card - call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - window))
+  end
+  return card
+end
+
+local function slotNewest(key, card)
+  if card > 0 and call('ZCOUNT', key, '(' .. nowS, '+inf') > 0 then
+    return tonumber(call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+  end
+  return now
+end
+
+local function slotRaw(key, limit, window, card, newest)
+  local slot = newest
+  if card >= limit then
+    local e = call('ZRANGE', key, -limit, -limit, 'WITHSCORES')
+    slot = max(slot, tonumber(e[2]) + window)
+  end
+  return slot
+end
+
+local function slotExpire(key, window, newest, fresh)
+  local ttl = math.ceil((max(newest, now) + window - now) / 1000) + 1
+  if fresh then
+    call('PEXPIRE', key, ttl)
+  else
+    call('PEXPIRE', key, ttl, 'GT')
+  end
+end
