@@ -212,6 +212,7 @@ func FuzzRedisQuotas(f *testing.F) {
 // four windows past to twelve ahead).
 func FuzzScriptMatchesModel(f *testing.F) {
 	mr := miniredis.RunT(f)
+	mr.ClockTTL(true) // expiry follows SetTime, as in Redis: admit.lua reads it back
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	f.Cleanup(func() { rdb.Close() })
 	script := lua.Admit()

@@ -412,8 +412,8 @@ func TestMemoryBound(t *testing.T) {
 }
 
 // TestBusyTenantKeepsItsLog: a tenant admitted steadily for several
-// windows keeps its log: every admission moves the expiry to just past its
-// slot plus a window.
+// windows keeps its log: after every admission the expiry is past its slot
+// plus a window, and at most a window/8 beyond.
 func TestBusyTenantKeepsItsLog(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
@@ -429,7 +429,9 @@ func TestBusyTenantKeepsItsLog(t *testing.T) {
 		// PTTL is read after the decision: it may have shrunk since by the
 		// round trip, never by more.
 		ttl := rdb.PTTL(ctx, key).Val()
-		if need := d.At.Add(q.Window).Sub(d.Now); ttl < need-20*time.Millisecond || ttl > need+5*time.Millisecond {
+		// admit.lua moves the expiry up to a window/8 further than it
+		// must, so that it need not move it on every admission.
+		if need := d.At.Add(q.Window).Sub(d.Now); ttl < need-20*time.Millisecond || ttl > need+q.Window/8+5*time.Millisecond {
 			t.Fatalf("PTTL = %v right after a slot that needs %v", ttl, need)
 		}
 	}
@@ -451,8 +453,8 @@ func TestIdleTenantExpires(t *testing.T) {
 	key := "admitq:{idle}:log"
 	ttl := rdb.PTTL(ctx, key).Val()
 	want := b.At.Sub(a.Now) + q.Window
-	if ttl <= 0 || ttl > want+5*time.Millisecond || ttl < want-50*time.Millisecond {
-		t.Fatalf("PTTL = %v, want just past newest slot + window = %v", ttl, want)
+	if ttl <= 0 || ttl > want+q.Window/8+5*time.Millisecond || ttl < want-50*time.Millisecond {
+		t.Fatalf("PTTL = %v, want just past newest slot + window = %v (by up to a window/8)", ttl, want)
 	}
 	deadline := time.Now().Add(2 * time.Second)
 	for rdb.Exists(ctx, key).Val() == 1 {

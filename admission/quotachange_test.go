@@ -32,6 +32,7 @@ func (s *switchQuotas) Quota(context.Context, string) (Quota, error) {
 func switchedGate(t *testing.T, q Quota) (*Gate, *switchQuotas, func(time.Time)) {
 	t.Helper()
 	g, mr, _ := clockedGate(t, q)
+	mr.ClockTTL(true) // expiry follows SetTime, as in Redis: admit.lua reads it back
 	sq := &switchQuotas{q: q}
 	g.quotas = sq
 	return g, sq, mr.SetTime

@@ -28,6 +28,20 @@
 -- requests that share a rounded slot are judged on the same slot.
 -- Once one ID of a key is rejected, every later ID of that key is too.
 --
+-- Cost. Each redis.call has a fixed cost, so the common path (a log with
+-- room and no reservation ahead) makes three per group: ZCARD,
+-- ZREMRANGEBYSCORE and ZADD, plus a cheap PEXPIRETIME. The log's expiry says
+-- what else is needed:
+--   * its parity says whether a reservation may lie ahead: every call that
+--     leaves a slot after now sets an odd expiry, and one that leaves none
+--     may set an even one. Only an odd (or missing) expiry costs a ZCOUNT;
+--   * it is set a little (window / 8) past newest slot + window, so the
+--     PEXPIREAT that moves it is needed about once in that time, not on
+--     every admission. It never moves back.
+-- A key whose expiry someone else set (PERSIST, EXPIRE, or an older admitq
+-- that did not keep the parity) may hold a reservation under an even
+-- expiry; an older admitq's reservations last at most its MaxDelay.
+--
 -- Numbers passed to redis.call are converted exactly: Redis formats them
 -- with enough digits for a 16-digit µs timestamp, at a cost; the bounds
 -- every key of a quota shares are formatted once a call, with %.0f (Lua's
@@ -69,7 +83,7 @@ for i = 1, nq do
     limit = tonumber(ARGV[a]), window = window,
     maxDelay = tonumber(ARGV[a + 2]), gran = tonumber(ARGV[a + 3]),
     trim = string.format('%.0f', now - window), -- ZREMRANGEBYSCORE's max
-    ttl = string.format('%.0f', math.ceil(window / 1000) + 1), -- PEXPIRE ms for a slot at now
+    slack = math.floor(window / 8000), -- ms the expiry may run past the minimum
   }
   a = a + 4
 end
@@ -106,15 +120,20 @@ for k = 1, #KEYS do
   if card > 0 then
     card = card - call('ZREMRANGEBYSCORE', key, '-inf', quota.trim)
   end
-  local fresh = card == 0 -- the key is new (or emptied and gone): no TTL yet
-  -- Slots after now are rare (deferrals), and ZCOUNT answers with a
-  -- number, cheaper than reading the newest entry every time. (Rounding,
-  -- by this gate or another one on the same tenant, can put the newest
-  -- slot beyond the L-th newest + window.)
+  -- The key's expiry ms: -2 when the key is new (or emptied and gone), -1
+  -- when it has none.
+  local expiry = -2
   local newest = now
-  if card > 0 and call('ZCOUNT', key, future, '+inf') > 0 then
-    local last = call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    newest = tonumber(last[2])
+  if card > 0 then
+    expiry = call('PEXPIRETIME', key)
+    -- Only an odd (or no) expiry says a slot may lie after now; then ZCOUNT
+    -- answers with a number, cheaper than reading the newest entry. (It
+    -- need not be the L-th newest + window: rounding, by this gate or
+    -- another one on the same tenant, can put it beyond.)
+    if (expiry < 0 or expiry % 2 == 1) and call('ZCOUNT', key, future, '+inf') > 0 then
+      local last = call('ZRANGE', key, -1, -1, 'WITHSCORES')
+      newest = tonumber(last[2])
+    end
   end
   local added = false
   local retryAt = nil
@@ -183,16 +202,17 @@ for k = 1, #KEYS do
   out[o] = hint
 
   if added then
-    -- GT on a key that has a TTL: never shorten it, say after a Release
-    -- freed a slot before a reservation that must outlive it.
-    local ttl = quota.ttl
-    if newest > now then
-      ttl = math.ceil((newest + window - now) / 1000) + 1
-    end
-    if fresh then
-      call('PEXPIRE', key, ttl)
-    else
-      call('PEXPIRE', key, ttl, 'GT')
+    -- The expiry must be past newest slot + window (need, ms), odd when
+    -- that slot lies ahead, and never earlier than it was: a Release may
+    -- have freed a slot before a reservation that must outlive it.
+    local need = math.ceil((newest + window) / 1000) + 1
+    local odd = newest > now and 1 or 0
+    if expiry < need or expiry % 2 ~= odd then
+      local at = max(expiry, need + quota.slack)
+      if at % 2 ~= odd then
+        at = at + 1
+      end
+      call('PEXPIREAT', key, string.format('%.0f', at))
     end
   end
 end

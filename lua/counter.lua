@@ -9,6 +9,8 @@
 --            "n"     the entries of all buckets of generation g
 --            "last"  the newest slot handed out, µs
 --            "c"     the cursor of the sweep that deletes dead buckets
+--            "s"     the bucket (of now) the last sweep ran in
+--            "x"     the expiry ms last set on the key
 -- ARGV[1]  limit
 -- ARGV[2]  window µs
 -- ARGV[3]  max delay µs
@@ -45,7 +47,11 @@
 -- moment they can have. Buckets of older generations, and buckets that no
 -- window from now on reaches, are deleted by a sweep of SWEEP fields a call
 -- (HSCAN): deletion never walks the whole hash.
--- A call that records nothing writes nothing.
+-- A call that records nothing writes nothing. A recording call sweeps once
+-- per bucket of time, not on every call: buckets die one bucket at a time.
+-- It sets the key's expiry up to window/8 past what it must be, and moves
+-- it only when it would fall short, so that the PEXPIREAT comes about once
+-- in that time, not on every call.
 local call, max, min, floor = redis.call, math.max, math.min, math.floor
 local SWEEP, MOVE = 64, 64
 local t = call('TIME')
@@ -63,9 +69,10 @@ local function fmt(x)
   return string.format('%.0f', x)
 end
 
-local meta = call('HMGET', key, 'w', 'g', 'n', 'last', 'c')
+local meta = call('HMGET', key, 'w', 'g', 'n', 'last', 'c', 's', 'x')
 local storedWidth, gen = tonumber(meta[1]), tonumber(meta[2]) or 0
 local total, last, cursor = tonumber(meta[3]) or 0, tonumber(meta[4]) or now, meta[5] or '0'
+local swept, expiry = tonumber(meta[6]), tonumber(meta[7]) or -1
 
 local function field(g, i)
   return g .. ':' .. fmt(i)
@@ -312,10 +319,14 @@ else
   end
 end
 
--- Sweep: delete what no window from now on counts, a few fields a call.
-local r = call('HSCAN', key, cursor, 'COUNT', SWEEP)
-cursor = r[1]
-local kv, dead, seen = r[2], {}, {}
+-- Sweep: delete what no window from now on counts, a few fields a call,
+-- once per bucket of time (and at every change of width).
+local kv, dead, seen = {}, {}, {}
+if moved or swept ~= cur then
+  local r = call('HSCAN', key, cursor, 'COUNT', SWEEP)
+  cursor, kv = r[1], r[2]
+  swept = cur
+end
 for j = 1, #kv, 2 do
   local f = kv[j]
   if not seen[f] then
@@ -328,7 +339,7 @@ for j = 1, #kv, 2 do
         dead[#dead + 1] = f
         total = total - tonumber(kv[j + 1])
       end
-    elseif f ~= 'w' and f ~= 'g' and f ~= 'n' and f ~= 'last' and f ~= 'c' then
+    elseif f ~= 'w' and f ~= 'g' and f ~= 'n' and f ~= 'last' and f ~= 'c' and f ~= 's' and f ~= 'x' then
       dead[#dead + 1] = f -- not ours: an older layout's bucket
     end
   end
@@ -337,6 +348,10 @@ for s = 1, #dead, 1000 do
   call('HDEL', key, unpack(dead, s, min(#dead, s + 999)))
 end
 
-call('HSET', key, 'w', width, 'g', gen, 'n', fmt(total), 'last', fmt(last), 'c', cursor)
-call('PEXPIRE', key, math.ceil((last + window + width - now) / 1000) + 1)
+local need = math.ceil((last + window + width) / 1000) + 1 -- ms
+if expiry < need then
+  expiry = need + floor(window / 8000)
+  call('PEXPIREAT', key, fmt(expiry))
+end
+call('HSET', key, 'w', width, 'g', gen, 'n', fmt(total), 'last', fmt(last), 'c', cursor, 's', fmt(swept), 'x', fmt(expiry))
 return out
