@@ -22,7 +22,7 @@ func (a *app) newBenchCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--concurrency 64] [--tenants 1000] [--limit 100] [--duration 5s] [--json]",
-		Short: "Measure the gate side by side with the alternatives, on one Redis",
+		Short: "Measure the gate side by side with the alternatives, on one Redis or a cluster",
 		Long: `Runs, one after another on the same Redis and under the same per-tenant quota:
 the gate with group commit and without, the transaction-pipeline and plain Lua
 sliding windows of the design notes, a fixed-window counter,
@@ -54,7 +54,15 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
   admitq bench --redis redis://127.0.0.1:6379 --duration 10s --json > bench.json
   admitq bench --only gate-batched,redis-rate --zipf 1.1
   admitq bench --redis-cluster --only gate-batched,plain-lua,redis-rate`,
-		Args: cobra.NoArgs,
+		Args: func(cmd *cobra.Command, args []string) error {
+			// bench's --redis-cluster may come alone, so in "--redis-cluster
+			// host:port,..." the nodes arrive as an argument.
+			if len(args) == 1 && a.redisCluster == startClusterFlag {
+				a.redisCluster = args[0]
+				return nil
+			}
+			return cobra.NoArgs(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
 			case cfg.Concurrency < 1:
@@ -84,6 +92,9 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 			if slices.Contains(cfg.Only, bench.Neighbour) {
 				if len(cfg.Only) > 1 {
 					return usageErrorf("--only %s: the noisy-neighbour scenario runs alone", strings.Join(cfg.Only, ","))
+				}
+				if a.redisCluster != "" {
+					return usageErrorf("--only %s: the noisy-neighbour scenario runs on one Redis server; give --redis, not --redis-cluster", bench.Neighbour)
 				}
 				return a.benchNeighbour(cmd, cfg, asJSON)
 			}

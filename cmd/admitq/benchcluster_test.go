@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/internal/bench"
 	"github.com/admitq/admitq/internal/redistest"
@@ -87,6 +91,39 @@ func TestBenchRedisCluster(t *testing.T) {
 	for _, m := range rep.Spread {
 		if strings.Count(out, m.Addr) < 2 { // a column and the spread
 			t.Errorf("text report names master %s fewer than twice:\n%s", m.Addr, out)
+		}
+	}
+}
+
+// On a cluster of the user's, given before or after the command, bench
+// measures there and leaves no key behind.
+func TestBenchOnYourCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	addrs := strings.Join(cl.Addrs(), ",")
+	for _, args := range [][]string{
+		{"--redis-cluster", addrs, "bench"},
+		{"bench", "--redis-cluster", addrs},
+	} {
+		args = append(args, "--only", "gate-batched", "--concurrency", "4", "--tenants", "30",
+			"--duration", "300ms", "--rounds", "1", "--warmup", "0", "--json")
+		r := mustRun(t, args...)
+		var rep bench.Report
+		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, r)
+		}
+		if !rep.Redis.Cluster || rep.Redis.Embedded || rep.Redis.Addr != addrs || len(rep.Spread) != 3 ||
+			len(rep.Rows) != 1 || rep.Rows[0].Decisions == 0 || len(rep.Rows[0].Masters) != 3 {
+			t.Fatalf("%v: report %+v", args, rep)
+		}
+		cc := cl.Client(t)
+		err := cc.ForEachMaster(t.Context(), func(ctx context.Context, node *redis.Client) error {
+			if n, err := node.DBSize(ctx).Result(); err != nil || n != 0 {
+				return fmt.Errorf("%s: DBSIZE %d, %v; want 0", node.Options().Addr, n, err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Error(err)
 		}
 	}
 }
