@@ -73,3 +73,31 @@ type Decision struct {
 func (d Decision) Delay() time.Duration {
 	return max(d.At.Sub(d.Now), 0)
 }
+
+// setOutcome sets d's outcome from a script's outcome code: admit.lua's 0
+// admitted, 1 deferred, 2 rejected, 3 admitted earlier, 4 deferred earlier,
+// and permit.lua's 5 parked, 6 parked earlier, 7 rejected for a full
+// parked backlog. It reports false for a code it does not know.
+func setOutcome(d *Decision, code int64) bool {
+	switch code {
+	case 0:
+		d.Outcome = Admitted
+	case 1:
+		d.Outcome = Deferred
+	case 2:
+		d.Outcome, d.ID = Rejected, ""
+	case 3:
+		d.Outcome, d.Existing = Admitted, true
+	case 4:
+		d.Outcome, d.Existing = Deferred, true
+	case 5:
+		d.Outcome = Parked
+	case 6:
+		d.Outcome, d.Existing = Parked, true
+	case 7:
+		d.Outcome, d.ID, d.Full = Rejected, "", true
+	default:
+		return false
+	}
+	return true
+}

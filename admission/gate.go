@@ -44,6 +44,8 @@ type Gate struct {
 	nodes  *nodeBreakers
 	local  *localLimiter
 	causes *causes // names why Redis is unavailable
+
+	version *versionCheck
 }
 
 // Group-commit bounds: requests per pipeline and pipelines in flight. With
@@ -71,6 +73,7 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 		depth:   newDepthScripts(),
 		local:   newLocalLimiter(o.instances),
 		causes:  watchCauses(rdb),
+		version: &versionCheck{},
 	}
 	// Unbatched calls go through the committer too, one request a
 	// pipeline: its callers wait on their context, not on the connection,
@@ -86,7 +89,7 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 	}
 	g.brk = newBreaker(func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, o.timeout, o.logger)
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		g.nodes = &nodeBreakers{cc: cc, timeout: o.timeout, logger: o.logger, m: make(map[string]*breaker)}
+		g.nodes = &nodeBreakers{cc: cc, timeout: o.timeout, logger: o.logger, m: make(map[string]*nodeBreaker)}
 	}
 	// Every pipeline tells the breaker of its Redis how it went, even when
 	// all its callers have left: callers whose own deadlines are shorter
@@ -195,6 +198,10 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notB
 	if len(ids) == 0 {
 		return nil, nil
 	}
+	began := time.Now()
+	if err := g.checkVersion(ctx); err != nil {
+		return nil, err
+	}
 	q, err := g.quota(ctx, tenant)
 	var guess *guessedQuotaError
 	if errors.As(err, &guess) {
@@ -214,7 +221,7 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notB
 	if q.MaxInFlight > 0 {
 		return g.admitCapped(ctx, tenant, q, refsOf(ids), nb) // permit.go
 	}
-	return g.decide(ctx, tenant, q, ids, nb, fresh)
+	return g.decide(ctx, tenant, q, ids, nb, fresh, began)
 }
 
 func (g *Gate) quota(ctx context.Context, tenant string) (Quota, error) {
@@ -230,14 +237,29 @@ func (g *Gate) quota(ctx context.Context, tenant string) (Quota, error) {
 
 // decide answers ids from the deny cache when a rejection of tenant
 // holds, and otherwise asks Redis, whose retry hint goes to the cache. nb
-// is the requests' not-before time (µs, 0 for now).
-func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string, nb int64, fresh bool) ([]Decision, error) {
+// is the requests' not-before time (µs, 0 for now). checked is when the
+// call began, before the first call's version check (checkVersion), which
+// counts against the timeout like a Redis call.
+func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string, nb int64, fresh bool, checked time.Time) ([]Decision, error) {
 	now := time.Now()
-	deadline := now.Add(g.opts.timeout) // one for the decision's calls, however many it takes
+	deadline := checked.Add(g.opts.timeout) // one for the decision's calls, however many it takes
 	key := windowKey(g.opts.prefix, tenant, q)
 	brk := g.breakerFor(ctx, key)
 	if brk.isOpen() {
 		return g.withoutRedis(tenant, q, ids, now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, tenant))
+	}
+	if g.opts.policy == FailOpen {
+		// Back from an outage: what the fallback admitted still counts
+		// until it leaves the window, and Redis is told of it. A batch
+		// that does not fit whole is rejected whole, which never admits
+		// too many.
+		n, at, debt := g.local.guard(tenant, q, len(ids), now)
+		if debt > 0 {
+			g.replay(ctx, tenant, key, q, debt, deadline)
+		}
+		if n < len(ids) {
+			return rejectAll(tenant, ids, now, at), nil
+		}
 	}
 	// A cached rejection speaks of requests that start now: one that
 	// starts later may find its slot free, so it always asks Redis.
@@ -261,6 +283,11 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 		return nil, err
 	}
 	brk.success()
+	if g.opts.policy == FailOpen && nb == 0 {
+		// What the fallback must not hand out again. A request that
+		// starts later says nothing of the window now.
+		g.local.observe(tenant, q, ds, time.Now())
+	}
 	g.deny.put(tenant, q, g.gran, ds[0].Now, hint, time.Now(), gen)
 	return ds, nil
 }
@@ -356,18 +383,7 @@ func parseDecisions(ds []Decision, tenant string, ids []string, nowµs int64, re
 	for i, id := range ids {
 		code, at, remaining := res[3*i], res[3*i+1], res[3*i+2]
 		d := Decision{Tenant: tenant, ID: id, Now: now, At: time.UnixMicro(at), Remaining: int(remaining)}
-		switch code {
-		case 0:
-			d.Outcome = Admitted
-		case 1:
-			d.Outcome = Deferred
-		case 2:
-			d.Outcome, d.ID = Rejected, ""
-		case 3:
-			d.Outcome, d.Existing = Admitted, true
-		case 4:
-			d.Outcome, d.Existing = Deferred, true
-		default:
+		if code > 4 || !setOutcome(&d, code) {
 			return nil, time.Time{}, fmt.Errorf("admitq: admit script returned outcome %d", code)
 		}
 		ds[i] = d
@@ -477,6 +493,9 @@ type Usage struct {
 func (g *Gate) Usage(ctx context.Context, tenant string) (_ Usage, err error) {
 	defer func() { err = g.causes.explain(err) }()
 	if err := ValidateTenant(tenant); err != nil {
+		return Usage{}, err
+	}
+	if err := g.checkVersion(ctx); err != nil {
 		return Usage{}, err
 	}
 	q, err := g.quota(ctx, tenant)

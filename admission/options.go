@@ -152,9 +152,11 @@ const (
 	// FailClosed returns an error wrapping ErrUnavailable: no work is
 	// admitted that Redis has not accounted for. It is the default.
 	FailClosed FailurePolicy = iota
-	// FailOpen decides locally instead, with an in-process sliding window
-	// of Limit/instances per tenant (see WithInstances), and marks the
-	// decisions Local. It only admits or rejects, never defers.
+	// FailOpen decides locally instead, admitting at most
+	// Limit/instances per tenant in any window (see WithInstances), and
+	// marks the decisions Local. It only admits or rejects, never defers.
+	// The README says how far over the limit that can take a tenant, and
+	// what the gate does to keep it close.
 	FailOpen
 )
 

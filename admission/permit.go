@@ -154,26 +154,10 @@ func (g *Gate) admitCapped(ctx context.Context, tenant string, q Quota, tasks []
 	for i, t := range tasks {
 		code, at, remaining := res[2+3*i], res[3+3*i], res[4+3*i]
 		d := Decision{Tenant: tenant, ID: t.ID, Now: time.UnixMicro(res[0]), At: time.UnixMicro(at), Remaining: int(remaining)}
-		switch code {
-		case 0:
-			d.Outcome = Admitted
-		case 1:
-			d.Outcome = Deferred
-		case 2:
-			d.Outcome, d.ID = Rejected, ""
-		case 3:
-			d.Outcome, d.Existing = Admitted, true
-		case 4:
-			d.Outcome, d.Existing = Deferred, true
-		case 5:
-			d.Outcome, parked = Parked, true
-		case 6:
-			d.Outcome, d.Existing = Parked, true
-		case 7:
-			d.Outcome, d.ID, d.Full = Rejected, "", true
-		default:
+		if !setOutcome(&d, code) {
 			return nil, fmt.Errorf("admitq: permit script returned outcome %d", code)
 		}
+		parked = parked || code == 5
 		ds[i] = d
 	}
 	if res[1] == 1 || parked {

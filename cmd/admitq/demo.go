@@ -99,29 +99,15 @@ runs, and prints its URL.`,
 }
 
 func (a *app) runDemo(ctx context.Context, duration time.Duration, chart, format, metricsAddr, dashboardAddr string) error {
-	var cfg redisConfig
 	embedded := a.redisURLOrEnv() == "" && a.redisCluster == ""
-	if embedded {
-		if a.tlsCA != "" {
-			return usageErrorf("--tls-ca needs --redis or --redis-cluster")
-		}
-		mr := miniredis.NewMiniRedis()
-		if err := mr.Start(); err != nil {
-			return fmt.Errorf("starting the embedded Redis: %w", err)
-		}
-		defer mr.Close()
-		cfg = redisConfig{single: &redis.Options{Addr: mr.Addr()}, display: "redis://" + mr.Addr()}
-	} else {
-		var err error
-		if cfg, err = a.redisConfig(); err != nil {
-			return err
-		}
+	if embedded && a.tlsCA != "" {
+		return usageErrorf("--tls-ca needs --redis or --redis-cluster")
 	}
-	rdb, _, err := a.dialConfig(ctx, cfg)
+	rdb, cfg, done, err := a.demoRedis(ctx)
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
+	defer done()
 
 	var m *metrics.Metrics
 	reg := prometheus.NewRegistry()
@@ -381,4 +367,27 @@ func (p *demoPrinter) verdict(ok bool) string {
 		return p.paint(ansiGreen+ansiBold, "PASS")
 	}
 	return p.paint(ansiRed+ansiBold, "FAIL")
+}
+
+// demoRedis connects a demo to the Redis of --redis or --redis-cluster, or
+// when neither is given to an embedded one (miniredis) that done stops.
+func (a *app) demoRedis(ctx context.Context) (_ redis.UniversalClient, _ redisConfig, done func(), err error) {
+	var cfg redisConfig
+	stop := func() {}
+	if a.redisURLOrEnv() == "" && a.redisCluster == "" {
+		mr := miniredis.NewMiniRedis()
+		if err := mr.Start(); err != nil {
+			return nil, cfg, nil, fmt.Errorf("starting the embedded Redis: %w", err)
+		}
+		stop = mr.Close
+		cfg = redisConfig{single: &redis.Options{Addr: mr.Addr()}, display: "redis://" + mr.Addr()}
+	} else if cfg, err = a.redisConfig(); err != nil {
+		return nil, cfg, nil, err
+	}
+	rdb, _, err := a.dialConfig(ctx, cfg)
+	if err != nil {
+		stop()
+		return nil, cfg, nil, err
+	}
+	return rdb, cfg, func() { rdb.Close(); stop() }, nil
 }

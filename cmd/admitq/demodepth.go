@@ -7,9 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/cmd/admitq/internal/demo"
 )
@@ -21,25 +18,11 @@ import (
 // ever had more than 2 tasks pending or running in asynq, and that every
 // task ran once and nothing is left parked. It exits 0 only if both hold.
 func (a *app) runDepthDemo(ctx context.Context, duration time.Duration) error {
-	var cfg redisConfig
-	if a.redisURLOrEnv() == "" && a.redisCluster == "" {
-		mr := miniredis.NewMiniRedis()
-		if err := mr.Start(); err != nil {
-			return fmt.Errorf("starting the embedded Redis: %w", err)
-		}
-		defer mr.Close()
-		cfg = redisConfig{single: &redis.Options{Addr: mr.Addr()}, display: "redis://" + mr.Addr()}
-	} else {
-		var err error
-		if cfg, err = a.redisConfig(); err != nil {
-			return err
-		}
-	}
-	rdb, _, err := a.dialConfig(ctx, cfg)
+	rdb, cfg, done, err := a.demoRedis(ctx)
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
+	defer done()
 	id := demo.NewRunID()
 	dc := demo.DepthConfig{Config: demo.Config{
 		Redis: rdb, Worker: connOpt{cfg}, Duration: duration,

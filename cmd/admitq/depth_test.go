@@ -91,7 +91,14 @@ func TestStatusShowsDepth(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("status --json: %v\n%s", err, out)
 	}
-	calm, noisy := got.Tenants[0], got.Tenants[1]
+	byName := map[string]tenantStatus{}
+	for _, ts := range got.Tenants {
+		byName[ts.Tenant] = ts
+	}
+	calm, noisy := byName["calm"], byName["noisy"]
+	if len(byName) != 2 || calm.Tenant == "" || noisy.Tenant == "" {
+		t.Fatalf("status --json lists %d tenants, want calm and noisy:\n%s", len(got.Tenants), out)
+	}
 	if calm.InFlight != nil || calm.Parked != nil {
 		t.Errorf("calm, with no cap, shows depth: %+v", calm)
 	}

@@ -32,10 +32,11 @@ import (
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/enqueue"
+	"github.com/admitq/admitq/examples/internal/redisaddr"
 )
 
 func main() {
-	redis.SetLogger(quietRedisLog{})
+	redis.SetLogger(redisaddr.QuietLog{})
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	cfg, err := parseFlags(os.Args[1:], os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -64,7 +65,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs := flag.NewFlagSet("httpapi", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg config
-	fs.StringVar(&cfg.redis, "redis", envOr(getenv, "ADMITQ_REDIS", defaultRedis), "Redis: host:port or redis://[user:password@]host:port[/db] (env ADMITQ_REDIS)")
+	fs.StringVar(&cfg.redis, "redis", envOr(getenv, "ADMITQ_REDIS", redisaddr.Default), "Redis: host:port or redis://[user:password@]host:port[/db] (env ADMITQ_REDIS)")
 	fs.StringVar(&cfg.addr, "addr", envOr(getenv, "ADMITQ_HTTP", "127.0.0.1:8080"), "address to listen on (env ADMITQ_HTTP)")
 	fs.IntVar(&cfg.quota.Limit, "limit", 10, "jobs each tenant may start in any window")
 	fs.DurationVar(&cfg.quota.Window, "window", time.Second, "length of the sliding window")
@@ -72,7 +73,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
-	if err := checkRedisFlag(fs, cfg.redis); err != nil {
+	if err := redisaddr.CheckFlag(fs, cfg.redis); err != nil {
 		fmt.Fprintln(fs.Output(), err)
 		return config{}, err
 	}
@@ -117,13 +118,13 @@ func newServer(addr string, h http.Handler) *http.Server {
 // run checks that Redis answers, then serves the API until ctx is done, and
 // shuts down gracefully.
 func run(ctx context.Context, cfg config, log *slog.Logger) error {
-	opts, err := redisOptions(cfg.redis)
+	opts, err := redisaddr.Options(cfg.redis)
 	if err != nil {
 		return err
 	}
 	// Without this check a wrong address would show only as a 503 for
 	// every request.
-	if err := pingRedis(ctx, opts); err != nil {
+	if err := redisaddr.Ping(ctx, opts); err != nil {
 		return err
 	}
 	rdb := redis.NewClient(opts)

@@ -21,10 +21,11 @@ import (
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/enqueue"
+	"github.com/admitq/admitq/examples/internal/redisaddr"
 )
 
 func main() {
-	redis.SetLogger(quietRedisLog{})
+	redis.SetLogger(redisaddr.QuietLog{})
 	cfg, err := parseFlags(os.Args[1:], os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return
@@ -56,7 +57,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.SetOutput(stderr)
 	redisAddr := getenv("ADMITQ_REDIS")
 	if redisAddr == "" {
-		redisAddr = defaultRedis
+		redisAddr = redisaddr.Default
 	}
 	var cfg config
 	fs.StringVar(&cfg.redis, "redis", redisAddr, "Redis: host:port or redis://[user:password@]host:port[/db] (env ADMITQ_REDIS)")
@@ -70,7 +71,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
-	if err := checkRedisFlag(fs, cfg.redis); err != nil {
+	if err := redisaddr.CheckFlag(fs, cfg.redis); err != nil {
 		fmt.Fprintln(stderr, err)
 		return config{}, err
 	}
@@ -89,11 +90,11 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 
 // run sends cfg.n tasks and prints one line per task, then a summary.
 func run(ctx context.Context, cfg config, out io.Writer) error {
-	opts, err := redisOptions(cfg.redis)
+	opts, err := redisaddr.Options(cfg.redis)
 	if err != nil {
 		return err
 	}
-	if err := pingRedis(ctx, opts); err != nil {
+	if err := redisaddr.Ping(ctx, opts); err != nil {
 		return err
 	}
 	rdb := redis.NewClient(opts)

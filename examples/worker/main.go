@@ -18,6 +18,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/admitq/admitq/examples/internal/redisaddr"
 	"github.com/admitq/admitq/worker"
 )
 
@@ -29,7 +30,7 @@ func main() {
 	if err != nil {
 		os.Exit(2) // the error and the usage are printed already
 	}
-	redis.SetLogger(quietRedisLog{})
+	redis.SetLogger(redisaddr.QuietLog{})
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	w, err := newWorker(context.Background(), cfg, log)
 	if err != nil {
@@ -56,7 +57,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.SetOutput(stderr)
 	redisAddr := getenv("ADMITQ_REDIS")
 	if redisAddr == "" {
-		redisAddr = defaultRedis
+		redisAddr = redisaddr.Default
 	}
 	var cfg config
 	fs.StringVar(&cfg.redis, "redis", redisAddr, "Redis: host:port or redis://[user:password@]host:port[/db] (env ADMITQ_REDIS)")
@@ -64,7 +65,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
-	if err := checkRedisFlag(fs, cfg.redis); err != nil {
+	if err := redisaddr.CheckFlag(fs, cfg.redis); err != nil {
 		fmt.Fprintln(stderr, err)
 		return config{}, err
 	}
@@ -83,7 +84,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 // their slots.
 func newWorker(ctx context.Context, cfg config, log *slog.Logger) (*worker.Worker, error) {
 	o := mustRedisOptions(cfg.redis)
-	if err := pingRedis(ctx, o); err != nil {
+	if err := redisaddr.Ping(ctx, o); err != nil {
 		return nil, err
 	}
 	opt := asynq.RedisClientOpt{Network: o.Network, Addr: o.Addr, Username: o.Username, Password: o.Password, DB: o.DB, TLSConfig: o.TLSConfig}
@@ -93,9 +94,9 @@ func newWorker(ctx context.Context, cfg config, log *slog.Logger) (*worker.Worke
 	}), nil
 }
 
-// mustRedisOptions is redisOptions for an address parseFlags has checked.
+// mustRedisOptions is redisaddr.Options for an address parseFlags has checked.
 func mustRedisOptions(s string) *redis.Options {
-	o, err := redisOptions(s)
+	o, err := redisaddr.Options(s)
 	if err != nil {
 		panic(err)
 	}

@@ -14,7 +14,10 @@
 //		srv.Restart() // and comes back empty on the same port
 //	}
 //
-// StartCluster does the same for a 3-master Redis Cluster.
+// StartCluster does the same for a 3-master Redis Cluster; with
+// WithReplicas each master gets a replica, for failover tests that SIGKILL
+// a master (Nodes()[i].Kill()) and poll Serving until the replica has
+// taken over.
 //
 // Where redis-server is not on PATH the tests are skipped, loudly, unless
 // ADMITQ_REQUIRE_REDIS=1 (set by make test and CI), where they fail. On Debian

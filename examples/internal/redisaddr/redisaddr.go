@@ -1,4 +1,4 @@
-package main
+package redisaddr
 
 import (
 	"context"
@@ -13,14 +13,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// defaultRedis is the Redis used when neither -redis nor ADMITQ_REDIS says
+// Default is the Redis used when neither -redis nor ADMITQ_REDIS says
 // otherwise.
-const defaultRedis = "127.0.0.1:6379"
+const Default = "127.0.0.1:6379"
 
-// redisOptions reads a Redis address as the admitq command does, from
+// Options reads a Redis address as the admitq command does, from
 // -redis or ADMITQ_REDIS: host:port, or a URL,
 // redis://[user:password@]host:port[/db] (rediss:// for TLS).
-func redisOptions(s string) (*redis.Options, error) {
+func Options(s string) (*redis.Options, error) {
 	if strings.Contains(s, "://") {
 		o, err := redis.ParseURL(s)
 		var uerr *url.Error
@@ -38,10 +38,10 @@ func redisOptions(s string) (*redis.Options, error) {
 	return &redis.Options{Addr: s}, nil
 }
 
-// checkRedisFlag checks the value of -redis, naming where it came from:
+// CheckFlag checks the value of -redis, naming where it came from:
 // the flag, or the environment.
-func checkRedisFlag(fs *flag.FlagSet, value string) error {
-	if _, err := redisOptions(value); err != nil {
+func CheckFlag(fs *flag.FlagSet, value string) error {
+	if _, err := Options(value); err != nil {
 		name := "ADMITQ_REDIS"
 		fs.Visit(func(f *flag.Flag) {
 			if f.Name == "redis" {
@@ -53,11 +53,11 @@ func checkRedisFlag(fs *flag.FlagSet, value string) error {
 	return nil
 }
 
-// pingRedis checks that Redis answers, so that a wrong address ends the
+// Ping checks that Redis answers, so that a wrong address ends the
 // program at once with one line, rather than in a retry loop. It dials once,
 // without go-redis's retries, so that the error names the cause (say,
 // connection refused).
-func pingRedis(ctx context.Context, o *redis.Options) error {
+func Ping(ctx context.Context, o *redis.Options) error {
 	p := *o
 	p.MaxRetries, p.DialerRetries = -1, 1
 	rdb := redis.NewClient(&p)
@@ -70,8 +70,8 @@ func pingRedis(ctx context.Context, o *redis.Options) error {
 	return nil
 }
 
-// quietRedisLog drops go-redis's own log lines (set with redis.SetLogger in
+// QuietLog drops go-redis's own log lines (set with redis.SetLogger in
 // main): they repeat, on stderr, the errors that the program reports itself.
-type quietRedisLog struct{}
+type QuietLog struct{}
 
-func (quietRedisLog) Printf(context.Context, string, ...any) {}
+func (QuietLog) Printf(context.Context, string, ...any) {}

@@ -1,0 +1,183 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MinRedisVersion is the oldest Redis the gate's scripts run on: they use
+// PEXPIRE … GT (Redis 7.0) and ZMSCORE (6.2). On an older server a script
+// fails halfway, after its ZADDs have run, so the gate refuses it instead.
+const MinRedisVersion = "7.0"
+
+// ErrRedisVersion is returned by a Gate whose Redis (on a cluster, any of
+// its masters) is older than MinRedisVersion. The error's text names the
+// server's version and the one needed. Nothing is written to Redis.
+var ErrRedisVersion = errors.New("admitq: redis version too old")
+
+// versionCheck asks Redis its version once, on a gate's first call. It is
+// shared by the gates AtGranularity makes.
+type versionCheck struct {
+	done atomic.Bool // err is final
+
+	mu      sync.Mutex
+	err     error
+	running chan struct{} // closed when the check in flight ends; nil when none is
+	next    time.Time     // after a check nobody answered, when to ask again
+}
+
+// checkVersion returns ErrRedisVersion, wrapped, if Redis is too old. The
+// question goes out once, in the background with the gate's timeout, and
+// callers wait for the answer up to a quarter of the timeout (or their
+// ctx), each on its own clock, never behind one another: a Redis that
+// answers at all answers in well under that, and a slow or down one does
+// not add a whole timeout to the first calls' own. A question nobody
+// answered (Redis down or slow; on a cluster, a master) is asked again a
+// second later, and meanwhile calls go on: the outage is the decisions' to
+// handle. A server that answers without a version (INFO disabled or
+// renamed, a Redis-like server) is trusted.
+func (g *Gate) checkVersion(ctx context.Context) error {
+	v := g.version
+	if v.done.Load() {
+		return v.err
+	}
+	v.mu.Lock()
+	if v.done.Load() {
+		v.mu.Unlock()
+		return v.err
+	}
+	ch := v.running
+	if ch == nil {
+		if time.Now().Before(v.next) {
+			v.mu.Unlock()
+			return nil
+		}
+		ch = make(chan struct{})
+		v.running = ch
+		go g.settleVersion(ch)
+	}
+	v.mu.Unlock()
+	t := time.NewTimer(g.opts.timeout / 4)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	if v.done.Load() {
+		return v.err
+	}
+	return nil
+}
+
+// settleVersion asks the version and records the answer, or when to ask
+// again; then it closes ch.
+func (g *Gate) settleVersion(ch chan struct{}) {
+	answered, err := g.askVersion(context.Background())
+	v := g.version
+	v.mu.Lock()
+	if answered {
+		v.err = err
+		v.done.Store(true)
+	} else {
+		v.next = time.Now().Add(time.Second)
+	}
+	v.running = nil
+	v.mu.Unlock()
+	close(ch)
+}
+
+// askVersion asks Redis (every master of a cluster) for its version. It
+// reports whether the question is settled: every server answered, or one
+// answered too old a version, which err then names.
+func (g *Gate) askVersion(ctx context.Context) (answered bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
+	defer cancel()
+	var (
+		mu     sync.Mutex
+		infos  []string // each prefixed with its server's address and a newline
+		silent bool     // a server did not answer
+	)
+	ask := func(ctx context.Context, c redis.Cmdable, addr string) error {
+		info, err := c.Info(ctx, "server").Result()
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err == nil:
+			infos = append(infos, addr+"\n"+info)
+		case unavailable(err) || ctx.Err() != nil:
+			silent = true
+		}
+		// Any other error is an answer without a version.
+		return nil
+	}
+	cerr := bounded(ctx, func(ctx context.Context) error {
+		if cc, ok := g.rdb.(*redis.ClusterClient); ok {
+			return cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+				return ask(ctx, m, m.Options().Addr)
+			})
+		}
+		return ask(ctx, g.rdb, "")
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if err := tooOld(infos); err != nil {
+		return true, err
+	}
+	return cerr == nil && !silent, nil
+}
+
+// tooOld returns an error for the first INFO reply, each prefixed with its
+// server's address and a newline, that names a version older than
+// MinRedisVersion.
+func tooOld(infos []string) error {
+	for _, s := range infos {
+		addr, info, _ := strings.Cut(s, "\n")
+		version := infoField(info, "redis_version")
+		if version == "" || versionAtLeast(version, MinRedisVersion) {
+			continue
+		}
+		if addr != "" {
+			addr = " at " + addr
+		}
+		return fmt.Errorf("%w: Redis %s%s; admitq needs Redis %s or later (PEXPIRE GT, ZMSCORE)", ErrRedisVersion, version, addr, MinRedisVersion)
+	}
+	return nil
+}
+
+// infoField returns the value of field in an INFO reply, or "".
+func infoField(info, field string) string {
+	for line := range strings.Lines(info) {
+		if k, val, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && k == field {
+			return val
+		}
+	}
+	return ""
+}
+
+// versionAtLeast compares dotted versions by their numbers; a part that is
+// not a number counts as 0.
+func versionAtLeast(have, want string) bool {
+	h, w := strings.Split(have, "."), strings.Split(want, ".")
+	for i := range max(len(h), len(w)) {
+		var a, b int
+		if i < len(h) {
+			a, _ = strconv.Atoi(h[i])
+		}
+		if i < len(w) {
+			b, _ = strconv.Atoi(w[i])
+		}
+		if a != b {
+			return a > b
+		}
+	}
+	return true
+}

@@ -1,0 +1,132 @@
+package admission_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/internal/redistest"
+)
+
+// fakeVersion makes INFO answer that the server is Redis version: a hook
+// in front of a real one, as a Redis 6.2 would answer.
+type fakeVersion struct {
+	version string
+	asked   int
+}
+
+func (f *fakeVersion) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f *fakeVersion) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "info" {
+			f.asked++
+			cmd.(*redis.StringCmd).SetVal("# Server\r\nredis_version:" + f.version + "\r\nredis_mode:standalone\r\n")
+			return nil
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (f *fakeVersion) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestRedisVersion: a gate refuses a Redis older than 7.0 on its first
+// call, with an error that names both versions, and writes nothing: on
+// Redis 6.2 PEXPIRE GT fails after the script's ZADDs ran. It asks once.
+func TestRedisVersion(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	q := admission.Quota{Limit: 5, Window: time.Minute}
+	for _, c := range []struct {
+		desc    string
+		version string
+		refused bool
+	}{
+		{"6.2 lacks PEXPIRE GT", "6.2.14", true},
+		{"6.0 lacks ZMSCORE too", "6.0.20", true},
+		{"5.0", "5.0.7", true},
+		{"7.0 has both", "7.0.0", false},
+		{"7.2", "7.2.4", false},
+		{"a major version with no minor", "8", false},
+	} {
+		t.Run(c.desc, func(t *testing.T) {
+			rdb := srv.Client(t)
+			fake := &fakeVersion{version: c.version}
+			rdb.AddHook(fake)
+			prefix := "v" + c.version
+			for _, policy := range []admission.FailurePolicy{admission.FailClosed, admission.FailOpen} {
+				g := admission.New(rdb, static(q), admission.WithPrefix(prefix+policy.String()), admission.WithFailurePolicy(policy))
+				t.Cleanup(func() { g.Close() })
+				for range 3 {
+					d, err := g.Admit(t.Context(), "t")
+					if !c.refused {
+						if err != nil || d.Outcome != admission.Admitted {
+							t.Fatalf("%v: Admit = %+v, %v; want admitted", policy, d, err)
+						}
+						continue
+					}
+					if !errors.Is(err, admission.ErrRedisVersion) || errors.Is(err, admission.ErrUnavailable) ||
+						!strings.Contains(err.Error(), c.version) || !strings.Contains(err.Error(), "7.0") {
+						t.Fatalf("%v: Admit error = %v; want ErrRedisVersion naming %s and 7.0, not ErrUnavailable", policy, err, c.version)
+					}
+				}
+				if _, err := g.Usage(t.Context(), "t"); c.refused != errors.Is(err, admission.ErrRedisVersion) {
+					t.Fatalf("%v: Usage error = %v; refused should be %v", policy, err, c.refused)
+				}
+			}
+			if fake.asked != 2 {
+				t.Errorf("INFO asked %d times by 2 gates, want once each", fake.asked)
+			}
+			if n := srv.Client(t).Exists(t.Context(), prefix+"fail-closed:{t}:log", prefix+"fail-open:{t}:log").Val(); c.refused != (n == 0) {
+				t.Errorf("%d keys written; refused: %v", n, c.refused)
+			}
+		})
+	}
+}
+
+// TestRedisVersionUnknown: a server that answers INFO without a version
+// (miniredis has no server section) is trusted, and asked only once; one
+// that cannot be asked now is asked again on the next call.
+func TestRedisVersionUnknown(t *testing.T) {
+	t.Parallel()
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	q := admission.Quota{Limit: 5, Window: time.Minute}
+	g := admission.New(rdb, static(q), admission.WithTimeout(2*time.Second))
+	t.Cleanup(func() { g.Close() })
+	for range 3 {
+		if d, err := g.Admit(t.Context(), "t"); err != nil || d.Outcome != admission.Admitted {
+			t.Fatalf("Admit on miniredis = %+v, %v; want admitted", d, err)
+		}
+	}
+
+	srv := redistest.Start(t)
+	down := srv.Client(t)
+	fake := &fakeVersion{version: "6.2.14"}
+	srv.Kill()
+	g2 := admission.New(down, static(q), admission.WithTimeout(100*time.Millisecond))
+	t.Cleanup(func() { g2.Close() })
+	if _, err := g2.Admit(t.Context(), "t"); !errors.Is(err, admission.ErrUnavailable) {
+		t.Fatalf("Admit with Redis down = %v; want ErrUnavailable", err)
+	}
+	down.AddHook(fake)
+	srv.Restart()
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		_, err := g2.Admit(t.Context(), "t")
+		if errors.Is(err, admission.ErrRedisVersion) {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("Admit once Redis is back = %v; want ErrRedisVersion: the version asked again", err)
+		}
+	}
+}
