@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -48,7 +49,7 @@ func startCluster(ctx context.Context) (addrs []string, stop func(), err error) 
 		// The cluster bus listens on port+10000, which may be taken even
 		// when the port is free; try a few.
 		for range 5 {
-			addr, kill, err = launchRedis(ctx, bin, dir, clusterboot.ServerArgs())
+			addr, kill, err = launchRedis(ctx, bin, dir, clusterboot.ServerArgs(5*time.Second))
 			if err == nil || ctx.Err() != nil {
 				break
 			}
@@ -67,10 +68,10 @@ func startCluster(ctx context.Context) (addrs []string, stop func(), err error) 
 		clients[i] = redis.NewClient(&redis.Options{Addr: a})
 		defer clients[i].Close()
 	}
-	if err = clusterboot.Create(ctx, clients); err != nil {
+	if err = clusterboot.Create(ctx, clients, nil); err != nil {
 		return nil, nil, fmt.Errorf("bench: create cluster: %w", err)
 	}
-	if err = clusterboot.WaitConverged(ctx, clients); err != nil {
+	if err = clusterboot.WaitConverged(ctx, clients, 0); err != nil {
 		return nil, nil, fmt.Errorf("bench: cluster %v: %w\n%s", addrs, err, clusterboot.Describe(clients))
 	}
 	return addrs, stop, nil

@@ -33,28 +33,36 @@ func SlotRange(i, n int) (lo, hi int) {
 }
 
 // ServerArgs are the redis-server arguments that make a node cluster-enabled,
-// with its nodes.conf in its working directory. The node names itself
-// 127.0.0.1 in CLUSTER SLOTS from the start, which is where clients must go.
-func ServerArgs() []string {
+// with its nodes.conf in its working directory, marked failed by the others
+// after nodeTimeout unanswered.
+func ServerArgs(nodeTimeout time.Duration) []string {
 	return []string{
 		"--cluster-enabled", "yes",
-		"--cluster-config-file", "nodes.conf",
-		"--cluster-node-timeout", "5000",
+		"--cluster-config-file", "nodes.conf", // in the node's own dir
+		"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10),
+		// Nodes then name themselves 127.0.0.1 in CLUSTER SLOTS from the
+		// start, which is where clients must go.
 		"--cluster-announce-ip", "127.0.0.1",
+		// A replica's first sync starts at once rather than after the
+		// default 5 s wait for other replicas to join it.
+		"--repl-diskless-sync-delay", "0",
 	}
 }
 
-// Create makes one cluster of the given cluster-enabled, empty nodes, each
-// owning an even share of the slots in order. It does what redis-cli --cluster create does, minus its 1 s polls:
+// Create makes one cluster of the given cluster-enabled, empty nodes: each
+// master owns an even share of the slots in order, and replicas[i], if
+// any, replicates masters[i]. It does what redis-cli --cluster create does,
+// minus its 1 s polls:
 // distinct config epochs, so no epoch collision has to be resolved first;
 // slots; then a MEET between every pair, so no node waits for gossip to
-// learn of another.
-func Create(ctx context.Context, clients []*redis.Client) error {
-	for i, cl := range clients {
+// learn of another; then each replica follows its master.
+func Create(ctx context.Context, masters, replicas []*redis.Client) error {
+	clients := append(slices.Clip(masters), replicas...)
+	for i, cl := range masters {
 		if err := cl.Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
 			return fmt.Errorf("%s: CLUSTER SET-CONFIG-EPOCH: %w", clients[i].Options().Addr, err)
 		}
-		lo, hi := SlotRange(i, len(clients))
+		lo, hi := SlotRange(i, len(masters))
 		if err := cl.ClusterAddSlotsRange(ctx, lo, hi).Err(); err != nil {
 			return fmt.Errorf("%s: CLUSTER ADDSLOTS %d-%d: %w", clients[i].Options().Addr, lo, hi, err)
 		}
@@ -70,13 +78,32 @@ func Create(ctx context.Context, clients []*redis.Client) error {
 			}
 		}
 	}
+	for i, cl := range replicas {
+		id, err := masters[i].Do(ctx, "CLUSTER", "MYID").Text()
+		if err != nil {
+			return fmt.Errorf("%s: CLUSTER MYID: %w", clients[i].Options().Addr, err)
+		}
+		// The replica refuses a master it has not met yet: the MEET
+		// handshake takes a bus round trip or two.
+		for {
+			err := cl.Do(ctx, "CLUSTER", "REPLICATE", id).Err()
+			if err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s: CLUSTER REPLICATE %s: %w", cl.Options().Addr, clients[i].Options().Addr, err)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
 	return nil
 }
 
 // WaitConverged polls until converged holds or ctx ends.
-func WaitConverged(ctx context.Context, clients []*redis.Client) error {
+func WaitConverged(ctx context.Context, clients []*redis.Client, replicas int) error {
 	for {
-		err := converged(ctx, clients)
+		err := converged(ctx, clients, replicas)
 		if err == nil {
 			return nil
 		}
@@ -89,9 +116,10 @@ func WaitConverged(ctx context.Context, clients []*redis.Client) error {
 }
 
 // converged reports why the cluster is not yet healthy: every node must see
-// cluster_state:ok, all nodes and all slots, every master online, and the
-// same slot map.
-func converged(ctx context.Context, clients []*redis.Client) error {
+// cluster_state:ok, all nodes and all slots, every master online with
+// replicas replicas, each replica's link to its master up, and the same
+// slot map.
+func converged(ctx context.Context, clients []*redis.Client, replicas int) error {
 	var first string
 	for i, cl := range clients {
 		addr := cl.Options().Addr
@@ -110,11 +138,18 @@ func converged(ctx context.Context, clients []*redis.Client) error {
 				return fmt.Errorf("%s: %s is %q, want %q", addr, k, f[k], v)
 			}
 		}
+		repl, err := cl.Info(ctx, "replication").Result()
+		if err != nil {
+			return fmt.Errorf("%s: INFO replication: %w", addr, err)
+		}
+		if f := InfoFields(repl); f["role"] == "slave" && f["master_link_status"] != "up" {
+			return fmt.Errorf("%s: replica's link to its master is %q", addr, f["master_link_status"])
+		}
 		shards, err := cl.ClusterShards(ctx).Result()
 		if err != nil {
 			return fmt.Errorf("%s: CLUSTER SHARDS: %w", addr, err)
 		}
-		m, err := slotMap(shards)
+		m, err := slotMap(shards, replicas)
 		if err != nil {
 			return fmt.Errorf("%s: %w", addr, err)
 		}
@@ -128,8 +163,9 @@ func converged(ctx context.Context, clients []*redis.Client) error {
 }
 
 // slotMap renders CLUSTER SHARDS as "start-end=master ..." in slot order,
-// to compare what nodes believe, or says which master is not online.
-func slotMap(shards []redis.ClusterShard) (string, error) {
+// to compare what nodes believe, or says which master is not online or
+// lacks its replicas replicas.
+func slotMap(shards []redis.ClusterShard, replicas int) (string, error) {
 	type owned struct {
 		start, end int64
 		master     string
@@ -144,6 +180,18 @@ func slotMap(shards []redis.ClusterShard) (string, error) {
 		addr := net.JoinHostPort(m.IP, strconv.FormatInt(m.Port, 10))
 		if m.Health != "online" {
 			return "", fmt.Errorf("master %s is %s", addr, m.Health)
+		}
+		in := 0
+		for _, n := range sh.Nodes {
+			// "loading" until the master's replication offset moves,
+			// which on an idle master takes a ping period (10 s): the
+			// replica's link is checked in converged instead.
+			if n.Role == "replica" && n.Health != "failed" {
+				in++
+			}
+		}
+		if in != replicas {
+			return "", fmt.Errorf("master %s has %d replicas online, want %d", addr, in, replicas)
 		}
 		for _, r := range sh.Slots {
 			ranges = append(ranges, owned{r.Start, r.End, addr})
