@@ -67,21 +67,9 @@ func (f *quotaFlags) quota(cmd *cobra.Command) (admission.Quota, error) {
 			return admission.Quota{}, usageErrorf("--%s is required", name)
 		}
 	}
-	switch {
-	case f.maxInFlight < 0:
-		return admission.Quota{}, usageErrorf("--max-in-flight %d: want 0 (no cap) or more", f.maxInFlight)
-	case f.maxParked < 0:
-		return admission.Quota{}, usageErrorf("--max-parked %d: want 0 (the default) or more", f.maxParked)
-	case f.maxParked > 0 && f.maxInFlight == 0:
-		return admission.Quota{}, usageErrorf("--max-parked %d needs --max-in-flight: only capped tenants park", f.maxParked)
-	}
-	// quotainput gives the dashboard's form the same messages.
-	q, err := quotainput.Check(f.limit, f.window, f.maxDelay, f.mode)
+	// quotainput gives the dashboard's form the same checks and messages.
+	q, err := quotainput.Check(f.limit, f.window, f.maxDelay, f.mode, f.maxInFlight, f.maxParked)
 	if err != nil {
-		return admission.Quota{}, usageError(err)
-	}
-	q.MaxInFlight, q.MaxParked = f.maxInFlight, f.maxParked
-	if err := q.Validate(); err != nil {
 		return admission.Quota{}, usageError(err)
 	}
 	return q, nil

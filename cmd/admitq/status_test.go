@@ -346,10 +346,12 @@ return 0`)
 		calls["scan"] > n/1000 || calls["hscan"] > n/1000 {
 		t.Errorf("status read %d tenants with %v; want a ZCOUNT each, a script call for each one shown, and pages of a thousand", n, calls)
 	}
-	// 100k round trips, one at a time, took 23s before; batched it takes
-	// well under 2s on an idle 2-core machine (3s with 20 processes
-	// competing for it). Only an order of magnitude is asserted here.
-	if took > 20*time.Second {
+	// 100k round trips, one at a time, took 23s before without the race
+	// detector (several times that with it); batched it takes well under
+	// 2s on an idle 2-core machine (3s with 20 processes competing for it),
+	// 7-14s under -race. The command counts above are the property; the
+	// time is only a backstop that a loaded CI machine must not trip.
+	if took > 45*time.Second {
 		t.Errorf("status of %d tenants took %v", n, took)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/hibiken/asynq"
 
 	"github.com/admitq/admitq/admission"
 )
@@ -121,6 +122,14 @@ func TestDashboardInABrowser(t *testing.T) {
 	if err := st.quotas.SetDefault(t.Context(), admission.Quota{Limit: 3, Window: time.Second}); err != nil {
 		t.Fatal(err)
 	}
+	// parker is capped at 1 in flight; its tasks go to a queue no worker
+	// reads, so 1 holds the permit and 2 stay parked.
+	st.setQuota(t, "parker", admission.Quota{Limit: 100, Window: time.Minute, MaxInFlight: 1, MaxParked: 10})
+	for range 3 {
+		if _, _, err := st.client.Enqueue(t.Context(), "parker", asynq.NewTask("job", nil), asynq.Queue("idle")); err != nil {
+			t.Fatal(err)
+		}
+	}
 	st.startWorker(t)
 	d, hs := st.dashboard(t, Config{})
 	_ = d
@@ -146,6 +155,12 @@ func TestDashboardInABrowser(t *testing.T) {
 		}
 		if got := evalJS[string](t, ctx, cellJS("acme", "quota")); got != hour.String() {
 			t.Errorf("quota: page %q, want %q", got, hour.String())
+		}
+		if got := evalJS[string](t, ctx, cellJS("parker", "in_flight")+` + " | " + `+cellJS("parker", "parked")); !strings.HasPrefix(got, "1 / 1 | 2 (oldest ") {
+			t.Errorf("parker's in flight | parked: page %q, want 1 / 1 | 2 (oldest …)", got)
+		}
+		if got := evalJS[string](t, ctx, cellJS("acme", "in_flight")); got != "" {
+			t.Errorf("acme, uncapped, shows in flight %q", got)
 		}
 		if got := evalJS[string](t, ctx, cellJS("(default)", "quota")); got != "3/1s" {
 			t.Errorf("default row: page %q, want 3/1s", got)

@@ -12,7 +12,8 @@ import (
 // (package quotainput), so the form and admitq quota set agree on every
 // message. The map holds each bad field's message, for beside the field.
 func parseQuotaForm(r *http.Request) (admission.Quota, map[string]string, error) {
-	q, errs, err := quotainput.Parse(r.PostFormValue("limit"), r.PostFormValue("window"), r.PostFormValue("max-delay"), r.PostFormValue("mode"))
+	q, errs, err := quotainput.Parse(r.PostFormValue("limit"), r.PostFormValue("window"), r.PostFormValue("max-delay"), r.PostFormValue("mode"),
+		r.PostFormValue("max-in-flight"), r.PostFormValue("max-parked"))
 	if err != nil {
 		out := map[string]string{}
 		for f, e := range errs {

@@ -33,12 +33,29 @@ const (
 	listTTL = 5 * time.Second
 )
 
-// Depth is a tenant's share of the worker queues: its tasks pending or
-// active against its cap, and those parked behind the cap.
-type Depth struct {
-	InFlight int `json:"in_flight"`
-	Cap      int `json:"cap"` // 0: no cap
-	Parked   int `json:"parked"`
+// depth is a capped tenant's share of the worker queues: its tasks pending
+// or active against its cap, and those parked behind the cap.
+type depth struct {
+	InFlight  int   `json:"in_flight"`
+	Cap       int   `json:"cap"`
+	Parked    int   `json:"parked"`
+	MaxParked int   `json:"max_parked"`                 // the effective bound
+	OldestAge int64 `json:"oldest_parked_ms,omitempty"` // how long the first parked task has waited; 0 when none is
+}
+
+// depthOf is u's depth, nil when the tenant has no cap.
+func depthOf(u admission.Usage) *depth {
+	if u.Quota.MaxInFlight == 0 {
+		return nil
+	}
+	d := &depth{InFlight: u.InFlight, Cap: u.Quota.MaxInFlight, Parked: u.Parked, MaxParked: u.Quota.MaxParked}
+	if d.MaxParked == 0 {
+		d.MaxParked = admission.DefaultMaxParked
+	}
+	if !u.OldestParked.IsZero() {
+		d.OldestAge = max(u.Now.Sub(u.OldestParked).Milliseconds(), 1)
+	}
+	return d
 }
 
 // Config says where the dashboard reads and what it allows.
@@ -62,9 +79,6 @@ type Config struct {
 	// Sources are where decisions and task starts per tenant are counted.
 	// None: the charts stay empty and the page says so.
 	Sources []Source
-	// Depth, when not nil, fills the in flight / cap and parked columns of
-	// the tenants shown. Nil hides them.
-	Depth func(ctx context.Context, tenants []string) (map[string]Depth, error)
 	// Logger gets one line per quota change, naming who made it. Nil
 	// discards.
 	Logger *slog.Logger

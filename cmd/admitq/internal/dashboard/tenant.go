@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/cmd/admitq/internal/quotainput"
 )
 
 // maxTimelineEntries bounds the log entries a tenant page reads.
@@ -42,7 +43,7 @@ func (s *Server) formPage(w http.ResponseWriter, r *http.Request, tenant string,
 	p := formPage{
 		Tenant: tenant, IsDefault: isDefault, CSRF: csrfToken(w, r), ReadOnly: s.cfg.ReadOnly, Token: s.cfg.Token != "",
 		Asynq: s.mon != nil, Queue: s.cfg.Queue, Every: s.cfg.Every.Milliseconds(),
-		Values: map[string]string{"mode": "log", "max-delay": "0s"}, Errors: map[string]string{},
+		Values: map[string]string{"mode": "log", "max-delay": "0s", "max-in-flight": "0", "max-parked": "0"}, Errors: map[string]string{},
 		Saved: r.URL.Query().Get("saved"),
 	}
 	ctx := r.Context()
@@ -67,6 +68,7 @@ func (s *Server) formPage(w http.ResponseWriter, r *http.Request, tenant string,
 func quotaValues(q admission.Quota) map[string]string {
 	return map[string]string{
 		"limit": itoa(q.Limit), "window": q.Window.String(), "max-delay": q.MaxDelay.String(), "mode": q.Mode.String(),
+		"max-in-flight": itoa(q.MaxInFlight), "max-parked": itoa(q.MaxParked),
 	}
 }
 
@@ -95,8 +97,9 @@ type tenantView struct {
 	InWindow int     `json:"in_window"`
 	Reserved int     `json:"reserved"`
 	NextFree int64   `json:"next_free_ms"`
-	Slots    []int64 `json:"slots"` // unix ms of each entry in the window or ahead, oldest first
-	Cut      bool    `json:"cut"`   // more entries than maxTimelineEntries
+	Depth    *depth  `json:"depth,omitempty"` // nil without a cap
+	Slots    []int64 `json:"slots"`           // unix ms of each entry in the window or ahead, oldest first
+	Cut      bool    `json:"cut"`             // more entries than maxTimelineEntries
 	Entries  []entry `json:"entries"`
 	Rates    view    `json:"rates"`
 	Error    string  `json:"error,omitempty"`
@@ -140,6 +143,7 @@ func (s *Server) handleTenantAPI(w http.ResponseWriter, r *http.Request) {
 	}
 	v.Now, v.Quota, v.Limit, v.WindowMs, v.Mode = u.Now.UnixMilli(), u.Quota.String(), u.Quota.Limit, u.Quota.Window.Milliseconds(), u.Quota.Mode.String()
 	v.InWindow, v.Reserved = u.InWindow, u.Reserved
+	v.Depth = depthOf(u)
 	if d := u.NextFree.Sub(u.Now); d > 0 {
 		v.NextFree = max(d.Milliseconds(), 1)
 	}
@@ -198,7 +202,7 @@ func (s *Server) handleQuota(w http.ResponseWriter, r *http.Request) {
 	tenant := r.PostFormValue("tenant")
 	action := r.PostFormValue("action")
 	back := func(status int, p formPage) {
-		for _, f := range []string{"limit", "window", "max-delay", "mode"} {
+		for _, f := range quotainput.Fields() {
 			p.Values[f] = r.PostFormValue(f)
 		}
 		s.render(w, status, "tenant.html", p)

@@ -25,6 +25,7 @@ type tenantList struct {
 	read   time.Time
 	names  []string // tenants with a quota of their own, sorted
 	quotas admission.StaticQuotas
+	capped bool // some quota, or the default, has a MaxInFlight
 }
 
 // tenantsList returns the quotas. The first call reads them; later ones get
@@ -64,8 +65,10 @@ func (s *Server) readList(ctx context.Context) (*tenantList, error) {
 		return nil, err
 	}
 	l := &tenantList{read: time.Now(), quotas: all, names: make([]string, 0, len(all.Tenants))}
-	for t := range all.Tenants {
+	l.capped = all.Default != nil && all.Default.MaxInFlight > 0
+	for t, q := range all.Tenants {
 		l.names = append(l.names, t)
+		l.capped = l.capped || q.MaxInFlight > 0
 	}
 	slices.Sort(l.names)
 	if gen == s.listGen {
@@ -101,8 +104,8 @@ type row struct {
 	Mode     string  `json:"mode"`
 	InWindow int     `json:"in_window"`
 	Reserved int     `json:"reserved"`
-	NextFree int64   `json:"next_free_ms"` // after now; 0 when a request would be admitted now
-	Depth    *Depth  `json:"depth,omitempty"`
+	NextFree int64   `json:"next_free_ms"`    // after now; 0 when a request would be admitted now
+	Depth    *depth  `json:"depth,omitempty"` // nil without a cap
 	Flags    flags   `json:"flags"`
 	Error    string  `json:"error,omitempty"`
 	Others   int     `json:"others,omitempty"` // default row: tenants without a quota seen in the rates
@@ -121,7 +124,7 @@ type tenantsPage struct {
 	All      int    `json:"all"`   // tenants with a quota of their own
 	PageSize int    `json:"page_size"`
 	Every    int64  `json:"every_ms"`
-	HasDepth bool   `json:"has_depth"`
+	HasDepth bool   `json:"has_depth"` // some tenant is capped: show the depth columns
 	ReadOnly bool   `json:"read_only"`
 	Asynq    bool   `json:"asynq"`
 	Token    bool   `json:"token"`
@@ -138,7 +141,7 @@ const usageParallel = 8
 func (s *Server) tenantsPage(ctx context.Context, query string, page int, flagged bool, since int64) (tenantsPage, error) {
 	p := tenantsPage{
 		Query: query, Flagged: flagged, PageSize: s.cfg.PageSize, Every: s.cfg.Every.Milliseconds(),
-		HasDepth: s.cfg.Depth != nil, ReadOnly: s.cfg.ReadOnly, Asynq: s.mon != nil, Token: s.cfg.Token != "", Sources: len(s.cfg.Sources),
+		ReadOnly: s.cfg.ReadOnly, Asynq: s.mon != nil, Token: s.cfg.Token != "", Sources: len(s.cfg.Sources),
 		Rows: []row{},
 	}
 	list, err := s.tenantsList(ctx)
@@ -146,6 +149,7 @@ func (s *Server) tenantsPage(ctx context.Context, query string, page int, flagge
 		return p, err
 	}
 	p.All = len(list.names)
+	p.HasDepth = list.capped
 	var hot map[string]bool
 	if flagged {
 		hot = s.rates.flagged()
@@ -183,6 +187,7 @@ func (s *Server) tenantsPage(ctx context.Context, query string, page int, flagge
 				return
 			}
 			r.InWindow, r.Reserved = u.InWindow, u.Reserved
+			r.Depth = depthOf(u)
 			r.Usage = float64(u.InWindow) / float64(max(u.Quota.Limit, 1))
 			if d := u.NextFree.Sub(u.Now); d > 0 {
 				r.NextFree = max(d.Milliseconds(), 1)
@@ -196,17 +201,6 @@ func (s *Server) tenantsPage(ctx context.Context, query string, page int, flagge
 	if p.Now == 0 {
 		if now, err := s.cfg.Redis.Time(ctx).Result(); err == nil {
 			p.Now = now.UnixMilli()
-		}
-	}
-	if s.cfg.Depth != nil && len(shown) > 0 {
-		if depth, err := s.cfg.Depth(ctx, shown); err == nil {
-			for i := range p.Rows {
-				if d, ok := depth[p.Rows[i].Tenant]; ok {
-					p.Rows[i].Depth = &d
-				}
-			}
-		} else {
-			p.Error = "depth: " + errorText(err)
 		}
 	}
 
@@ -244,7 +238,7 @@ func (s *Server) handleTenants(w http.ResponseWriter, r *http.Request) {
 	}
 	s.render(w, http.StatusOK, "tenants.html", map[string]any{
 		"Page": p, "CSRF": csrfToken(w, r), "Rules": flagRules(s.cfg.Every),
-		"Form": map[string]any{"Values": map[string]string{"mode": "log", "max-delay": "0s"}, "Errors": map[string]string{}},
+		"Form": map[string]any{"Values": map[string]string{"mode": "log", "max-delay": "0s", "max-in-flight": "0", "max-parked": "0"}, "Errors": map[string]string{}},
 	})
 }
 

@@ -16,7 +16,7 @@ import (
 // A FieldError names the field that was wrong, the value given and why.
 // Error formats it as the command line does: "--limit 0: want at least 1".
 type FieldError struct {
-	Field  string // limit, window, max-delay or mode
+	Field  string // limit, window, max-delay, mode, max-in-flight or max-parked
 	Value  string // as given
 	Reason string // e.g. "want at least 1"
 }
@@ -37,14 +37,16 @@ func (e *FieldError) Message() string {
 // Check validates a quota's fields in the order the command line names them
 // and returns the first mistake as a *FieldError. An empty mode is a mistake:
 // on a command line or in a form it is a slip, not a choice of log.
-func Check(limit int, window, maxDelay time.Duration, mode string) (admission.Quota, error) {
-	for _, fe := range []*FieldError{checkLimit(limit), checkWindow(window), checkMaxDelay(maxDelay), checkMode(mode)} {
+// maxInFlight 0 means no cap, and maxParked 0 the default bound.
+func Check(limit int, window, maxDelay time.Duration, mode string, maxInFlight, maxParked int) (admission.Quota, error) {
+	for _, fe := range []*FieldError{checkLimit(limit), checkWindow(window), checkMaxDelay(maxDelay), checkMode(mode),
+		checkMaxInFlight(maxInFlight, mode), checkMaxParked(maxParked, maxInFlight)} {
 		if fe != nil {
 			return admission.Quota{}, fe
 		}
 	}
 	m, _ := admission.ParseMode(mode)
-	q := admission.Quota{Limit: limit, Window: window, MaxDelay: maxDelay, Mode: m}
+	q := admission.Quota{Limit: limit, Window: window, MaxDelay: maxDelay, Mode: m, MaxInFlight: maxInFlight, MaxParked: maxParked}
 	if err := q.Validate(); err != nil {
 		return admission.Quota{}, err
 	}
@@ -79,11 +81,31 @@ func checkMode(mode string) *FieldError {
 	return nil
 }
 
+func checkMaxInFlight(n int, mode string) *FieldError {
+	switch {
+	case n < 0:
+		return &FieldError{"max-in-flight", strconv.Itoa(n), "want 0 (no cap) or more"}
+	case n > 0 && mode == admission.Counter.String():
+		return &FieldError{"max-in-flight", strconv.Itoa(n), "not in counter mode: the cap needs the log's entry IDs"}
+	}
+	return nil
+}
+
+func checkMaxParked(n, maxInFlight int) *FieldError {
+	switch {
+	case n < 0:
+		return &FieldError{"max-parked", strconv.Itoa(n), "want 0 (the default) or more"}
+	case n > 0 && maxInFlight == 0:
+		return &FieldError{"max-parked", strconv.Itoa(n), "needs --max-in-flight: only capped tenants park"}
+	}
+	return nil
+}
+
 // Parse reads a quota from text fields, as a form sends them, then Checks
 // it. Every field's mistake is returned, keyed by field name, so that a
 // form can show each next to its field; the error is their join. An empty
-// max delay is 0.
-func Parse(limit, window, maxDelay, mode string) (admission.Quota, map[string]*FieldError, error) {
+// max delay, max in flight or max parked is 0.
+func Parse(limit, window, maxDelay, mode, maxInFlight, maxParked string) (admission.Quota, map[string]*FieldError, error) {
 	errs := map[string]*FieldError{}
 	add := func(fe *FieldError) {
 		if fe != nil {
@@ -112,20 +134,48 @@ func Parse(limit, window, maxDelay, mode string) (admission.Quota, map[string]*F
 	}
 	mode = strings.TrimSpace(mode)
 	add(checkMode(mode))
+	inFlight, ok := parseCount("max-in-flight", maxInFlight, add)
+	if ok && errs["mode"] == nil {
+		add(checkMaxInFlight(inFlight, mode))
+	}
+	parked, ok := parseCount("max-parked", maxParked, add)
+	if ok && errs["max-in-flight"] == nil {
+		add(checkMaxParked(parked, inFlight))
+	}
 	if len(errs) == 0 {
-		q, err := Check(l, w, d, mode)
+		q, err := Check(l, w, d, mode, inFlight, parked)
 		if err == nil {
 			return q, nil, nil
 		}
 		return admission.Quota{}, nil, err
 	}
 	var all []error
-	for _, f := range []string{"limit", "window", "max-delay", "mode"} {
+	for _, f := range Fields() {
 		if e, ok := errs[f]; ok {
 			all = append(all, e)
 		}
 	}
 	return admission.Quota{}, errs, errors.Join(all...)
+}
+
+// Fields returns the quota's fields in the order the command line names
+// them, by the names FieldError uses and a form sends.
+func Fields() []string {
+	return []string{"limit", "window", "max-delay", "mode", "max-in-flight", "max-parked"}
+}
+
+// parseCount reads an optional whole number: empty is 0. A mistake goes to
+// add, and ok is false.
+func parseCount(field, s string, add func(*FieldError)) (n int, ok bool) {
+	if strings.TrimSpace(s) == "" {
+		return 0, true
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		add(&FieldError{field, strconv.Quote(s), "want a whole number"})
+		return 0, false
+	}
+	return n, true
 }
 
 func parseDuration(s string) (time.Duration, error) {

@@ -9,18 +9,24 @@ import (
 
 func TestCheckNamesTheFieldAsTheCommandLineDoes(t *testing.T) {
 	for _, c := range []struct {
-		desc                string
-		limit               int
-		window, maxDelay    time.Duration
-		mode, want, message string
+		desc             string
+		limit            int
+		window, maxDelay time.Duration
+		mode             string
+		inFlight, parked int
+		want, message    string
 	}{
-		{"limit below one", 0, time.Second, 0, "log", "--limit 0: want at least 1", "0: want at least 1"},
-		{"window under a millisecond", 1, time.Microsecond, 0, "log", "--window 1µs: want at least 1ms", "1µs: want at least 1ms"},
-		{"negative max delay", 1, time.Second, -time.Second, "log", "--max-delay -1s: want 0 or more", "-1s: want 0 or more"},
-		{"unknown mode", 1, time.Second, 0, "fast", `--mode "fast": want log or counter`, `"fast": want log or counter`},
-		{"empty mode", 1, time.Second, 0, "", `--mode "": want log or counter`, `"": want log or counter`},
+		{"limit below one", 0, time.Second, 0, "log", 0, 0, "--limit 0: want at least 1", "0: want at least 1"},
+		{"window under a millisecond", 1, time.Microsecond, 0, "log", 0, 0, "--window 1µs: want at least 1ms", "1µs: want at least 1ms"},
+		{"negative max delay", 1, time.Second, -time.Second, "log", 0, 0, "--max-delay -1s: want 0 or more", "-1s: want 0 or more"},
+		{"unknown mode", 1, time.Second, 0, "fast", 0, 0, `--mode "fast": want log or counter`, `"fast": want log or counter`},
+		{"empty mode", 1, time.Second, 0, "", 0, 0, `--mode "": want log or counter`, `"": want log or counter`},
+		{"negative cap", 1, time.Second, 0, "log", -1, 0, "--max-in-flight -1: want 0 (no cap) or more", "-1: want 0 (no cap) or more"},
+		{"cap in counter mode", 1, time.Second, 0, "counter", 2, 0, "--max-in-flight 2: not in counter mode: the cap needs the log's entry IDs", "2: not in counter mode: the cap needs the log's entry IDs"},
+		{"negative parked bound", 1, time.Second, 0, "log", 2, -5, "--max-parked -5: want 0 (the default) or more", "-5: want 0 (the default) or more"},
+		{"parked bound without a cap", 1, time.Second, 0, "log", 0, 5, "--max-parked 5: needs --max-in-flight: only capped tenants park", "5: needs --max-in-flight: only capped tenants park"},
 	} {
-		_, err := Check(c.limit, c.window, c.maxDelay, c.mode)
+		_, err := Check(c.limit, c.window, c.maxDelay, c.mode, c.inFlight, c.parked)
 		fe, ok := err.(*FieldError)
 		if !ok {
 			t.Errorf("%s: got %v, want a *FieldError", c.desc, err)
@@ -30,23 +36,30 @@ func TestCheckNamesTheFieldAsTheCommandLineDoes(t *testing.T) {
 			t.Errorf("%s: got %q / %q, want %q / %q", c.desc, fe.Error(), fe.Message(), c.want, c.message)
 		}
 	}
-	q, err := Check(100, time.Minute, 30*time.Second, "counter")
+	q, err := Check(100, time.Minute, 30*time.Second, "counter", 0, 0)
 	if want := (admission.Quota{Limit: 100, Window: time.Minute, MaxDelay: 30 * time.Second, Mode: admission.Counter}); err != nil || q != want {
 		t.Errorf("a good quota: got %v, %v; want %v", q, err, want)
 	}
 }
 
 func TestParseReportsEveryFieldItCannotRead(t *testing.T) {
-	_, errs, err := Parse("ten", "soon", "later", "log")
-	if err == nil || len(errs) != 3 || errs["limit"] == nil || errs["window"] == nil || errs["max-delay"] == nil {
-		t.Fatalf("got %v, %v; want errors for limit, window and max-delay", errs, err)
+	_, errs, err := Parse("ten", "soon", "later", "log", "four", "many")
+	if err == nil || len(errs) != 5 || errs["limit"] == nil || errs["window"] == nil || errs["max-delay"] == nil || errs["max-in-flight"] == nil || errs["max-parked"] == nil {
+		t.Fatalf("got %v, %v; want errors for limit, window, max-delay, max-in-flight and max-parked", errs, err)
 	}
-	_, errs, _ = Parse("0", "soon", "", "log")
+	_, errs, _ = Parse("0", "soon", "", "log", "", "5")
+	if errs["max-parked"] == nil || errs["max-parked"].Message() != "5: needs --max-in-flight: only capped tenants park" {
+		t.Errorf("a parked bound without a cap beside other mistakes: got %v; want max-parked's own error too", errs)
+	}
 	if errs["limit"] == nil || errs["limit"].Message() != "0: want at least 1" {
 		t.Errorf("limit 0 beside a bad window: got %v; want limit's own error too", errs)
 	}
-	q, errs, err := Parse(" 5 ", "2s", "", "log")
+	q, errs, err := Parse(" 5 ", "2s", "", "log", "", "")
 	if err != nil || errs != nil || q != (admission.Quota{Limit: 5, Window: 2 * time.Second}) {
 		t.Errorf("a good quota with no max delay: got %v, %v, %v", q, errs, err)
+	}
+	q, _, err = Parse("5", "2s", "", "log", " 4 ", "50")
+	if want := (admission.Quota{Limit: 5, Window: 2 * time.Second, MaxInFlight: 4, MaxParked: 50}); err != nil || q != want {
+		t.Errorf("a capped quota: got %v, %v; want %v", q, err, want)
 	}
 }

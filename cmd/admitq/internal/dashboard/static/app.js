@@ -18,6 +18,15 @@ window.admitq = (function () {
     return "in " + (ms / 3600000).toFixed(1) + " h";
   }
 
+  // A capped tenant's depth (see depth in server.go): "3 / 4" in flight,
+  // and "12 (oldest 4.1 s)" parked, or "12 / 10,000 (oldest 4.1 s)" with
+  // the bound.
+  function fmtDepth(d) { return d.in_flight.toLocaleString() + " / " + d.cap.toLocaleString(); }
+  function fmtParked(d, bound) {
+    const s = d.parked.toLocaleString() + (bound ? " / " + d.max_parked.toLocaleString() : "");
+    return d.oldest_parked_ms ? s + " (oldest " + fmtDelay(d.oldest_parked_ms).slice(3) + ")" : s;
+  }
+
   function last(a) { return a && a.length ? a[a.length - 1] : 0; }
 
   // A chart of rates over time: series is a list of [label, color, fill].
@@ -86,5 +95,5 @@ window.admitq = (function () {
     document.addEventListener("visibilitychange", tick);
   }
 
-  return { colors, fmtRate, fmtDelay, last, decisionsChart, startedChart, Buffer, el, poll };
+  return { colors, fmtRate, fmtDelay, fmtDepth, fmtParked, last, decisionsChart, startedChart, Buffer, el, poll };
 })();

@@ -69,6 +69,11 @@
       set("st-window", v.in_window.toLocaleString() + " / " + v.limit.toLocaleString());
       set("st-reserved", v.reserved.toLocaleString());
       set("st-next", A.fmtDelay(v.next_free_ms));
+      document.querySelectorAll(".stats .depth").forEach(e => { e.hidden = !v.depth; });
+      if (v.depth) {
+        set("st-in-flight", A.fmtDepth(v.depth));
+        set("st-parked", A.fmtParked(v.depth, true));
+      }
       timeline(v);
     }
     const key = tenant;

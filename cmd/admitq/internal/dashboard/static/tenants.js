@@ -9,7 +9,7 @@
   let updates = 0;
 
   function keyOf(p) {
-    return (p.default ? "\u0000default|" : "") + p.rows.map(r => r.tenant).join("\u0000");
+    return (p.has_depth ? "\u0000depth|" : "") + (p.default ? "\u0000default|" : "") + p.rows.map(r => r.tenant).join("\u0000");
   }
 
   function cell(tr, k, cls) {
@@ -22,6 +22,7 @@
     rows.forEach(r => { r.dec && r.dec.destroy(); r.st && r.st.destroy(); });
     rows = new Map();
     tbody.textContent = "";
+    document.querySelectorAll("th.depth").forEach(th => { th.hidden = !p.has_depth; });
     const all = (p.default ? [p.default] : []).concat(p.rows);
     if (!all.length) {
       const tr = A.el("tr");
@@ -89,8 +90,8 @@
         c.next_free.className = "";
       }
       if (p.has_depth) {
-        c.in_flight.textContent = r.depth ? r.depth.in_flight + " / " + (r.depth.cap || "∞") : "";
-        c.parked.textContent = r.depth ? r.depth.parked : "";
+        c.in_flight.textContent = r.depth ? A.fmtDepth(r.depth) : "";
+        c.parked.textContent = r.depth ? A.fmtParked(r.depth) : "";
       }
       if (full) x.buf.reset();
       const pts = p.rates && p.rates.series ? p.rates.series[r.tenant] : null;
