@@ -22,7 +22,7 @@ func (a *app) newBenchCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--concurrency 64] [--tenants 1000] [--limit 100] [--duration 5s] [--json]",
-		Short: "Measure the gate side by side with the alternatives, on one Redis",
+		Short: "Measure the gate side by side with the alternatives, on one Redis or a cluster",
 		Long: `Runs, one after another on the same Redis and under the same per-tenant quota:
 the gate with group commit and without, the transaction-pipeline and plain Lua
 sliding windows of the design notes, a fixed-window counter,
@@ -43,15 +43,28 @@ only keys under admitq-bench:, rate:admitq-bench: and asynq's queue
 admitq-bench, and removes them with SCAN and UNLINK; other traffic on the
 server skews the Redis-side figures. --prefix does not apply.
 
+--redis-cluster alone starts a throwaway Redis Cluster of 3 masters instead
+(--redis-cluster=host:port,... measures on yours). Every contender's keys
+carry the tenant as hash tag, so all of them run there; bench then also
+prints each master's Redis CPU per decision, how the tenants spread over the
+masters, and the decisions/s at which the busiest master would fill a core.
+
 Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`,
 		Example: `  admitq bench
   admitq bench --redis redis://127.0.0.1:6379 --duration 10s --json > bench.json
-  admitq bench --only gate-batched,redis-rate --zipf 1.1`,
-		Args: cobra.NoArgs,
+  admitq bench --only gate-batched,redis-rate --zipf 1.1
+  admitq bench --redis-cluster --only gate-batched,plain-lua,redis-rate`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			// bench's --redis-cluster may come alone, so in "--redis-cluster
+			// host:port,..." the nodes arrive as an argument.
+			if len(args) == 1 && a.redisCluster == startClusterFlag {
+				a.redisCluster = args[0]
+				return nil
+			}
+			return cobra.NoArgs(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
-			case a.redisCluster != "":
-				return usageErrorf("--redis-cluster: bench measures one Redis server; give --redis")
 			case cfg.Concurrency < 1:
 				return usageErrorf("--concurrency %d: want at least 1", cfg.Concurrency)
 			case cfg.Tenants < 1:
@@ -80,6 +93,9 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 				if len(cfg.Only) > 1 {
 					return usageErrorf("--only %s: the noisy-neighbour scenario runs alone", strings.Join(cfg.Only, ","))
 				}
+				if a.redisCluster != "" {
+					return usageErrorf("--only %s: the noisy-neighbour scenario runs on one Redis server; give --redis, not --redis-cluster", bench.Neighbour)
+				}
 				return a.benchNeighbour(cmd, cfg, asJSON)
 			}
 			known := bench.Contenders()
@@ -89,12 +105,18 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 				}
 			}
 
-			if a.redisURLOrEnv() != "" {
+			switch {
+			case a.redisCluster == startClusterFlag:
+				if a.redisURL != "" {
+					return usageErrorf("--redis and --redis-cluster: give one")
+				}
+				cfg.StartCluster = true
+			case a.redisURLOrEnv() != "" || a.redisCluster != "":
 				rc, err := a.redisConfig()
 				if err != nil {
 					return err
 				}
-				cfg.Redis = rc.single
+				cfg.Redis, cfg.Cluster = rc.single, rc.cluster
 			}
 			if isTerminal(a.stderr) {
 				cfg.Progress = a.benchProgress
@@ -157,8 +179,15 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 	f.StringSliceVar(&cfg.Only, "only", nil, "run only these contenders: "+strings.Join(bench.Contenders(), ",")+"; or "+bench.Neighbour+", the noisy-neighbour scenario with real workers")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.BoolVar(&check, "check", false, "exit 1 when a target is not met")
+	// Shadows the global flag, so that it may come without a value.
+	f.StringVar(&a.redisCluster, "redis-cluster", "", "measure on a Redis Cluster: alone, a throwaway one of 3 masters; =host:port,..., yours")
+	f.Lookup("redis-cluster").NoOptDefVal = startClusterFlag
 	return cmd
 }
+
+// startClusterFlag is --redis-cluster given without nodes: bench starts its
+// own cluster.
+const startClusterFlag = "start"
 
 // benchProgress redraws one status line on the terminal.
 func (a *app) benchProgress(p bench.Progress) {

@@ -74,6 +74,8 @@ func TestBadInput(t *testing.T) {
 		{"redis URL database", []string{"--redis", "redis://127.0.0.1:6379/db", "quota", "list"}, exitUsage, "--redis redis://127.0.0.1:6379/db"},
 		{"redis and cluster", []string{"--redis", url, "--redis-cluster", "127.0.0.1:7000", "quota", "list"}, exitUsage, "give one"},
 		{"cluster node without port", []string{"--redis-cluster", "127.0.0.1", "quota", "list"}, exitUsage, `node "127.0.0.1"`},
+		{"bench on redis and a cluster", []string{"--redis", url, "bench", "--redis-cluster"}, exitUsage, "give one"},
+		{"bench neighbour on a cluster", []string{"bench", "--redis-cluster", "--only", "neighbour"}, exitUsage, "runs on one Redis server"},
 		{"tls-ca without rediss", []string{"--redis", url, "--tls-ca", payload, "quota", "list"}, exitUsage, "--tls-ca needs a rediss:// URL"},
 		{"tls-ca not PEM", []string{"--redis", "rediss://127.0.0.1:1", "--tls-ca", payload, "quota", "list"}, exitUsage, "no PEM certificate"},
 	} {

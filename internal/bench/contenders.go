@@ -29,8 +29,8 @@ const floodTenant = "flood"
 
 // env is what a contender is built from.
 type env struct {
-	rdb     *redis.Client // the contender's own client; closed after the run
-	prefix  string        // Prefix:id, for its keys
+	rdb     redis.UniversalClient // the contender's own client; closed after the run
+	prefix  string                // Prefix:id, for its keys
 	quota   admission.Quota
 	timeout time.Duration // the gate's per-call deadline
 }

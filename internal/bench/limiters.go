@@ -48,7 +48,7 @@ func (l gateLimiter) Close() error { return l.g.Close() }
 // candidate counts against concurrent requests until it is removed, and the
 // client clocks set the scores.
 type txPipeline struct {
-	rdb     *redis.Client
+	rdb     redis.UniversalClient
 	prefix  string
 	limit   int64
 	window  time.Duration
@@ -86,7 +86,7 @@ var plainLuaSrc string
 // Members are the caller's UnixNano and a process suffix, as in the
 // transaction-pipeline version.
 type plainLua struct {
-	rdb     *redis.Client
+	rdb     redis.UniversalClient
 	script  *redis.Script
 	prefix  string
 	limit   int
@@ -114,7 +114,7 @@ func (l *plainLua) Allow(ctx context.Context, tenant string) (Result, error) {
 // round trip. It lets a tenant spend twice its quota across a window
 // boundary, and counts rejected requests too.
 type fixedWindow struct {
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	prefix string
 	limit  int64
 	window time.Duration

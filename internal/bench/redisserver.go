@@ -34,7 +34,7 @@ func startRedis(ctx context.Context) (addr string, stop func(), err error) {
 	// try a few.
 	for range 5 {
 		var kill func()
-		addr, kill, err = launchRedis(ctx, bin, dir)
+		addr, kill, err = launchRedis(ctx, bin, dir, nil)
 		if err == nil {
 			return addr, func() { kill(); os.RemoveAll(dir) }, nil
 		}
@@ -46,21 +46,24 @@ func startRedis(ctx context.Context) (addr string, stop func(), err error) {
 	return "", nil, err
 }
 
-func launchRedis(ctx context.Context, bin, dir string) (string, func(), error) {
+// launchRedis starts one redis-server in dir with extra arguments after the
+// bench's own, and waits until it answers PING.
+func launchRedis(ctx context.Context, bin, dir string, extra []string) (string, func(), error) {
 	port, err := freePort()
 	if err != nil {
 		return "", nil, err
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	logFile := dir + "/redis-server.log"
-	cmd := exec.Command(bin,
+	args := []string{
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
 		"--dir", dir,
 		"--logfile", logFile,
-	)
+	}
+	cmd := exec.Command(bin, append(args, extra...)...)
 	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return "", nil, fmt.Errorf("bench: start redis-server: %w", err)

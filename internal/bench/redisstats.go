@@ -87,7 +87,7 @@ func scriptDelta(before, after serverStats) (calls, usec int64) {
 
 // redisVersion returns the server's redis_version, or "" when INFO does not
 // say.
-func redisVersion(ctx context.Context, rdb *redis.Client) string {
+func redisVersion(ctx context.Context, rdb redis.UniversalClient) string {
 	info, err := rdb.Info(ctx, "server").Result()
 	if err != nil {
 		return ""
@@ -104,7 +104,7 @@ func redisVersion(ctx context.Context, rdb *redis.Client) string {
 // logMemory samples MEMORY USAGE and ZCARD of the given sorted sets and
 // returns their total bytes and entries, and how many of the keys held any.
 // Keys that do not exist (a tenant that went idle) are skipped.
-func logMemory(ctx context.Context, rdb *redis.Client, keys []string) (bytes, entries int64, sampled int, err error) {
+func logMemory(ctx context.Context, rdb redis.UniversalClient, keys []string) (bytes, entries int64, sampled int, err error) {
 	pipe := rdb.Pipeline()
 	mem := make([]*redis.IntCmd, len(keys))
 	card := make([]*redis.IntCmd, len(keys))
@@ -129,14 +129,26 @@ func logMemory(ctx context.Context, rdb *redis.Client, keys []string) (bytes, en
 
 // unlinkMatching removes every key that matches one of the patterns, with
 // SCAN and UNLINK, never FLUSHDB: the Redis may hold other people's data.
-func unlinkMatching(ctx context.Context, rdb *redis.Client, patterns ...string) error {
+// On a cluster it does so on every master.
+func unlinkMatching(ctx context.Context, rdb redis.UniversalClient, patterns ...string) error {
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return unlinkOn(ctx, node, patterns...)
+		})
+	}
+	return unlinkOn(ctx, rdb, patterns...)
+}
+
+// unlinkOn unlinks the matching keys of one server one key per UNLINK,
+// pipelined: on a cluster node a multi-key UNLINK fails across slots.
+func unlinkOn(ctx context.Context, rdb redis.UniversalClient, patterns ...string) error {
 	for _, p := range patterns {
 		iter := rdb.Scan(ctx, 0, p, 1000).Iterator()
 		batch := make([]string, 0, 500)
 		for iter.Next(ctx) {
 			batch = append(batch, iter.Val())
 			if len(batch) == cap(batch) {
-				if err := rdb.Unlink(ctx, batch...).Err(); err != nil {
+				if err := unlinkEach(ctx, rdb, batch); err != nil {
 					return err
 				}
 				batch = batch[:0]
@@ -146,10 +158,19 @@ func unlinkMatching(ctx context.Context, rdb *redis.Client, patterns ...string) 
 			return err
 		}
 		if len(batch) > 0 {
-			if err := rdb.Unlink(ctx, batch...).Err(); err != nil {
+			if err := unlinkEach(ctx, rdb, batch); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+func unlinkEach(ctx context.Context, rdb redis.UniversalClient, keys []string) error {
+	pipe := rdb.Pipeline()
+	for _, k := range keys {
+		pipe.Unlink(ctx, k)
+	}
+	_, err := pipe.Exec(ctx)
+	return err
 }

@@ -32,6 +32,8 @@ type Report struct {
 	Ratios []Ratio `json:"ratios"`
 	// Targets are admitq's performance targets, checked on this run.
 	Targets []Target `json:"targets"`
+	// Spread is how many tenants hash to each master, on a cluster.
+	Spread []MasterTenants `json:"spread,omitempty"`
 }
 
 // Server is the Redis the bench ran on.
@@ -40,6 +42,8 @@ type Server struct {
 	Version string `json:"version"`
 	// Embedded reports a throwaway redis-server that Run started itself.
 	Embedded bool `json:"embedded"`
+	// Cluster reports a Redis Cluster; Addr then lists its seed nodes.
+	Cluster bool `json:"cluster,omitempty"`
 }
 
 // Host is the machine the bench ran on. Redis and the callers share its
@@ -100,6 +104,8 @@ type Row struct {
 	// that keep no log.
 	BytesPerEntry  float64 `json:"bytes_per_entry,omitempty"`
 	LogKeysSampled int     `json:"log_keys_sampled,omitempty"`
+	// Masters is each master's share of the run, on a cluster.
+	Masters []MasterCPU `json:"masters,omitempty"`
 }
 
 // Ratio compares a row with the gate (batched), in the same run.
@@ -244,7 +250,12 @@ func (r *Report) finish() {
 func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	where := r.Redis.Addr
-	if r.Redis.Embedded {
+	switch {
+	case r.Redis.Embedded && r.Redis.Cluster:
+		where = "embedded Redis Cluster of " + where
+	case r.Redis.Cluster:
+		where = "Redis Cluster " + where
+	case r.Redis.Embedded:
 		where = "embedded redis-server at " + where
 	}
 	fmt.Fprintf(&b, "redis %s (%s); %d CPUs, GOMAXPROCS %d, %s\n", r.Redis.Version, where, r.Host.NumCPU, r.Host.GOMAXPROCS, r.Host.GoVersion)
@@ -277,6 +288,8 @@ func (r *Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "%s: first error: %s\n", row.Name, row.FirstError)
 		}
 	}
+
+	r.writeCluster(&b)
 
 	if len(r.Ratios) > 0 {
 		b.WriteString("\nagainst the gate (batched), same run (CPU: Redis's and the client's together)\n")

@@ -28,6 +28,14 @@ type Config struct {
 	// the caller's, Run touches only its own keys (see Prefix) and reads
 	// counters as differences, so other traffic on it skews the figures.
 	Redis *redis.Options
+	// Cluster, when set, measures on this Redis Cluster instead of Redis,
+	// with the same care for other people's keys, and reports each
+	// master's CPU and how the tenants spread over the masters.
+	Cluster *redis.ClusterOptions
+	// StartCluster, when Redis and Cluster are nil, starts a throwaway
+	// Redis Cluster of 3 masters on loopback ports (as internal/redistest
+	// does) and removes it afterwards.
+	StartCluster bool
 	// Concurrency is the number of callers; 0 means 64. Each contender gets
 	// a client with a pool of Concurrency+4 connections.
 	Concurrency int
@@ -144,23 +152,14 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	opts := cfg.Redis
-	embedded := opts == nil
-	if embedded {
-		addr, stop, err := startRedis(ctx)
-		if err != nil {
-			return Report{}, err
-		}
-		defer stop()
-		opts = &redis.Options{Addr: addr}
+	tg, err := connect(ctx, cfg)
+	if err != nil {
+		return Report{}, err
 	}
-	admin := redis.NewClient(withPool(opts, 2))
-	defer admin.Close()
-	if err := admin.Ping(ctx).Err(); err != nil {
-		return Report{}, fmt.Errorf("bench: redis at %s: %w", opts.Addr, err)
-	}
+	defer tg.close()
+	admin := tg.admin
 
-	rep := newReport(cfg, opts.Addr, redisVersion(ctx, admin), embedded)
+	rep := newReport(cfg, tg.addr, redisVersion(ctx, admin), tg.embedded)
 	if err := unlinkMatching(ctx, admin, ownedPatterns...); err != nil {
 		return rep, fmt.Errorf("bench: remove keys left by an earlier run: %w", err)
 	}
@@ -170,10 +169,20 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	for i := range tenants {
 		tenants[i] = "t" + strconv.Itoa(i)
 	}
+	share := map[string]float64{}
+	if cc, ok := admin.(*redis.ClusterClient); ok {
+		rep.Redis.Cluster = true
+		if rep.Spread, err = tenantSpread(ctx, cc, tenants); err != nil {
+			return rep, fmt.Errorf("bench: tenant spread: %w", err)
+		}
+		for _, m := range rep.Spread {
+			share[m.Addr] = float64(m.Tenants) / float64(len(tenants))
+		}
+	}
 	var runners []*runner
 	for _, c := range contenders() {
 		if cfg.Only == nil || slices.Contains(cfg.Only, c.id) {
-			runners = append(runners, newRunner(cfg, opts, admin, tenants, c))
+			runners = append(runners, newRunner(cfg, tg, tenants, share, c))
 		}
 	}
 	defer func() {
@@ -207,7 +216,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 }
 
 // cleanup removes every key the bench wrote, even when ctx is done.
-func cleanup(ctx context.Context, admin *redis.Client) error {
+func cleanup(ctx context.Context, admin redis.UniversalClient) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	if err := unlinkMatching(ctx, admin, ownedPatterns...); err != nil {
@@ -226,12 +235,13 @@ func withPool(o *redis.Options, size int) *redis.Options {
 // runner measures one contender, slice by slice, and adds the slices up.
 type runner struct {
 	cfg     Config
-	admin   *redis.Client
+	admin   redis.UniversalClient
 	tenants []string
+	share   map[string]float64 // each master's share of the tenants; empty off a cluster
 	c       contender
 	prefix  string
-	rdb     *redis.Client // the contender's own
-	env     env           // what each slice builds the contender from
+	rdb     redis.UniversalClient // the contender's own
+	env     env                   // what each slice builds the contender from
 
 	// Sums over the slices so far.
 	slices               int
@@ -244,14 +254,16 @@ type runner struct {
 	clientCPU            time.Duration
 	logBytes, logEntries int64
 	logKeys              int
+	masters              map[string]*MasterCPU // by address, on a cluster
 }
 
-func newRunner(cfg Config, opts *redis.Options, admin *redis.Client, tenants []string, c contender) *runner {
-	rdb := redis.NewClient(withPool(opts, cfg.Concurrency+4))
+func newRunner(cfg Config, tg *target, tenants []string, share map[string]float64, c contender) *runner {
+	rdb := tg.client(cfg.Concurrency + 4)
 	prefix := Prefix + ":" + c.id
 	return &runner{
-		cfg: cfg, admin: admin, tenants: tenants, c: c, prefix: prefix, rdb: rdb,
-		env: env{rdb: rdb, prefix: prefix, quota: cfg.Quota, timeout: callTimeout(opts)},
+		cfg: cfg, admin: tg.admin, tenants: tenants, share: share, c: c, prefix: prefix, rdb: rdb,
+		env:     env{rdb: rdb, prefix: prefix, quota: cfg.Quota, timeout: tg.timeout},
+		masters: make(map[string]*MasterCPU),
 	}
 }
 
@@ -346,7 +358,7 @@ func (r *runner) slice(ctx context.Context, round, index, total int) error {
 
 	p.Warmup = true
 	r.wait(ctx, p, cfg.Warmup, nil)
-	before, err := readStats(ctx, r.admin)
+	before, err := readAll(ctx, r.admin)
 	if err != nil {
 		phase.Store(phaseStop)
 		wg.Wait()
@@ -360,7 +372,7 @@ func (r *runner) slice(ctx context.Context, round, index, total int) error {
 	phase.Store(phaseStop)
 	elapsed := time.Since(t0)
 	r.clientCPU += processCPU() - cpu0
-	after, err := readStats(ctx, r.admin)
+	after, err := readAll(ctx, r.admin)
 	wg.Wait()
 	if err != nil {
 		return fmt.Errorf("INFO: %w", err)
@@ -384,10 +396,26 @@ func (r *runner) slice(ctx context.Context, round, index, total int) error {
 			r.firstErr = w.firstErr
 		}
 	}
-	calls, usec := scriptDelta(before, after)
+	calls, usec := scriptDelta(sumStats(before), sumStats(after))
 	r.scriptCalls += calls
 	r.usec += usec
-	r.cpu += after.cpu - before.cpu
+	r.cpu += sumStats(after).cpu - sumStats(before).cpu
+	if len(r.share) > 0 {
+		for addr, a := range after {
+			b, ok := before[addr]
+			if !ok {
+				return fmt.Errorf("INFO: master %s appeared during the run", addr)
+			}
+			m := r.masters[addr]
+			if m == nil {
+				m = &MasterCPU{Addr: addr}
+				r.masters[addr] = m
+			}
+			c, _ := scriptDelta(b, a)
+			m.ScriptCalls += c
+			m.CPUSeconds += a.cpu - b.cpu
+		}
+	}
 	if r.c.logKey != nil {
 		bytes, entries, keys, err := logMemory(ctx, r.admin, r.sampleKeys())
 		if err != nil {
@@ -423,6 +451,7 @@ func (r *runner) row() Row {
 	if r.scriptCalls > 0 {
 		row.ScriptUsecPerCall = float64(r.usec) / float64(r.scriptCalls)
 	}
+	row.Masters = r.masterRows()
 	if r.logEntries > 0 {
 		// Summed, not averaged: a log with more entries weighs more.
 		row.BytesPerEntry = float64(r.logBytes) / float64(r.logEntries)

@@ -1,33 +1,22 @@
 package redistest
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/internal/clusterboot"
 )
 
-// clusterTimeout bounds cluster creation. A fresh master refuses to report
-// cluster_state:ok for its first 2 s (CLUSTER_WRITABLE_DELAY), so creation
-// takes a little over that however fast the machine.
-const clusterTimeout = 20 * time.Second
-
-// clusterMasters is how many masters StartCluster starts: the fewest Redis
-// Cluster accepts, and enough for keys to spread.
-const clusterMasters = 3
-
-// slotRange returns the hash slots master i of n owns: an even split of the
-// 16384 slots in order.
-func slotRange(i, n int) (lo, hi int) {
-	return i * 16384 / n, (i+1)*16384/n - 1
-}
+const (
+	clusterTimeout = clusterboot.Timeout
+	clusterMasters = clusterboot.Masters
+)
 
 // A ClusterOption configures a cluster started by StartCluster.
 type ClusterOption interface {
@@ -84,17 +73,7 @@ func StartCluster(t testing.TB, opts ...ClusterOption) *Cluster {
 	for _, o := range opts {
 		o.applyCluster(&cfg)
 	}
-	args := append([]string{
-		"--cluster-enabled", "yes",
-		"--cluster-config-file", "nodes.conf", // in the node's own dir
-		"--cluster-node-timeout", strconv.FormatInt(cfg.nodeTimeout.Milliseconds(), 10),
-		// Nodes then name themselves 127.0.0.1 in CLUSTER SLOTS
-		// from the start, which is where clients must go.
-		"--cluster-announce-ip", "127.0.0.1",
-		// A replica's first sync starts at once rather than after
-		// the default 5 s wait for other replicas to join it.
-		"--repl-diskless-sync-delay", "0",
-	}, cfg.args...)
+	args := append(clusterboot.ServerArgs(cfg.nodeTimeout), cfg.args...)
 	c := &Cluster{}
 	for range clusterMasters {
 		c.nodes = append(c.nodes, start(t, bin, config{clusterBus: true, args: args}))
@@ -109,11 +88,11 @@ func StartCluster(t testing.TB, opts ...ClusterOption) *Cluster {
 	defer cancel()
 	clients := c.nodeClients()
 	defer closeAll(clients)
-	if err := c.create(ctx, clients); err != nil {
+	if err := clusterboot.Create(ctx, clients[:len(c.nodes)], clients[len(c.nodes):]); err != nil {
 		t.Fatalf("redistest: create cluster: %v", err)
 	}
-	if err := waitConverged(ctx, clients, len(c.replicas)/clusterMasters); err != nil {
-		t.Fatalf("redistest: cluster %v: %v\n%s", c.Addrs(), err, describe(clients))
+	if err := clusterboot.WaitConverged(ctx, clients, len(c.replicas)/clusterMasters); err != nil {
+		t.Fatalf("redistest: cluster %v: %v\n%s", c.Addrs(), err, clusterboot.Describe(clients))
 	}
 	return c
 }
@@ -162,8 +141,8 @@ func (c *Cluster) WaitHealthy(t testing.TB) {
 	defer cancel()
 	clients := c.nodeClients()
 	defer closeAll(clients)
-	if err := waitConverged(ctx, clients, len(c.replicas)/clusterMasters); err != nil {
-		t.Fatalf("redistest: cluster %v: %v\n%s", c.Addrs(), err, describe(clients))
+	if err := clusterboot.WaitConverged(ctx, clients, len(c.replicas)/clusterMasters); err != nil {
+		t.Fatalf("redistest: cluster %v: %v\n%s", c.Addrs(), err, clusterboot.Describe(clients))
 	}
 }
 
@@ -243,179 +222,5 @@ func closeAll(clients []*redis.Client) {
 	}
 }
 
-// create does what redis-cli --cluster create does, minus its 1 s polls:
-// distinct config epochs, so no epoch collision has to be resolved first;
-// slots; then a MEET between every pair, so no node waits for gossip to
-// learn of another; then each replica follows its master. clients are
-// the masters' then the replicas'.
-func (c *Cluster) create(ctx context.Context, clients []*redis.Client) error {
-	all := append(c.Nodes(), c.replicas...)
-	masters := clients[:len(c.nodes)]
-	for i, cl := range masters {
-		if err := cl.Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
-			return fmt.Errorf("%s: CLUSTER SET-CONFIG-EPOCH: %w", all[i].Addr(), err)
-		}
-		lo, hi := slotRange(i, len(masters))
-		if err := cl.ClusterAddSlotsRange(ctx, lo, hi).Err(); err != nil {
-			return fmt.Errorf("%s: CLUSTER ADDSLOTS %d-%d: %w", all[i].Addr(), lo, hi, err)
-		}
-	}
-	for i, cl := range clients {
-		for _, peer := range all[i+1:] {
-			if err := cl.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(peer.port)).Err(); err != nil {
-				return fmt.Errorf("%s: CLUSTER MEET %s: %w", all[i].Addr(), peer.Addr(), err)
-			}
-		}
-	}
-	for i, cl := range clients[len(c.nodes):] {
-		id, err := masters[i].Do(ctx, "CLUSTER", "MYID").Text()
-		if err != nil {
-			return fmt.Errorf("%s: CLUSTER MYID: %w", all[i].Addr(), err)
-		}
-		// The replica refuses a master it has not met yet: the MEET
-		// handshake takes a bus round trip or two.
-		for {
-			err := cl.Do(ctx, "CLUSTER", "REPLICATE", id).Err()
-			if err == nil {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("%s: CLUSTER REPLICATE %s: %w", c.replicas[i].Addr(), all[i].Addr(), err)
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}
-	return nil
-}
-
-// waitConverged polls until converged holds or ctx ends.
-func waitConverged(ctx context.Context, clients []*redis.Client, replicas int) error {
-	for {
-		err := converged(ctx, clients, replicas)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("not healthy in time: %w", err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-// converged reports why the cluster is not yet healthy: every node must see
-// cluster_state:ok, all nodes and all slots, every master online with
-// replicas replicas, each replica's link to its master up, and the same
-// slot map.
-func converged(ctx context.Context, clients []*redis.Client, replicas int) error {
-	var first string
-	for i, cl := range clients {
-		addr := cl.Options().Addr
-		info, err := cl.ClusterInfo(ctx).Result()
-		if err != nil {
-			return fmt.Errorf("%s: CLUSTER INFO: %w", addr, err)
-		}
-		f := infoFields(info)
-		want := map[string]string{
-			"cluster_state":       "ok",
-			"cluster_known_nodes": strconv.Itoa(len(clients)),
-			"cluster_slots_ok":    "16384",
-		}
-		for k, v := range want {
-			if f[k] != v {
-				return fmt.Errorf("%s: %s is %q, want %q", addr, k, f[k], v)
-			}
-		}
-		repl, err := cl.Info(ctx, "replication").Result()
-		if err != nil {
-			return fmt.Errorf("%s: INFO replication: %w", addr, err)
-		}
-		if f := infoFields(repl); f["role"] == "slave" && f["master_link_status"] != "up" {
-			return fmt.Errorf("%s: replica's link to its master is %q", addr, f["master_link_status"])
-		}
-		shards, err := cl.ClusterShards(ctx).Result()
-		if err != nil {
-			return fmt.Errorf("%s: CLUSTER SHARDS: %w", addr, err)
-		}
-		m, err := slotMap(shards, replicas)
-		if err != nil {
-			return fmt.Errorf("%s: %w", addr, err)
-		}
-		if i == 0 {
-			first = m
-		} else if m != first {
-			return fmt.Errorf("nodes disagree on slots: %s sees %s, %s sees %s", clients[0].Options().Addr, first, addr, m)
-		}
-	}
-	return nil
-}
-
-// slotMap renders CLUSTER SHARDS as "start-end=master ..." in slot order,
-// to compare what nodes believe, or says which master is not online or
-// lacks its replicas replicas.
-func slotMap(shards []redis.ClusterShard, replicas int) (string, error) {
-	type owned struct {
-		start, end int64
-		master     string
-	}
-	var ranges []owned
-	for _, sh := range shards {
-		i := slices.IndexFunc(sh.Nodes, func(n redis.Node) bool { return n.Role == "master" })
-		if i < 0 {
-			continue // a shard left without a master owns nothing we can reach
-		}
-		m := sh.Nodes[i]
-		addr := net.JoinHostPort(m.IP, strconv.FormatInt(m.Port, 10))
-		if m.Health != "online" {
-			return "", fmt.Errorf("master %s is %s", addr, m.Health)
-		}
-		in := 0
-		for _, n := range sh.Nodes {
-			// "loading" until the master's replication offset moves,
-			// which on an idle master takes a ping period (10 s): the
-			// replica's link is checked in converged instead.
-			if n.Role == "replica" && n.Health != "failed" {
-				in++
-			}
-		}
-		if in != replicas {
-			return "", fmt.Errorf("master %s has %d replicas online, want %d", addr, in, replicas)
-		}
-		for _, r := range sh.Slots {
-			ranges = append(ranges, owned{r.Start, r.End, addr})
-		}
-	}
-	slices.SortFunc(ranges, func(a, b owned) int { return cmp.Compare(a.start, b.start) })
-	parts := make([]string, len(ranges))
-	for i, r := range ranges {
-		parts[i] = fmt.Sprintf("%d-%d=%s", r.start, r.end, r.master)
-	}
-	return strings.Join(parts, " "), nil
-}
-
 // infoFields parses "key:value" lines, as in CLUSTER INFO.
-func infoFields(info string) map[string]string {
-	f := make(map[string]string)
-	for line := range strings.Lines(info) {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
-			f[k] = v
-		}
-	}
-	return f
-}
-
-// describe returns each node's CLUSTER NODES, for failure messages.
-func describe(clients []*redis.Client) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	var b strings.Builder
-	for _, cl := range clients {
-		nodes, err := cl.ClusterNodes(ctx).Result()
-		if err != nil {
-			nodes = err.Error() + "\n"
-		}
-		fmt.Fprintf(&b, "--- CLUSTER NODES on %s ---\n%s", cl.Options().Addr, nodes)
-	}
-	return b.String()
-}
+func infoFields(info string) map[string]string { return clusterboot.InfoFields(info) }
