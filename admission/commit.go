@@ -32,6 +32,7 @@ type committer struct {
 	admit     *redis.Script
 	counter   *redis.Script
 	crossKey  bool
+	perNode   bool // a cluster: each master's part of a batch goes out on its own
 	maxBatch  int
 	maxFlight int
 	timeout   time.Duration
@@ -85,6 +86,7 @@ func newCommitter(rdb redis.UniversalClient, admit, counter *redis.Script, timeo
 		admit:     admit,
 		counter:   counter,
 		crossKey:  !cluster && !ring,
+		perNode:   cluster,
 		maxBatch:  maxBatch,
 		maxFlight: maxFlight,
 		timeout:   timeout,
@@ -272,16 +274,17 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 		calls = append(calls, logs)
 	}
 	parts := c.byNode(ctx, calls)
-	if len(parts) == 1 {
+	if !c.perNode {
 		c.run(ctx, parts[0], forget)
 		cancel()
 		done()
 		return
 	}
 	// On a cluster each master's part goes out and is delivered on its
-	// own, and the flush loop moves on at once: a master that is slow or
-	// down holds up only its own tenants (until its breaker opens and
-	// they stop coming).
+	// own, and the flush loop moves on at once, even when the whole batch
+	// is one master's: a master that is slow or down holds up only its own
+	// tenants (until its breaker opens and they stop coming), never a
+	// flight that the healthy masters' tenants wait for.
 	var wg sync.WaitGroup
 	for _, part := range parts {
 		wg.Go(func() { c.run(ctx, part, forget) })
@@ -298,7 +301,7 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 // sent and delivered on its own. On a single Redis there is one part.
 func (c *committer) byNode(ctx context.Context, calls [][]*group) [][][]*group {
 	cc, ok := c.rdb.(*redis.ClusterClient)
-	if !ok || len(calls) == 1 {
+	if !ok {
 		return [][][]*group{calls}
 	}
 	var parts [][][]*group
