@@ -264,13 +264,6 @@ func (n *nodeBreakers) sweepLocked(ctx context.Context) {
 	}
 }
 
-// size returns how many masters have a breaker.
-func (n *nodeBreakers) size() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return len(n.m)
-}
-
 func (n *nodeBreakers) close() {
 	if n == nil {
 		return

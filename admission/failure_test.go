@@ -43,14 +43,6 @@ func (c *fakeClock) add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func keys[V any](m map[string]V) []string {
-	var ks []string
-	for k := range m {
-		ks = append(ks, k)
-	}
-	return ks
-}
-
 // logBuffer is a slog handler's destination that tests can read while the
 // breaker writes.
 type logBuffer struct {
