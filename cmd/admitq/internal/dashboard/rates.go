@@ -292,18 +292,7 @@ func (r *rates) view(tenants []string, since int64, rest string, exclude map[str
 		}
 		return p
 	}
-	var totalBusy float64
-	busyTenants := 0
-	for _, s := range r.series {
-		b := 0.0
-		for _, c := range s {
-			b += c.busy
-		}
-		totalBusy += b
-		if b > 0 {
-			busyTenants++
-		}
-	}
+	totalBusy, busyTenants := r.busyTotals()
 	empty := make([]counters, len(r.times))
 	for _, t := range tenants {
 		s, ok := r.series[t]
@@ -357,18 +346,7 @@ func flagsOf(s []counters, totalBusy float64, busyTenants int) flags {
 func (r *rates) flagged() map[string]bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var totalBusy float64
-	busyTenants := 0
-	for _, s := range r.series {
-		b := 0.0
-		for _, c := range s {
-			b += c.busy
-		}
-		totalBusy += b
-		if b > 0 {
-			busyTenants++
-		}
-	}
+	totalBusy, busyTenants := r.busyTotals()
 	out := map[string]bool{}
 	for t, s := range r.series {
 		if f := flagsOf(s, totalBusy, busyTenants); f.AtLimit || f.Hog {
@@ -390,4 +368,21 @@ func (r *rates) countOthers(own map[string]bool) int {
 		}
 	}
 	return n
+}
+
+// busyTotals returns the worker seconds of every tenant in the history,
+// and how many tenants had any: the "most worker time" flag's terms.
+// r.mu must be held.
+func (r *rates) busyTotals() (total float64, tenants int) {
+	for _, s := range r.series {
+		b := 0.0
+		for _, c := range s {
+			b += c.busy
+		}
+		total += b
+		if b > 0 {
+			tenants++
+		}
+	}
+	return total, tenants
 }
