@@ -213,11 +213,7 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notB
 	if err != nil {
 		return nil, err
 	}
-	var nb int64
-	if !notBefore.IsZero() && notBefore.After(time.Now()) {
-		// Past ones join the requests without one, in their groups.
-		nb = notBefore.UnixMicro()
-	}
+	nb := notBeforeµs(notBefore)
 	if q.MaxInFlight > 0 {
 		return g.admitCapped(ctx, tenant, q, refsOf(ids), nb) // permit.go
 	}
@@ -261,9 +257,7 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 			return rejectAll(tenant, ids, now, at), nil
 		}
 	}
-	// A cached rejection speaks of requests that start now: one that
-	// starts later may find its slot free, so it always asks Redis.
-	if d, ok := g.deny.lookup(tenant, q, g.gran, now); ok && nb == 0 && (fresh || q.Mode == Counter || !g.held(ctx, tenant, ids, deadline)) {
+	if d, ok := g.denied(tenant, q, nb, now); ok && (fresh || q.Mode == Counter || !g.held(ctx, tenant, ids, deadline)) {
 		yieldLocal()
 		return d.decisions(tenant, ids, now), nil
 	}
@@ -585,4 +579,24 @@ func unavailable(err error) bool {
 		}
 	}
 	return false
+}
+
+// notBeforeµs is the scripts' not-before argument for t: 0 for none, and
+// for a time already past, so that such requests join the requests
+// without one, in their groups.
+func notBeforeµs(t time.Time) int64 {
+	if t.IsZero() || !t.After(time.Now()) {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
+// denied returns the deny cache's answer for requests that start now. One
+// that starts later (nb > 0) may find its slot free, so it always asks
+// Redis, without touching the cache.
+func (g *Gate) denied(tenant string, q Quota, nb int64, now time.Time) (denial, bool) {
+	if nb != 0 {
+		return denial{}, false
+	}
+	return g.deny.lookup(tenant, q, g.gran, now)
 }

@@ -109,11 +109,7 @@ func (g *Gate) AdmitTasksAt(ctx context.Context, tenant string, tasks []Ref, not
 			return nil, fmt.Errorf("%w: empty entry ID", ErrInvalidID)
 		}
 	}
-	var nb int64
-	if !notBefore.IsZero() && notBefore.After(time.Now()) {
-		nb = notBefore.UnixMicro()
-	}
-	return g.admitCapped(ctx, tenant, q, tasks, nb)
+	return g.admitCapped(ctx, tenant, q, tasks, notBeforeµs(notBefore))
 }
 
 // admitCapped runs permit.lua for tasks of a tenant capped by q.
