@@ -43,7 +43,8 @@ type Gate struct {
 	brk    *breaker   // Redis's, or on a cluster, for keys of no known master
 	nodes  *nodeBreakers
 	local  *localLimiter
-	causes *causes // names why Redis is unavailable
+	causes *causes   // names why Redis is unavailable
+	back   *giveBack // removes the entries of fresh IDs no one will use
 
 	version *versionCheck
 }
@@ -87,6 +88,7 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 	if o.denyCache {
 		g.deny = newDenyCache(100_000)
 	}
+	g.back = newGiveBack(rdb, o.timeout, g.forgetDenial)
 	g.brk = newBreaker(func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, o.timeout, o.logger)
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		g.nodes = &nodeBreakers{cc: cc, timeout: o.timeout, logger: o.logger, m: make(map[string]*nodeBreaker)}
@@ -115,6 +117,7 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 func (g *Gate) Close() error {
 	g.brk.close()
 	g.nodes.close()
+	g.back.close()
 	return nil
 }
 
@@ -385,29 +388,26 @@ func parseDecisions(ds []Decision, tenant string, ids []string, nowµs int64, re
 	return ds, hint, nil
 }
 
-// forget removes r's generated IDs from its tenant's log, in the
-// background: the script may have recorded them for a caller that left or
-// got an error. Removing an ID that is not there is harmless. Counter mode
-// keeps no IDs, so such a slot there idles until its window passes.
+// forget gives back r's fresh IDs (see giveBack): the script may have
+// recorded them for a caller that left or got an error. Removing an ID
+// that is not there is harmless. Counter mode keeps no IDs, so such a slot
+// there idles until its window passes.
 func (g *Gate) forget(r *request) {
 	if r.q.Mode == Counter {
 		return
 	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), g.opts.timeout)
-		defer cancel()
-		members := make([]any, len(r.ids))
-		for i, id := range r.ids {
-			members[i] = id
-		}
-		// Freeing slots, like Release: no cached rejection may outlive it.
-		g.forgetDenial(r.tenant)
-		_ = bounded(ctx, func(ctx context.Context) error {
-			defer g.forgetDenial(r.tenant)
-			return g.rdb.ZRem(ctx, r.key, members...).Err()
-		})
-	}()
+	// Freeing slots, like Release: no cached rejection may outlive it.
+	g.forgetDenial(r.tenant)
+	start := time.Now()
+	if nb := time.UnixMicro(r.notBefore); r.notBefore > 0 && nb.After(start) {
+		start = nb
+	}
+	g.back.add(r.tenant, r.key, r.ids, start.Add(r.q.MaxDelay+r.q.Window+time.Duration(r.gran)*time.Microsecond+giveBackSlack))
 }
+
+// giveBackSlack covers, in how long a removal is worth retrying, a
+// difference between the local clock and Redis's.
+const giveBackSlack = time.Second
 
 // forgetDenial drops tenant's cached rejection, and any that calls now in
 // flight would bring back: a slot is being freed.
@@ -420,6 +420,13 @@ func (g *Gate) forgetDenial(tenant string) { g.deny.forget(tenant) }
 // release each decision at most once. Release uses the tenant's quota as
 // it is now: a decision made in Counter mode and released after the quota
 // changed to Log gives nothing back (its count leaves with its window).
+//
+// When Release fails without an answer from Redis (it is unavailable, or
+// ctx ended), a Log-mode slot whose ID no one else can hold, one Admit
+// made or one package enqueue made for a single call, is still given
+// back: the gate retries in the background until Redis takes it, the slot
+// leaves its window, or the gate closes. A caller's own ID is not, since
+// a retry may admit it again in the meantime.
 func (g *Gate) Release(ctx context.Context, d Decision) (err error) {
 	defer func() { err = g.causes.explain(err) }()
 	if d.ID == "" || d.Local || d.Outcome == Rejected {
@@ -455,6 +462,11 @@ func (g *Gate) Release(ctx context.Context, d Decision) (err error) {
 		return g.rdb.ZRem(ctx, logKey(g.opts.prefix, d.Tenant), d.ID).Err()
 	})
 	if err != nil {
+		if q.Mode == Log && !isReply(err) && (freshid.Marked(ctx) || g.ids.owns(d.ID)) {
+			// No one else can hold the ID: give it back when Redis can
+			// take it, or the slot stays taken for nothing.
+			g.back.add(d.Tenant, logKey(g.opts.prefix, d.Tenant), []string{d.ID}, time.Now().Add(time.Until(d.At)+q.Window+giveBackSlack))
+		}
 		return callError(ctx, "release", d.Tenant, err)
 	}
 	return nil
@@ -579,6 +591,13 @@ func unavailable(err error) bool {
 		}
 	}
 	return false
+}
+
+// isReply reports whether err is an error reply from Redis that says it
+// served the call (a wrong key type, say), not that it could not.
+func isReply(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && !unavailable(err)
 }
 
 // notBeforeµs is the scripts' not-before argument for t: 0 for none, and

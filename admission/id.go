@@ -3,6 +3,7 @@ package admission
 import (
 	"crypto/rand"
 	"strconv"
+	"strings"
 	"sync/atomic"
 )
 
@@ -20,6 +21,9 @@ func newIDGen() *idGen {
 	v := uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 | uint64(b[4])<<32
 	return &idGen{prefix: strconv.FormatUint(v, 36) + "."}
 }
+
+// owns reports whether id was made by g.
+func (g *idGen) owns(id string) bool { return strings.HasPrefix(id, g.prefix) }
 
 func (g *idGen) next() string {
 	var b [32]byte // prefix (at most 9) and counter (at most 13): one allocation, the string

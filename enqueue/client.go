@@ -497,6 +497,11 @@ func (c *Client) settle(ctx context.Context, h hold, d admission.Decision, f fat
 	defer h.released()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
+	if h.c == nil {
+		// An ID Enqueue made: should the release fail, the gate keeps
+		// trying, since no other call can hold the ID.
+		rctx = freshid.Mark(rctx)
+	}
 	if rerr := c.gate.Release(rctx, slot); rerr != nil {
 		return fmt.Errorf("%w (releasing its slot failed too: %v)", err, rerr)
 	}
