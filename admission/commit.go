@@ -48,6 +48,20 @@ type committer struct {
 	pending   []*request
 	inflight  int
 	quotaArgs map[groupKey][]any // each quota's four ARGV numbers, boxed; see argsFor
+	// out holds when each batch that is out was taken (UnixNano), until
+	// all of it is answered or has failed, and answered when Redis last
+	// answered a pipeline: together they tell whether Redis has been
+	// silent for the timeout (see due).
+	out      []int64
+	answered int64
+
+	// busy counts the requests queued or in flight, and the callers
+	// answered without Redis wait in yield for one of them to finish.
+	busy    atomic.Int64
+	waiters atomic.Int64
+	wmu     sync.Mutex
+	wcond   *sync.Cond // on wmu
+	wgen    uint64     // moved on, under wmu, as a request finishes
 }
 
 // Request states: a waiting caller and the pipeline that answers it race
@@ -70,18 +84,20 @@ type request struct {
 	// decided in groups of their own.
 	notBefore int64
 
-	state atomic.Int32
-	done  chan struct{}
-	ds    []Decision
-	one   [1]Decision // ds for a single ID, without an allocation of its own
-	hint  time.Time   // the key's retry hint, after the whole group
-	err   error
+	state  atomic.Int32
+	sent   atomic.Int64  // UnixNano when a pipeline took it, to send it; 0 before
+	budget time.Duration // how long Redis has to answer it from then
+	done   chan struct{}
+	ds     []Decision
+	one    [1]Decision // ds for a single ID, without an allocation of its own
+	hint   time.Time   // the key's retry hint, after the whole group
+	err    error
 }
 
 func newCommitter(rdb redis.UniversalClient, admit, counter *redis.Script, timeout time.Duration, maxBatch, maxFlight int) *committer {
 	_, cluster := rdb.(*redis.ClusterClient)
 	_, ring := rdb.(*redis.Ring)
-	return &committer{
+	c := &committer{
 		rdb:       rdb,
 		admit:     admit,
 		counter:   counter,
@@ -91,20 +107,72 @@ func newCommitter(rdb redis.UniversalClient, admit, counter *redis.Script, timeo
 		maxFlight: maxFlight,
 		timeout:   timeout,
 	}
+	c.wcond = sync.NewCond(&c.wmu)
+	return c
 }
 
-// do queues r and waits for its decisions, for ctx, or for deadline, and returns Redis's errors as they are, for the caller to map.
-// If ctx or the timeout ends first, the call returns at once (with the
-// context's error or context.DeadlineExceeded). forget is called, off the
+// yield holds a caller that was answered without Redis until one of the
+// requests now queued or in flight has finished, and reports whether
+// there was one. Such answers take a microsecond, and callers that loop
+// on them (a tenant flooding its cached rejection) would otherwise stay
+// ready to run, as many as there are, and the goroutines that send and
+// read the gate's pipelines would wait behind every one of them for a
+// processor: Go has no priorities. Waiting, they take no processor, so a
+// reply Redis has sent is read at once; and each waits at most for the
+// next request to finish, a round trip on a healthy Redis, or its timeout.
+func (c *committer) yield() bool {
+	if c.busy.Load() == 0 {
+		return false
+	}
+	c.wmu.Lock()
+	c.waiters.Add(1)
+	for gen := c.wgen; gen == c.wgen && c.busy.Load() > 0; {
+		c.wcond.Wait()
+	}
+	c.waiters.Add(-1)
+	c.wmu.Unlock()
+	return true
+}
+
+// finished wakes the callers in yield: a request is done.
+func (c *committer) finished() {
+	c.busy.Add(-1)
+	if c.waiters.Load() == 0 {
+		return
+	}
+	c.wmu.Lock()
+	c.wgen++
+	c.wmu.Unlock()
+	c.wcond.Broadcast()
+}
+
+// do queues r and waits for its decisions, or for ctx, and returns Redis's
+// errors as they are, for the caller to map. If ctx ends first, the call
+// returns at once with the context's error. forget is called, off the
 // caller's path, for a request whose generated IDs may hold slots nobody
-// will use. The wait never depends on the Redis connection, so it is bounded
-// even for a client that ignores context deadlines.
-func (c *committer) do(ctx context.Context, r *request, deadline time.Time, forget func(*request)) ([]Decision, error) {
-	wait := time.Until(deadline)
-	if wait <= 0 {
+// will use.
+//
+// The gate's timeout is charged only for time spent waiting on Redis: do
+// fails with context.DeadlineExceeded once budget (the timeout, less what
+// the decision's other Redis calls took) has passed since a pipeline took
+// r to send it, or once any batch still out has gone unanswered for the
+// timeout with no answer from Redis since it was taken (r may wait its
+// turn behind it). Time the producer's
+// goroutines spend waiting for a processor before r is taken is not
+// Redis's: under CPU starvation it ran to 100-250 ms
+// (TestBusyProducerIsNoOutage), and a deadline counted from when the
+// decision began reported a healthy Redis unavailable. A real outage is
+// still reported a timeout after the first batch that met it was taken.
+// The wait never depends on the Redis connection, so it is bounded even
+// for a client that ignores context deadlines.
+func (c *committer) do(ctx context.Context, r *request, budget time.Duration, forget func(*request)) ([]Decision, error) {
+	if budget <= 0 {
 		return nil, context.DeadlineExceeded
 	}
+	r.budget = budget
 	r.done = make(chan struct{})
+	c.busy.Add(1)
+	defer c.finished()
 	c.mu.Lock()
 	c.pending = append(c.pending, r)
 	start := c.inflight < c.maxFlight
@@ -119,9 +187,9 @@ func (c *committer) do(ctx context.Context, r *request, deadline time.Time, forg
 	// and since Go 1.23 a stopped timer can be reset without draining.
 	t, _ := c.timers.Get().(*time.Timer)
 	if t == nil {
-		t = time.NewTimer(wait)
+		t = time.NewTimer(budget)
 	} else {
-		t.Reset(wait)
+		t.Reset(budget)
 	}
 	defer func() {
 		if !t.Stop() {
@@ -135,19 +203,54 @@ func (c *committer) do(ctx context.Context, r *request, deadline time.Time, forg
 		c.timers.Put(t)
 	}()
 	var gaveUp error
-	select {
-	case <-r.done:
-		return r.ds, r.err
-	case <-ctx.Done():
-		gaveUp = context.Cause(ctx)
-	case <-t.C:
-		gaveUp = context.DeadlineExceeded
+	for gaveUp == nil {
+		select {
+		case <-r.done:
+			return r.ds, r.err
+		case <-ctx.Done():
+			gaveUp = context.Cause(ctx)
+		case <-t.C:
+			if next, ok := c.due(r); ok {
+				t.Reset(time.Until(next))
+			} else {
+				gaveUp = context.DeadlineExceeded
+			}
+		}
 	}
 	if r.state.CompareAndSwap(waiting, abandoned) {
 		return nil, gaveUp
 	}
 	<-r.done
 	return r.ds, r.err
+}
+
+// due reports whether Redis still has time to answer r, and until when:
+// r's budget from when a pipeline took it, and no later than a timeout from
+// when the oldest batch still out was taken if Redis has answered none
+// since (r may have waited its turn behind that one). While neither holds,
+// r waits for a processor, not for Redis, and is checked again a fraction
+// of a timeout later.
+func (c *committer) due(r *request) (time.Time, bool) {
+	now := time.Now()
+	var due time.Time
+	if sent := r.sent.Load(); sent != 0 {
+		due = time.Unix(0, sent).Add(r.budget)
+	}
+	c.mu.Lock()
+	silent := int64(0)
+	for _, s := range c.out {
+		if s > c.answered && (silent == 0 || s < silent) {
+			silent = s
+		}
+	}
+	c.mu.Unlock()
+	if d := time.Unix(0, silent).Add(c.timeout); silent != 0 && (due.IsZero() || d.Before(due)) {
+		due = d
+	}
+	if due.IsZero() {
+		return now.Add(c.timeout / 4), true
+	}
+	return due, now.Before(due)
 }
 
 func (c *committer) flushLoop(forget func(*request)) {
@@ -246,8 +349,25 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 		groups = append(groups, g)
 	}
 	clear(byKey)
+	// From here on the requests wait on Redis: their timeouts run from
+	// now (see due), and so does the batch's time out, until every part
+	// of it is answered or has failed.
+	taken := time.Now().UnixNano()
+	for _, g := range groups {
+		for _, r := range g.reqs {
+			r.sent.Store(taken)
+		}
+	}
+	c.mu.Lock()
+	c.out = append(c.out, taken)
+	c.mu.Unlock()
 	// done hands the state back once no call uses its groups any more.
 	done := func() {
+		c.mu.Lock()
+		if i := slices.Index(c.out, taken); i >= 0 {
+			c.out = slices.Delete(c.out, i, i+1)
+		}
+		c.mu.Unlock()
 		clear(all) // drop the requests, for the collector
 		clear(groups)
 		st.all, st.groups = all[:0], groups[:0]
@@ -409,6 +529,11 @@ func (c *committer) exec(ctx context.Context, calls [][]*group, eval bool) ([][]
 		case down == nil:
 			down = errs[i]
 		}
+	}
+	if answered {
+		c.mu.Lock()
+		c.answered = max(c.answered, time.Now().UnixNano())
+		c.mu.Unlock()
 	}
 	if c.report != nil && (answered || !reported) {
 		if answered {

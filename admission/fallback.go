@@ -299,13 +299,13 @@ func (l *localLimiter) replayed(tenant string, n int) {
 // counted longer, never shorter. With no room they are only forgotten:
 // they ran already, and a deferred slot would only delay the tenant's
 // next work. A call that fails leaves them for the next one.
-func (g *Gate) replay(ctx context.Context, tenant, key string, q Quota, n int, deadline time.Time) {
+func (g *Gate) replay(ctx context.Context, tenant, key string, q Quota, n int, budget time.Duration) {
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = g.ids.next()
 	}
 	q.MaxDelay = 0
-	if _, _, err := g.remote(ctx, tenant, key, q, ids, 0, true, deadline); err == nil {
+	if _, _, err := g.remote(ctx, tenant, key, q, ids, 0, true, budget); err == nil {
 		g.local.replayed(tenant, n)
 	}
 }

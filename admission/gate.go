@@ -241,7 +241,12 @@ func (g *Gate) quota(ctx context.Context, tenant string) (Quota, error) {
 // counts against the timeout like a Redis call.
 func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string, nb int64, fresh bool, checked time.Time) ([]Decision, error) {
 	now := time.Now()
-	deadline := checked.Add(g.opts.timeout) // one for the decision's calls, however many it takes
+	// One timeout for the decision's Redis calls, however many it takes:
+	// deadline bounds those made directly, and the group commit's request
+	// gets what the others have not spent, counted from when it is taken
+	// to be sent (committer.do).
+	deadline := checked.Add(g.opts.timeout)
+	var spent time.Duration
 	key := windowKey(g.opts.prefix, tenant, q)
 	brk := g.breakerFor(ctx, key)
 	if brk.isOpen() {
@@ -254,18 +259,28 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 		// too many.
 		n, at, debt := g.local.guard(tenant, q, len(ids), now)
 		if debt > 0 {
-			g.replay(ctx, tenant, key, q, debt, deadline)
+			t0 := time.Now()
+			g.replay(ctx, tenant, key, q, debt, g.opts.timeout)
+			spent += time.Since(t0)
 		}
 		if n < len(ids) {
 			return rejectAll(tenant, ids, now, at), nil
 		}
 	}
-	if d, ok := g.denied(tenant, q, nb, now); ok && (fresh || q.Mode == Counter || !g.held(ctx, tenant, ids, deadline)) {
-		yieldLocal()
-		return d.decisions(tenant, ids, now), nil
+	if d, ok := g.denied(tenant, q, nb, now); ok {
+		answer := fresh || q.Mode == Counter
+		if !answer {
+			t0 := time.Now()
+			answer = !g.held(ctx, tenant, ids, deadline)
+			spent += time.Since(t0)
+		}
+		if answer {
+			g.yieldLocal(true)
+			return d.decisions(tenant, ids, now), nil
+		}
 	}
 	gen := g.deny.generation(tenant)
-	ds, hint, err := g.remote(ctx, tenant, key, q, ids, nb, fresh, deadline)
+	ds, hint, err := g.remote(ctx, tenant, key, q, ids, nb, fresh, g.opts.timeout-spent)
 	if errors.Is(err, ErrUnavailable) {
 		// The gate's own timeout, not the caller's deadline (that error
 		// is the caller's, and its pipeline reports to the breaker, see
@@ -322,34 +337,45 @@ func (g *Gate) held(ctx context.Context, tenant string, ids []string, deadline t
 	return false
 }
 
-// yieldLocal yields the processor to the other goroutines ready to run,
+// yieldLocal lets the goroutines that send and read Redis calls run,
 // before a decision made without Redis returns. Such a decision takes a
 // microsecond, and callers that loop on them (a tenant flooding its cached
 // rejection, every caller while the breaker is open) would otherwise run
 // until the scheduler preempts them, 10 ms at a time, while the goroutines
-// that send and read Redis calls wait their turn behind them: with 144 such
-// callers on 2 cores, a reply from a healthy Redis went unread for 250-430
-// ms, past the timeout, and the gate reported Redis unavailable.
-func yieldLocal() { runtime.Gosched() }
+// that send and read Redis calls wait their turn behind them: with 144
+// such callers on 2 cores, a reply from a healthy Redis went unread for
+// 250-430 ms, past the timeout, and the gate reported Redis unavailable.
+//
+// A caller answered by the deny cache, which Redis has just told to
+// reject, waits for one of the gate's requests now out to finish
+// (committer.yield): Redis answers them, so the wait is a round trip, and
+// a caller that waits takes no processor. Without Redis (the breaker is
+// open, or the caller's own call failed) it only yields its processor: a
+// wait there would add the timeouts of other calls to its own.
+func (g *Gate) yieldLocal(redisAnswers bool) {
+	if !redisAnswers || !g.commit.yield() {
+		runtime.Gosched()
+	}
+}
 
 // withoutRedis decides while Redis is unavailable, as the failure policy
 // says.
 func (g *Gate) withoutRedis(tenant string, q Quota, ids []string, now time.Time, err error) ([]Decision, error) {
-	yieldLocal()
+	g.yieldLocal(false)
 	if g.opts.policy == FailOpen {
 		return g.local.admit(tenant, q, ids, now), nil
 	}
 	return nil, err
 }
 
-// remote decides on Redis, through the group commit. The whole call,
-// queueing included, ends by deadline.
+// remote decides on Redis, through the group commit. Redis has budget to
+// answer, from when the request is taken to be sent (see committer.do).
 //
 // Besides the decisions it returns the script's retry hint: zero, or the
 // Redis time until which every new request of tenant will be rejected.
-func (g *Gate) remote(ctx context.Context, tenant, key string, q Quota, ids []string, nb int64, fresh bool, deadline time.Time) ([]Decision, time.Time, error) {
+func (g *Gate) remote(ctx context.Context, tenant, key string, q Quota, ids []string, nb int64, fresh bool, budget time.Duration) ([]Decision, time.Time, error) {
 	r := &request{tenant: tenant, key: key, q: q, gran: g.gran, ids: ids, fresh: fresh, notBefore: nb}
-	ds, err := g.commit.do(ctx, r, deadline, g.forget)
+	ds, err := g.commit.do(ctx, r, budget, g.forget)
 	if err != nil {
 		return nil, time.Time{}, callError(ctx, "admit", tenant, err)
 	}
