@@ -3,6 +3,7 @@ package admission_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ type lossyRemovals struct {
 	failed  atomic.Int64
 	hold    atomic.Int64 // time.Duration
 	removes atomic.Int64 // ZREMs that reached Redis
+	scripts atomic.Int64 // script pipelines answered
 }
 
 func (h *lossyRemovals) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -45,7 +47,10 @@ func (h *lossyRemovals) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h *lossyRemovals) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		zrem := len(cmds) > 0 && cmds[0].Name() == "zrem"
+		if len(cmds) == 0 {
+			return next(ctx, cmds)
+		}
+		zrem := cmds[0].Name() == "zrem"
 		if zrem && h.fail.Add(-1) >= 0 {
 			h.failed.Add(1)
 			for _, c := range cmds {
@@ -57,8 +62,9 @@ func (h *lossyRemovals) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 			h.removes.Add(1)
 		}
 		err := next(ctx, cmds)
-		if !zrem {
+		if name := cmds[0].Name(); name == "evalsha" || name == "eval" {
 			time.Sleep(time.Duration(h.hold.Load()))
+			h.scripts.Add(1)
 		}
 		return err
 	}
@@ -101,12 +107,15 @@ func TestFreshSlotsGivenBackThoughRemovalsFail(t *testing.T) {
 		if _, err := g.Admit(t.Context(), "warm"); err != nil { // the version check and connections, before the deadlines
 			t.Fatal(err)
 		}
-		h.hold.Store(int64(60 * time.Millisecond))
-		for _, ctx := range []context.Context{t.Context(), freshid.Mark(t.Context())} {
-			ctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		h.hold.Store(int64(150 * time.Millisecond))
+		// Callers that leave while their scripts' replies are held, the
+		// gate's own ID and one marked fresh; again should a caller leave
+		// before its request was even sent (a loaded machine).
+		for i, sent := 0, h.scripts.Load(); h.scripts.Load() < sent+2 && i < 10; i++ {
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Millisecond)
 			var err error
-			if freshid.Marked(ctx) {
-				_, err = g.AdmitID(ctx, "left", "task-1")
+			if i%2 == 1 {
+				_, err = g.AdmitID(freshid.Mark(ctx), "left", "task-"+strconv.Itoa(i))
 			} else {
 				_, err = g.Admit(ctx, "left")
 			}
@@ -114,6 +123,7 @@ func TestFreshSlotsGivenBackThoughRemovalsFail(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("Admit with a deadline shorter than the reply = %v, want context.DeadlineExceeded", err)
 			}
+			time.Sleep(150 * time.Millisecond) // its reply, if it was sent
 		}
 		waitFor(t, 5*time.Second, "a removal to fail", func() bool { return h.failed.Load() > 0 })
 		settled(t, "left")
