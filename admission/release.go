@@ -242,7 +242,11 @@ func (p *Permits) Tenants(ctx context.Context) ([]string, error) {
 		ts, err = g.rdb.SMembers(ctx, depthKey(g.opts.prefix)).Result()
 		return err
 	})
-	return ts, err
+	if err != nil {
+		// The call may still be running, and writing ts, after a timeout.
+		return nil, err
+	}
+	return ts, nil
 }
 
 // Forget drops tenant from Tenants when it holds no permit and has nothing
