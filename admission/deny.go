@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,11 +16,18 @@ import (
 // another goes to Redis); a Release through this gate, or a slot given
 // back for a caller that left, ends it.
 //
-// Once the time passes, requests go to Redis again, each on its own: the
-// first takes the slot that freed up and, the window full again, brings
-// back the next time. Only requests that arrive during that one call's
-// round trip reach Redis to be rejected, a small share of a flood's
-// rejections (see TestDenyCacheFlood), and nothing waits.
+// Once the time passes, the first request to find it so goes to Redis:
+// the probe. It takes the slot that freed up and, the window full again,
+// brings back the next time. Requests that arrive during the probe's round
+// trip wait for its answer rather than race it to Redis, where they would
+// only be rejected. Then they are answered by the new rejection; or, when
+// the probe left room for all of them, they all go to Redis; or, when it
+// left room for fewer (a window that frees its slots a few at a time), one
+// of them goes as the next probe, the others waiting again. So a flood's
+// rejections almost never reach Redis (TestDenyCacheFlood, TestDenyCacheProbe),
+// and a request waits only while others of its tenant are at Redis, for
+// no longer than the gate's timeout. A denial that ran out more than a
+// window ago says nothing any more, and holds nobody back.
 //
 // A Release frees a slot that a call already in flight may not have seen:
 // its reply could then cache a rejection that no longer holds. So every
@@ -31,6 +39,7 @@ import (
 // A nil *denyCache is a cache that is off: it holds nothing.
 type denyCache struct {
 	max  int
+	wait time.Duration     // longest a request waits for a probe's answer
 	gens [64]atomic.Uint64 // by stripe of tenant; moved on by forget, under mu
 
 	mu      sync.RWMutex
@@ -44,29 +53,95 @@ type denial struct {
 	until time.Time // local clock
 	now   time.Time // Redis time of the reply that told it
 	at    time.Time // Redis time a retry could succeed
+
+	// Once until has passed: the probe's answer closes probe, and the
+	// waiters stop waiting at probeBy in any case.
+	probe   chan struct{}
+	probeBy time.Time
+	waiters int
 }
 
-func newDenyCache(max int) *denyCache {
-	return &denyCache{max: max, entries: make(map[string]denial)}
+// newDenyCache returns a cache of up to max tenants whose requests wait
+// up to wait for a probe.
+func newDenyCache(max int, wait time.Duration) *denyCache {
+	return &denyCache{max: max, wait: wait, entries: make(map[string]denial)}
 }
 
 // lookup returns the rejection that holds for tenant under q at gran at
-// the local time now, if any.
+// the local time now, if any. When one has just run out and another
+// request is at Redis for it, lookup waits for that one's answer (or ctx)
+// and looks again.
 //
 // A hint holds only at the granularity it was computed at: rounding moves
 // the slot a request could get, so gates that share the cache at another
 // granularity (Gate.AtGranularity) ask Redis instead.
-func (c *denyCache) lookup(tenant string, q Quota, gran int64, now time.Time) (denial, bool) {
+func (c *denyCache) lookup(ctx context.Context, tenant string, q Quota, gran int64, now time.Time) (denial, bool) {
 	if c == nil {
 		return denial{}, false
 	}
-	c.mu.RLock()
-	d, ok := c.entries[tenant]
-	c.mu.RUnlock()
-	if !ok || d.q != q || d.gran != gran || !now.Before(d.until) {
-		return denial{}, false
+	for {
+		c.mu.RLock()
+		d, ok := c.entries[tenant]
+		c.mu.RUnlock()
+		if !ok || d.q != q || d.gran != gran || now.Sub(d.until) > q.Window {
+			return denial{}, false
+		}
+		if now.Before(d.until) {
+			return d, true
+		}
+		probe, by := c.runOut(tenant, d.until, now)
+		if probe == nil {
+			return denial{}, false // this request is the probe
+		}
+		if !await(ctx, probe, by.Sub(now)) {
+			return denial{}, false
+		}
+		now = time.Now()
 	}
-	return d, true
+}
+
+// runOut is lookup's step for a denial of tenant that ran out at until:
+// it returns the probe to wait for, and when to stop waiting; or nil when
+// the caller is to be the probe, because there is none or its answer is
+// overdue.
+func (c *denyCache) runOut(tenant string, until, now time.Time) (chan struct{}, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok := c.entries[tenant]
+	if !ok || !d.until.Equal(until) {
+		return closed, now // changed meanwhile: look again
+	}
+	if d.probe != nil && now.Before(d.probeBy) {
+		d.waiters++
+		c.entries[tenant] = d
+		return d.probe, d.probeBy
+	}
+	d.probe, d.probeBy, d.waiters = make(chan struct{}), now.Add(c.wait), 0
+	c.entries[tenant] = d
+	return nil, time.Time{}
+}
+
+// closed is a probe that has answered.
+var closed = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
+
+// await waits up to d for probe to answer, and reports whether it may
+// look again: false when ctx ended first.
+func await(ctx context.Context, probe <-chan struct{}, d time.Duration) bool {
+	select {
+	case <-probe:
+		return true
+	default:
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-probe:
+		return true
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // generation returns tenant's current generation, for a call about to go
@@ -87,10 +162,12 @@ func stripe(tenant string) int {
 	return int(h % 64)
 }
 
-// put records the retry hint of a reply: Redis, at its time serverNow,
-// will reject every new request of tenant until its time hint (zero for
-// none), unless the call that said so began before the generation gen
-// ended. now is the local time the reply arrived.
+// put records what a call that went to Redis for tenant learned: its
+// decisions ds (nil when it got no answer) and the retry hint, the time
+// until which Redis will reject every new request of tenant (zero for
+// none), unless the call began before the generation gen ended. now is
+// the local time the reply arrived. Every call that went to Redis ends
+// with a put, which ends its probe if it was one (see denyCache).
 //
 // The hint is mapped to the local clock from the reply's arrival, a
 // one-way trip after the script ran; a request sent at the hint's local
@@ -99,26 +176,65 @@ func stripe(tenant string) int {
 // difference between the two trips and the delivery of the reply, well
 // under a round trip. (Mapping from the send time instead would send
 // requests early, and each would cost a script call Redis only rejects.)
-func (c *denyCache) put(tenant string, q Quota, gran int64, serverNow, hint, now time.Time, gen uint64) {
-	if c == nil || hint.IsZero() {
+func (c *denyCache) put(tenant string, q Quota, gran int64, ds []Decision, hint, now time.Time, gen uint64) {
+	if c == nil {
 		return
 	}
+	if hint.IsZero() {
+		c.unprobe(tenant, ds, now)
+		return
+	}
+	serverNow := ds[0].Now
 	d := denial{q: q, gran: gran, until: now.Add(hint.Sub(serverNow)), now: serverNow, at: hint}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gens[stripe(tenant)].Load() != gen {
-		return // a Release may have freed a slot the call did not see
+		return // a Release may have freed a slot the call did not see; forget woke the waiters
 	}
 	if len(c.entries) >= c.max {
 		for t, e := range c.entries {
 			if !now.Before(e.until) {
-				delete(c.entries, t)
+				c.drop(t, e)
 			}
 		}
 		if len(c.entries) >= c.max {
-			clear(c.entries) // forgetting a rejection costs a script call, never correctness
+			for t, e := range c.entries { // forgetting a rejection costs a script call, never correctness
+				c.drop(t, e)
+			}
 		}
 	}
+	if old, ok := c.entries[tenant]; ok && old.probe != nil {
+		close(old.probe)
+	}
+	c.entries[tenant] = d
+}
+
+// unprobe ends a probe of tenant whose answer ds holds no rejection to
+// cache. When the room it left is enough for every waiter, or unknown,
+// the run-out denial goes and they all go to Redis; otherwise it stays,
+// and they pick the next probe among them. The common path, a tenant with
+// no denial, takes no write lock.
+func (c *denyCache) unprobe(tenant string, ds []Decision, now time.Time) {
+	c.mu.RLock()
+	d, ok := c.entries[tenant]
+	c.mu.RUnlock()
+	if !ok || now.Before(d.until) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok = c.entries[tenant]
+	if !ok || now.Before(d.until) {
+		return
+	}
+	if ds == nil || ds[len(ds)-1].Remaining > d.waiters {
+		c.drop(tenant, d)
+		return
+	}
+	if d.probe != nil {
+		close(d.probe)
+	}
+	d.probe, d.waiters = nil, 0
 	c.entries[tenant] = d
 }
 
@@ -129,9 +245,20 @@ func (c *denyCache) forget(tenant string) {
 		return
 	}
 	c.mu.Lock()
-	delete(c.entries, tenant)
+	if d, ok := c.entries[tenant]; ok {
+		c.drop(tenant, d)
+	}
 	c.gens[stripe(tenant)].Add(1)
 	c.mu.Unlock()
+}
+
+// drop deletes tenant's denial d, waking the requests waiting for its
+// probe. c.mu must be held.
+func (c *denyCache) drop(tenant string, d denial) {
+	if d.probe != nil {
+		close(d.probe)
+	}
+	delete(c.entries, tenant)
 }
 
 // decisions answers ids from d: all rejected, Now moved on by the time
