@@ -20,14 +20,19 @@ import (
 // the probe. It takes the slot that freed up and, the window full again,
 // brings back the next time. Requests that arrive during the probe's round
 // trip wait for its answer rather than race it to Redis, where they would
-// only be rejected. Then they are answered by the new rejection; or, when
-// the probe left room for all of them, they all go to Redis; or, when it
-// left room for fewer (a window that frees its slots a few at a time), one
-// of them goes as the next probe, the others waiting again. So a flood's
-// rejections almost never reach Redis (TestDenyCacheFlood, TestDenyCacheProbe),
-// and a request waits only while others of its tenant are at Redis, for
-// no longer than the gate's timeout. A denial that ran out more than a
-// window ago says nothing any more, and holds nobody back.
+// only be rejected; then they are answered by the new rejection.
+//
+// A window frees its slots one or a few at a time, so a probe can find
+// room left over, and then a tenant close to its limit has no rejection to
+// cache, only requests that race each other to Redis for the last slots.
+// So an answer that leaves a tenant fewer than nearFull free slots paces
+// its next requests: as many go to Redis as the answer left room for, and
+// then one goes as the probe while the others wait for its answer. Further
+// from full, a tenant's requests go as they come. So a flood's rejections
+// almost never reach Redis (TestDenyCacheFlood, TestDenyCacheProbe); a
+// request waits only while one of its tenant's is at Redis, and for no
+// longer than the gate's timeout; and what an answer said stops counting a
+// window after it came.
 //
 // A Release frees a slot that a call already in flight may not have seen:
 // its reply could then cache a rejection that no longer holds. So every
@@ -46,20 +51,29 @@ type denyCache struct {
 	entries map[string]denial
 }
 
-// A denial is a rejection of every new request of a tenant until a time.
+// A denial is a rejection of every new request of a tenant until a time;
+// once that has passed, or for a tenant Redis found near full (until is
+// zero), it paces the tenant's requests to Redis.
 type denial struct {
 	q     Quota
 	gran  int64     // the granularity the hint was computed at
 	until time.Time // local clock
 	now   time.Time // Redis time of the reply that told it
 	at    time.Time // Redis time a retry could succeed
+	told  time.Time // local time of the answer that made or last paced it
 
-	// Once until has passed: the probe's answer closes probe, and the
-	// waiters stop waiting at probeBy in any case.
+	// Pacing, once until has passed: room requests may still go as they
+	// come; then the probe's answer closes probe, and the waiters stop
+	// waiting at probeBy in any case.
+	room    int
 	probe   chan struct{}
 	probeBy time.Time
 	waiters int
 }
+
+// nearFull is the room below which a tenant's requests are paced: see
+// denyCache.
+const nearFull = 8
 
 // newDenyCache returns a cache of up to max tenants whose requests wait
 // up to wait for a probe.
@@ -83,15 +97,15 @@ func (c *denyCache) lookup(ctx context.Context, tenant string, q Quota, gran int
 		c.mu.RLock()
 		d, ok := c.entries[tenant]
 		c.mu.RUnlock()
-		if !ok || d.q != q || d.gran != gran || now.Sub(d.until) > q.Window {
+		if !ok || d.q != q || d.gran != gran || now.Sub(d.told) > q.Window {
 			return denial{}, false
 		}
 		if now.Before(d.until) {
 			return d, true
 		}
-		probe, by := c.runOut(tenant, d.until, now)
+		probe, by := c.pace(tenant, now)
 		if probe == nil {
-			return denial{}, false // this request is the probe
+			return denial{}, false // this request goes
 		}
 		if !await(ctx, probe, by.Sub(now)) {
 			return denial{}, false
@@ -100,23 +114,31 @@ func (c *denyCache) lookup(ctx context.Context, tenant string, q Quota, gran int
 	}
 }
 
-// runOut is lookup's step for a denial of tenant that ran out at until:
-// it returns the probe to wait for, and when to stop waiting; or nil when
-// the caller is to be the probe, because there is none or its answer is
-// overdue.
-func (c *denyCache) runOut(tenant string, until, now time.Time) (chan struct{}, time.Time) {
+// pace is lookup's step for a tenant whose rejection has run out, or
+// who is near full: it returns nil when the caller is to go to Redis, in
+// the room the last answer left or as the probe (there being no answer on
+// its way, or it being overdue); otherwise the probe, the next answer, to
+// wait for, and when to stop waiting.
+func (c *denyCache) pace(tenant string, now time.Time) (chan struct{}, time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d, ok := c.entries[tenant]
-	if !ok || !d.until.Equal(until) {
+	if !ok || now.Before(d.until) {
 		return closed, now // changed meanwhile: look again
 	}
-	if d.probe != nil && now.Before(d.probeBy) {
+	if d.room == 0 && d.probe != nil && now.Before(d.probeBy) {
 		d.waiters++
 		c.entries[tenant] = d
 		return d.probe, d.probeBy
 	}
-	d.probe, d.probeBy, d.waiters = make(chan struct{}), now.Add(c.wait), 0
+	if d.room > 0 {
+		d.room--
+	}
+	if d.probe == nil || !now.Before(d.probeBy) {
+		// The next answer, this request's or that of one already on its
+		// way, is what the waiters wait for.
+		d.probe, d.probeBy, d.waiters = make(chan struct{}), now.Add(c.wait), 0
+	}
 	c.entries[tenant] = d
 	return nil, time.Time{}
 }
@@ -181,11 +203,11 @@ func (c *denyCache) put(tenant string, q Quota, gran int64, ds []Decision, hint,
 		return
 	}
 	if hint.IsZero() {
-		c.unprobe(tenant, ds, now)
+		c.room(tenant, q, gran, ds, now)
 		return
 	}
 	serverNow := ds[0].Now
-	d := denial{q: q, gran: gran, until: now.Add(hint.Sub(serverNow)), now: serverNow, at: hint}
+	d := denial{q: q, gran: gran, until: now.Add(hint.Sub(serverNow)), now: serverNow, at: hint, told: now}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gens[stripe(tenant)].Load() != gen {
@@ -209,33 +231,40 @@ func (c *denyCache) put(tenant string, q Quota, gran int64, ds []Decision, hint,
 	c.entries[tenant] = d
 }
 
-// unprobe ends a probe of tenant whose answer ds holds no rejection to
-// cache. When the room it left is enough for every waiter, or unknown,
-// the run-out denial goes and they all go to Redis; otherwise it stays,
-// and they pick the next probe among them. The common path, a tenant with
-// no denial, takes no write lock.
-func (c *denyCache) unprobe(tenant string, ds []Decision, now time.Time) {
+// room records an answer ds for tenant that holds no rejection to cache:
+// the room it left paces the tenant's next requests when it is short, and
+// ends any pacing when it is not, or is unknown (the call got no answer,
+// or its last request was not admitted now). Either way the waiters look again. The common path, a
+// tenant with room and no entry, takes no write lock.
+func (c *denyCache) room(tenant string, q Quota, gran int64, ds []Decision, now time.Time) {
+	room := nearFull // unknown: a deferral or an older ID's slot says nothing of the room now
+	if len(ds) > 0 && ds[len(ds)-1].Outcome == Admitted {
+		room = ds[len(ds)-1].Remaining
+	}
 	c.mu.RLock()
 	d, ok := c.entries[tenant]
 	c.mu.RUnlock()
-	if !ok || now.Before(d.until) {
-		return
+	if ok && now.Before(d.until) || !ok && room >= nearFull {
+		return // a rejection stands, or nothing to pace
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d, ok = c.entries[tenant]
-	if !ok || now.Before(d.until) {
-		return
+	switch {
+	case ok && now.Before(d.until):
+	case room >= nearFull:
+		if ok {
+			c.drop(tenant, d)
+		}
+	default:
+		if ok && d.probe != nil {
+			close(d.probe)
+		}
+		if !ok && len(c.entries) >= c.max {
+			return // pacing is only an economy
+		}
+		c.entries[tenant] = denial{q: q, gran: gran, told: now, room: room}
 	}
-	if ds == nil || ds[len(ds)-1].Remaining > d.waiters {
-		c.drop(tenant, d)
-		return
-	}
-	if d.probe != nil {
-		close(d.probe)
-	}
-	d.probe, d.waiters = nil, 0
-	c.entries[tenant] = d
 }
 
 // forget drops tenant's rejection, and any that calls now in flight would
