@@ -65,10 +65,11 @@ type denial struct {
 	// Pacing, once until has passed: room requests may still go as they
 	// come; then the probe's answer closes probe, and the waiters stop
 	// waiting at probeBy in any case.
-	room    int
-	probe   chan struct{}
-	probeBy time.Time
-	waiters int
+	room     int
+	inflight int // requests that went while paced, for all this gate knows not yet answered
+	probe    chan struct{}
+	probeBy  time.Time
+	waiters  int
 }
 
 // nearFull is the room below which a tenant's requests are paced: see
@@ -134,6 +135,7 @@ func (c *denyCache) pace(tenant string, now time.Time) (chan struct{}, time.Time
 	if d.room > 0 {
 		d.room--
 	}
+	d.inflight++
 	if d.probe == nil || !now.Before(d.probeBy) {
 		// The next answer, this request's or that of one already on its
 		// way, is what the waiters wait for.
@@ -250,6 +252,13 @@ func (c *denyCache) room(tenant string, q Quota, gran int64, ds []Decision, now 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d, ok = c.entries[tenant]
+	inflight := 0
+	if ok && d.inflight > 0 {
+		// This answer's request is one of them, or went before them:
+		// either way the others may take the room it saw.
+		inflight = d.inflight - 1
+		room = max(0, room-inflight)
+	}
 	switch {
 	case ok && now.Before(d.until):
 	case room >= nearFull:
@@ -263,7 +272,7 @@ func (c *denyCache) room(tenant string, q Quota, gran int64, ds []Decision, now 
 		if !ok && len(c.entries) >= c.max {
 			return // pacing is only an economy
 		}
-		c.entries[tenant] = denial{q: q, gran: gran, told: now, room: room}
+		c.entries[tenant] = denial{q: q, gran: gran, told: now, room: room, inflight: inflight}
 	}
 }
 
