@@ -114,6 +114,34 @@ func TestDenyCacheProbe(t *testing.T) {
 			t.Fatalf("waiter = %+v, want the next probe's rejection", a)
 		}
 	})
+	t.Run("a tenant near full is paced", func(t *testing.T) {
+		c := newDenyCache(10, time.Minute)
+		// Room for one more, and nothing cached: the next request goes,
+		// and the one after waits for its answer.
+		c.put(tenant, q, 1, []Decision{{Now: time.Now(), Outcome: Admitted, Remaining: 1}}, time.Time{}, time.Now(), c.generation(tenant))
+		if _, ok := c.lookup(t.Context(), tenant, q, 1, time.Now()); ok {
+			t.Fatal("a request with room was answered locally")
+		}
+		ch := waiter(t, t.Context(), c)
+		srv := time.Now()
+		c.put(tenant, q, 1, []Decision{{Now: srv, Outcome: Admitted}}, srv.Add(time.Minute), time.Now(), c.generation(tenant))
+		if a := <-ch; !a.ok {
+			t.Fatalf("waiter = %+v, want the rejection the last slot brought", a)
+		}
+	})
+	t.Run("a tenant far from full is not", func(t *testing.T) {
+		c := newDenyCache(10, time.Minute)
+		c.put(tenant, q, 1, []Decision{{Now: time.Now(), Outcome: Admitted, Remaining: 1}}, time.Time{}, time.Now(), c.generation(tenant))
+		c.put(tenant, q, 1, []Decision{{Now: time.Now(), Outcome: Admitted, Remaining: nearFull}}, time.Time{}, time.Now(), c.generation(tenant))
+		for range 3 {
+			if _, ok := c.lookup(t.Context(), tenant, q, 1, time.Now()); ok {
+				t.Fatal("a request with room was answered locally")
+			}
+		}
+		if len(c.entries) != 0 {
+			t.Fatalf("the cache holds %v for a tenant with room", c.entries)
+		}
+	})
 	t.Run("to Redis when a Release forgets", func(t *testing.T) {
 		c := newDenyCache(10, time.Minute)
 		ranOut(t, c)
