@@ -50,10 +50,11 @@ type committer struct {
 	quotaArgs map[groupKey][]any // each quota's four ARGV numbers, boxed; see argsFor
 	// out holds when each batch that is out was taken (UnixNano), until
 	// all of it is answered or has failed, and answered when Redis last
-	// answered a pipeline: together they tell whether Redis has been
-	// silent for the timeout (see due).
+	// answered a pipeline: together with failed they tell since when Redis
+	// has answered nothing (see due).
 	out      []int64
 	answered int64
+	failed   int64 // when the oldest batch taken since answered and found Redis unavailable was taken
 
 	// busy counts the requests queued or in flight, and the callers
 	// answered without Redis wait in yield for one of them to finish.
@@ -155,9 +156,9 @@ func (c *committer) finished() {
 // The gate's timeout is charged only for time spent waiting on Redis: do
 // fails with context.DeadlineExceeded once budget (the timeout, less what
 // the decision's other Redis calls took) has passed since a pipeline took
-// r to send it, or once any batch still out has gone unanswered for the
-// timeout with no answer from Redis since it was taken (r may wait its
-// turn behind it). Time the producer's
+// r to send it, or once Redis has answered nothing for the timeout since
+// a batch was taken that is still out or found it unavailable (r may wait
+// its turn behind it). Time the producer's
 // goroutines spend waiting for a processor before r is taken is not
 // Redis's: under CPU starvation it ran to 100-250 ms
 // (TestBusyProducerIsNoOutage), and a deadline counted from when the
@@ -226,8 +227,9 @@ func (c *committer) do(ctx context.Context, r *request, budget time.Duration, fo
 
 // due reports whether Redis still has time to answer r, and until when:
 // r's budget from when a pipeline took it, and no later than a timeout from
-// when the oldest batch still out was taken if Redis has answered none
-// since (r may have waited its turn behind that one). While neither holds,
+// when the oldest batch still out, or that found Redis unavailable, was
+// taken if Redis has answered none since (r may have waited its turn
+// behind that one). While neither holds,
 // r waits for a processor, not for Redis, and is checked again a fraction
 // of a timeout later.
 func (c *committer) due(r *request) (time.Time, bool) {
@@ -242,6 +244,9 @@ func (c *committer) due(r *request) (time.Time, bool) {
 		if s > c.answered && (silent == 0 || s < silent) {
 			silent = s
 		}
+	}
+	if c.failed > c.answered && (silent == 0 || c.failed < silent) {
+		silent = c.failed
 	}
 	c.mu.Unlock()
 	if d := time.Unix(0, silent).Add(c.timeout); silent != 0 && (due.IsZero() || d.Before(due)) {
@@ -395,7 +400,7 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 	}
 	parts := c.byNode(ctx, calls)
 	if !c.perNode {
-		c.run(ctx, parts[0], forget)
+		c.run(ctx, taken, parts[0], forget)
 		cancel()
 		done()
 		return
@@ -407,7 +412,7 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 	// flight that the healthy masters' tenants wait for.
 	var wg sync.WaitGroup
 	for _, part := range parts {
-		wg.Go(func() { c.run(ctx, part, forget) })
+		wg.Go(func() { c.run(ctx, taken, part, forget) })
 	}
 	go func() {
 		wg.Wait()
@@ -443,8 +448,8 @@ func (c *committer) byNode(ctx context.Context, calls [][]*group) [][][]*group {
 }
 
 // run sends calls in one pipeline and delivers their replies.
-func (c *committer) run(ctx context.Context, calls [][]*group, forget func(*request)) {
-	res, errs := c.exec(ctx, calls, false)
+func (c *committer) run(ctx context.Context, taken int64, calls [][]*group, forget func(*request)) {
+	res, errs := c.exec(ctx, taken, calls, false)
 	var retry [][]*group
 	for i, call := range calls {
 		switch err := errs[i]; {
@@ -467,7 +472,7 @@ func (c *committer) run(ctx context.Context, calls [][]*group, forget func(*requ
 	if len(retry) > 0 {
 		// Redis restarted empty or flushed its scripts: EVAL the source,
 		// which also caches it again for the next EVALSHA.
-		res, errs := c.exec(ctx, retry, true)
+		res, errs := c.exec(ctx, taken, retry, true)
 		for i, call := range retry {
 			c.deliver(call, res[i], errs[i], forget)
 		}
@@ -482,8 +487,8 @@ type groupKey struct {
 }
 
 // exec sends one script call per entry of calls in a single pipeline, by
-// EVALSHA, or by EVAL when eval is set.
-func (c *committer) exec(ctx context.Context, calls [][]*group, eval bool) ([][]int64, []error) {
+// EVALSHA, or by EVAL when eval is set. taken is when the batch was taken.
+func (c *committer) exec(ctx context.Context, taken int64, calls [][]*group, eval bool) ([][]int64, []error) {
 	pipe := c.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, call := range calls {
@@ -530,11 +535,14 @@ func (c *committer) exec(ctx context.Context, calls [][]*group, eval bool) ([][]
 			down = errs[i]
 		}
 	}
-	if answered {
-		c.mu.Lock()
+	c.mu.Lock()
+	switch {
+	case answered:
 		c.answered = max(c.answered, time.Now().UnixNano())
-		c.mu.Unlock()
+	case down != nil && taken > c.answered && (c.failed <= c.answered || taken < c.failed):
+		c.failed = taken
 	}
+	c.mu.Unlock()
 	if c.report != nil && (answered || !reported) {
 		if answered {
 			down = nil

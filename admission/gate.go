@@ -267,7 +267,12 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 			return rejectAll(tenant, ids, now, at), nil
 		}
 	}
-	if d, ok := g.denied(ctx, tenant, q, nb, now); ok {
+	// The deny cache may hold the caller for another request's answer
+	// from Redis (a probe): that wait counts as the decision's own.
+	t0 := time.Now()
+	d, ok := g.denied(ctx, tenant, q, nb, now)
+	spent += time.Since(t0)
+	if ok {
 		answer := fresh || q.Mode == Counter
 		if !answer {
 			t0 := time.Now()
