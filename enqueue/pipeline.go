@@ -58,6 +58,10 @@ type pipelined struct {
 	mu       sync.Mutex
 	pending  []*scriptCall
 	inflight int
+
+	// calls holds spent scriptCalls, for the next: a call and its channel
+	// are two allocations per task otherwise.
+	calls sync.Pool
 }
 
 func newPipelined(rdb redis.UniversalClient) *pipelined {
@@ -111,8 +115,31 @@ type scriptCall struct {
 	keys  []string
 	args  []any
 	state atomic.Int32
-	done  chan struct{} // closed once cmd holds the reply
-	cmd   *redis.Cmd
+	// done gets one value once cmd holds the reply. It is buffered, so
+	// that the pipeline never waits for the caller, and never closed, so
+	// that the call can be used again once its caller has the reply.
+	done chan struct{}
+	cmd  *redis.Cmd
+}
+
+// newCall returns a queued call, from the pool when there is one.
+func (p *pipelined) newCall(ctx context.Context, sha string, keys []string, args []any) *scriptCall {
+	c, _ := p.calls.Get().(*scriptCall)
+	if c == nil {
+		c = &scriptCall{done: make(chan struct{}, 1)}
+	}
+	c.ctx, c.sha, c.keys, c.args = ctx, sha, keys, args
+	c.state.Store(queued)
+	return c
+}
+
+// reply returns c's reply and puts c back in the pool: its caller has
+// received from done, so the pipeline that sent it is done with it.
+func (p *pipelined) reply(c *scriptCall) *redis.Cmd {
+	cmd := c.cmd
+	*c = scriptCall{done: c.done}
+	p.calls.Put(c)
+	return cmd
 }
 
 // EvalSha sends the call, in the next free pipeline unless direct, and
@@ -127,7 +154,7 @@ func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args
 		defer cancel()
 		return p.UniversalClient.EvalSha(sctx, sha, keys, args...)
 	}
-	c := &scriptCall{ctx: ctx, sha: sha, keys: keys, args: args, done: make(chan struct{})}
+	c := p.newCall(ctx, sha, keys, args)
 	p.mu.Lock()
 	p.pending = append(p.pending, c)
 	start := p.inflight < p.maxFlight
@@ -140,16 +167,17 @@ func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args
 	}
 	select {
 	case <-c.done:
-		return c.cmd
+		return p.reply(c)
 	case <-ctx.Done():
 	}
 	if c.state.CompareAndSwap(queued, gone) {
+		// Not pooled: the pipeline that skips it may still look at it.
 		return unsent(ctx, sha, ctx.Err())
 	}
 	// Sent: wait for the reply, as a plain go-redis call does once it has
 	// written its command. A definite answer keeps the task's slot honest.
 	<-c.done
-	return c.cmd
+	return p.reply(c)
 }
 
 // unsent is a call that was never sent, failed with err.
@@ -246,6 +274,6 @@ func (p *pipelined) flush(batch []*scriptCall) {
 	}
 	for i, c := range calls {
 		c.cmd = cmds[i]
-		close(c.done)
+		c.done <- struct{}{} // c is its caller's again from here on
 	}
 }
