@@ -16,17 +16,22 @@ import (
 // its asynq.Client a pipelined client instead, which sends the script calls
 // that are waiting when a pipeline is free as one pipeline.
 //
-// Small pipelines, several in flight, keep Redis and the producer busy at
-// once: while Redis runs one pipeline the producer encodes the next. Long
-// ones leave each side idle while the other works. Measured side by side
-// with admitq bench (64 callers, 1000 tenants, 2 cores), Enqueue reached
-// 0.82-0.88x of bare asynq's throughput with batches of 8 to 32 and 2 to 8
-// pipelines, 16 and 4 at the top; go-redis's autopipeliner at its defaults
-// (200 commands, one batch at a time) reached 0.72-0.75x, and without group
-// commit Enqueue reaches 0.64x.
+// Small pipelines, more than one in flight, keep Redis and the producer
+// busy at once: while Redis runs one pipeline the producer encodes the
+// next. Long ones leave each side idle while the other works, and each
+// pipeline costs both sides a read and a write, so not too many either.
+// Measured side by side with admitq bench (64 callers, 1000 tenants, 2
+// cores), Enqueue first reached 0.82-0.88x of bare asynq's throughput with
+// batches of 8 to 32 and 2 to 8 pipelines, 16 and 4 at the top; go-redis's
+// autopipeliner at its defaults (200 commands, one batch at a time) reached
+// 0.72-0.75x, and without group commit Enqueue reaches 0.64x. Later, with
+// the gate's own group commit in front, 4 pipelines of up to 16 carried
+// about 5 writes each (0.29 Redis reads per Enqueue, gate included) and 2
+// of up to 32 about 9 (0.21): 0.95-0.98x of bare asynq in three runs, where
+// 4 of 16 gave 0.69-1.35x on the same loaded machine.
 const (
-	pipelineBatch  = 16
-	pipelineFlight = 4
+	pipelineBatch  = 32
+	pipelineFlight = 2
 )
 
 // pipelined is the redis.UniversalClient that a Client made by NewFromRedis
