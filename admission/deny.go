@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,11 +16,23 @@ import (
 // another goes to Redis); a Release through this gate, or a slot given
 // back for a caller that left, ends it.
 //
-// Once the time passes, requests go to Redis again, each on its own: the
-// first takes the slot that freed up and, the window full again, brings
-// back the next time. Only requests that arrive during that one call's
-// round trip reach Redis to be rejected, a small share of a flood's
-// rejections (see TestDenyCacheFlood), and nothing waits.
+// Once the time passes, the first request to find it so goes to Redis:
+// the probe. It takes the slot that freed up and, the window full again,
+// brings back the next time. Requests that arrive during the probe's round
+// trip wait for its answer rather than race it to Redis, where they would
+// only be rejected; then they are answered by the new rejection.
+//
+// A window frees its slots one or a few at a time, so a probe can find
+// room left over, and then a tenant close to its limit has no rejection to
+// cache, only requests that race each other to Redis for the last slots.
+// So an answer that leaves a tenant fewer than nearFull free slots paces
+// its next requests: as many go to Redis as the answer left room for, and
+// then one goes as the probe while the others wait for its answer. Further
+// from full, a tenant's requests go as they come. So a flood's rejections
+// almost never reach Redis (TestDenyCacheFlood, TestDenyCacheProbe); a
+// request waits only while one of its tenant's is at Redis, and for no
+// longer than the gate's timeout; and what an answer said stops counting a
+// window after it came.
 //
 // A Release frees a slot that a call already in flight may not have seen:
 // its reply could then cache a rejection that no longer holds. So every
@@ -31,42 +44,128 @@ import (
 // A nil *denyCache is a cache that is off: it holds nothing.
 type denyCache struct {
 	max  int
+	wait time.Duration     // longest a request waits for a probe's answer
 	gens [64]atomic.Uint64 // by stripe of tenant; moved on by forget, under mu
 
 	mu      sync.RWMutex
 	entries map[string]denial
 }
 
-// A denial is a rejection of every new request of a tenant until a time.
+// A denial is a rejection of every new request of a tenant until a time;
+// once that has passed, or for a tenant Redis found near full (until is
+// zero), it paces the tenant's requests to Redis.
 type denial struct {
 	q     Quota
 	gran  int64     // the granularity the hint was computed at
 	until time.Time // local clock
 	now   time.Time // Redis time of the reply that told it
 	at    time.Time // Redis time a retry could succeed
+	told  time.Time // local time of the answer that made or last paced it
+
+	// Pacing, once until has passed: room requests may still go as they
+	// come; then the probe's answer closes probe, and the waiters stop
+	// waiting at probeBy in any case.
+	room     int
+	inflight int // requests that went while paced, for all this gate knows not yet answered
+	probe    chan struct{}
+	probeBy  time.Time
+	waiters  int
 }
 
-func newDenyCache(max int) *denyCache {
-	return &denyCache{max: max, entries: make(map[string]denial)}
+// nearFull is the room below which a tenant's requests are paced: see
+// denyCache.
+const nearFull = 8
+
+// newDenyCache returns a cache of up to max tenants whose requests wait
+// up to wait for a probe.
+func newDenyCache(max int, wait time.Duration) *denyCache {
+	return &denyCache{max: max, wait: wait, entries: make(map[string]denial)}
 }
 
 // lookup returns the rejection that holds for tenant under q at gran at
-// the local time now, if any.
+// the local time now, if any. When one has just run out and another
+// request is at Redis for it, lookup waits for that one's answer (or ctx)
+// and looks again.
 //
 // A hint holds only at the granularity it was computed at: rounding moves
 // the slot a request could get, so gates that share the cache at another
 // granularity (Gate.AtGranularity) ask Redis instead.
-func (c *denyCache) lookup(tenant string, q Quota, gran int64, now time.Time) (denial, bool) {
+func (c *denyCache) lookup(ctx context.Context, tenant string, q Quota, gran int64, now time.Time) (denial, bool) {
 	if c == nil {
 		return denial{}, false
 	}
-	c.mu.RLock()
-	d, ok := c.entries[tenant]
-	c.mu.RUnlock()
-	if !ok || d.q != q || d.gran != gran || !now.Before(d.until) {
-		return denial{}, false
+	for {
+		c.mu.RLock()
+		d, ok := c.entries[tenant]
+		c.mu.RUnlock()
+		if !ok || d.q != q || d.gran != gran || now.Sub(d.told) > q.Window {
+			return denial{}, false
+		}
+		if now.Before(d.until) {
+			return d, true
+		}
+		probe, by := c.pace(tenant, now)
+		if probe == nil {
+			return denial{}, false // this request goes
+		}
+		if !await(ctx, probe, by.Sub(now)) {
+			return denial{}, false
+		}
+		now = time.Now()
 	}
-	return d, true
+}
+
+// pace is lookup's step for a tenant whose rejection has run out, or
+// who is near full: it returns nil when the caller is to go to Redis, in
+// the room the last answer left or as the probe (there being no answer on
+// its way, or it being overdue); otherwise the probe, the next answer, to
+// wait for, and when to stop waiting.
+func (c *denyCache) pace(tenant string, now time.Time) (chan struct{}, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok := c.entries[tenant]
+	if !ok || now.Before(d.until) {
+		return closed, now // changed meanwhile: look again
+	}
+	if d.room == 0 && d.probe != nil && now.Before(d.probeBy) {
+		d.waiters++
+		c.entries[tenant] = d
+		return d.probe, d.probeBy
+	}
+	if d.room > 0 {
+		d.room--
+	}
+	d.inflight++
+	if d.probe == nil || !now.Before(d.probeBy) {
+		// The next answer, this request's or that of one already on its
+		// way, is what the waiters wait for.
+		d.probe, d.probeBy, d.waiters = make(chan struct{}), now.Add(c.wait), 0
+	}
+	c.entries[tenant] = d
+	return nil, time.Time{}
+}
+
+// closed is a probe that has answered.
+var closed = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
+
+// await waits up to d for probe to answer, and reports whether it may
+// look again: false when ctx ended first.
+func await(ctx context.Context, probe <-chan struct{}, d time.Duration) bool {
+	select {
+	case <-probe:
+		return true
+	default:
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-probe:
+		return true
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // generation returns tenant's current generation, for a call about to go
@@ -87,10 +186,12 @@ func stripe(tenant string) int {
 	return int(h % 64)
 }
 
-// put records the retry hint of a reply: Redis, at its time serverNow,
-// will reject every new request of tenant until its time hint (zero for
-// none), unless the call that said so began before the generation gen
-// ended. now is the local time the reply arrived.
+// put records what a call that went to Redis for tenant learned: its
+// decisions ds (nil when it got no answer) and the retry hint, the time
+// until which Redis will reject every new request of tenant (zero for
+// none), unless the call began before the generation gen ended. now is
+// the local time the reply arrived. Every call that went to Redis ends
+// with a put, which ends its probe if it was one (see denyCache).
 //
 // The hint is mapped to the local clock from the reply's arrival, a
 // one-way trip after the script ran; a request sent at the hint's local
@@ -99,27 +200,80 @@ func stripe(tenant string) int {
 // difference between the two trips and the delivery of the reply, well
 // under a round trip. (Mapping from the send time instead would send
 // requests early, and each would cost a script call Redis only rejects.)
-func (c *denyCache) put(tenant string, q Quota, gran int64, serverNow, hint, now time.Time, gen uint64) {
-	if c == nil || hint.IsZero() {
+func (c *denyCache) put(tenant string, q Quota, gran int64, ds []Decision, hint, now time.Time, gen uint64) {
+	if c == nil {
 		return
 	}
-	d := denial{q: q, gran: gran, until: now.Add(hint.Sub(serverNow)), now: serverNow, at: hint}
+	if hint.IsZero() {
+		c.room(tenant, q, gran, ds, now)
+		return
+	}
+	serverNow := ds[0].Now
+	d := denial{q: q, gran: gran, until: now.Add(hint.Sub(serverNow)), now: serverNow, at: hint, told: now}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gens[stripe(tenant)].Load() != gen {
-		return // a Release may have freed a slot the call did not see
+		return // a Release may have freed a slot the call did not see; forget woke the waiters
 	}
 	if len(c.entries) >= c.max {
 		for t, e := range c.entries {
 			if !now.Before(e.until) {
-				delete(c.entries, t)
+				c.drop(t, e)
 			}
 		}
 		if len(c.entries) >= c.max {
-			clear(c.entries) // forgetting a rejection costs a script call, never correctness
+			for t, e := range c.entries { // forgetting a rejection costs a script call, never correctness
+				c.drop(t, e)
+			}
 		}
 	}
+	if old, ok := c.entries[tenant]; ok && old.probe != nil {
+		close(old.probe)
+	}
 	c.entries[tenant] = d
+}
+
+// room records an answer ds for tenant that holds no rejection to cache:
+// the room it left paces the tenant's next requests when it is short, and
+// ends any pacing when it is not, or is unknown (the call got no answer,
+// or its last request was not admitted now). Either way the waiters look again. The common path, a
+// tenant with room and no entry, takes no write lock.
+func (c *denyCache) room(tenant string, q Quota, gran int64, ds []Decision, now time.Time) {
+	room := nearFull // unknown: a deferral or an older ID's slot says nothing of the room now
+	if len(ds) > 0 && ds[len(ds)-1].Outcome == Admitted {
+		room = ds[len(ds)-1].Remaining
+	}
+	c.mu.RLock()
+	d, ok := c.entries[tenant]
+	c.mu.RUnlock()
+	if ok && now.Before(d.until) || !ok && room >= nearFull {
+		return // a rejection stands, or nothing to pace
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok = c.entries[tenant]
+	inflight := 0
+	if ok && d.inflight > 0 {
+		// This answer's request is one of them, or went before them:
+		// either way the others may take the room it saw.
+		inflight = d.inflight - 1
+		room = max(0, room-inflight)
+	}
+	switch {
+	case ok && now.Before(d.until):
+	case room >= nearFull:
+		if ok {
+			c.drop(tenant, d)
+		}
+	default:
+		if ok && d.probe != nil {
+			close(d.probe)
+		}
+		if !ok && len(c.entries) >= c.max {
+			return // pacing is only an economy
+		}
+		c.entries[tenant] = denial{q: q, gran: gran, told: now, room: room, inflight: inflight}
+	}
 }
 
 // forget drops tenant's rejection, and any that calls now in flight would
@@ -129,9 +283,20 @@ func (c *denyCache) forget(tenant string) {
 		return
 	}
 	c.mu.Lock()
-	delete(c.entries, tenant)
+	if d, ok := c.entries[tenant]; ok {
+		c.drop(tenant, d)
+	}
 	c.gens[stripe(tenant)].Add(1)
 	c.mu.Unlock()
+}
+
+// drop deletes tenant's denial d, waking the requests waiting for its
+// probe. c.mu must be held.
+func (c *denyCache) drop(tenant string, d denial) {
+	if d.probe != nil {
+		close(d.probe)
+	}
+	delete(c.entries, tenant)
 }
 
 // decisions answers ids from d: all rejected, Now moved on by the time

@@ -85,7 +85,7 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 		g.commit = newCommitter(rdb, g.admit, g.counter, o.timeout, 1, maxFlightUnbatched)
 	}
 	if o.denyCache {
-		g.deny = newDenyCache(100_000)
+		g.deny = newDenyCache(100_000, o.timeout)
 	}
 	g.brk = newBreaker(func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, o.timeout, o.logger)
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
@@ -257,12 +257,13 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 			return rejectAll(tenant, ids, now, at), nil
 		}
 	}
-	if d, ok := g.denied(tenant, q, nb, now); ok && (fresh || q.Mode == Counter || !g.held(ctx, tenant, ids, deadline)) {
+	if d, ok := g.denied(ctx, tenant, q, nb, now); ok && (fresh || q.Mode == Counter || !g.held(ctx, tenant, ids, deadline)) {
 		yieldLocal()
-		return d.decisions(tenant, ids, now), nil
+		return d.decisions(tenant, ids, time.Now()), nil
 	}
 	gen := g.deny.generation(tenant)
 	ds, hint, err := g.remote(ctx, tenant, key, q, ids, nb, fresh, deadline)
+	g.deny.put(tenant, q, g.gran, ds, hint, time.Now(), gen)
 	if errors.Is(err, ErrUnavailable) {
 		// The gate's own timeout, not the caller's deadline (that error
 		// is the caller's, and its pipeline reports to the breaker, see
@@ -282,7 +283,6 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 		// starts later says nothing of the window now.
 		g.local.observe(tenant, q, ds, time.Now())
 	}
-	g.deny.put(tenant, q, g.gran, ds[0].Now, hint, time.Now(), gen)
 	return ds, nil
 }
 
@@ -594,9 +594,9 @@ func notBeforeµs(t time.Time) int64 {
 // denied returns the deny cache's answer for requests that start now. One
 // that starts later (nb > 0) may find its slot free, so it always asks
 // Redis, without touching the cache.
-func (g *Gate) denied(tenant string, q Quota, nb int64, now time.Time) (denial, bool) {
+func (g *Gate) denied(ctx context.Context, tenant string, q Quota, nb int64, now time.Time) (denial, bool) {
 	if nb != 0 {
 		return denial{}, false
 	}
-	return g.deny.lookup(tenant, q, g.gran, now)
+	return g.deny.lookup(ctx, tenant, q, g.gran, now)
 }

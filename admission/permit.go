@@ -64,6 +64,10 @@ func permitsKey(prefix, tenant string) string { return prefix + ":{" + tenant + 
 func parkedKey(prefix, tenant string) string  { return prefix + ":{" + tenant + "}:parked" }
 func dueKey(prefix, tenant string) string     { return prefix + ":{" + tenant + "}:due" }
 
+// notBeforeKey holds the not-before times of parked tasks that have one,
+// for release.lua to apply when it hands them a permit.
+func notBeforeKey(prefix, tenant string) string { return prefix + ":{" + tenant + "}:notbefore" }
+
 // depthKey is the set of tenants that may hold permits or parked tasks,
 // which reconcilers walk. It is a key of its own (its own cluster slot),
 // written apart from the tenants' scripts.
@@ -94,8 +98,10 @@ func (g *Gate) AdmitTasks(ctx context.Context, tenant string, tasks []Ref) ([]De
 
 // AdmitTasksAt is AdmitTasks for tasks that will not start before
 // notBefore, as AdmitAt says: each is charged for when it will first run.
-// A parked task is charged when a permit is handed to it; its not-before
-// time is not kept, so it may then run before notBefore.
+// A parked task keeps notBefore with its place in the FIFO: when a permit
+// is handed to it, its slot is the later of notBefore and the slot rule's
+// (Grant.At), and it holds the permit from then on, so the tasks parked
+// after it wait behind it.
 func (g *Gate) AdmitTasksAt(ctx context.Context, tenant string, tasks []Ref, notBefore time.Time) ([]Decision, error) {
 	if err := ValidateTenant(tenant); err != nil {
 		return nil, err
@@ -125,7 +131,8 @@ func (g *Gate) admitCapped(ctx context.Context, tenant string, q Quota, tasks []
 	for _, t := range tasks {
 		args = append(args, t.ID, t.member())
 	}
-	keys := []string{logKey(g.opts.prefix, tenant), permitsKey(g.opts.prefix, tenant), parkedKey(g.opts.prefix, tenant)}
+	keys := []string{logKey(g.opts.prefix, tenant), permitsKey(g.opts.prefix, tenant),
+		parkedKey(g.opts.prefix, tenant), notBeforeKey(g.opts.prefix, tenant)}
 	cctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
 	defer cancel()
 	var res []int64

@@ -30,7 +30,7 @@ func TestPermitScriptMatchesModel(t *testing.T) {
 		}
 		gran := []int64{1, 1000, 1_000_000}[r.IntN(3)]
 		tenant := "m" + strconv.FormatUint(seed, 10)
-		keys := []string{logKey("p", tenant), permitsKey("p", tenant), parkedKey("p", tenant)}
+		keys := []string{logKey("p", tenant), permitsKey("p", tenant), parkedKey("p", tenant), notBeforeKey("p", tenant)}
 		now := time.Unix(1_780_000_000, 0).Add(time.Duration(r.IntN(1e6)) * time.Microsecond)
 		m := &slotModel{log: map[string]int64{}}
 		next := 0
@@ -65,9 +65,11 @@ func TestPermitScriptMatchesModel(t *testing.T) {
 	}
 }
 
-// TestReleaseScriptMatchesModel parks a random backlog behind a cap of 1
-// and gives permits back at random times: each parked task must be granted
-// in park order, at the slot the model gives a request with no MaxDelay.
+// TestReleaseScriptMatchesModel parks a random backlog behind a cap of 1,
+// some tasks with a not-before time of their own, and gives permits back
+// at random times: each parked task must be granted in park order, at the
+// slot the model gives a request with that not-before time and no
+// MaxDelay, and no not-before time may be left behind.
 func TestReleaseScriptMatchesModel(t *testing.T) {
 	mr, rdb, _ := onMiniredis(t)
 	permit, release := lua.Permit(), lua.Release()
@@ -76,20 +78,31 @@ func TestReleaseScriptMatchesModel(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, 13))
 		q := Quota{Limit: 1 + r.IntN(4), Window: time.Duration(1+r.IntN(3)) * time.Second, MaxDelay: time.Hour, MaxInFlight: 1}
 		tenant := "r" + strconv.FormatUint(seed, 10)
-		keys := []string{logKey("p", tenant), permitsKey("p", tenant), parkedKey("p", tenant), dueKey("p", tenant)}
+		keys := []string{logKey("p", tenant), permitsKey("p", tenant), parkedKey("p", tenant), dueKey("p", tenant), notBeforeKey("p", tenant)}
+		permitKeys := []string{keys[0], keys[1], keys[2], keys[4]}
 		now := time.Unix(1_780_000_000, 0).Add(time.Duration(r.IntN(1e6)) * time.Microsecond)
 		m := &slotModel{log: map[string]int64{}}
 		n := 2 + r.IntN(12)
-		args := []any{q.Limit, q.Window.Microseconds(), 0, 1, 1, 100, 1_000_000, 0, n}
+		mr.SetTime(now)
+		// One call each, the first admitted and the rest parked, so that
+		// each may have a not-before time of its own: none, one that will
+		// have passed by its release, or one a few windows ahead.
 		var refs []string
+		nbs := make([]int64, n)
 		for i := range n {
 			ref := Ref{ID: "id" + strconv.Itoa(i), Queue: "q:" + strconv.Itoa(i%2)}
 			refs = append(refs, ref.member())
-			args = append(args, ref.ID, ref.member())
-		}
-		mr.SetTime(now)
-		if _, err := permit.Run(ctx, rdb, keys[:3], args...).Int64Slice(); err != nil {
-			t.Fatal(err)
+			if i > 0 && r.IntN(2) == 0 {
+				nbs[i] = now.UnixMicro() + r.Int64N(int64(3*q.Window/time.Microsecond))
+			}
+			args := []any{q.Limit, q.Window.Microseconds(), 0, 1, 1, 100, 1_000_000, nbs[i], 1, ref.ID, ref.member()}
+			res, err := permit.Run(ctx, rdb, permitKeys, args...).Int64Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]int64{true: 0, false: 5}[i == 0]; res[2] != want {
+				t.Fatalf("seed %d: task %d: outcome %d, want %d", seed, i, res[2], want)
+			}
 		}
 		m.admitAt(now.UnixMicro(), 0, q, 1, []string{"id0"}) // the one admitted
 		held := refs[0]
@@ -104,11 +117,11 @@ func TestReleaseScriptMatchesModel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			desc := fmt.Sprintf("seed %d release %d quota %v", seed, i, q)
+			desc := fmt.Sprintf("seed %d release %d quota %v not before %d", seed, i, q, nbs[i])
 			if len(d.Grants) != 1 || d.Grants[0].Ref.member() != refs[i] {
 				t.Fatalf("%s: grants %+v, want one for %s", desc, d.Grants, refs[i])
 			}
-			want := m.admitAt(now.UnixMicro(), 0, Quota{Limit: q.Limit, Window: q.Window, MaxDelay: 1000 * time.Hour}, 1, []string{"id" + strconv.Itoa(i)})
+			want := m.admitAt(now.UnixMicro(), nbs[i], Quota{Limit: q.Limit, Window: q.Window, MaxDelay: 1000 * time.Hour}, 1, []string{"id" + strconv.Itoa(i)})
 			if got := d.Grants[0].At.UnixMicro(); got != want[0].At {
 				t.Fatalf("%s: slot %d, model %d", desc, got, want[0].At)
 			}
@@ -116,6 +129,9 @@ func TestReleaseScriptMatchesModel(t *testing.T) {
 				t.Fatalf("%s: in flight %d, parked %d; want 1, %d", desc, d.InFlight, d.Parked, n-1-i)
 			}
 			held = refs[i]
+		}
+		if left, _ := mr.HKeys(keys[4]); len(left) > 0 {
+			t.Fatalf("seed %d: not-before times left after every task was granted: %v", seed, left)
 		}
 	}
 }

@@ -24,7 +24,9 @@ type Permits struct {
 func (g *Gate) Permits() *Permits { return &Permits{g: g} }
 
 // Grant is a permit handed to a parked task: the task may enter its queue
-// at At, its slot under the rate rule; at once when At is not after Now.
+// at At, its slot under the rate rule and no earlier than the not-before
+// time it was parked with (Gate.AdmitTasksAt); at once when At is not
+// after Now. It holds the permit meanwhile.
 type Grant struct {
 	Tenant string
 	Ref    Ref
@@ -94,7 +96,7 @@ func (p *Permits) release(ctx context.Context, op, tenant, member string, scan b
 		return Depth{}, err
 	}
 	keys := []string{logKey(g.opts.prefix, tenant), permitsKey(g.opts.prefix, tenant),
-		parkedKey(g.opts.prefix, tenant), dueKey(g.opts.prefix, tenant)}
+		parkedKey(g.opts.prefix, tenant), dueKey(g.opts.prefix, tenant), notBeforeKey(g.opts.prefix, tenant)}
 	s := "0"
 	if scan {
 		s = "1"
@@ -240,7 +242,11 @@ func (p *Permits) Tenants(ctx context.Context) ([]string, error) {
 		ts, err = g.rdb.SMembers(ctx, depthKey(g.opts.prefix)).Result()
 		return err
 	})
-	return ts, err
+	if err != nil {
+		// The call may still be running, and writing ts, after a timeout.
+		return nil, err
+	}
+	return ts, nil
 }
 
 // Forget drops tenant from Tenants when it holds no permit and has nothing

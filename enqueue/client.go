@@ -147,10 +147,14 @@ func newClient(g *admission.Gate, opts []Option) *Client {
 //   - Rejected: nothing is enqueued and the error is a *RejectedError,
 //     which matches ErrRejected and says when to retry (Decision.Full: the
 //     tenant's parked backlog, Quota.MaxParked, is full).
-//   - Parked (a tenant with Quota.MaxInFlight tasks in the queue already):
-//     the task is written to asynq's scheduled set until ParkedUntil, and
-//     a worker with a Gate moves it to pending, in order, when one of the
-//     tenant's tasks finishes. Its own ProcessAt, if any, is not kept.
+//   - Parked (a tenant with Quota.MaxInFlight tasks in the queue already,
+//     or tasks parked before it): the task is written to asynq's scheduled
+//     set until ParkedUntil, and a worker with a Gate moves it to pending,
+//     in order, when one of the tenant's tasks finishes and hands it a
+//     permit, at its slot under the rate rule at that moment, and not
+//     before its own ProcessAt or ProcessIn time, if it has one (to the
+//     second, as below). It holds the permit while it waits for that time,
+//     so the tenant's tasks parked after it wait behind it.
 //
 // The task's ID is the tenant's log entry. It comes from an asynq.TaskID
 // option, given to Enqueue or to asynq.NewTask (Enqueue's wins, as in
@@ -165,7 +169,8 @@ func newClient(g *admission.Gate, opts []Option) *Client {
 // time it will run, not for now (Gate.AdmitAt): its slot is the first free
 // one from that time (to the second, as asynq runs it) and after every slot
 // the tenant was given before, MaxDelay counts from that time, and it runs
-// at its slot. Tasks enqueued after it queue behind it: a task scheduled far
+// at its slot. A parked task gets its slot when it is released, by the same
+// rule, without MaxDelay (it was accepted already). Tasks enqueued after it queue behind it: a task scheduled far
 // ahead holds the tenant's later tasks back until its slot, and rejects
 // those it would hold back by more than MaxDelay. The tenant is stored in
 // the task's headers under TenantHeader, next to the task's own headers and
@@ -419,8 +424,10 @@ func (c *Client) write(cc *callContext, p prepared, d admission.Decision) (*asyn
 			opts = append(opts, asynq.ProcessAt(slot)) // into the room prepare left
 		}
 	}
-	if p.sched.at.After(slot) && d.Outcome != admission.Parked {
-		slot = p.sched.at // the caller's own later time; asynq already has it
+	if p.sched.at.After(slot) {
+		// The caller's own later time: asynq has it, or, for a parked
+		// task, the gate keeps it and the task is released no earlier.
+		slot = p.sched.at
 	}
 	h := p.task.Headers()
 	if h == nil {

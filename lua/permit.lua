@@ -4,6 +4,8 @@
 -- KEYS[1]  the tenant's log: a ZSET of entry ID -> slot µs (admit.lua's)
 -- KEYS[2]  permits: a ZSET of task ref -> lease expiry µs
 -- KEYS[3]  parked: a ZSET of task ref -> park order (≈ park time µs)
+-- KEYS[4]  not-before: a HASH of parked task ref -> not-before µs, for
+--          parked tasks that must not start before a time of their own
 -- ARGV     limit, window µs, max delay µs, granularity µs, cap (>= 1),
 --          max parked, lease µs, not-before µs (0 for none), n, then n
 --          pairs: entry ID, task ref
@@ -20,10 +22,11 @@
 -- A request takes a permit when the tenant holds fewer than cap and has
 -- nothing parked (parked tasks go first: FIFO), then gets a slot by the
 -- slot rule; one that finds no permit is parked, in order, with no slot:
--- release.lua applies the slot rule when it hands the parked task a permit.
+-- release.lua applies the slot rule when it hands the parked task a permit,
+-- and keeps it from starting before its not-before time, kept here.
 -- Once one request is rejected by the rate, so is every later one of the
 -- call, as in admit.lua.
-local log, permits, parked = KEYS[1], KEYS[2], KEYS[3]
+local log, permits, parked, notBefore = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local limit, window, maxDelay, gran = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local cap, maxParked, lease = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 -- start: the later of now and the not-before time, as in admit.lua: work
@@ -89,6 +92,9 @@ for i = 10, 9 + 2 * n, 2 do
     code, at = 2, rejectedAt
   elseif waiting < maxParked then
     if call('ZADD', parked, 'NX', order, ref) == 1 then
+      if start > now then
+        call('HSET', notBefore, ref, string.format('%.0f', start))
+      end
       code, at = 5, now
       waiting, order = waiting + 1, order + 1
     else

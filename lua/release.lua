@@ -7,6 +7,8 @@
 -- KEYS[3]  parked: a ZSET of task ref -> park order
 -- KEYS[4]  due: a ZSET of task ref -> slot µs, for tasks handed a permit
 --          that the worker has still to move into the queue
+-- KEYS[5]  not-before: a HASH of parked task ref -> not-before µs
+--          (permit.lua's)
 -- ARGV     limit, window µs, granularity µs, cap (0 = none), lease µs,
 --          the ref of a task that is gone, to drop from permits, due and
 --          parked ("" for none), most grants to make,
@@ -18,11 +20,13 @@
 --          park order; when scan: lapsed: n then n refs whose lease is
 --          over; due: n then n pairs ref, slot µs whose slot has come}
 --
--- A granted task's slot is max(now, newest slot, L-th newest + window),
--- rounded up to the granularity when it is ahead of now: the slot rule,
--- with no MaxDelay, since a parked task was accepted already. A ref whose
--- entry ID is in the log already (a retried grant) keeps its slot.
-local log, permits, parked, due = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+-- A granted task's slot is max(now, its not-before time, newest slot,
+-- L-th newest + window), rounded up to the granularity when it is ahead of
+-- now: the slot rule, with no MaxDelay, since a parked task was accepted
+-- already. A ref whose entry ID is in the log already (a retried grant)
+-- keeps its slot. A task granted a slot ahead of now holds its permit
+-- from now on, so the tasks parked behind it wait for it (FIFO).
+local log, permits, parked, due, notBefore = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local limit, window, gran = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local cap, lease, ref, most, scan = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[8] == '1'
 local dueGrace = tonumber(ARGV[9])
@@ -31,6 +35,7 @@ if ref ~= '' then -- the task is gone, wherever it was
   call('ZREM', permits, ref)
   call('ZREM', due, ref)
   call('ZREM', parked, ref)
+  call('HDEL', notBefore, ref)
 end
 local held = call('ZCARD', permits)
 local waiting = call('ZCARD', parked)
@@ -41,6 +46,7 @@ if waiting > 0 and (cap == 0 or held < cap) then
   local fresh = card == 0
   local newest = slotNewest(log, card)
   local added = false
+  local timed = call('EXISTS', notBefore) == 1
   while waiting > 0 and (cap == 0 or held < cap) and #grants < 3 * most do
     local head = call('ZRANGE', parked, 0, 0, 'WITHSCORES')
     local r, order = head[1], tonumber(head[2])
@@ -48,12 +54,19 @@ if waiting > 0 and (cap == 0 or held < cap) then
     -- The entry ID is what follows "<len>:<queue>".
     local colon = string.find(r, ':', 1, true)
     local id = string.sub(r, colon + 1 + tonumber(string.sub(r, 1, colon - 1)))
+    local nb = 0
+    if timed then
+      nb = tonumber(call('HGET', notBefore, r) or 0)
+      if nb > 0 then
+        call('HDEL', notBefore, r)
+      end
+    end
     local s = call('ZSCORE', log, id)
     local slot
     if s then
       slot = tonumber(s)
     else
-      local raw = slotRaw(log, limit, window, card, newest)
+      local raw = max(slotRaw(log, limit, window, card, newest), nb)
       slot = now
       if raw > now then
         slot = ceil(raw, gran)

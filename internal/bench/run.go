@@ -250,6 +250,7 @@ type runner struct {
 	total                worker
 	firstErr             error
 	scriptCalls, usec    int64
+	zaddUsec             int64 // Redis's time in ZADD, in scripts or not
 	cpu                  float64
 	clientCPU            time.Duration
 	logBytes, logEntries int64
@@ -399,6 +400,7 @@ func (r *runner) slice(ctx context.Context, round, index, total int) error {
 	calls, usec := scriptDelta(sumStats(before), sumStats(after))
 	r.scriptCalls += calls
 	r.usec += usec
+	r.zaddUsec += sumStats(after).cmds["zadd"].usec - sumStats(before).cmds["zadd"].usec
 	r.cpu += sumStats(after).cpu - sumStats(before).cpu
 	if len(r.share) > 0 {
 		for addr, a := range after {
@@ -450,6 +452,10 @@ func (r *runner) row() Row {
 	}
 	if r.scriptCalls > 0 {
 		row.ScriptUsecPerCall = float64(r.usec) / float64(r.scriptCalls)
+	}
+	if recorded := t.admitted + t.deferred; recorded > 0 {
+		row.ScriptUsecPerRecorded = float64(r.usec) / float64(recorded)
+		row.ZaddUsecPerRecorded = float64(r.zaddUsec) / float64(recorded)
 	}
 	row.Masters = r.masterRows()
 	if r.logEntries > 0 {

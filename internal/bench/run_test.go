@@ -66,8 +66,11 @@ func TestRunReportsEveryContender(t *testing.T) {
 	if len(rep.Ratios) != len(rep.Rows)-2 { // not the gate itself, not the flood
 		t.Errorf("%d ratios for %d rows", len(rep.Ratios), len(rep.Rows))
 	}
-	if len(rep.Targets) != 7 {
-		t.Errorf("targets: %+v, want 7", rep.Targets)
+	if len(rep.Targets) != 9 {
+		t.Errorf("targets: %+v, want 9", rep.Targets)
+	}
+	if g, ok := rep.Row("gate-batched"); !ok || g.ZaddUsecPerRecorded <= 0 || g.ScriptUsecPerRecorded <= g.ZaddUsecPerRecorded {
+		t.Errorf("gate: %.2fµs of script per admitted decision, %.2fµs of it ZADD; want both, the ZADD a part", g.ScriptUsecPerRecorded, g.ZaddUsecPerRecorded)
 	}
 	if len(progress) == 0 || progress[len(progress)-1].Index != len(rep.Rows)-1 {
 		t.Errorf("progress reached %+v, want the last row", progress[len(progress)-1:])
