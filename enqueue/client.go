@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
@@ -55,7 +54,7 @@ func (f optionFunc) apply(c *Client) { f(c) }
 // WithIDFunc sets how task IDs are made for tasks enqueued without an
 // asynq.TaskID option. Each ID must be unique across all producers, since
 // it is both the asynq task ID and the tenant's log entry. Nil, the default,
-// means uuid.NewString.
+// means a random (version 4) UUID, as uuid.NewString makes.
 func WithIDFunc(f func() string) Option {
 	return optionFunc(func(c *Client) {
 		if f != nil {
@@ -133,7 +132,7 @@ func newClient(g *admission.Gate, opts []Option) *Client {
 	if g.Granularity()%time.Second != 0 {
 		g = g.AtGranularity(time.Second)
 	}
-	c := &Client{gate: g, newID: uuid.NewString}
+	c := &Client{gate: g, newID: newTaskID}
 	for _, o := range opts {
 		o.apply(c)
 	}
@@ -210,12 +209,13 @@ func (c *Client) Enqueue(ctx context.Context, tenant string, task *asynq.Task, o
 	if err != nil {
 		return nil, admission.Decision{}, err
 	}
-	ds, err := c.gate.AdmitTasksAt(admitContext(ctx, p), tenant, []admission.Ref{p.ref()}, notBefore(p.sched.at))
+	cc := &callContext{Context: ctx, fresh: p.made}
+	ds, err := c.gate.AdmitTasksAt(cc, tenant, []admission.Ref{p.ref()}, notBefore(p.sched.at))
 	if err != nil {
 		return nil, admission.Decision{}, c.settle(ctx, h, admission.Decision{}, unwritten, err)
 	}
 	d := ds[0]
-	info, f, err := c.write(ctx, p, d)
+	info, f, err := c.write(cc, p, d)
 	return info, d, c.settle(ctx, h, d, f, c.unpark(ctx, p, d, f, err))
 }
 
@@ -306,7 +306,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 			continue
 		}
 		r.Decision = ds[j]
-		info, f, err := c.write(ctx, p, ds[j])
+		info, f, err := c.write(&callContext{Context: ctx}, p, ds[j])
 		r.Info, r.Err = info, c.settle(ctx, hs[j], ds[j], f, c.unpark(ctx, p, ds[j], f, err))
 	}
 	return rs, nil
@@ -374,14 +374,26 @@ func (c *Client) join(ctx context.Context, p prepared) (hold, error) {
 	return c.claims.join(ctx, p.tenant, p.id)
 }
 
-// admitContext is the context p is admitted on: marked when Enqueue made
-// p's ID, so that the gate gives its slot back should ctx end before the
-// decision arrives. A caller's own ID keeps its slot then, for its retry.
-func admitContext(ctx context.Context, p prepared) context.Context {
-	if p.made {
-		return freshid.Mark(ctx)
+// callContext is the context of one task's admission and write: the
+// caller's ctx, marked (freshid) when Enqueue made the task's ID, so that
+// the gate gives its slot back should ctx end before the decision arrives
+// (a caller's own ID keeps its slot then, for its retry), and carrying the
+// trace of its write (writeTrace). One allocation per call, where
+// context.WithValue would take three.
+type callContext struct {
+	context.Context
+	fresh bool
+	trace writeTrace
+}
+
+func (c *callContext) Value(key any) any {
+	if _, ok := key.(writeTraceKey); ok {
+		return &c.trace
 	}
-	return ctx
+	if c.fresh && freshid.IsKey(key) {
+		return true
+	}
+	return c.Context.Value(key)
 }
 
 // fate is what became of a task's write.
@@ -395,7 +407,8 @@ const (
 
 // write acts on the gate's decision d for p: it enqueues the task, unless
 // it was rejected or ctx is done, and says what became of it.
-func (c *Client) write(ctx context.Context, p prepared, d admission.Decision) (*asynq.TaskInfo, fate, error) {
+func (c *Client) write(cc *callContext, p prepared, d admission.Decision) (*asynq.TaskInfo, fate, error) {
+	ctx := cc.Context
 	if d.Outcome == admission.Rejected {
 		return nil, unwritten, &RejectedError{Decision: d}
 	}
@@ -429,12 +442,11 @@ func (c *Client) write(ctx context.Context, p prepared, d admission.Decision) (*
 		// Done after admission: asynq is not called.
 		return nil, unwritten, fmt.Errorf("enqueue: tenant %q, task %q: not enqueued: %w", p.tenant, p.id, ctxError(ctx))
 	}
-	tr := new(writeTrace)
-	info, err := c.asynq.EnqueueContext(context.WithValue(ctx, writeTraceKey{}, tr), task) // the task carries every option
+	info, err := c.asynq.EnqueueContext(cc, task) // the task carries every option
 	if err == nil {
 		return info, written, nil
 	}
-	f := c.fateOf(p, tr, err)
+	f := c.fateOf(p, &cc.trace, err)
 	if ctx.Err() != nil && !(errors.Is(err, ctx.Err()) && errors.Is(err, context.Cause(ctx))) {
 		// asynq flattens Redis errors into text; keep the caller's
 		// cancellation visible to errors.Is.

@@ -16,17 +16,22 @@ import (
 // its asynq.Client a pipelined client instead, which sends the script calls
 // that are waiting when a pipeline is free as one pipeline.
 //
-// Small pipelines, several in flight, keep Redis and the producer busy at
-// once: while Redis runs one pipeline the producer encodes the next. Long
-// ones leave each side idle while the other works. Measured side by side
-// with admitq bench (64 callers, 1000 tenants, 2 cores), Enqueue reached
-// 0.82-0.88x of bare asynq's throughput with batches of 8 to 32 and 2 to 8
-// pipelines, 16 and 4 at the top; go-redis's autopipeliner at its defaults
-// (200 commands, one batch at a time) reached 0.72-0.75x, and without group
-// commit Enqueue reaches 0.64x.
+// Small pipelines, more than one in flight, keep Redis and the producer
+// busy at once: while Redis runs one pipeline the producer encodes the
+// next. Long ones leave each side idle while the other works, and each
+// pipeline costs both sides a read and a write, so not too many either.
+// Measured side by side with admitq bench (64 callers, 1000 tenants, 2
+// cores), Enqueue first reached 0.82-0.88x of bare asynq's throughput with
+// batches of 8 to 32 and 2 to 8 pipelines, 16 and 4 at the top; go-redis's
+// autopipeliner at its defaults (200 commands, one batch at a time) reached
+// 0.72-0.75x, and without group commit Enqueue reaches 0.64x. Later, with
+// the gate's own group commit in front, 4 pipelines of up to 16 carried
+// about 5 writes each (0.29 Redis reads per Enqueue, gate included) and 2
+// of up to 32 about 9 (0.21): 0.95-0.98x of bare asynq in three runs, where
+// 4 of 16 gave 0.69-1.35x on the same loaded machine.
 const (
-	pipelineBatch  = 16
-	pipelineFlight = 4
+	pipelineBatch  = 32
+	pipelineFlight = 2
 )
 
 // pipelined is the redis.UniversalClient that a Client made by NewFromRedis
@@ -58,6 +63,10 @@ type pipelined struct {
 	mu       sync.Mutex
 	pending  []*scriptCall
 	inflight int
+
+	// calls holds spent scriptCalls, for the next: a call and its channel
+	// are two allocations per task otherwise.
+	calls sync.Pool
 }
 
 func newPipelined(rdb redis.UniversalClient) *pipelined {
@@ -111,8 +120,31 @@ type scriptCall struct {
 	keys  []string
 	args  []any
 	state atomic.Int32
-	done  chan struct{} // closed once cmd holds the reply
-	cmd   *redis.Cmd
+	// done gets one value once cmd holds the reply. It is buffered, so
+	// that the pipeline never waits for the caller, and never closed, so
+	// that the call can be used again once its caller has the reply.
+	done chan struct{}
+	cmd  *redis.Cmd
+}
+
+// newCall returns a queued call, from the pool when there is one.
+func (p *pipelined) newCall(ctx context.Context, sha string, keys []string, args []any) *scriptCall {
+	c, _ := p.calls.Get().(*scriptCall)
+	if c == nil {
+		c = &scriptCall{done: make(chan struct{}, 1)}
+	}
+	c.ctx, c.sha, c.keys, c.args = ctx, sha, keys, args
+	c.state.Store(queued)
+	return c
+}
+
+// reply returns c's reply and puts c back in the pool: its caller has
+// received from done, so the pipeline that sent it is done with it.
+func (p *pipelined) reply(c *scriptCall) *redis.Cmd {
+	cmd := c.cmd
+	*c = scriptCall{done: c.done}
+	p.calls.Put(c)
+	return cmd
 }
 
 // EvalSha sends the call, in the next free pipeline unless direct, and
@@ -127,7 +159,7 @@ func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args
 		defer cancel()
 		return p.UniversalClient.EvalSha(sctx, sha, keys, args...)
 	}
-	c := &scriptCall{ctx: ctx, sha: sha, keys: keys, args: args, done: make(chan struct{})}
+	c := p.newCall(ctx, sha, keys, args)
 	p.mu.Lock()
 	p.pending = append(p.pending, c)
 	start := p.inflight < p.maxFlight
@@ -140,16 +172,17 @@ func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args
 	}
 	select {
 	case <-c.done:
-		return c.cmd
+		return p.reply(c)
 	case <-ctx.Done():
 	}
 	if c.state.CompareAndSwap(queued, gone) {
+		// Not pooled: the pipeline that skips it may still look at it.
 		return unsent(ctx, sha, ctx.Err())
 	}
 	// Sent: wait for the reply, as a plain go-redis call does once it has
 	// written its command. A definite answer keeps the task's slot honest.
 	<-c.done
-	return c.cmd
+	return p.reply(c)
 }
 
 // unsent is a call that was never sent, failed with err.
@@ -246,6 +279,6 @@ func (p *pipelined) flush(batch []*scriptCall) {
 	}
 	for i, c := range calls {
 		c.cmd = cmds[i]
-		close(c.done)
+		c.done <- struct{}{} // c is its caller's again from here on
 	}
 }

@@ -256,11 +256,23 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, errorResponse{Error: "try again shortly", RetryAfter: 1})
 	case r.Context().Err() != nil:
 		// The client went away; nobody reads the answer.
+	case enqueue.IsAmbiguous(err):
+		// The write may have reached Redis: the job may be queued, holding
+		// its slot. Only a retry under the same task ID can tell, and
+		// without an Idempotency-Key the retry gets a new one.
+		a.log.Warn("httpapi: enqueue failed, the job may be queued", "tenant", tenant, "id", d.ID, "err", err)
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, errorResponse{Error: ambiguousMessage, RetryAfter: 1})
 	default:
 		a.log.Error("httpapi: enqueue failed", "tenant", tenant, "err", err)
 		writeJSON(w, http.StatusInternalServerError, errorResponse{Error: "internal error"})
 	}
 }
+
+// ambiguousMessage is the error of a 503 after which the job may have been
+// accepted (enqueue.IsAmbiguous).
+const ambiguousMessage = "the job may have been accepted: retry only with the same Idempotency-Key, " +
+	"which finds the job if it was; a retry without one may run the job twice"
 
 // existingJob answers a request whose Idempotency-Key names a job that is
 // in the queue already (asynq.ErrTaskIDConflict), d being this request's

@@ -48,6 +48,8 @@ func measureRedis(b *testing.B, admin *redis.Client, decisionsPerOp int, f func(
 	// machine than wall time or INFO cpu, which counts the I/O too.
 	b.ReportMetric(float64(usec)/decisions, "script-µs/decision")
 	b.ReportMetric(innerCalls(before, after)/decisions, "redis-cmds/decision")
+	// Reads from sockets: about one per round trip, a pipeline's included.
+	b.ReportMetric(float64(after.reads-before.reads)/ops, "redis-reads/op")
 	if decisionsPerOp > 1 {
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/decisions, "ns/decision")
 	}

@@ -15,6 +15,9 @@ import (
 type serverStats struct {
 	cmds map[string]cmdStat // by command name, "evalsha", "zadd", ...
 	cpu  float64            // used_cpu_user + used_cpu_sys, seconds
+	// reads is total_reads_processed: the reads Redis made from its
+	// clients' sockets, about one per request or pipeline received.
+	reads int64
 }
 
 type cmdStat struct {
@@ -36,6 +39,15 @@ func readStats(ctx context.Context, rdb *redis.Client) (serverStats, error) {
 	if err != nil {
 		return s, err
 	}
+	stats, err := rdb.Info(ctx, "stats").Result()
+	if err != nil {
+		return s, err
+	}
+	eachInfoLine(stats, func(k, v string) {
+		if k == "total_reads_processed" {
+			s.reads, _ = strconv.ParseInt(v, 10, 64)
+		}
+	})
 	eachInfoLine(cs, func(k, v string) {
 		name, ok := strings.CutPrefix(k, "cmdstat_")
 		if !ok {

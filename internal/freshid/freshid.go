@@ -16,6 +16,14 @@ type key struct{}
 // call will ask for them.
 func Mark(ctx context.Context) context.Context { return context.WithValue(ctx, key{}, true) }
 
+// IsKey reports whether k is the key Mark stores its mark under, for a
+// context type of its own that answers Value(k) with true instead of
+// wrapping ctx once more (package enqueue's per-call context).
+func IsKey(k any) bool {
+	_, ok := k.(key)
+	return ok
+}
+
 // Marked reports whether ctx was marked by Mark.
 func Marked(ctx context.Context) bool {
 	v, _ := ctx.Value(key{}).(bool)

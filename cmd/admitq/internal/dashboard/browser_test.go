@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -112,6 +113,11 @@ func cellJS(tenant, key string) string {
 	return fmt.Sprintf(`(document.querySelector('tr[data-tenant=%q] [data-k=%q]') || {}).textContent`, tenant, key)
 }
 
+// defaultCellJS is cellJS for the default's row.
+func defaultCellJS(key string) string {
+	return fmt.Sprintf(`(document.querySelector('tr[data-default] [data-k=%q]') || {}).textContent`, key)
+}
+
 // TestDashboardInABrowser drives the dashboard in headless Chromium against
 // a real redis-server, a real gate and a real worker.
 func TestDashboardInABrowser(t *testing.T) {
@@ -119,6 +125,8 @@ func TestDashboardInABrowser(t *testing.T) {
 	hour := admission.Quota{Limit: 5, Window: time.Minute, MaxDelay: 10 * time.Minute}
 	st.setQuota(t, "acme", hour)
 	st.setQuota(t, "steady", admission.Quota{Limit: 100, Window: time.Minute})
+	// A tenant named like the default's row, which must not be taken for it.
+	st.setQuota(t, DefaultRow, admission.Quota{Limit: 4, Window: time.Minute})
 	if err := st.quotas.SetDefault(t.Context(), admission.Quota{Limit: 3, Window: time.Second}); err != nil {
 		t.Fatal(err)
 	}
@@ -162,8 +170,11 @@ func TestDashboardInABrowser(t *testing.T) {
 		if got := evalJS[string](t, ctx, cellJS("acme", "in_flight")); got != "" {
 			t.Errorf("acme, uncapped, shows in flight %q", got)
 		}
-		if got := evalJS[string](t, ctx, cellJS("(default)", "quota")); got != "3/1s" {
+		if got := evalJS[string](t, ctx, defaultCellJS("quota")); got != "3/1s" {
 			t.Errorf("default row: page %q, want 3/1s", got)
+		}
+		if got := evalJS[string](t, ctx, cellJS(DefaultRow, "quota")+` + " | " + `+cellJS(DefaultRow, "in_window")); got != "4/1m0s | 0 / 4" {
+			t.Errorf("the tenant named %q: page %q, want its own row, 4/1m0s | 0 / 4", DefaultRow, got)
 		}
 		// The charts hold what the producer and the worker counted: 5
 		// admitted, 3 deferred, and the 5 admitted tasks started.
@@ -235,6 +246,13 @@ func TestDashboardInABrowser(t *testing.T) {
 	t.Run("asynqmon loads under /asynq/", func(t *testing.T) {
 		within(t, ctx, 20*time.Second, "loading asynqmon", chromedp.Navigate(hs.URL+"/asynq/"))
 		waitJS(t, ctx, "asynqmon's queue list naming the queue", `document.body.innerText.includes(`+fmt.Sprintf("%q", testQueue)+`) && document.body.innerText.includes("Queues")`)
+	})
+
+	t.Run("a tenant named like the default's row has its own page", func(t *testing.T) {
+		within(t, ctx, 20*time.Second, "loading its page", chromedp.Navigate(hs.URL+"/tenants/"+url.PathEscape(DefaultRow)))
+		waitJS(t, ctx, "its own window", `document.getElementById("st-window").textContent === "0 / 4"`)
+		within(t, ctx, 20*time.Second, "loading the default's page", chromedp.Navigate(hs.URL+"/default"))
+		waitJS(t, ctx, "the default's refresh, asked for by default=1", `performance.getEntriesByType("resource").some(e => e.name.includes("/api/tenant?default=1&"))`)
 	})
 
 	t.Run("the tenant page draws the window as a timeline", func(t *testing.T) {

@@ -261,9 +261,10 @@ type view struct {
 	Errors []string              `json:"errors,omitempty"`
 }
 
-// points returns, for the tenants asked (and the sum of the others under
-// rest, when rest is not ""), the rates after since (unix ms; 0 for all).
-func (r *rates) view(tenants []string, since int64, rest string, exclude map[string]bool) view {
+// view returns, for the tenants asked (and, when rest, the sum of those
+// not in exclude under defaultKey), the rates after since (unix ms; 0 for
+// all).
+func (r *rates) view(tenants []string, since int64, rest bool, exclude map[string]bool) view {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	v := view{Times: []int64{}, Series: map[string]ratePoints{}, Flags: map[string]flags{}}
@@ -302,7 +303,7 @@ func (r *rates) view(tenants []string, since int64, rest string, exclude map[str
 		v.Series[t] = toPoints(s)
 		v.Flags[t] = flagsOf(s, totalBusy, busyTenants)
 	}
-	if rest != "" {
+	if rest {
 		sum := make([]counters, len(r.times))
 		for t, s := range r.series {
 			if exclude[t] {
@@ -312,7 +313,7 @@ func (r *rates) view(tenants []string, since int64, rest string, exclude map[str
 				sum[i] = sum[i].plus(c)
 			}
 		}
-		v.Series[rest] = toPoints(sum)
+		v.Series[defaultKey] = toPoints(sum)
 	}
 	return v
 }

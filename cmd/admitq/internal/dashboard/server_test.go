@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -203,7 +204,7 @@ func TestRatesAreIncreasesPerSecondAndFlagsFollowTheirRules(t *testing.T) {
 	tick(map[[2]string]float64{{"noisy", "admitted"}: 1, {"noisy", "deferred"}: 0, {"quiet", "admitted"}: 1},
 		map[string]float64{"noisy": 0, "quiet": 0}, map[string]float64{"noisy": 0, "quiet": 0})
 
-	v := r.view([]string{"noisy", "quiet", "idle"}, 0, "", nil)
+	v := r.view([]string{"noisy", "quiet", "idle"}, 0, false, nil)
 	if got, want := v.Series["noisy"].Admitted, []float64{0, 2, 2, 2, 2, 2, 2, 1}; !cmp.Equal(got, want) {
 		t.Errorf("noisy admitted/s (-want,+got):\n%s", cmp.Diff(want, got))
 	}
@@ -223,11 +224,11 @@ func TestRatesAreIncreasesPerSecondAndFlagsFollowTheirRules(t *testing.T) {
 		t.Errorf("flagged: %v", got)
 	}
 	// since: only newer points.
-	if part := r.view([]string{"noisy"}, v.Times[len(v.Times)-2], "", nil); len(part.Times) != 1 || len(part.Series["noisy"].Admitted) != 1 {
+	if part := r.view([]string{"noisy"}, v.Times[len(v.Times)-2], false, nil); len(part.Times) != 1 || len(part.Series["noisy"].Admitted) != 1 {
 		t.Errorf("view since the last but one point: %d times, want 1", len(part.Times))
 	}
 	// The default's row sums the tenants without a quota of their own.
-	if got := r.view(nil, 0, DefaultRow, map[string]bool{"noisy": true}).Series[DefaultRow].Admitted; !cmp.Equal(got, []float64{0, 1, 1, 1, 1, 1, 1, 1}) {
+	if got := r.view(nil, 0, true, map[string]bool{"noisy": true}).Series[defaultKey].Admitted; !cmp.Equal(got, []float64{0, 1, 1, 1, 1, 1, 1, 1}) {
 		t.Errorf("default row admitted/s: %v", got)
 	}
 }
@@ -239,7 +240,7 @@ func TestAHogNeedsAnotherTenantToStarve(t *testing.T) {
 	r.sample(context.Background())
 	src.set(nil, nil, map[string]float64{"alone": 10})
 	r.sample(context.Background())
-	if f := r.view([]string{"alone"}, 0, "", nil).Flags["alone"]; f.Hog || f.BusyPart != 1 {
+	if f := r.view([]string{"alone"}, 0, false, nil).Flags["alone"]; f.Hog || f.BusyPart != 1 {
 		t.Errorf("the only busy tenant: %+v, want 100%% of worker time but no flag", f)
 	}
 }
@@ -370,7 +371,118 @@ func TestTheDefaultIsSetAndDeletedThroughItsForm(t *testing.T) {
 	if _, err := st.quotas.GetDefault(t.Context()); !errors.Is(err, admission.ErrNoQuota) {
 		t.Errorf("default after delete: %v, want ErrNoQuota", err)
 	}
-	if log := st.log.String(); !strings.Contains(log, `msg="dashboard: quota set" tenant=(default) quota="3/2s, max delay 1s"`) || !strings.Contains(log, `msg="dashboard: quota deleted" tenant=(default)`) {
+	if log := st.log.String(); !strings.Contains(log, `msg="dashboard: quota set" default=true quota="3/2s, max delay 1s"`) || !strings.Contains(log, `msg="dashboard: quota deleted" default=true`) {
+		t.Errorf("log:\n%s", log)
+	}
+}
+
+// A tenant named "(default)", the default row's label, is a tenant like any
+// other: its own row beside the default's, its own rates, page and quota
+// edits, while the default's row and page stay the default's.
+func TestATenantNamedLikeTheDefaultRowIsItsOwn(t *testing.T) {
+	st := newStack(t)
+	const name = DefaultRow
+	own := admission.Quota{Limit: 5, Window: time.Minute}
+	def := admission.Quota{Limit: 3, Window: time.Second}
+	st.setQuota(t, name, own)
+	if err := st.quotas.SetDefault(t.Context(), def); err != nil {
+		t.Fatal(err)
+	}
+	d, hs := st.dashboard(t, Config{})
+	waitRates(t, hs.URL)
+	st.send(t, name, 2)       // on its own quota
+	st.send(t, "stranger", 1) // on the default
+
+	// The tenants page: both rows, each with its own rates. The rates are
+	// sampled every 300 ms: wait until both sums are in.
+	var p tenantsPage
+	sum := func(s []float64) (n float64) {
+		for _, x := range s {
+			n += x
+		}
+		return n * d.cfg.Every.Seconds()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var err error
+		if p, err = d.tenantsPage(t.Context(), "", 1, false, 0); err != nil {
+			t.Fatal(err)
+		}
+		if sum(p.Rates.Series[name].Admitted) >= 2 && sum(p.Rates.Series[defaultKey].Admitted) >= 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(p.Rows) != 1 || p.Rows[0].Tenant != name || p.Rows[0].Key != name || p.Rows[0].Quota != own.String() ||
+		p.Rows[0].InWindow != 2 || p.Rows[0].Link != "/tenants/"+url.PathEscape(name) {
+		t.Errorf("rows: %+v, want %q's own, on %v with 2 in its window", p.Rows, name, own)
+	}
+	if p.Default == nil || p.Default.Key == name || p.Default.Quota != def.String() || p.Default.Link != "/default" {
+		t.Errorf("default row: %+v, want the default's, keyed apart from the tenant", p.Default)
+	}
+	if got, want := [2]float64{sum(p.Rates.Series[name].Admitted), sum(p.Rates.Series[defaultKey].Admitted)}, [2]float64{2, 1}; got != want {
+		t.Errorf("admitted (tenant %q, default) = %v, want %v: the rates are mixed up", name, got, want)
+	}
+
+	// Its page's refresh is its own; the default's has a parameter of its
+	// own.
+	get := func(path string) string {
+		t.Helper()
+		resp, err := http.Get(hs.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	var v tenantView
+	if err := json.Unmarshal([]byte(get("/api/tenant?t="+url.QueryEscape(name))), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Tenant != name || v.Quota != own.String() || v.InWindow != 2 || len(v.Entries) != 2 || v.Error != "" {
+		t.Errorf("/api/tenant?t=%s: %+v, want its own usage: 2 entries on %v", name, v, own)
+	}
+	if _, ok := v.Rates.Series[name]; !ok {
+		t.Errorf("/api/tenant?t=%s: no rates of its own: %v", name, v.Rates.Series)
+	}
+	v = tenantView{}
+	if err := json.Unmarshal([]byte(get("/api/tenant?default=1")), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Tenant != defaultKey || v.Quota != "" || v.Error != "" || sum(v.Rates.Series[defaultKey].Admitted) != 1 {
+		t.Errorf("/api/tenant?default=1: %+v, want the default's rates, 1 admitted", v)
+	}
+	if page := get("/tenants/" + url.PathEscape(name)); !strings.Contains(page, `data-tenant="(default)"`) || strings.Contains(page, "data-default") ||
+		!strings.Contains(page, "Its own quota: <b>"+own.String()+"</b>") {
+		t.Errorf("%q's page is not its own:\n%s", name, page)
+	}
+	if page := get("/default"); !strings.Contains(page, `data-default="1"`) || strings.Contains(page, "data-tenant") {
+		t.Errorf("the default's page:\n%s", page)
+	}
+
+	// Its quota is set and deleted through its form, and the default stays.
+	csrf := strings.Repeat("0a", 32)
+	resp := post(t, hs.URL, url.Values{"action": {"set"}, "tenant": {name}, "limit": {"7"}, "window": {"1m"}, "mode": {"log"}}, csrf, nil)
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/tenants/"+url.PathEscape(name)+"?saved=") {
+		t.Errorf("set %q's quota: %d %s", name, resp.StatusCode, loc)
+	}
+	if q, err := st.quotas.Get(t.Context(), name); err != nil || q.Limit != 7 {
+		t.Errorf("%q's quota after set: %v, %v", name, q, err)
+	}
+	if resp := post(t, hs.URL, url.Values{"action": {"delete"}, "tenant": {name}}, csrf, nil); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("delete %q's quota: %d", name, resp.StatusCode)
+	}
+	if _, err := st.quotas.Get(t.Context(), name); !errors.Is(err, admission.ErrNoQuota) {
+		t.Errorf("%q's quota after delete: %v, want ErrNoQuota", name, err)
+	}
+	if q, err := st.quotas.GetDefault(t.Context()); err != nil || q != def {
+		t.Errorf("the default after %q's edits: %v, %v; want %v", name, q, err, def)
+	}
+	if log := st.log.String(); !strings.Contains(log, `msg="dashboard: quota set" tenant=(default) quota=7/1m0s`) || !strings.Contains(log, `msg="dashboard: quota deleted" tenant=(default)`) || strings.Contains(log, "default=true") {
 		t.Errorf("log:\n%s", log)
 	}
 }

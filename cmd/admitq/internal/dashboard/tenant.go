@@ -3,6 +3,7 @@ package dashboard
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -88,8 +89,8 @@ func (s *Server) handleDefault(w http.ResponseWriter, r *http.Request) {
 // tenantView is a tenant page's refresh: its window as a timeline, its
 // newest entries with their tasks, and its rates.
 type tenantView struct {
-	Tenant   string  `json:"tenant"`
-	Now      int64   `json:"now"` // Redis time, unix ms
+	Tenant   string  `json:"tenant"` // defaultKey for the default's: its key in Rates.Series
+	Now      int64   `json:"now"`    // Redis time, unix ms
 	Quota    string  `json:"quota"`
 	Limit    int     `json:"limit"`
 	WindowMs int64   `json:"window_ms"`
@@ -111,11 +112,15 @@ type entry struct {
 	Task string `json:"task,omitempty"`
 }
 
+// handleTenantAPI answers a tenant page's refresh: ?t=tenant, or
+// ?default=1 for the default's page. The default has a parameter of its
+// own, since any name could be a tenant's.
 func (s *Server) handleTenantAPI(w http.ResponseWriter, r *http.Request) {
 	tenant := r.URL.Query().Get("t")
 	since, _ := parseInt(r.URL.Query().Get("since"))
 	v := tenantView{Tenant: tenant, Slots: []int64{}, Entries: []entry{}}
-	if tenant == DefaultRow {
+	if r.URL.Query().Get("default") == "1" {
+		v.Tenant = defaultKey
 		list, err := s.tenantsList(r.Context())
 		if err != nil {
 			v.Error = errorText(err)
@@ -124,7 +129,7 @@ func (s *Server) handleTenantAPI(w http.ResponseWriter, r *http.Request) {
 			for _, t := range list.names {
 				own[t] = true
 			}
-			v.Rates = s.rates.view(nil, since, DefaultRow, own)
+			v.Rates = s.rates.view(nil, since, true, own)
 		}
 		writeJSON(w, v)
 		return
@@ -134,7 +139,7 @@ func (s *Server) handleTenantAPI(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, v)
 		return
 	}
-	v.Rates = s.rates.view([]string{tenant}, since, "", nil)
+	v.Rates = s.rates.view([]string{tenant}, since, false, nil)
 	u, err := s.gate.Usage(r.Context(), tenant)
 	if err != nil {
 		v.Error = errorText(err)
@@ -218,9 +223,10 @@ func (s *Server) handleQuota(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	who := s.actor(r)
-	name := tenant
+	// Whose quota, for the log: a tenant may be named "(default)".
+	whose := slog.String("tenant", tenant)
 	if isDefault {
-		name = DefaultRow
+		whose = slog.Bool("default", true)
 	}
 	switch action {
 	case "delete":
@@ -236,9 +242,13 @@ func (s *Server) handleQuota(w http.ResponseWriter, r *http.Request) {
 			back(http.StatusInternalServerError, p)
 			return
 		}
-		s.log.Info("dashboard: quota deleted", "tenant", name, "by", who)
+		s.log.Info("dashboard: quota deleted", whose, "by", who)
 		s.forgetList()
-		http.Redirect(w, r, "/?deleted="+url.QueryEscape(name), http.StatusSeeOther)
+		deleted := "deleted=" + url.QueryEscape(tenant)
+		if isDefault {
+			deleted = "deleted-default=1"
+		}
+		http.Redirect(w, r, "/?"+deleted, http.StatusSeeOther)
 		return
 	case "set":
 	default:
@@ -269,7 +279,7 @@ func (s *Server) handleQuota(w http.ResponseWriter, r *http.Request) {
 		back(http.StatusInternalServerError, p)
 		return
 	}
-	s.log.Info("dashboard: quota set", "tenant", name, "quota", q.String(), "by", who)
+	s.log.Info("dashboard: quota set", whose, "quota", q.String(), "by", who)
 	s.forgetList()
 	to := "/default"
 	if !isDefault {

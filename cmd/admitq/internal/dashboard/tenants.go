@@ -15,9 +15,17 @@ import (
 	"github.com/admitq/admitq/admission"
 )
 
-// DefaultRow is the name under which the default quota's row, and the sum
-// of the rates of tenants without a quota of their own, are shown.
+// DefaultRow is the label of the default quota's row, which shows the sum
+// of the rates of tenants without a quota of their own. It is a label only:
+// a tenant may be named "(default)" too, and has a row, a page and a quota
+// of its own. The default's row is keyed by defaultKey.
 const DefaultRow = "(default)"
+
+// defaultKey keys the default's row and its rates (view.Series), where a
+// tenant's are keyed by its name. It is empty, which
+// admission.ValidateTenant refuses, so no tenant has it; RedisQuotas keeps
+// the default under the same name.
+const defaultKey = ""
 
 // tenantList is every quota, read by RedisQuotas.List (HSCAN pages) and
 // reused for listTTL.
@@ -98,7 +106,8 @@ func (l listQuotas) Quota(ctx context.Context, tenant string) (admission.Quota, 
 
 // row is one tenant's line on the tenants page.
 type row struct {
-	Tenant   string  `json:"tenant"`
+	Tenant   string  `json:"tenant"` // the name shown: DefaultRow for the default's row
+	Key      string  `json:"key"`    // the tenant, or defaultKey: the row's key in Rates.Series
 	Quota    string  `json:"quota"`
 	Limit    int     `json:"limit"`
 	Mode     string  `json:"mode"`
@@ -176,7 +185,7 @@ func (s *Server) tenantsPage(ctx context.Context, query string, page int, flagge
 	var nowMu sync.Mutex
 	for i, t := range shown {
 		q := list.quotas.Tenants[t]
-		p.Rows[i] = row{Tenant: t, Quota: q.String(), Limit: q.Limit, Mode: q.Mode.String(), Link: "/tenants/" + pathEscape(t)}
+		p.Rows[i] = row{Tenant: t, Key: t, Quota: q.String(), Limit: q.Limit, Mode: q.Mode.String(), Link: "/tenants/" + pathEscape(t)}
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
@@ -208,12 +217,11 @@ func (s *Server) tenantsPage(ctx context.Context, query string, page int, flagge
 	for _, t := range list.names {
 		own[t] = true
 	}
-	rest := ""
-	if d := list.quotas.Default; d != nil {
-		rest = DefaultRow
-		p.Default = &row{Tenant: DefaultRow, Quota: d.String(), Limit: d.Limit, Mode: d.Mode.String(), Link: "/default"}
+	d := list.quotas.Default
+	if d != nil {
+		p.Default = &row{Tenant: DefaultRow, Key: defaultKey, Quota: d.String(), Limit: d.Limit, Mode: d.Mode.String(), Link: "/default"}
 	}
-	p.Rates = s.rates.view(shown, since, rest, own)
+	p.Rates = s.rates.view(shown, since, d != nil, own)
 	for i := range p.Rows {
 		p.Rows[i].Flags = p.Rates.Flags[p.Rows[i].Tenant]
 	}

@@ -5,6 +5,9 @@
   const A = window.admitq;
   const live = document.getElementById("live");
   if (!live) return;
+  // The default's page asks with default=1, not a name: any name could be
+  // a tenant's, "(default)" included.
+  const isDefault = live.dataset.default === "1";
   const tenant = live.dataset.tenant;
   const every = Number(live.dataset.every) || 2000;
   const width = Math.min(1100, document.querySelector("main").clientWidth - 40);
@@ -61,7 +64,8 @@
 
   async function refresh(full) {
     const u = new URL("/api/tenant", location.href);
-    u.searchParams.set("t", tenant);
+    if (isDefault) u.searchParams.set("default", "1");
+    else u.searchParams.set("t", tenant);
     u.searchParams.set("since", full ? "0" : String(buf.lastTime()));
     const v = await (await fetch(u, { credentials: "same-origin" })).json();
     if (v.error) set("st-next", v.error);
@@ -76,8 +80,8 @@
       }
       timeline(v);
     }
-    const key = tenant;
-    const pts = v.rates && v.rates.series ? v.rates.series[key] : null;
+    // The key of the page's rates: the tenant, or the default's key.
+    const pts = v.rates && v.rates.series ? v.rates.series[v.tenant] : null;
     buf.add((v.rates && v.rates.times) || [], pts);
     dec.setData(buf.decisions());
     st.setData(buf.started());

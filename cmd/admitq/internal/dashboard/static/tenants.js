@@ -4,12 +4,14 @@
   const A = window.admitq;
   let page = JSON.parse(document.getElementById("data").textContent);
   const tbody = document.getElementById("rows");
-  let rows = new Map(); // tenant -> {tr, cells, buf, dec, st}
+  // Rows are keyed by r.key: the tenant, or the default's key, which no
+  // tenant has (a tenant may be named "(default)", the default's label).
+  let rows = new Map(); // key -> {tr, cells, buf, dec, st}
   let keys = "";
   let updates = 0;
 
   function keyOf(p) {
-    return (p.has_depth ? "\u0000depth|" : "") + (p.default ? "\u0000default|" : "") + p.rows.map(r => r.tenant).join("\u0000");
+    return (p.has_depth ? "\u0000depth|" : "") + (p.default ? "\u0000default|" : "") + p.rows.map(r => r.key).join("\u0000");
   }
 
   function cell(tr, k, cls) {
@@ -31,8 +33,8 @@
       tbody.appendChild(tr);
     }
     for (const r of all) {
-      const isDef = r.tenant === "(default)";
-      const tr = A.el("tr", { "data-tenant": r.tenant, class: isDef ? "default" : "" });
+      const isDef = r === p.default;
+      const tr = A.el("tr", isDef ? { "data-default": "1", class: "default" } : { "data-tenant": r.tenant });
       const c = {};
       c.tenant = cell(tr, "tenant", "mono");
       const a = A.el("a", { href: r.link }, r.tenant);
@@ -56,7 +58,7 @@
       c.flags = cell(tr, "flags");
       tbody.appendChild(tr);
       const buf = new A.Buffer(5 * 60 * 1000);
-      rows.set(r.tenant, { tr, c, buf, dec: A.decisionsChart(dchart, 170, 38, true), st: A.startedChart(schart, 130, 38, true) });
+      rows.set(r.key, { tr, c, buf, dec: A.decisionsChart(dchart, 170, 38, true), st: A.startedChart(schart, 130, 38, true) });
     }
     keys = keyOf(p);
   }
@@ -65,9 +67,9 @@
     const all = (p.default ? [p.default] : []).concat(p.rows);
     const times = (p.rates && p.rates.times) || [];
     for (const r of all) {
-      const x = rows.get(r.tenant);
+      const x = rows.get(r.key);
       if (!x) continue;
-      const c = x.c, isDef = r.tenant === "(default)";
+      const c = x.c, isDef = r === p.default;
       c.quota.textContent = r.quota;
       c.mode.textContent = r.mode;
       if (isDef) {
@@ -94,7 +96,7 @@
         c.parked.textContent = r.depth ? A.fmtParked(r.depth) : "";
       }
       if (full) x.buf.reset();
-      const pts = p.rates && p.rates.series ? p.rates.series[r.tenant] : null;
+      const pts = p.rates && p.rates.series ? p.rates.series[r.key] : null;
       x.buf.add(times, pts);
       x.dec.setData(x.buf.decisions());
       x.st.setData(x.buf.started());

@@ -1,0 +1,5 @@
+//go:build !race
+
+package enqueue
+
+const raceEnabled = false
