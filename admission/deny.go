@@ -83,33 +83,34 @@ func newDenyCache(max int, wait time.Duration) *denyCache {
 }
 
 // lookup returns the rejection that holds for tenant under q at gran at
-// the local time now, if any. When one has just run out and another
-// request is at Redis for it, lookup waits for that one's answer (or ctx)
-// and looks again.
+// the local time now, if any, and how long it waited. When one has just
+// run out and another request is at Redis for it, lookup waits for that
+// one's answer (or ctx) and looks again.
 //
 // A hint holds only at the granularity it was computed at: rounding moves
 // the slot a request could get, so gates that share the cache at another
 // granularity (Gate.AtGranularity) ask Redis instead.
-func (c *denyCache) lookup(ctx context.Context, tenant string, q Quota, gran int64, now time.Time) (denial, bool) {
+func (c *denyCache) lookup(ctx context.Context, tenant string, q Quota, gran int64, now time.Time) (denial, bool, time.Duration) {
 	if c == nil {
-		return denial{}, false
+		return denial{}, false, 0
 	}
+	start := now
 	for {
 		c.mu.RLock()
 		d, ok := c.entries[tenant]
 		c.mu.RUnlock()
 		if !ok || d.q != q || d.gran != gran || now.Sub(d.told) > q.Window {
-			return denial{}, false
+			return denial{}, false, now.Sub(start)
 		}
 		if now.Before(d.until) {
-			return d, true
+			return d, true, now.Sub(start)
 		}
 		probe, by := c.pace(tenant, now)
 		if probe == nil {
-			return denial{}, false // this request goes
+			return denial{}, false, now.Sub(start) // this request goes
 		}
 		if !await(ctx, probe, by.Sub(now)) {
-			return denial{}, false
+			return denial{}, false, time.Since(start)
 		}
 		now = time.Now()
 	}
