@@ -152,7 +152,10 @@ func TestCounterManyDeadBuckets(t *testing.T) {
 	if res[1] != 1 || res[2] <= last {
 		t.Fatalf("after the window shrank: outcome %d at %d; want deferred after the backlog's last slot %d", res[1], res[2], last)
 	}
-	if n := rdb.HLen(ctx, key).Val(); fields-n > 256 || n >= fields {
+	// Bounded: the call also moves up to 64 buckets into the new width's
+	// generation, so its sweep (an HSCAN of about 64 fields) may delete
+	// fewer fields than it adds; the loop below shows the sweeps clear them.
+	if n := rdb.HLen(ctx, key).Val(); fields-n > 256 || n > fields+64 {
 		t.Fatalf("one call took the hash from %d fields to %d; want a bounded chunk deleted", fields, n)
 	}
 	for i := 2; ; i++ {
