@@ -63,13 +63,12 @@ type denial struct {
 	told  time.Time // local time of the answer that made or last paced it
 
 	// Pacing, once until has passed: room requests may still go as they
-	// come; then the probe's answer closes probe, and the waiters stop
-	// waiting at probeBy in any case.
+	// come; then the probe's answer closes probe, and the requests waiting
+	// for it stop waiting at probeBy in any case.
 	room     int
 	inflight int // requests that went while paced, for all this gate knows not yet answered
 	probe    chan struct{}
 	probeBy  time.Time
-	waiters  int
 }
 
 // nearFull is the room below which a tenant's requests are paced: see
@@ -129,8 +128,6 @@ func (c *denyCache) pace(tenant string, now time.Time) (chan struct{}, time.Time
 		return closed, now // changed meanwhile: look again
 	}
 	if d.room == 0 && d.probe != nil && now.Before(d.probeBy) {
-		d.waiters++
-		c.entries[tenant] = d
 		return d.probe, d.probeBy
 	}
 	if d.room > 0 {
@@ -140,7 +137,7 @@ func (c *denyCache) pace(tenant string, now time.Time) (chan struct{}, time.Time
 	if d.probe == nil || !now.Before(d.probeBy) {
 		// The next answer, this request's or that of one already on its
 		// way, is what the waiters wait for.
-		d.probe, d.probeBy, d.waiters = make(chan struct{}), now.Add(c.wait), 0
+		d.probe, d.probeBy = make(chan struct{}), now.Add(c.wait)
 	}
 	c.entries[tenant] = d
 	return nil, time.Time{}
@@ -228,6 +225,12 @@ func (c *denyCache) put(tenant string, q Quota, gran int64, ds []Decision, hint,
 			}
 		}
 	}
+	c.set(tenant, d)
+}
+
+// set stores d as tenant's entry, waking the requests waiting for the
+// probe of the one it replaces. c.mu must be held.
+func (c *denyCache) set(tenant string, d denial) {
 	if old, ok := c.entries[tenant]; ok && old.probe != nil {
 		close(old.probe)
 	}
@@ -237,8 +240,9 @@ func (c *denyCache) put(tenant string, q Quota, gran int64, ds []Decision, hint,
 // room records an answer ds for tenant that holds no rejection to cache:
 // the room it left paces the tenant's next requests when it is short, and
 // ends any pacing when it is not, or is unknown (the call got no answer,
-// or its last request was not admitted now). Either way the waiters look again. The common path, a
-// tenant with room and no entry, takes no write lock.
+// or its last request was not admitted now). Either way the requests
+// waiting for the probe look again. The common path, a tenant with room
+// and no entry, takes no write lock.
 func (c *denyCache) room(tenant string, q Quota, gran int64, ds []Decision, now time.Time) {
 	room := nearFull // unknown: a deferral or an older ID's slot says nothing of the room now
 	if len(ds) > 0 && ds[len(ds)-1].Outcome == Admitted {
@@ -266,14 +270,10 @@ func (c *denyCache) room(tenant string, q Quota, gran int64, ds []Decision, now 
 		if ok {
 			c.drop(tenant, d)
 		}
+	case !ok && len(c.entries) >= c.max:
+		// Pacing is only an economy: no room for it.
 	default:
-		if ok && d.probe != nil {
-			close(d.probe)
-		}
-		if !ok && len(c.entries) >= c.max {
-			return // pacing is only an economy
-		}
-		c.entries[tenant] = denial{q: q, gran: gran, told: now, room: room, inflight: inflight}
+		c.set(tenant, denial{q: q, gran: gran, told: now, room: room, inflight: inflight})
 	}
 }
 

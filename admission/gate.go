@@ -281,7 +281,9 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 			spent += time.Since(t0)
 		}
 		if answer {
-			g.yieldLocal(true)
+			if waited == 0 { // a caller that waited for a probe has let the gate's replies in already
+				g.yieldLocal()
+			}
 			return d.decisions(tenant, ids, now.Add(waited)), nil
 		}
 	}
@@ -355,11 +357,11 @@ func (g *Gate) held(ctx context.Context, tenant string, ids []string, deadline t
 // A caller answered by the deny cache, which Redis has just told to
 // reject, waits for one of the gate's requests now out to finish
 // (committer.yield): Redis answers them, so the wait is a round trip, and
-// a caller that waits takes no processor. Without Redis (the breaker is
-// open, or the caller's own call failed) it only yields its processor: a
-// wait there would add the timeouts of other calls to its own.
-func (g *Gate) yieldLocal(redisAnswers bool) {
-	if !redisAnswers || !g.commit.yield() {
+// a caller that waits takes no processor. Without Redis (withoutRedis:
+// the breaker is open, or the caller's own call failed) it only yields its
+// processor: a wait there would add the timeouts of other calls to its own.
+func (g *Gate) yieldLocal() {
+	if !g.commit.yield() {
 		runtime.Gosched()
 	}
 }
@@ -367,7 +369,7 @@ func (g *Gate) yieldLocal(redisAnswers bool) {
 // withoutRedis decides while Redis is unavailable, as the failure policy
 // says.
 func (g *Gate) withoutRedis(tenant string, q Quota, ids []string, now time.Time, err error) ([]Decision, error) {
-	g.yieldLocal(false)
+	runtime.Gosched() // see yieldLocal
 	if g.opts.policy == FailOpen {
 		return g.local.admit(tenant, q, ids, now), nil
 	}
