@@ -158,14 +158,13 @@ func (c *committer) finished() {
 // the decision's other Redis calls took) has passed since a pipeline took
 // r to send it, or once Redis has answered nothing for the timeout since
 // a batch was taken that is still out or found it unavailable (r may wait
-// its turn behind it). Time the producer's
-// goroutines spend waiting for a processor before r is taken is not
-// Redis's: under CPU starvation it ran to 100-250 ms
-// (TestBusyProducerIsNoOutage), and a deadline counted from when the
-// decision began reported a healthy Redis unavailable. A real outage is
-// still reported a timeout after the first batch that met it was taken.
-// The wait never depends on the Redis connection, so it is bounded even
-// for a client that ignores context deadlines.
+// its turn behind it). Time the producer's goroutines spend waiting for a
+// processor before r is taken is not Redis's: under CPU starvation it ran
+// to 100-250 ms (TestBusyProducerIsNoOutage), and a deadline counted from
+// when the decision began reported a healthy Redis unavailable. A real
+// outage is still reported a timeout after the first batch that met it
+// was taken. The wait never depends on the Redis connection, so it is
+// bounded even for a client that ignores context deadlines.
 func (c *committer) do(ctx context.Context, r *request, budget time.Duration, forget func(*request)) ([]Decision, error) {
 	if budget <= 0 {
 		return nil, context.DeadlineExceeded
@@ -229,9 +228,8 @@ func (c *committer) do(ctx context.Context, r *request, budget time.Duration, fo
 // r's budget from when a pipeline took it, and no later than a timeout from
 // when the oldest batch still out, or that found Redis unavailable, was
 // taken if Redis has answered none since (r may have waited its turn
-// behind that one). While neither holds,
-// r waits for a processor, not for Redis, and is checked again a fraction
-// of a timeout later.
+// behind that one). While neither holds, r waits for a processor, not for
+// Redis, and is checked again a fraction of a timeout later.
 func (c *committer) due(r *request) (time.Time, bool) {
 	now := time.Now()
 	var due time.Time
