@@ -47,11 +47,15 @@
 -- moment they can have. Buckets of older generations, and buckets that no
 -- window from now on reaches, are deleted by a sweep of SWEEP fields a call
 -- (HSCAN): deletion never walks the whole hash.
--- A call that records nothing writes nothing. A recording call sweeps once
--- per bucket of time, not on every call: buckets die one bucket at a time.
--- It sets the key's expiry up to window/8 past what it must be, and moves
--- it only when it would fall short, so that the PEXPIREAT comes about once
--- in that time, not on every call.
+-- A call that records nothing writes nothing. A recording call starts a
+-- sweep once per window of time, and goes on with one that a large hash
+-- needs once per bucket of time. It sets the key's expiry up to window/8
+-- past what it must be, and moves it only when it would fall short, so that
+-- the PEXPIREAT comes about once in that time, not on every call.
+-- Each redis.call, and each number Lua formats, has a fixed cost, so the
+-- common path (the generation unchanged, no slot ahead of start's bucket)
+-- makes three calls: TIME, one HMGET of the fields below and of the window's
+-- buckets, and one HSET of what changed, the bucket's new count included.
 local call, max, min, floor = redis.call, math.max, math.min, math.floor
 local SWEEP, MOVE = 64, 64
 local t = call('TIME')
@@ -69,7 +73,40 @@ local function fmt(x)
   return string.format('%.0f', x)
 end
 
-local meta = call('HMGET', key, 'w', 'g', 'n', 'last', 'c', 's', 'x')
+-- names appends to into the fields of generation g's buckets lo..hi and
+-- returns the table. Formatting a number is dear, so a run of buckets
+-- costs one string.format per ten, not one each: it shares the tens.
+local DIGITS = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9'}
+local function names(g, lo, hi, into)
+  local tens, prefix = nil, nil
+  for i = lo, hi do
+    local q = floor(i / 10)
+    if q ~= tens then
+      tens = q
+      if q == 0 then
+        prefix = g .. ':'
+      elseif q > 0 then
+        prefix = g .. ':' .. fmt(q)
+      end
+    end
+    into[#into + 1] = q >= 0 and prefix .. DIGITS[i - q * 10] or g .. ':' .. fmt(i)
+  end
+  return into
+end
+
+local span = math.ceil(window / width) -- buckets before the current one that a window can reach
+
+-- A recording call reads its buckets with the fields above, in one HMGET,
+-- guessing that the generation is 0 and that no slot lies in a later
+-- bucket than start's (no reservation ahead): the window ending in start's
+-- bucket. It checks the guess below, and reads again when it was wrong.
+local guess = nil
+local fields = {key, 'w', 'g', 'n', 'last', 'c', 's', 'x'}
+if n > 0 and not ARGV[8] then
+  guess = floor(start / width)
+  names(0, guess - span, guess, fields)
+end
+local meta = call('HMGET', unpack(fields))
 local storedWidth, gen = tonumber(meta[1]), tonumber(meta[2]) or 0
 local total, last, cursor = tonumber(meta[3]) or 0, tonumber(meta[4]) or now, meta[5] or '0'
 local swept, expiry = tonumber(meta[6]), tonumber(meta[7]) or -1
@@ -95,7 +132,6 @@ end
 -- counts holds the buckets this call may look at, of generation gen at
 -- width; moved says they are not in Redis yet (a change of width).
 local counts, moved = {}, false
-local span = math.ceil(window / width) -- buckets before the current one that a window can reach
 
 -- read fills counts with the stored buckets lo..hi: by name, or by
 -- scanning the hash when it holds fewer fields than that (Usage only ever
@@ -104,7 +140,7 @@ local function read(lo, hi)
   if hi < lo then
     return
   end
-  if hi - lo + 1 > call('HLEN', key) then
+  if hi - lo + 1 > 64 and hi - lo + 1 > call('HLEN', key) then
     local c = '0'
     repeat
       local r = call('HSCAN', key, c, 'COUNT', 1000)
@@ -123,12 +159,9 @@ local function read(lo, hi)
     return
   end
   for s = lo, hi, 1000 do
-    local names = {}
-    for i = s, min(hi, s + 999) do
-      names[#names + 1] = field(gen, i)
-    end
-    local v = call('HMGET', key, unpack(names))
-    for j = 1, #names do
+    local f = names(gen, s, min(hi, s + 999), {key})
+    local v = call('HMGET', unpack(f))
+    for j = 1, #f - 1 do
       local c = tonumber(v[j])
       if c then
         counts[s + j - 1] = c
@@ -150,12 +183,9 @@ if storedWidth and storedWidth ~= width then
   local from = max(lo, hi - MOVE + 1)
   local sum = 0
   if from <= hi then
-    local names = {}
-    for i = from, hi do
-      names[#names + 1] = field(og, i)
-    end
-    local v = call('HMGET', key, unpack(names))
-    for j = 1, #names do
+    local f = names(og, from, hi, {key})
+    local v = call('HMGET', unpack(f))
+    for j = 1, #f - 1 do
       local c = tonumber(v[j])
       if c and c > 0 then
         local b = floor(min((from + j) * ow - 1, last) / width)
@@ -178,7 +208,14 @@ elseif storedWidth then
   -- reaches; every slot after it reaches fewer of them, and none of the
   -- stored buckets lies after it.
   local b = floor(max(start, last) / width)
-  read(b - span, min(b, floor(last / width)))
+  local hi = min(b, floor(last / width))
+  if b == guess and gen == 0 then
+    for i = b - span, hi do
+      counts[i] = tonumber(meta[8 + i - (b - span)])
+    end
+  else
+    read(b - span, hi)
+  end
 elseif meta[4] then
   -- Buckets of an older layout, uncounted: every window that reaches the
   -- newest slot counts as full, which holds whatever they were.
@@ -302,27 +339,22 @@ if not any then
   return out
 end
 
-if moved then
-  local kv = {}
-  for i, c in pairs(counts) do
-    if c > 0 and i >= cur - span then
-      kv[#kv + 1] = field(gen, i)
-      kv[#kv + 1] = c
-    end
-  end
-  if #kv > 0 then
-    call('HSET', key, unpack(kv))
-  end
-else
-  for i, c in pairs(added) do
-    call('HINCRBY', key, field(gen, i), c)
+-- Sweep: delete what no window from now on counts, a few fields a call.
+-- A scan starts once per window of time (and at every change of width):
+-- the buckets that died since the last one, at most a window's, are all in
+-- a small hash, which one HSCAN returns whole. A scan of a larger hash goes
+-- on once per bucket of time until it is done. The sweep reads the hash
+-- before this call's writes, which touch no bucket it deletes.
+local kv, dead, seen = {}, {}, {}
+local sweep = moved or not swept or cur < swept
+if not sweep then
+  if cursor == '0' then
+    sweep = cur - swept > span
+  else
+    sweep = cur ~= swept
   end
 end
-
--- Sweep: delete what no window from now on counts, a few fields a call,
--- once per bucket of time (and at every change of width).
-local kv, dead, seen = {}, {}, {}
-if moved or swept ~= cur then
+if sweep then
   local r = call('HSCAN', key, cursor, 'COUNT', SWEEP)
   cursor, kv = r[1], r[2]
   swept = cur
@@ -349,9 +381,34 @@ for s = 1, #dead, 1000 do
 end
 
 local need = math.ceil((last + window + width) / 1000) + 1 -- ms
+-- Numbers go to redis.call as they are: Redis formats them with %.17g,
+-- exact for integers this size, and cheaper than string.format here.
+local set = {key, 'n', total, 'last', last}
 if expiry < need then
   expiry = need + floor(window / 8000)
-  call('PEXPIREAT', key, fmt(expiry))
+  call('PEXPIREAT', key, expiry)
+  set[#set + 1], set[#set + 2] = 'x', expiry
 end
-call('HSET', key, 'w', width, 'g', gen, 'n', fmt(total), 'last', fmt(last), 'c', cursor, 's', fmt(swept), 'x', fmt(expiry))
+if sweep then
+  set[#set + 1], set[#set + 2], set[#set + 3], set[#set + 4] = 'c', cursor, 's', swept
+end
+-- One HSET writes the buckets and what changed of the rest. A bucket this
+-- call added to was read above, or lies after the newest slot's, where no
+-- stored bucket does: its count is known, so it is set, not incremented.
+if moved or storedWidth ~= width then
+  set[#set + 1], set[#set + 2], set[#set + 3], set[#set + 4] = 'w', width, 'g', gen
+end
+if moved then
+  for i, c in pairs(counts) do
+    if c > 0 and i >= cur - span then
+      set[#set + 1], set[#set + 2] = field(gen, i), c
+    end
+  end
+else
+  for i in pairs(added) do
+    -- the name the read formatted, if it did
+    set[#set + 1], set[#set + 2] = guess and gen == 0 and i <= guess and i >= guess - span and fields[9 + i - (guess - span)] or field(gen, i), counts[i]
+  end
+end
+call('HSET', unpack(set))
 return out
