@@ -22,14 +22,16 @@ import (
 //     recorded in its time, less those released. The script sets a bucket's
 //     new count rather than incrementing it, which is right only if no
 //     stored bucket lies after the newest slot's and the read saw the rest;
-//   - "n" is the sum of the buckets the hash holds;
+//   - "n" is the sum of the buckets the hash holds, and "ws" that of the
+//     buckets of the window ending in bucket "wb", which decisions read
+//     instead of the buckets while "wl" is the newest slot;
 //   - the hash stays small: a sweep starts once per window, so after a
 //     recording call no bucket is older than two windows and a bucket.
 func TestCounterBucketsHoldTheirSlots(t *testing.T) {
 	for seed := range uint64(12) {
 		r := rand.New(rand.NewPCG(seed, 17))
 		q := Quota{
-			Limit:    1 + r.IntN(20),
+			Limit:    1 + r.IntN(40),
 			Window:   time.Duration(10+r.IntN(990)) * time.Millisecond,
 			MaxDelay: time.Duration(r.IntN(2000)) * time.Millisecond,
 			Mode:     Counter,
@@ -46,8 +48,13 @@ func TestCounterBucketsHoldTheirSlots(t *testing.T) {
 			recorded := map[int64]int64{} // bucket -> entries recorded, less released
 			var slots []int64             // recorded slots, for releases
 			now := time.Unix(1_780_000_000, 0).Add(time.Duration(r.IntN(1e6)) * time.Microsecond)
+			// From a fifth of the quota to over it: windows with room, which
+			// decisions answer from the sum, and full ones, which they
+			// answer from the buckets; gaps of a bucket, several and more
+			// than a window.
+			load := 0.2 + 1.3*r.Float64()
 			for step := range 300 {
-				now = now.Add(time.Duration(r.ExpFloat64() * float64(q.Window) / float64(q.Limit)))
+				now = now.Add(time.Duration(r.ExpFloat64() * float64(q.Window) / float64(q.Limit) / load))
 				mr.SetTime(now)
 				if len(slots) > 0 && r.IntN(6) == 0 {
 					i := r.IntN(len(slots))
@@ -112,7 +119,64 @@ func TestCounterBucketsHoldTheirSlots(t *testing.T) {
 				if total, _ := strconv.ParseInt(h["n"], 10, 64); total != sum {
 					t.Fatalf("step %d: n is %d, the buckets hold %d", step, total, sum)
 				}
+				if h["wl"] != h["last"] {
+					t.Fatalf("step %d: a recording call left wl %q, last %q: its sum is not used", step, h["wl"], h["last"])
+				}
+				ws, _ := strconv.ParseInt(h["ws"], 10, 64)
+				wb, _ := strconv.ParseInt(h["wb"], 10, 64)
+				var inWindow int64
+				for i := wb - span; i <= wb; i++ {
+					inWindow += recorded[i]
+				}
+				if ws != inWindow {
+					t.Fatalf("step %d: ws is %d for the window ending in bucket %d, which holds %d", step, ws, wb, inWindow)
+				}
 			}
 		})
+	}
+}
+
+// TestCounterSumAfterAnotherWriter: a key that an older admitq also
+// writes (it keeps no window sum) must not be decided on the stale sum.
+// Limit 5: this version records 2 in one bucket and 1 in the next, an
+// older one 2 more in that bucket, and the next request must wait: the
+// window holds 5, where the sum says 3.
+func TestCounterSumAfterAnotherWriter(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	script := lua.Counter()
+	const key = "old:{t}:ctr"
+	q := Quota{Limit: 5, Window: time.Second, MaxDelay: time.Hour, Mode: Counter}
+	t0 := time.Unix(1_780_000_000, 0)
+	for i, n := range []int{2, 1} {
+		mr.SetTime(t0.Add(time.Duration(i) * q.Window / counterBuckets))
+		res, err := script.Run(ctx, rdb, []string{key}, appendCounterArgs(nil, q, 1, n, 0)...).Int64Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res[1] != 0 || res[1+3*(n-1)] != 0 {
+			t.Fatalf("%d at t0+%d buckets: outcome %d, want admitted", n, i, res[1])
+		}
+	}
+	// What an older counter.lua did to record 2 a millisecond later:
+	// HINCRBY the bucket, then HSET n and last (and its other fields).
+	t1 := t0.Add(q.Window / counterBuckets)
+	at := t1.Add(time.Millisecond).UnixMicro()
+	bucket := "0:" + strconv.FormatInt(at/(q.Window.Microseconds()/counterBuckets), 10)
+	if err := rdb.HIncrBy(ctx, key, bucket, 2).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, key, "n", 5, "last", at).Err(); err != nil {
+		t.Fatal(err)
+	}
+	mr.SetTime(t1.Add(2 * time.Millisecond))
+	res, err := script.Run(ctx, rdb, []string{key}, appendCounterArgs(nil, q, 1, 1, 0)...).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[1] != 1 || res[2] < t0.Add(q.Window).UnixMicro() {
+		t.Fatalf("with 5 in the window: outcome %d at %v, want deferred past the window", res[1], time.UnixMicro(res[2]))
 	}
 }

@@ -53,9 +53,13 @@
 -- past what it must be, and moves it only when it would fall short, so that
 -- the PEXPIREAT comes about once in that time, not on every call.
 -- Each redis.call, and each number Lua formats, has a fixed cost, so the
--- common path (the generation unchanged, no slot ahead of start's bucket)
--- makes three calls: TIME, one HMGET of the fields below and of the window's
--- buckets, and one HSET of what changed, the bucket's new count included.
+-- common path (every slot now, the generation unchanged) makes three calls:
+-- TIME, one HMGET of the fields below and of two buckets, and one HSET of
+-- what changed, the bucket's new count included. It keeps the sum of the
+-- window of its last call, and so reads the bucket that left the window
+-- since, not the window's eleven. Where that does not serve (a slot
+-- ahead, a gap of 2 to 10 buckets since the last call, a window it fills),
+-- a second HMGET reads the window.
 local call, max, min, floor = redis.call, math.max, math.min, math.floor
 local SWEEP, MOVE = 64, 64
 local t = call('TIME')
@@ -96,20 +100,32 @@ end
 
 local span = math.ceil(window / width) -- buckets before the current one that a window can reach
 
--- A recording call reads its buckets with the fields above, in one HMGET,
--- guessing that the generation is 0 and that no slot lies in a later
--- bucket than start's (no reservation ahead): the window ending in start's
--- bucket. It checks the guess below, and reads again when it was wrong.
-local guess = nil
-local fields = {key, 'w', 'g', 'n', 'last', 'c', 's', 'x'}
-if n > 0 and not ARGV[8] then
-  guess = floor(start / width)
-  names(0, guess - span, guess, fields)
+local cur = floor(now / width)
+
+-- "ws" is the sum of the buckets wb-span..wb, which the recording call
+-- that wrote them read or wrote, and "wl" the newest slot it left. From
+-- them, a call reads one bucket, not a window's: the one that left the
+-- window, if a bucket of time has passed, and the current one, whose new
+-- count it sets. It reads them with the fields above in one HMGET,
+-- guessing generation 0; it reads the window when the guess or the sum
+-- does not serve (see below).
+local fields = {key, 'w', 'g', 'n', 'last', 'c', 's', 'x', 'ws', 'wb', 'wl'}
+local guessed = n > 0 and not ARGV[8] and start == now
+if guessed then
+  fields[12], fields[13] = '0:' .. fmt(cur - span - 1), '0:' .. fmt(cur)
 end
 local meta = call('HMGET', unpack(fields))
 local storedWidth, gen = tonumber(meta[1]), tonumber(meta[2]) or 0
 local total, last, cursor = tonumber(meta[3]) or 0, tonumber(meta[4]) or now, meta[5] or '0'
 local swept, expiry = tonumber(meta[6]), tonumber(meta[7]) or -1
+local ws, wb = tonumber(meta[8]), tonumber(meta[9])
+if meta[10] ~= meta[4] then
+  -- Someone else recorded since (an older admitq, which keeps no sum):
+  -- any call that records moves the newest slot, as slots are Redis
+  -- times, not sooner than the last. (A release by one leaves the sum
+  -- too high, never too low.)
+  ws = nil
+end
 
 local function field(g, i)
   return g .. ':' .. fmt(i)
@@ -121,9 +137,10 @@ if ARGV[8] then
     return {now, 0}
   end
   local f = field(gen, floor(tonumber(ARGV[8]) / storedWidth))
-  if (tonumber(call('HGET', key, f)) or 0) > 0 then
-    call('HINCRBY', key, f, -1)
-    call('HINCRBY', key, 'n', -1)
+  local c = tonumber(call('HGET', key, f)) or 0
+  if c > 0 then
+    -- The sum may hold the entry: "wl" unset, the next call reads the window.
+    call('HSET', key, f, c - 1, 'n', total - 1, 'wl', '')
     return {now, 1}
   end
   return {now, 0}
@@ -132,6 +149,10 @@ end
 -- counts holds the buckets this call may look at, of generation gen at
 -- width; moved says they are not in Redis yet (a change of width).
 local counts, moved = {}, false
+-- base is the bucket of the first slot this call can give: no slot it
+-- gives, and none stored, lies in a window that reaches a bucket before
+-- base - span.
+local base = floor(max(start, last) / width)
 
 -- read fills counts with the stored buckets lo..hi: by name, or by
 -- scanning the hash when it holds fewer fields than that (Usage only ever
@@ -207,12 +228,29 @@ elseif storedWidth then
   -- The buckets a window ending at the first slot this call can give
   -- reaches; every slot after it reaches fewer of them, and none of the
   -- stored buckets lies after it.
-  local b = floor(max(start, last) / width)
-  local hi = min(b, floor(last / width))
-  if b == guess and gen == 0 then
-    for i = b - span, hi do
-      counts[i] = tonumber(meta[8 + i - (b - span)])
+  -- The sum serves when every slot this call gives is now (the newest is
+  -- not ahead), no bucket after wb holds any, and the buckets that left
+  -- the window since wb are the one read (a bucket of time passed) or all
+  -- of wb's (a window passed). A decision that fills the window needs its
+  -- oldest bucket, and one that gives a later slot other windows: they
+  -- read the buckets.
+  local b, hi = base, min(base, floor(last / width))
+  local sum = nil
+  if guessed and gen == 0 and ws and wb and last <= now and hi <= wb and wb <= cur then
+    if wb == cur then
+      sum = ws
+    elseif wb == cur - 1 then
+      sum = ws - (tonumber(meta[11]) or 0)
+    elseif wb < cur - span then
+      sum = 0
     end
+  end
+  if sum and sum + n < limit then
+    -- counts[cur - span] stands for the other buckets of the window: the
+    -- sum is all a decision here reads, every slot is now, in cur, and
+    -- only cur is written.
+    local c = wb == cur and tonumber(meta[12]) or 0
+    counts[cur], counts[cur - span] = c, sum - c
   else
     read(b - span, hi)
   end
@@ -275,8 +313,6 @@ local function slotFrom(t)
   end
   return t, raw or t
 end
-
-local cur = floor(now / width)
 
 if n == 0 then
   local ahead = 0
@@ -371,7 +407,7 @@ for j = 1, #kv, 2 do
         dead[#dead + 1] = f
         total = total - tonumber(kv[j + 1])
       end
-    elseif f ~= 'w' and f ~= 'g' and f ~= 'n' and f ~= 'last' and f ~= 'c' and f ~= 's' and f ~= 'x' then
+    elseif f ~= 'w' and f ~= 'g' and f ~= 'n' and f ~= 'last' and f ~= 'c' and f ~= 's' and f ~= 'x' and f ~= 'ws' and f ~= 'wb' and f ~= 'wl' then
       dead[#dead + 1] = f -- not ours: an older layout's bucket
     end
   end
@@ -383,7 +419,7 @@ end
 local need = math.ceil((last + window + width) / 1000) + 1 -- ms
 -- Numbers go to redis.call as they are: Redis formats them with %.17g,
 -- exact for integers this size, and cheaper than string.format here.
-local set = {key, 'n', total, 'last', last}
+local set = {key, 'n', total, 'last', last, 'ws', (load(base)), 'wb', base, 'wl', last}
 if expiry < need then
   expiry = need + floor(window / 8000)
   call('PEXPIREAT', key, expiry)
@@ -406,8 +442,7 @@ if moved then
   end
 else
   for i in pairs(added) do
-    -- the name the read formatted, if it did
-    set[#set + 1], set[#set + 2] = guess and gen == 0 and i <= guess and i >= guess - span and fields[9 + i - (guess - span)] or field(gen, i), counts[i]
+    set[#set + 1], set[#set + 2] = guessed and gen == 0 and i == cur and fields[13] or field(gen, i), counts[i]
   end
 end
 call('HSET', unpack(set))
