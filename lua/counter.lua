@@ -73,29 +73,11 @@ local width = max(1, floor(window / tonumber(ARGV[5])))
 local n = tonumber(ARGV[6])
 local start = max(now, tonumber(ARGV[7]))
 
+-- fmt formats an integer exactly. %d takes C's integer path: less than
+-- half the time of %.0f, or of the %.17g that Redis applies to a number
+-- passed to redis.call, and exact for every integer a double holds.
 local function fmt(x)
-  return string.format('%.0f', x)
-end
-
--- names appends to into the fields of generation g's buckets lo..hi and
--- returns the table. Formatting a number is dear, so a run of buckets
--- costs one string.format per ten, not one each: it shares the tens.
-local DIGITS = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9'}
-local function names(g, lo, hi, into)
-  local tens, prefix = nil, nil
-  for i = lo, hi do
-    local q = floor(i / 10)
-    if q ~= tens then
-      tens = q
-      if q == 0 then
-        prefix = g .. ':'
-      elseif q > 0 then
-        prefix = g .. ':' .. fmt(q)
-      end
-    end
-    into[#into + 1] = q >= 0 and prefix .. DIGITS[i - q * 10] or g .. ':' .. fmt(i)
-  end
-  return into
+  return string.format('%d', x)
 end
 
 local span = math.ceil(window / width) -- buckets before the current one that a window can reach
@@ -128,7 +110,15 @@ if meta[10] ~= meta[4] then
 end
 
 local function field(g, i)
-  return g .. ':' .. fmt(i)
+  return string.format('%d:%d', g, i)
+end
+
+-- names appends to into the fields of generation g's buckets lo..hi.
+local function names(g, lo, hi, into)
+  for i = lo, hi do
+    into[#into + 1] = field(g, i)
+  end
+  return into
 end
 
 if ARGV[8] then
@@ -417,16 +407,16 @@ for s = 1, #dead, 1000 do
 end
 
 local need = math.ceil((last + window + width) / 1000) + 1 -- ms
--- Numbers go to redis.call as they are: Redis formats them with %.17g,
--- exact for integers this size, and cheaper than string.format here.
-local set = {key, 'n', total, 'last', last, 'ws', (load(base)), 'wb', base, 'wl', last}
+local lastS = fmt(last)
+local set = {key, 'n', fmt(total), 'last', lastS, 'ws', fmt(load(base)), 'wb', fmt(base), 'wl', lastS}
 if expiry < need then
   expiry = need + floor(window / 8000)
-  call('PEXPIREAT', key, expiry)
-  set[#set + 1], set[#set + 2] = 'x', expiry
+  local x = fmt(expiry)
+  call('PEXPIREAT', key, x)
+  set[#set + 1], set[#set + 2] = 'x', x
 end
 if sweep then
-  set[#set + 1], set[#set + 2], set[#set + 3], set[#set + 4] = 'c', cursor, 's', swept
+  set[#set + 1], set[#set + 2], set[#set + 3], set[#set + 4] = 'c', cursor, 's', fmt(swept)
 end
 -- One HSET writes the buckets and what changed of the rest. A bucket this
 -- call added to was read above, or lies after the newest slot's, where no
@@ -442,7 +432,7 @@ if moved then
   end
 else
   for i in pairs(added) do
-    set[#set + 1], set[#set + 2] = guessed and gen == 0 and i == cur and fields[13] or field(gen, i), counts[i]
+    set[#set + 1], set[#set + 2] = guessed and gen == 0 and i == cur and fields[13] or field(gen, i), fmt(counts[i])
   end
 end
 call('HSET', unpack(set))
