@@ -488,24 +488,38 @@ type groupKey struct {
 // EVALSHA, or by EVAL when eval is set. taken is when the batch was taken.
 func (c *committer) exec(ctx context.Context, taken int64, calls [][]*group, eval bool) ([][]int64, []error) {
 	pipe := c.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(calls))
+	cmds := make([]interface {
+		redis.Cmder
+		Result() ([]int64, error)
+	}, len(calls))
 	for i, call := range calls {
-		keys := make([]string, len(call))
-		for j, g := range call {
-			keys[j] = g.key
-		}
-		var script *redis.Script
-		var args []any
+		script := c.admit
 		if call[0].q.Mode == Counter { // a call of its own
-			script, args = c.counter, appendCounterArgs(nil, call[0].q, call[0].gran, len(call[0].ids), call[0].nb)
-		} else {
-			script, args = c.admit, c.admitArgs(call)
+			script = c.counter
 		}
-		if eval {
-			cmds[i] = script.Eval(ctx, pipe, keys, args...)
-		} else {
-			cmds[i] = script.EvalSha(ctx, pipe, keys, args...)
+		args := make([]any, 3, 3+len(call)+c.argsLen(call)) // EVALSHA, its hash, the keys, ARGV
+		for _, g := range call {
+			args = append(args, g.key)
 		}
+		if script == c.counter {
+			args = appendCounterArgs(args, call[0].q, call[0].gran, len(call[0].ids), call[0].nb)
+		} else {
+			args = c.appendAdmitArgs(args, call)
+		}
+		if eval { // rare: Redis lost its scripts
+			keys := make([]string, len(call))
+			for j, g := range call {
+				keys[j] = g.key
+			}
+			cmds[i] = int64s{script.Eval(ctx, pipe, keys, args[3+len(call):]...)}
+			continue
+		}
+		// An IntSliceCmd reads the reply's numbers as they come, where a
+		// Cmd boxes each into an interface and copies them out again.
+		args[0], args[1], args[2] = "evalsha", script.Hash(), len(call)
+		cmd := redis.NewIntSliceCmd(ctx, args...)
+		_ = pipe.Process(ctx, cmd)
+		cmds[i] = cmd
 	}
 	started := time.Now()
 	var late *time.Timer
@@ -525,7 +539,7 @@ func (c *committer) exec(ctx context.Context, taken int64, calls [][]*group, eva
 	var down error // the first reply that says Redis is unavailable
 	answered := false
 	for i, cmd := range cmds {
-		res[i], errs[i] = cmd.Int64Slice()
+		res[i], errs[i] = cmd.Result()
 		switch {
 		case errs[i] == nil || !unavailable(errs[i]):
 			answered = true
@@ -549,6 +563,11 @@ func (c *committer) exec(ctx context.Context, taken int64, calls [][]*group, eva
 	}
 	return res, errs
 }
+
+// int64s reads a script's reply, a Cmd's, as numbers.
+type int64s struct{ *redis.Cmd }
+
+func (c int64s) Result() ([]int64, error) { return c.Int64Slice() }
 
 // deliver splits one script reply among the requests of its groups.
 func (c *committer) deliver(call []*group, res []int64, err error, forget func(*request)) {
@@ -592,14 +611,30 @@ func (c *committer) deliver(call []*group, res []int64, err error, forget func(*
 	}
 }
 
-// admitArgs returns admit.lua's ARGV for call: the quotas its groups use,
-// each once, then each group's quota index, not-before time, count and IDs.
+// argsLen bounds the ARGV of call's script: admit.lua's when each group
+// has a quota of its own, which is more than counter.lua's.
+func (c *committer) argsLen(call []*group) int {
+	n := 1
+	for _, g := range call {
+		n += 4 + 3 + len(g.ids)
+	}
+	return n
+}
+
+// admitArgs returns admit.lua's ARGV for call; see appendAdmitArgs.
 func (c *committer) admitArgs(call []*group) []any {
+	return c.appendAdmitArgs(make([]any, 0, c.argsLen(call)), call)
+}
+
+// appendAdmitArgs appends admit.lua's ARGV for call to args: the quotas its
+// groups use, each once, then each group's quota index, not-before time,
+// count and IDs.
+func (c *committer) appendAdmitArgs(args []any, call []*group) []any {
 	var quotas []groupKey // usually one; searched while few, then mapped
 	var byQuota map[groupKey]int
-	index := make([]int, len(call))
-	n := 1
-	for j, g := range call {
+	var small [64]int
+	index := small[:0]
+	for _, g := range call {
 		k := groupKey{q: g.q, gran: g.gran}
 		i, ok := -1, false
 		if byQuota != nil {
@@ -610,7 +645,6 @@ func (c *committer) admitArgs(call []*group) []any {
 		if !ok {
 			i = len(quotas)
 			quotas = append(quotas, k)
-			n += 4
 			if byQuota != nil {
 				byQuota[k] = i
 			} else if len(quotas) == 8 {
@@ -620,10 +654,8 @@ func (c *committer) admitArgs(call []*group) []any {
 				}
 			}
 		}
-		index[j] = i
-		n += 3 + len(g.ids)
+		index = append(index, i)
 	}
-	args := make([]any, 0, n)
 	args = append(args, len(quotas)) // ints under 256 box without allocating
 	for _, k := range quotas {
 		args = append(args, c.argsFor(k)...)

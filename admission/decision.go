@@ -56,7 +56,9 @@ type Decision struct {
 	// earliest time a retry could be admitted or deferred when Rejected.
 	At time.Time
 	// Remaining is how many more requests the window admits now, after this
-	// one.
+	// one. Below 8 it is exact. From 8 on it is a lower bound: the log is
+	// trimmed once every 8 entries and whenever it nears the limit, so it
+	// can still count entries that left the window since its last trim.
 	Remaining int
 	// Existing reports that ID was already in the log: this is its original
 	// slot, and no second one was taken.

@@ -21,6 +21,9 @@ type slotModel struct {
 	log map[string]int64
 }
 
+// trimEvery is admit.lua's TRIM.
+const trimEvery = 8
+
 type modelResult struct {
 	Code, At, Remaining int64
 }
@@ -33,9 +36,12 @@ type modelResult struct {
 func (m *slotModel) admitAt(now, nb int64, q Quota, gran int64, ids []string) []modelResult {
 	w, d, limit := q.Window.Microseconds(), q.MaxDelay.Microseconds(), q.Limit
 	start := max(now, nb)
-	for id, s := range m.log {
-		if s <= now-w {
-			delete(m.log, id)
+	// admit.lua trims once every trimEvery entries, or near the limit.
+	if card := len(m.log); card%trimEvery+len(ids) >= trimEvery || card+len(ids)+trimEvery > limit {
+		for id, s := range m.log {
+			if s <= now-w {
+				delete(m.log, id)
+			}
 		}
 	}
 	newest := now
@@ -161,8 +167,10 @@ func TestScriptMatchesModel(t *testing.T) {
 
 	for seed := range uint64(200) {
 		r := rand.New(rand.NewPCG(seed, 7))
+		// Small limits make every call trim and defer; larger ones leave
+		// entries that left the window in the log between trims.
 		q := Quota{
-			Limit:    1 + r.IntN(6),
+			Limit:    []int{1 + r.IntN(6), 12 + r.IntN(30)}[r.IntN(2)],
 			Window:   time.Duration(1+r.IntN(5)) * time.Second,
 			MaxDelay: time.Duration(r.IntN(4)) * time.Second,
 		}
@@ -189,6 +197,18 @@ func TestScriptMatchesModel(t *testing.T) {
 					nb = now.UnixMicro() + r.Int64N(4*q.Window.Microseconds()) - q.Window.Microseconds()
 				}
 				mr.SetTime(now)
+				// A log expires whole once it holds only entries that have
+				// left the window, which an untrimmed log may still count.
+				if n, err := rdb.Exists(ctx, key).Result(); err != nil {
+					t.Fatal(err)
+				} else if n == 0 {
+					for id, s := range m.log {
+						if s > now.UnixMicro()-q.Window.Microseconds() {
+							t.Fatalf("%s: the log expired holding %s at %d, in the window", desc, id, s)
+						}
+					}
+					clear(m.log)
+				}
 				args := appendAdmitArgsAt(nil, q, gran, nb, ids)
 				res, err := script.Run(ctx, rdb, []string{key}, args...).Int64Slice()
 				if err != nil {
