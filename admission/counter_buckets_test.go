@@ -18,6 +18,8 @@ import (
 // TestCounterBucketsHoldTheirSlots checks counter.lua's hash against the
 // slots it handed out, on an exact clock, through random traffic with
 // batches, deferrals, rejections, not-before times and releases:
+//   - an admission's remaining is the limit less the entries of the
+//     buckets of its window;
 //   - every bucket a window from now on reaches holds exactly the entries
 //     recorded in its time, less those released. The script sets a bucket's
 //     new count rather than incrementing it, which is right only if no
@@ -85,6 +87,15 @@ func TestCounterBucketsHoldTheirSlots(t *testing.T) {
 						recorded[at/width]++
 						slots = append(slots, at)
 						any = true
+						if code == 0 {
+							var inWindow int64
+							for i := at/width - span; i <= at/width; i++ {
+								inWindow += recorded[i]
+							}
+							if got, want := res[3+3*j], max(0, int64(q.Limit)-inWindow); got != want {
+								t.Fatalf("step %d: remaining %d after an admission, want %d: the window holds %d", step, got, want, inWindow)
+							}
+						}
 					}
 				}
 				if !any {

@@ -139,6 +139,7 @@ end
 -- counts holds the buckets this call may look at, of generation gen at
 -- width; moved says they are not in Redis yet (a change of width).
 local counts, moved = {}, false
+local fast = nil -- the window's sum, when the sum serves (see below)
 -- base is the bucket of the first slot this call can give: no slot it
 -- gives, and none stored, lies in a window that reaches a bucket before
 -- base - span.
@@ -236,11 +237,9 @@ elseif storedWidth then
     end
   end
   if sum and sum + n < limit then
-    -- counts[cur - span] stands for the other buckets of the window: the
-    -- sum is all a decision here reads, every slot is now, in cur, and
-    -- only cur is written.
-    local c = wb == cur and tonumber(meta[12]) or 0
-    counts[cur], counts[cur - span] = c, sum - c
+    -- Every request is admitted now, and only cur is written.
+    fast = sum
+    counts[cur] = wb == cur and tonumber(meta[12]) or 0
   else
     read(b - span, hi)
   end
@@ -319,7 +318,15 @@ local out = {now}
 local retryAt = nil
 local added = {}
 local any = false
-for _ = 1, n do
+if fast then
+  -- The window holds fast + k entries after the k-th request.
+  for k = 1, n do
+    out[3 * k - 1], out[3 * k], out[3 * k + 1] = 0, now, limit - fast - k
+  end
+  counts[cur], added[cur] = counts[cur] + n, n
+  total, last, any = total + n, now, true
+end
+for _ = 1, fast and 0 or n do
   local code, slot = 2, retryAt
   if not retryAt then
     local raw
@@ -352,7 +359,9 @@ end
 -- The hint speaks of requests without a not-before time. A rejection with
 -- one may not hold for them: ask afresh.
 local hint = 0
-if retryAt and start == now then
+if fast then
+  hint = 0 -- the window has room now
+elseif retryAt and start == now then
   hint = retryAt
 else
   local free, raw = slotFrom(max(now, last))
@@ -408,7 +417,7 @@ end
 
 local need = math.ceil((last + window + width) / 1000) + 1 -- ms
 local lastS = fmt(last)
-local set = {key, 'n', fmt(total), 'last', lastS, 'ws', fmt(load(base)), 'wb', fmt(base), 'wl', lastS}
+local set = {key, 'n', fmt(total), 'last', lastS, 'ws', fmt(fast and fast + n or load(base)), 'wb', fmt(base), 'wl', lastS}
 if expiry < need then
   expiry = need + floor(window / 8000)
   local x = fmt(expiry)
