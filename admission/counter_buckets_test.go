@@ -26,7 +26,7 @@ import (
 //     stored bucket lies after the newest slot's and the read saw the rest;
 //   - "n" is the sum of the buckets the hash holds, and "ws" that of the
 //     buckets of the window ending in bucket "wb", which decisions read
-//     instead of the buckets while "wl" is the newest slot;
+//     instead of the buckets while "w" carries this version's stamp;
 //   - the hash stays small: a sweep starts once per window, so after a
 //     recording call no bucket is older than two windows and a bucket.
 func TestCounterBucketsHoldTheirSlots(t *testing.T) {
@@ -130,8 +130,8 @@ func TestCounterBucketsHoldTheirSlots(t *testing.T) {
 				if total, _ := strconv.ParseInt(h["n"], 10, 64); total != sum {
 					t.Fatalf("step %d: n is %d, the buckets hold %d", step, total, sum)
 				}
-				if h["wl"] != h["last"] {
-					t.Fatalf("step %d: a recording call left wl %q, last %q: its sum is not used", step, h["wl"], h["last"])
+				if stamp := strconv.FormatInt(width, 10) + ".0"; h["w"] != stamp {
+					t.Fatalf("step %d: a recording call left w %q, want %q: its sum would not be used", step, h["w"], stamp)
 				}
 				ws, _ := strconv.ParseInt(h["ws"], 10, 64)
 				wb, _ := strconv.ParseInt(h["wb"], 10, 64)
@@ -149,45 +149,91 @@ func TestCounterBucketsHoldTheirSlots(t *testing.T) {
 
 // TestCounterSumAfterAnotherWriter: a key that an older admitq also
 // writes (it keeps no window sum) must not be decided on the stale sum.
-// Limit 5: this version records 2 in one bucket and 1 in the next, an
-// older one 2 more in that bucket, and the next request must wait: the
-// window holds 5, where the sum says 3.
+// The older script records with HINCRBY of the bucket and one HSET of its
+// seven fields, "w" among them as a plain number. In each case the window
+// then holds Limit entries, where the sum says fewer, and the next request
+// must wait.
 func TestCounterSumAfterAnotherWriter(t *testing.T) {
-	mr := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	ctx := context.Background()
-	script := lua.Counter()
-	const key = "old:{t}:ctr"
-	q := Quota{Limit: 5, Window: time.Second, MaxDelay: time.Hour, Mode: Counter}
-	t0 := time.Unix(1_780_000_000, 0)
-	for i, n := range []int{2, 1} {
-		mr.SetTime(t0.Add(time.Duration(i) * q.Window / counterBuckets))
-		res, err := script.Run(ctx, rdb, []string{key}, appendCounterArgs(nil, q, 1, n, 0)...).Int64Slice()
-		if err != nil {
-			t.Fatal(err)
+	const width = 100_000 // µs: a tenth of the window
+	for _, tc := range []struct {
+		desc string
+		// ours records n requests at each offset, with a not-before time
+		// (0 for none) and granularity gran; then theirs records 2 more at
+		// slot theirs(last), and the next request comes at next(last).
+		ours []struct {
+			at, nb time.Duration
+			n      int
 		}
-		if res[1] != 0 || res[1+3*(n-1)] != 0 {
-			t.Fatalf("%d at t0+%d buckets: outcome %d, want admitted", n, i, res[1])
-		}
-	}
-	// What an older counter.lua did to record 2 a millisecond later:
-	// HINCRBY the bucket, then HSET n and last (and its other fields).
-	t1 := t0.Add(q.Window / counterBuckets)
-	at := t1.Add(time.Millisecond).UnixMicro()
-	bucket := "0:" + strconv.FormatInt(at/(q.Window.Microseconds()/counterBuckets), 10)
-	if err := rdb.HIncrBy(ctx, key, bucket, 2).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.HSet(ctx, key, "n", 5, "last", at).Err(); err != nil {
-		t.Fatal(err)
-	}
-	mr.SetTime(t1.Add(2 * time.Millisecond))
-	res, err := script.Run(ctx, rdb, []string{key}, appendCounterArgs(nil, q, 1, 1, 0)...).Int64Slice()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res[1] != 1 || res[2] < t0.Add(q.Window).UnixMicro() {
-		t.Fatalf("with 5 in the window: outcome %d at %v, want deferred past the window", res[1], time.UnixMicro(res[2]))
+		gran   time.Duration
+		theirs func(last int64) int64
+		next   func(last int64) int64
+	}{
+		{
+			desc: "theirs a millisecond after our newest slot, in its bucket",
+			ours: []struct {
+				at, nb time.Duration
+				n      int
+			}{{0, 0, 2}, {100 * time.Millisecond, 0, 1}},
+			gran: time.Microsecond, theirs: func(last int64) int64 { return last + 1000 }, next: func(last int64) int64 { return last + 2000 },
+		},
+		{
+			// The newest slot does not move: only the stamp tells.
+			desc: "theirs at our newest slot, a deferred one they share",
+			ours: []struct {
+				at, nb time.Duration
+				n      int
+			}{{500 * time.Millisecond, 700 * time.Millisecond, 1}, {510 * time.Millisecond, 800 * time.Millisecond, 1}},
+			gran: time.Second, theirs: func(last int64) int64 { return last }, next: func(last int64) int64 { return last + 1000 },
+		},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			mr := miniredis.RunT(t)
+			rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+			t.Cleanup(func() { rdb.Close() })
+			ctx := context.Background()
+			script := lua.Counter()
+			const key = "old:{t}:ctr"
+			q := Quota{Limit: 5, Window: time.Second, MaxDelay: time.Hour, Mode: Counter}
+			if tc.gran > time.Microsecond {
+				q.Limit = 4
+			}
+			t0 := time.Unix(1_780_000_000, 0)
+			var last int64
+			for _, o := range tc.ours {
+				mr.SetTime(t0.Add(o.at))
+				var nb int64
+				if o.nb > 0 {
+					nb = t0.Add(o.nb).UnixMicro()
+				}
+				res, err := script.Run(ctx, rdb, []string{key}, appendCounterArgs(nil, q, tc.gran.Microseconds(), o.n, nb)...).Int64Slice()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for j := range o.n {
+					if code := res[1+3*j]; code == 2 {
+						t.Fatalf("ours at t0+%v: rejected", o.at)
+					}
+					last = res[2+3*j]
+				}
+			}
+			at := tc.theirs(last)
+			bucket := "0:" + strconv.FormatInt(at/width, 10)
+			if err := rdb.HIncrBy(ctx, key, bucket, 2).Err(); err != nil {
+				t.Fatal(err)
+			}
+			h := rdb.HGetAll(ctx, key).Val()
+			total, _ := strconv.Atoi(h["n"])
+			if err := rdb.HSet(ctx, key, "w", width, "g", h["g"], "n", total+2, "last", at, "c", h["c"], "s", h["s"], "x", h["x"]).Err(); err != nil {
+				t.Fatal(err)
+			}
+			mr.SetTime(time.UnixMicro(tc.next(at)))
+			res, err := script.Run(ctx, rdb, []string{key}, appendCounterArgs(nil, q, 1, 1, 0)...).Int64Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res[1] == 0 {
+				t.Fatalf("with %d in the window: admitted at %v, want it to wait", q.Limit, time.UnixMicro(res[2]))
+			}
+		})
 	}
 }

@@ -2,7 +2,8 @@
 -- tenants whose quotas are too large to log every entry.
 --
 -- KEYS[1]  the tenant's counters: a HASH of
---            "w"     the width µs of the buckets it counts in
+--            "w"     the width µs of the buckets it counts in, as "<w>.0"
+--                    when this script wrote it (see "ws")
 --            "g"     their generation, which a change of width starts anew
 --            "<g>:<i>"  the entries of bucket i of generation g: slots in
 --                    [i*w, (i+1)*w) of Redis time
@@ -11,6 +12,9 @@
 --            "c"     the cursor of the sweep that deletes dead buckets
 --            "s"     the bucket (of now) the last sweep ran in
 --            "x"     the expiry ms last set on the key
+--            "ws"    the entries of the buckets "wb"-span.."wb" of
+--                    generation g, which the last recording call read or
+--                    wrote: a window's sum, so the next need not add it up
 -- ARGV[1]  limit
 -- ARGV[2]  window µs
 -- ARGV[3]  max delay µs
@@ -85,29 +89,27 @@ local span = math.ceil(window / width) -- buckets before the current one that a 
 local cur = floor(now / width)
 
 -- "ws" is the sum of the buckets wb-span..wb, which the recording call
--- that wrote them read or wrote, and "wl" the newest slot it left. From
--- them, a call reads one bucket, not a window's: the one that left the
--- window, if a bucket of time has passed, and the current one, whose new
--- count it sets. It reads them with the fields above in one HMGET,
--- guessing generation 0; it reads the window when the guess or the sum
--- does not serve (see below).
-local fields = {key, 'w', 'g', 'n', 'last', 'c', 's', 'x', 'ws', 'wb', 'wl'}
+-- that wrote them read or wrote. From it a call reads one bucket, not a
+-- window's: the one that left the window, if a bucket of time has passed,
+-- and the current one, whose new count it sets. It reads them with the
+-- fields above in one HMGET, guessing generation 0; it reads the window
+-- when the guess or the sum does not serve (see below).
+-- This script writes the width as "<w>.0", which reads as the same number.
+-- An older admitq keeps no sum, and rewrites "w" as "<w>" whenever it
+-- records: a sum is only used under the stamp. (A release by one leaves
+-- the sum too high, never too low.)
+local stamp = fmt(width) .. '.0'
+local fields = {key, 'w', 'g', 'n', 'last', 'c', 's', 'x', 'ws', 'wb'}
 local guessed = n > 0 and not ARGV[8] and start == now
 if guessed then
-  fields[12], fields[13] = '0:' .. fmt(cur - span - 1), '0:' .. fmt(cur)
+  fields[11], fields[12] = '0:' .. fmt(cur - span - 1), '0:' .. fmt(cur)
 end
 local meta = call('HMGET', unpack(fields))
 local storedWidth, gen = tonumber(meta[1]), tonumber(meta[2]) or 0
 local total, last, cursor = tonumber(meta[3]) or 0, tonumber(meta[4]) or now, meta[5] or '0'
 local swept, expiry = tonumber(meta[6]), tonumber(meta[7]) or -1
-local ws, wb = tonumber(meta[8]), tonumber(meta[9])
-if meta[10] ~= meta[4] then
-  -- Someone else recorded since (an older admitq, which keeps no sum):
-  -- any call that records moves the newest slot, as slots are Redis
-  -- times, not sooner than the last. (A release by one leaves the sum
-  -- too high, never too low.)
-  ws = nil
-end
+local ours = meta[1] == stamp
+local ws, wb = ours and tonumber(meta[8]), tonumber(meta[9])
 
 local function field(g, i)
   return string.format('%d:%d', g, i)
@@ -129,8 +131,8 @@ if ARGV[8] then
   local f = field(gen, floor(tonumber(ARGV[8]) / storedWidth))
   local c = tonumber(call('HGET', key, f)) or 0
   if c > 0 then
-    -- The sum may hold the entry: "wl" unset, the next call reads the window.
-    call('HSET', key, f, c - 1, 'n', total - 1, 'wl', '')
+    -- The sum may hold the entry: "wb" unset, the next call reads the window.
+    call('HSET', key, f, c - 1, 'n', total - 1, 'wb', '')
     return {now, 1}
   end
   return {now, 0}
@@ -231,7 +233,7 @@ elseif storedWidth then
     if wb == cur then
       sum = ws
     elseif wb == cur - 1 then
-      sum = ws - (tonumber(meta[11]) or 0)
+      sum = ws - (tonumber(meta[10]) or 0)
     elseif wb < cur - span then
       sum = 0
     end
@@ -239,7 +241,7 @@ elseif storedWidth then
   if sum and sum + n < limit then
     -- Every request is admitted now, and only cur is written.
     fast = sum
-    counts[cur] = wb == cur and tonumber(meta[12]) or 0
+    counts[cur] = wb == cur and tonumber(meta[11]) or 0
   else
     read(b - span, hi)
   end
@@ -406,7 +408,7 @@ for j = 1, #kv, 2 do
         dead[#dead + 1] = f
         total = total - tonumber(kv[j + 1])
       end
-    elseif f ~= 'w' and f ~= 'g' and f ~= 'n' and f ~= 'last' and f ~= 'c' and f ~= 's' and f ~= 'x' and f ~= 'ws' and f ~= 'wb' and f ~= 'wl' then
+    elseif f ~= 'w' and f ~= 'g' and f ~= 'n' and f ~= 'last' and f ~= 'c' and f ~= 's' and f ~= 'x' and f ~= 'ws' and f ~= 'wb' then
       dead[#dead + 1] = f -- not ours: an older layout's bucket
     end
   end
@@ -416,8 +418,7 @@ for s = 1, #dead, 1000 do
 end
 
 local need = math.ceil((last + window + width) / 1000) + 1 -- ms
-local lastS = fmt(last)
-local set = {key, 'n', fmt(total), 'last', lastS, 'ws', fmt(fast and fast + n or load(base)), 'wb', fmt(base), 'wl', lastS}
+local set = {key, 'n', fmt(total), 'last', fmt(last), 'ws', fmt(fast and fast + n or load(base)), 'wb', fmt(base)}
 if expiry < need then
   expiry = need + floor(window / 8000)
   local x = fmt(expiry)
@@ -430,8 +431,8 @@ end
 -- One HSET writes the buckets and what changed of the rest. A bucket this
 -- call added to was read above, or lies after the newest slot's, where no
 -- stored bucket does: its count is known, so it is set, not incremented.
-if moved or storedWidth ~= width then
-  set[#set + 1], set[#set + 2], set[#set + 3], set[#set + 4] = 'w', width, 'g', gen
+if not ours then
+  set[#set + 1], set[#set + 2], set[#set + 3], set[#set + 4] = 'w', stamp, 'g', gen
 end
 if moved then
   for i, c in pairs(counts) do
@@ -441,7 +442,7 @@ if moved then
   end
 else
   for i in pairs(added) do
-    set[#set + 1], set[#set + 2] = guessed and gen == 0 and i == cur and fields[13] or field(gen, i), fmt(counts[i])
+    set[#set + 1], set[#set + 2] = guessed and gen == 0 and i == cur and fields[12] or field(gen, i), fmt(counts[i])
   end
 end
 call('HSET', unpack(set))
