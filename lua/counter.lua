@@ -57,11 +57,11 @@
 -- past what it must be, and moves it only when it would fall short, so that
 -- the PEXPIREAT comes about once in that time, not on every call.
 -- Each redis.call, and each number Lua formats, has a fixed cost, so the
--- common path (every slot now, the generation unchanged) makes three calls:
--- TIME, one HMGET of the fields below and of two buckets, and one HSET of
--- what changed, the bucket's new count included. It keeps the sum of the
--- window of its last call, and so reads the bucket that left the window
--- since, not the window's eleven. Where that does not serve (a slot
+-- common path (every slot now, the width never changed) makes three calls:
+-- TIME, one HMGET of the fields above and two buckets, and one HSET of
+-- what changed, the bucket's new count included. The hash keeps the sum of
+-- the window of the last call, so a call reads the bucket that left the
+-- window since, not the window's eleven. Where that does not serve (a slot
 -- ahead, a gap of 2 to 10 buckets since the last call, a window it fills),
 -- a second HMGET reads the window.
 local call, max, min, floor = redis.call, math.max, math.min, math.floor
