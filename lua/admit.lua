@@ -32,10 +32,10 @@
 -- work on a log of 50, so the common path (a log with room and no
 -- reservation ahead) makes three per group: ZCARD, PEXPIRETIME and ZADD.
 --   * The trim (ZREMRANGEBYSCORE) runs once every TRIM entries, or when the
---     log nears its limit, not on every call: a count that still holds a
---     few entries that have left the window only overstates it, and it is
---     exact whenever it could matter, so the decisions are those of a log
---     trimmed every time. Remaining is then a lower bound when it is TRIM
+--     log nears its limit, not on every call: a count that still holds
+--     entries that have left the window only overstates the log, and it
+--     is exact whenever it could matter, so the decisions are those of a
+--     log trimmed every time. Remaining is then a lower bound when it is TRIM
 --     or more, and exact below (where the deny cache paces a tenant).
 --     Trimming on every call cost about 10% more script time, side by
 --     side; trimming only at the limit lets the log grow to it, and ZADD,
