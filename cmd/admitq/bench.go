@@ -24,9 +24,10 @@ func (a *app) newBenchCmd() *cobra.Command {
 		Use:   "bench [--concurrency 64] [--tenants 1000] [--limit 100] [--duration 5s] [--json]",
 		Short: "Measure the gate side by side with the alternatives, on one Redis or a cluster",
 		Long: `Runs, one after another on the same Redis and under the same per-tenant quota:
-the gate with group commit and without, the transaction-pipeline and plain Lua
-sliding windows of the design notes, a fixed-window counter,
-go-redis/redis_rate, bare asynq Enqueue and enqueue.Client.Enqueue. Then one
+the gate with group commit and without, and in Counter mode, the
+transaction-pipeline and plain Lua sliding windows of the design notes, a
+fixed-window counter, go-redis/redis_rate, bare asynq Enqueue and
+enqueue.Client.Enqueue. Then one
 tenant flooding at --flood times its quota, for the deny cache.
 
 Each is measured for --duration with --concurrency callers in a closed loop

@@ -78,6 +78,16 @@ func contenders() []contender {
 			},
 		},
 		{
+			// The gate in Counter mode (counter.lua, bucketed counts instead
+			// of a log): the same tenants, limit and callers, one script
+			// call per tenant in each pipeline where Log mode shares one.
+			id: "gate-counter", name: "gate, Counter mode",
+			build: func(e env) Limiter {
+				e.quota.Mode, e.quota.MaxInFlight = admission.Counter, 0
+				return gateLimiter{newGate(e)}
+			},
+		},
+		{
 			id: "tx-pipeline", name: "tx-pipeline zset (notes)", logKey: zsetKey,
 			build: func(e env) Limiter {
 				return &txPipeline{rdb: e.rdb, prefix: e.prefix, limit: int64(e.quota.Limit), window: e.quota.Window, process: processID()}

@@ -305,6 +305,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 	}
 
+	r.writeCounter(&b)
 	r.writeCluster(&b)
 
 	if len(r.Ratios) > 0 {

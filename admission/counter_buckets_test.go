@@ -1,0 +1,239 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/lua"
+)
+
+// TestCounterBucketsHoldTheirSlots checks counter.lua's hash against the
+// slots it handed out, on an exact clock, through random traffic with
+// batches, deferrals, rejections, not-before times and releases:
+//   - an admission's remaining is the limit less the entries of the
+//     buckets of its window;
+//   - every bucket a window from now on reaches holds exactly the entries
+//     recorded in its time, less those released. The script sets a bucket's
+//     new count rather than incrementing it, which is right only if no
+//     stored bucket lies after the newest slot's and the read saw the rest;
+//   - "n" is the sum of the buckets the hash holds, and "ws" that of the
+//     buckets of the window ending in bucket "wb", which decisions read
+//     instead of the buckets while "w" carries this version's stamp;
+//   - the hash stays small: a sweep starts once per window, so after a
+//     recording call no bucket is older than two windows and a bucket.
+func TestCounterBucketsHoldTheirSlots(t *testing.T) {
+	for seed := range uint64(12) {
+		r := rand.New(rand.NewPCG(seed, 17))
+		q := Quota{
+			Limit:    1 + r.IntN(40),
+			Window:   time.Duration(10+r.IntN(990)) * time.Millisecond,
+			MaxDelay: time.Duration(r.IntN(2000)) * time.Millisecond,
+			Mode:     Counter,
+		}
+		t.Run(fmt.Sprintf("seed=%d/%v", seed, q), func(t *testing.T) {
+			mr := miniredis.RunT(t)
+			rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+			t.Cleanup(func() { rdb.Close() })
+			ctx := context.Background()
+			script := lua.Counter()
+			const key = "b:{t}:ctr"
+			width := q.Window.Microseconds() / counterBuckets
+			span := (q.Window.Microseconds() + width - 1) / width
+			recorded := map[int64]int64{} // bucket -> entries recorded, less released
+			var slots []int64             // recorded slots, for releases
+			now := time.Unix(1_780_000_000, 0).Add(time.Duration(r.IntN(1e6)) * time.Microsecond)
+			// From a fifth of the quota to over it: windows with room, which
+			// decisions answer from the sum, and full ones, which they
+			// answer from the buckets; gaps of a bucket, several and more
+			// than a window.
+			load := 0.2 + 1.3*r.Float64()
+			for step := range 300 {
+				now = now.Add(time.Duration(r.ExpFloat64() * float64(q.Window) / float64(q.Limit) / load))
+				mr.SetTime(now)
+				if len(slots) > 0 && r.IntN(6) == 0 {
+					i := r.IntN(len(slots))
+					at := slots[i]
+					args := append(appendCounterArgs(nil, q, 1, 1, 0), at)
+					res, err := script.Run(ctx, rdb, []string{key}, args...).Int64Slice()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if res[1] == 1 {
+						recorded[at/width]--
+						slots = append(slots[:i], slots[i+1:]...)
+					}
+					continue
+				}
+				var nb int64
+				if r.IntN(4) == 0 {
+					nb = now.Add(time.Duration(r.Int64N(int64(q.Window)))).UnixMicro()
+				}
+				n := 1 + r.IntN(3)
+				res, err := script.Run(ctx, rdb, []string{key}, appendCounterArgs(nil, q, 1, n, nb)...).Int64Slice()
+				if err != nil {
+					t.Fatal(err)
+				}
+				any := false
+				for j := range n {
+					if code, at := res[1+3*j], res[2+3*j]; code == 0 || code == 1 {
+						recorded[at/width]++
+						slots = append(slots, at)
+						any = true
+						if code == 0 {
+							var inWindow int64
+							for i := at/width - span; i <= at/width; i++ {
+								inWindow += recorded[i]
+							}
+							if got, want := res[3+3*j], max(0, int64(q.Limit)-inWindow); got != want {
+								t.Fatalf("step %d: remaining %d after an admission, want %d: the window holds %d", step, got, want, inWindow)
+							}
+						}
+					}
+				}
+				if !any {
+					continue
+				}
+				h, err := rdb.HGetAll(ctx, key).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				cur := res[0] / width
+				var sum int64
+				for f, v := range h {
+					b, ok := strings.CutPrefix(f, "0:")
+					if !ok {
+						continue
+					}
+					i, _ := strconv.ParseInt(b, 10, 64)
+					c, _ := strconv.ParseInt(v, 10, 64)
+					sum += c
+					if i < cur-2*span-1 {
+						t.Fatalf("step %d: bucket %d is %d buckets old, more than two windows", step, i, cur-i)
+					}
+					if i >= cur-span && c != recorded[i] {
+						t.Fatalf("step %d: bucket %d holds %d, want the %d recorded in it", step, i, c, recorded[i])
+					}
+				}
+				for i, c := range recorded {
+					if _, ok := h["0:"+strconv.FormatInt(i, 10)]; !ok && i >= cur-span && c != 0 {
+						t.Fatalf("step %d: bucket %d is missing; %d were recorded in it", step, i, c)
+					}
+				}
+				if total, _ := strconv.ParseInt(h["n"], 10, 64); total != sum {
+					t.Fatalf("step %d: n is %d, the buckets hold %d", step, total, sum)
+				}
+				if stamp := strconv.FormatInt(width, 10) + ".0"; h["w"] != stamp {
+					t.Fatalf("step %d: a recording call left w %q, want %q: its sum would not be used", step, h["w"], stamp)
+				}
+				ws, _ := strconv.ParseInt(h["ws"], 10, 64)
+				wb, _ := strconv.ParseInt(h["wb"], 10, 64)
+				var inWindow int64
+				for i := wb - span; i <= wb; i++ {
+					inWindow += recorded[i]
+				}
+				if ws != inWindow {
+					t.Fatalf("step %d: ws is %d for the window ending in bucket %d, which holds %d", step, ws, wb, inWindow)
+				}
+			}
+		})
+	}
+}
+
+// TestCounterSumAfterAnotherWriter: a key that an older admitq also
+// writes (it keeps no window sum) must not be decided on the stale sum.
+// The older script records with HINCRBY of the bucket and one HSET of its
+// seven fields, "w" among them as a plain number. In each case the window
+// then holds Limit entries, where the sum says fewer, and the next request
+// must wait.
+func TestCounterSumAfterAnotherWriter(t *testing.T) {
+	const width = 100_000 // µs: a tenth of the window
+	for _, tc := range []struct {
+		desc string
+		// ours records n requests at each offset, with a not-before time
+		// (0 for none) and granularity gran; then theirs records 2 more at
+		// slot theirs(last), and the next request comes at next(last).
+		ours []struct {
+			at, nb time.Duration
+			n      int
+		}
+		gran   time.Duration
+		theirs func(last int64) int64
+		next   func(last int64) int64
+	}{
+		{
+			desc: "theirs a millisecond after our newest slot, in its bucket",
+			ours: []struct {
+				at, nb time.Duration
+				n      int
+			}{{0, 0, 2}, {100 * time.Millisecond, 0, 1}},
+			gran: time.Microsecond, theirs: func(last int64) int64 { return last + 1000 }, next: func(last int64) int64 { return last + 2000 },
+		},
+		{
+			// The newest slot does not move: only the stamp tells.
+			desc: "theirs at our newest slot, a deferred one they share",
+			ours: []struct {
+				at, nb time.Duration
+				n      int
+			}{{500 * time.Millisecond, 700 * time.Millisecond, 1}, {510 * time.Millisecond, 800 * time.Millisecond, 1}},
+			gran: time.Second, theirs: func(last int64) int64 { return last }, next: func(last int64) int64 { return last + 1000 },
+		},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			mr := miniredis.RunT(t)
+			rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+			t.Cleanup(func() { rdb.Close() })
+			ctx := context.Background()
+			script := lua.Counter()
+			const key = "old:{t}:ctr"
+			q := Quota{Limit: 5, Window: time.Second, MaxDelay: time.Hour, Mode: Counter}
+			if tc.gran > time.Microsecond {
+				q.Limit = 4
+			}
+			t0 := time.Unix(1_780_000_000, 0)
+			var last int64
+			for _, o := range tc.ours {
+				mr.SetTime(t0.Add(o.at))
+				var nb int64
+				if o.nb > 0 {
+					nb = t0.Add(o.nb).UnixMicro()
+				}
+				res, err := script.Run(ctx, rdb, []string{key}, appendCounterArgs(nil, q, tc.gran.Microseconds(), o.n, nb)...).Int64Slice()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for j := range o.n {
+					if code := res[1+3*j]; code == 2 {
+						t.Fatalf("ours at t0+%v: rejected", o.at)
+					}
+					last = res[2+3*j]
+				}
+			}
+			at := tc.theirs(last)
+			bucket := "0:" + strconv.FormatInt(at/width, 10)
+			if err := rdb.HIncrBy(ctx, key, bucket, 2).Err(); err != nil {
+				t.Fatal(err)
+			}
+			h := rdb.HGetAll(ctx, key).Val()
+			total, _ := strconv.Atoi(h["n"])
+			if err := rdb.HSet(ctx, key, "w", width, "g", h["g"], "n", total+2, "last", at, "c", h["c"], "s", h["s"], "x", h["x"]).Err(); err != nil {
+				t.Fatal(err)
+			}
+			mr.SetTime(time.UnixMicro(tc.next(at)))
+			res, err := script.Run(ctx, rdb, []string{key}, appendCounterArgs(nil, q, 1, 1, 0)...).Int64Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res[1] == 0 {
+				t.Fatalf("with %d in the window: admitted at %v, want it to wait", q.Limit, time.UnixMicro(res[2]))
+			}
+		})
+	}
+}
