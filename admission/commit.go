@@ -488,10 +488,7 @@ type groupKey struct {
 // EVALSHA, or by EVAL when eval is set. taken is when the batch was taken.
 func (c *committer) exec(ctx context.Context, taken int64, calls [][]*group, eval bool) ([][]int64, []error) {
 	pipe := c.rdb.Pipeline()
-	cmds := make([]interface {
-		redis.Cmder
-		Result() ([]int64, error)
-	}, len(calls))
+	cmds := make([]scriptCmd, len(calls))
 	for i, call := range calls {
 		script := c.admit
 		if call[0].q.Mode == Counter { // a call of its own
@@ -564,7 +561,13 @@ func (c *committer) exec(ctx context.Context, taken int64, calls [][]*group, eva
 	return res, errs
 }
 
-// int64s reads a script's reply, a Cmd's, as numbers.
+// scriptCmd is a script call in a pipeline, its reply read as numbers.
+type scriptCmd interface {
+	redis.Cmder
+	Result() ([]int64, error)
+}
+
+// int64s is a Cmd as a scriptCmd.
 type int64s struct{ *redis.Cmd }
 
 func (c int64s) Result() ([]int64, error) { return c.Int64Slice() }
