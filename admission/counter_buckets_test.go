@@ -237,3 +237,50 @@ func TestCounterSumAfterAnotherWriter(t *testing.T) {
 		})
 	}
 }
+
+// TestCounterSumAcrossSpans: windows of one bucket width can span
+// different numbers of buckets (1s and 1.000005s both count in buckets of
+// 100ms, over 10 and 11 of them). A window's sum kept by a call of one must
+// not be taken for the other's: it would miss a bucket, or subtract one it
+// never held, and admit past the limit (16 in a second against 10, when
+// the sum did not say which span it covered).
+func TestCounterSumAcrossSpans(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := t.Context()
+	script := lua.Counter()
+	const key, w = "{sum}:ctr", 100_000 // µs, the width of both windows' buckets
+	short := Quota{Limit: 10, Window: time.Second, Mode: Counter}
+	long := Quota{Limit: 10, Window: time.Second + 5*time.Microsecond, Mode: Counter}
+	var slots []int64
+	run := func(at int64, q Quota, n int) {
+		t.Helper()
+		mr.SetTime(time.UnixMicro(at))
+		res, err := script.Run(ctx, rdb, []string{key}, appendCounterArgs(nil, q, 1, n, 0)...).Int64Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range n {
+			if res[1+3*j] == 0 { // admitted
+				slots = append(slots, res[2+3*j])
+				if rem := res[3+3*j]; rem < 0 || rem > int64(q.Limit) {
+					t.Fatalf("at %d: remaining %d, limit %d", at, rem, q.Limit)
+				}
+			}
+		}
+	}
+	h := int64(1_780_000_000_000_000) / w // a bucket
+	run((h-9)*w, short, 1)                // the sweep's clock starts
+	run(h*w, short, 8)                    // 8 in bucket h
+	run((h+2)*w, short, 1)                // a sweep, which keeps bucket h
+	run((h+11)*w, short, 1)               // the sum of buckets h+1..h+11: 2
+	run((h+12)*w, long, 7)                // bucket h is in this window's sum, not in the one kept
+	run((h+12)*w+1, long, 8)              //
+	run((h+12)*w+2, short, 5)             //
+	for _, q := range []Quota{short, long} {
+		if got := maxInWindow(slots, q.Window); got > q.Limit {
+			t.Errorf("%d admissions in a window of %v, limit %d", got, q.Window, q.Limit)
+		}
+	}
+}

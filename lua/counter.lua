@@ -12,9 +12,11 @@
 --            "c"     the cursor of the sweep that deletes dead buckets
 --            "s"     the bucket (of now) the last sweep ran in
 --            "x"     the expiry ms last set on the key
---            "ws"    the entries of the buckets "wb"-span.."wb" of
+--            "ws"    the entries of the buckets "wb"-"wn".."wb" of
 --                    generation g, which the last recording call read or
 --                    wrote: a window's sum, so the next need not add it up
+--            "wn"    the span that sum covers: windows of one width can
+--                    span different numbers of buckets
 -- ARGV[1]  limit
 -- ARGV[2]  window µs
 -- ARGV[3]  max delay µs
@@ -99,17 +101,21 @@ local cur = floor(now / width)
 -- records: a sum is only used under the stamp. (A release by one leaves
 -- the sum too high, never too low.)
 local stamp = fmt(width) .. '.0'
-local fields = {key, 'w', 'g', 'n', 'last', 'c', 's', 'x', 'ws', 'wb'}
+local fields = {key, 'w', 'g', 'n', 'last', 'c', 's', 'x', 'ws', 'wb', 'wn'}
 local guessed = n > 0 and not ARGV[8] and start == now
 if guessed then
-  fields[11], fields[12] = '0:' .. fmt(cur - span - 1), '0:' .. fmt(cur)
+  fields[12], fields[13] = '0:' .. fmt(cur - span - 1), '0:' .. fmt(cur)
 end
 local meta = call('HMGET', unpack(fields))
 local storedWidth, gen = tonumber(meta[1]), tonumber(meta[2]) or 0
 local total, last, cursor = tonumber(meta[3]) or 0, tonumber(meta[4]) or now, meta[5] or '0'
 local swept, expiry = tonumber(meta[6]), tonumber(meta[7]) or -1
 local ours = meta[1] == stamp
-local ws, wb = ours and tonumber(meta[8]), tonumber(meta[9])
+-- A sum over another span (a window of the same width but another
+-- length) would miss buckets of this one's window, or subtract one it
+-- never held.
+local ws = ours and tonumber(meta[10]) == span and tonumber(meta[8])
+local wb = tonumber(meta[9])
 
 local function field(g, i)
   return string.format('%d:%d', g, i)
@@ -233,7 +239,7 @@ elseif storedWidth then
     if wb == cur then
       sum = ws
     elseif wb == cur - 1 then
-      sum = ws - (tonumber(meta[10]) or 0)
+      sum = ws - (tonumber(meta[11]) or 0)
     elseif wb < cur - span then
       sum = 0
     end
@@ -241,7 +247,7 @@ elseif storedWidth then
   if sum and sum + n < limit then
     -- Every request is admitted now, and only cur is written.
     fast = sum
-    counts[cur] = wb == cur and tonumber(meta[11]) or 0
+    counts[cur] = wb == cur and tonumber(meta[12]) or 0
   else
     read(b - span, hi)
   end
@@ -408,7 +414,7 @@ for j = 1, #kv, 2 do
         dead[#dead + 1] = f
         total = total - tonumber(kv[j + 1])
       end
-    elseif f ~= 'w' and f ~= 'g' and f ~= 'n' and f ~= 'last' and f ~= 'c' and f ~= 's' and f ~= 'x' and f ~= 'ws' and f ~= 'wb' then
+    elseif f ~= 'w' and f ~= 'g' and f ~= 'n' and f ~= 'last' and f ~= 'c' and f ~= 's' and f ~= 'x' and f ~= 'ws' and f ~= 'wb' and f ~= 'wn' then
       dead[#dead + 1] = f -- not ours: an older layout's bucket
     end
   end
@@ -418,7 +424,7 @@ for s = 1, #dead, 1000 do
 end
 
 local need = math.ceil((last + window + width) / 1000) + 1 -- ms
-local set = {key, 'n', fmt(total), 'last', fmt(last), 'ws', fmt(fast and fast + n or load(base)), 'wb', fmt(base)}
+local set = {key, 'n', fmt(total), 'last', fmt(last), 'ws', fmt(fast and fast + n or load(base)), 'wb', fmt(base), 'wn', fmt(span)}
 if expiry < need then
   expiry = need + floor(window / 8000)
   local x = fmt(expiry)
@@ -442,7 +448,7 @@ if moved then
   end
 else
   for i in pairs(added) do
-    set[#set + 1], set[#set + 2] = guessed and gen == 0 and i == cur and fields[12] or field(gen, i), fmt(counts[i])
+    set[#set + 1], set[#set + 2] = guessed and gen == 0 and i == cur and fields[13] or field(gen, i), fmt(counts[i])
   end
 end
 call('HSET', unpack(set))
