@@ -27,8 +27,8 @@ func (a *app) newBenchCmd() *cobra.Command {
 the gate with group commit and without, and in Counter mode, the
 transaction-pipeline and plain Lua sliding windows of the design notes, a
 fixed-window counter, go-redis/redis_rate, bare asynq Enqueue and
-enqueue.Client.Enqueue. Then one
-tenant flooding at --flood times its quota, for the deny cache.
+enqueue.Client.Enqueue. Then one tenant flooding at --flood times its quota,
+for the deny cache.
 
 Each is measured for --duration with --concurrency callers in a closed loop
 over --tenants tenants (uniform, or --zipf), in --rounds slices taken in turn

@@ -9,8 +9,8 @@ import (
 // rows ran: Redis's time in scripts per admitted decision (INFO
 // commandstats) and decisions/s, the gate (batched) being Log mode.
 func (r *Report) writeCounter(b *strings.Builder) {
-	ctr, ok1 := r.Row("gate-counter")
-	if !ok1 || ctr.Decisions == 0 {
+	ctr, ok := r.Row("gate-counter")
+	if !ok || ctr.Decisions == 0 {
 		return
 	}
 	fmt.Fprintf(b, "\nCounter mode: %.0f decisions/s, %s Redis µs per admitted decision in scripts (INFO commandstats), %s script calls per decision",
