@@ -624,11 +624,6 @@ func (c *committer) argsLen(call []*group) int {
 	return n
 }
 
-// admitArgs returns admit.lua's ARGV for call; see appendAdmitArgs.
-func (c *committer) admitArgs(call []*group) []any {
-	return c.appendAdmitArgs(make([]any, 0, c.argsLen(call)), call)
-}
-
 // appendAdmitArgs appends admit.lua's ARGV for call to args: the quotas its
 // groups use, each once, then each group's quota index, not-before time,
 // count and IDs.
