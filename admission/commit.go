@@ -382,19 +382,24 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 
-	// Log groups share one call where keys may span slots; counter.lua
-	// takes one key a call.
+	// Where keys may span slots, the Log groups share one call of
+	// admit.lua and the Counter groups one of counter.lua.
 	var calls [][]*group
-	var logs []*group
+	var logs, counters []*group
 	for _, g := range groups {
-		if c.crossKey && g.q.Mode == Log {
-			logs = append(logs, g)
-		} else {
+		switch {
+		case !c.crossKey:
 			calls = append(calls, []*group{g})
+		case g.q.Mode == Log:
+			logs = append(logs, g)
+		default:
+			counters = append(counters, g)
 		}
 	}
-	if len(logs) > 0 {
-		calls = append(calls, logs)
+	for _, call := range [][]*group{logs, counters} {
+		if len(call) > 0 {
+			calls = append(calls, call)
+		}
 	}
 	parts := c.byNode(ctx, calls)
 	if !c.perNode {
@@ -491,17 +496,23 @@ func (c *committer) exec(ctx context.Context, taken int64, calls [][]*group, eva
 	cmds := make([]scriptCmd, len(calls))
 	for i, call := range calls {
 		script := c.admit
-		if call[0].q.Mode == Counter { // a call of its own
+		if call[0].q.Mode == Counter {
 			script = c.counter
 		}
-		args := make([]any, 3, 3+len(call)+c.argsLen(call)) // EVALSHA, its hash, the keys, ARGV
+		args := make([]any, 3, 4+len(call)+c.argsLen(call)) // EVALSHA, its hash, the keys, ARGV
 		for _, g := range call {
 			args = append(args, g.key)
 		}
-		if script == c.counter {
-			args = appendCounterArgs(args, call[0].q, call[0].gran, len(call[0].ids), call[0].nb)
-		} else {
+		switch {
+		case script == c.admit:
 			args = c.appendAdmitArgs(args, call)
+		case len(call) == 1:
+			args = appendCounterArgs(args, call[0].q, call[0].gran, len(call[0].ids), call[0].nb)
+		default: // a batch: each key's ARGV in turn
+			args = append(args, "batch")
+			for _, g := range call {
+				args = appendCounterArgs(args, g.q, g.gran, len(g.ids), g.nb)
+			}
 		}
 		if eval { // rare: Redis lost its scripts
 			keys := make([]string, len(call))
@@ -615,7 +626,8 @@ func (c *committer) deliver(call []*group, res []int64, err error, forget func(*
 }
 
 // argsLen bounds the ARGV of call's script: admit.lua's when each group
-// has a quota of its own, which is more than counter.lua's.
+// has a quota of its own, which is more than counter.lua's, but for the
+// word that marks a batch.
 func (c *committer) argsLen(call []*group) int {
 	n := 1
 	for _, g := range call {

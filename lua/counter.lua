@@ -25,13 +25,16 @@
 -- ARGV[6]  n, the number of requests, decided in order; 0 asks for usage
 -- ARGV[7]  not-before time µs (0 = none): the requests start no earlier
 -- ARGV[8]  (with n = 1) a slot µs to release an entry from instead
+-- Or, for several tenants in one call (a batch), ARGV "batch" and then,
+-- for each key in order, its ARGV[1] to ARGV[7] above, with n > 0.
 -- Returns  {now µs, then for each request: outcome, at µs, remaining;
 --          then the retry hint µs}
 --          outcome 0 admitted, 1 deferred, 2 rejected, and the retry hint,
 --          as in admit.lua;
 --          for n = 0: {now µs, entries counted in the window, entries ahead,
 --          next free slot µs}, writing nothing;
---          for a release: {now µs, 1 if an entry was released else 0}
+--          for a release: {now µs, 1 if an entry was released else 0};
+--          for a batch: {now µs, then each key's reply without its now}
 --
 -- A slot is free when the buckets that overlap the window ending at it hold
 -- fewer than limit entries. Counting every overlapping bucket whole is an
@@ -70,386 +73,414 @@ local call, max, min, floor = redis.call, math.max, math.min, math.floor
 local SWEEP, MOVE = 64, 64
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local key = KEYS[1]
-local limit = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local maxDelay = tonumber(ARGV[3])
-local gran = tonumber(ARGV[4])
-local width = max(1, floor(window / tonumber(ARGV[5])))
-local n = tonumber(ARGV[6])
-local start = max(now, tonumber(ARGV[7]))
+-- decide decides the requests of one tenant's key, with that key's ARGV
+-- (above): the whole call when it has one key, each key of a batch in
+-- turn when it has several (below), all on the one Redis time now.
+local function decide(key, ARGV)
+  local limit = tonumber(ARGV[1])
+  local window = tonumber(ARGV[2])
+  local maxDelay = tonumber(ARGV[3])
+  local gran = tonumber(ARGV[4])
+  local width = max(1, floor(window / tonumber(ARGV[5])))
+  local n = tonumber(ARGV[6])
+  local start = max(now, tonumber(ARGV[7]))
 
--- fmt formats an integer exactly. %d takes C's integer path: less than
--- half the time of %.0f, or of the %.17g that Redis applies to a number
--- passed to redis.call, and exact for every integer a double holds.
-local function fmt(x)
-  return string.format('%d', x)
-end
-
-local span = math.ceil(window / width) -- buckets before the current one that a window can reach
-
-local cur = floor(now / width)
-
--- "ws" is the sum of the buckets wb-span..wb, which the recording call
--- that wrote them read or wrote. From it a call reads one bucket, not a
--- window's: the one that left the window, if a bucket of time has passed,
--- and the current one, whose new count it sets. It reads them with the
--- fields above in one HMGET, guessing generation 0; it reads the window
--- when the guess or the sum does not serve (see below).
--- This script writes the width as "<w>.0", which reads as the same number.
--- An older admitq keeps no sum, and rewrites "w" as "<w>" whenever it
--- records: a sum is only used under the stamp. (A release by one leaves
--- the sum too high, never too low.)
-local stamp = fmt(width) .. '.0'
-local fields = {key, 'w', 'g', 'n', 'last', 'c', 's', 'x', 'ws', 'wb', 'wn'}
-local guessed = n > 0 and not ARGV[8] and start == now
-if guessed then
-  fields[12], fields[13] = '0:' .. fmt(cur - span - 1), '0:' .. fmt(cur)
-end
-local meta = call('HMGET', unpack(fields))
-local storedWidth, gen = tonumber(meta[1]), tonumber(meta[2]) or 0
-local total, last, cursor = tonumber(meta[3]) or 0, tonumber(meta[4]) or now, meta[5] or '0'
-local swept, expiry = tonumber(meta[6]), tonumber(meta[7]) or -1
-local ours = meta[1] == stamp
--- A sum over another span (a window of the same width but another
--- length) would miss buckets of this one's window, or subtract one it
--- never held.
-local ws = ours and tonumber(meta[10]) == span and tonumber(meta[8])
-local wb = tonumber(meta[9])
-
-local function field(g, i)
-  return string.format('%d:%d', g, i)
-end
-
--- names appends to into the fields of generation g's buckets lo..hi.
-local function names(g, lo, hi, into)
-  for i = lo, hi do
-    into[#into + 1] = field(g, i)
+  -- fmt formats an integer exactly. %d takes C's integer path: less than
+  -- half the time of %.0f, or of the %.17g that Redis applies to a number
+  -- passed to redis.call, and exact for every integer a double holds.
+  local function fmt(x)
+    return string.format('%d', x)
   end
-  return into
-end
 
-if ARGV[8] then
-  -- Release, from the bucket the slot is counted in now; never below zero.
-  if not storedWidth then
+  local span = math.ceil(window / width) -- buckets before the current one that a window can reach
+
+  local cur = floor(now / width)
+
+  -- "ws" is the sum of the buckets wb-span..wb, which the recording call
+  -- that wrote them read or wrote. From it a call reads one bucket, not a
+  -- window's: the one that left the window, if a bucket of time has passed,
+  -- and the current one, whose new count it sets. It reads them with the
+  -- fields above in one HMGET, guessing generation 0; it reads the window
+  -- when the guess or the sum does not serve (see below).
+  -- This script writes the width as "<w>.0", which reads as the same number.
+  -- An older admitq keeps no sum, and rewrites "w" as "<w>" whenever it
+  -- records: a sum is only used under the stamp. (A release by one leaves
+  -- the sum too high, never too low.)
+  local stamp = fmt(width) .. '.0'
+  local fields = {key, 'w', 'g', 'n', 'last', 'c', 's', 'x', 'ws', 'wb', 'wn'}
+  local guessed = n > 0 and not ARGV[8] and start == now
+  if guessed then
+    fields[12], fields[13] = '0:' .. fmt(cur - span - 1), '0:' .. fmt(cur)
+  end
+  local meta = call('HMGET', unpack(fields))
+  local storedWidth, gen = tonumber(meta[1]), tonumber(meta[2]) or 0
+  local total, last, cursor = tonumber(meta[3]) or 0, tonumber(meta[4]) or now, meta[5] or '0'
+  local swept, expiry = tonumber(meta[6]), tonumber(meta[7]) or -1
+  local ours = meta[1] == stamp
+  -- A sum over another span (a window of the same width but another
+  -- length) would miss buckets of this one's window, or subtract one it
+  -- never held.
+  local ws = ours and tonumber(meta[10]) == span and tonumber(meta[8])
+  local wb = tonumber(meta[9])
+
+  local function field(g, i)
+    return string.format('%d:%d', g, i)
+  end
+
+  -- names appends to into the fields of generation g's buckets lo..hi.
+  local function names(g, lo, hi, into)
+    for i = lo, hi do
+      into[#into + 1] = field(g, i)
+    end
+    return into
+  end
+
+  if ARGV[8] then
+    -- Release, from the bucket the slot is counted in now; never below zero.
+    if not storedWidth then
+      return {now, 0}
+    end
+    local f = field(gen, floor(tonumber(ARGV[8]) / storedWidth))
+    local c = tonumber(call('HGET', key, f)) or 0
+    if c > 0 then
+      -- The sum may hold the entry: "wb" unset, the next call reads the window.
+      call('HSET', key, f, c - 1, 'n', total - 1, 'wb', '')
+      return {now, 1}
+    end
     return {now, 0}
   end
-  local f = field(gen, floor(tonumber(ARGV[8]) / storedWidth))
-  local c = tonumber(call('HGET', key, f)) or 0
-  if c > 0 then
-    -- The sum may hold the entry: "wb" unset, the next call reads the window.
-    call('HSET', key, f, c - 1, 'n', total - 1, 'wb', '')
-    return {now, 1}
-  end
-  return {now, 0}
-end
 
--- counts holds the buckets this call may look at, of generation gen at
--- width; moved says they are not in Redis yet (a change of width).
-local counts, moved = {}, false
-local fast = nil -- the window's sum, when the sum serves (see below)
--- base is the bucket of the first slot this call can give: no slot it
--- gives, and none stored, lies in a window that reaches a bucket before
--- base - span.
-local base = floor(max(start, last) / width)
+  -- counts holds the buckets this call may look at, of generation gen at
+  -- width; moved says they are not in Redis yet (a change of width).
+  local counts, moved = {}, false
+  local fast = nil -- the window's sum, when the sum serves (see below)
+  -- base is the bucket of the first slot this call can give: no slot it
+  -- gives, and none stored, lies in a window that reaches a bucket before
+  -- base - span.
+  local base = floor(max(start, last) / width)
 
--- read fills counts with the stored buckets lo..hi: by name, or by
--- scanning the hash when it holds fewer fields than that (Usage only ever
--- asks for many).
-local function read(lo, hi)
-  if hi < lo then
-    return
-  end
-  if hi - lo + 1 > 64 and hi - lo + 1 > call('HLEN', key) then
-    local c = '0'
-    repeat
-      local r = call('HSCAN', key, c, 'COUNT', 1000)
-      c = r[1]
-      local kv = r[2]
-      for j = 1, #kv, 2 do
-        local g, i = string.match(kv[j], '^(%d+):(%-?%d+)$')
-        if g and tonumber(g) == gen then
-          i = tonumber(i)
-          if i >= lo and i <= hi then
-            counts[i] = tonumber(kv[j + 1])
+  -- read fills counts with the stored buckets lo..hi: by name, or by
+  -- scanning the hash when it holds fewer fields than that (Usage only ever
+  -- asks for many).
+  local function read(lo, hi)
+    if hi < lo then
+      return
+    end
+    if hi - lo + 1 > 64 and hi - lo + 1 > call('HLEN', key) then
+      local c = '0'
+      repeat
+        local r = call('HSCAN', key, c, 'COUNT', 1000)
+        c = r[1]
+        local kv = r[2]
+        for j = 1, #kv, 2 do
+          local g, i = string.match(kv[j], '^(%d+):(%-?%d+)$')
+          if g and tonumber(g) == gen then
+            i = tonumber(i)
+            if i >= lo and i <= hi then
+              counts[i] = tonumber(kv[j + 1])
+            end
           end
         end
-      end
-    until c == '0'
-    return
-  end
-  for s = lo, hi, 1000 do
-    local f = names(gen, s, min(hi, s + 999), {key})
-    local v = call('HMGET', unpack(f))
-    for j = 1, #f - 1 do
-      local c = tonumber(v[j])
-      if c then
-        counts[s + j - 1] = c
+      until c == '0'
+      return
+    end
+    for s = lo, hi, 1000 do
+      local f = names(gen, s, min(hi, s + 999), {key})
+      local v = call('HMGET', unpack(f))
+      for j = 1, #f - 1 do
+        local c = tonumber(v[j])
+        if c then
+          counts[s + j - 1] = c
+        end
       end
     end
   end
-end
 
-if storedWidth and storedWidth ~= width then
-  -- The window changed. Move the newest buckets to the new width, each to
-  -- the new bucket of its last moment or of the newest slot, whichever is
-  -- sooner, so that every window that could hold one of its entries counts
-  -- it. Older ones go together to the new bucket of the last moment they
-  -- can have, unless no window from now on reaches them.
-  local ow, og = storedWidth, gen
-  gen = gen + 1
-  local lo = floor((now - window) / ow) -- older buckets end before any window from now on
-  local hi = floor(last / ow)
-  local from = max(lo, hi - MOVE + 1)
-  local sum = 0
-  if from <= hi then
-    local f = names(og, from, hi, {key})
-    local v = call('HMGET', unpack(f))
-    for j = 1, #f - 1 do
-      local c = tonumber(v[j])
+  if storedWidth and storedWidth ~= width then
+    -- The window changed. Move the newest buckets to the new width, each to
+    -- the new bucket of its last moment or of the newest slot, whichever is
+    -- sooner, so that every window that could hold one of its entries counts
+    -- it. Older ones go together to the new bucket of the last moment they
+    -- can have, unless no window from now on reaches them.
+    local ow, og = storedWidth, gen
+    gen = gen + 1
+    local lo = floor((now - window) / ow) -- older buckets end before any window from now on
+    local hi = floor(last / ow)
+    local from = max(lo, hi - MOVE + 1)
+    local sum = 0
+    if from <= hi then
+      local f = names(og, from, hi, {key})
+      local v = call('HMGET', unpack(f))
+      for j = 1, #f - 1 do
+        local c = tonumber(v[j])
+        if c and c > 0 then
+          local b = floor(min((from + j) * ow - 1, last) / width)
+          counts[b] = (counts[b] or 0) + c
+          sum = sum + c
+        end
+      end
+    end
+    if from > lo and total > sum then
+      local b = floor(min(from * ow - 1, last) / width)
+      counts[b] = (counts[b] or 0) + total - sum
+    else
+      total = sum
+    end
+    moved = true
+  elseif storedWidth and n == 0 then
+    read(floor(now / width) - span, floor(last / width)) -- the window and what lies ahead
+  elseif storedWidth then
+    -- The buckets a window ending at the first slot this call can give
+    -- reaches; every slot after it reaches fewer of them, and none of the
+    -- stored buckets lies after it.
+    -- The sum serves when every slot this call gives is now (the newest is
+    -- not ahead), no bucket after wb holds any, and the buckets that left
+    -- the window since wb are the one read (a bucket of time passed) or all
+    -- of wb's (a window passed). A decision that fills the window needs its
+    -- oldest bucket, and one that gives a later slot other windows: they
+    -- read the buckets.
+    local b, hi = base, min(base, floor(last / width))
+    local sum = nil
+    if guessed and gen == 0 and ws and wb and last <= now and hi <= wb and wb <= cur then
+      if wb == cur then
+        sum = ws
+      elseif wb == cur - 1 then
+        sum = ws - (tonumber(meta[11]) or 0)
+      elseif wb < cur - span then
+        sum = 0
+      end
+    end
+    if sum and sum + n < limit then
+      -- Every request is admitted now, and only cur is written.
+      fast = sum
+      counts[cur] = wb == cur and tonumber(meta[12]) or 0
+    else
+      read(b - span, hi)
+    end
+  elseif meta[4] then
+    -- Buckets of an older layout, uncounted: every window that reaches the
+    -- newest slot counts as full, which holds whatever they were.
+    counts[floor(last / width)] = limit
+    total = limit
+    moved = true
+  end
+
+  -- load returns the entries in the buckets a window ending in bucket b can
+  -- overlap, and the oldest of those buckets that holds any.
+  local function load(b)
+    local sum, oldest = 0, nil
+    for i = b - span, b do
+      local c = counts[i]
       if c and c > 0 then
-        local b = floor(min((from + j) * ow - 1, last) / width)
-        counts[b] = (counts[b] or 0) + c
         sum = sum + c
+        oldest = oldest or i
       end
     end
+    return sum, oldest
   end
-  if from > lo and total > sum then
-    local b = floor(min(from * ow - 1, last) / width)
-    counts[b] = (counts[b] or 0) + total - sum
+
+  -- ceil rounds x up to a multiple of the granularity; fmod is exact.
+  local function ceil(x)
+    local r = math.fmod(x, gran)
+    if r > 0 then
+      return x - r + gran
+    end
+    return x
+  end
+
+  -- slotFrom returns the first free slot at or after t, rounded up to the
+  -- granularity when it lies ahead, and the first moment a request would be
+  -- admitted there without rounding.
+  local function slotFrom(t)
+    local raw = nil
+    for _ = 1, 10000 do
+      local b = floor(t / width)
+      local sum, oldest = load(b)
+      if sum < limit then
+        if t <= now then
+          return now, now
+        end
+        raw = raw or t
+        if math.fmod(t, gran) == 0 then
+          return t, raw
+        end
+        t = ceil(t) -- check the bucket the rounded slot falls in
+        if floor(t / width) == b then
+          return t, raw
+        end
+      else
+        -- Nothing frees up before the oldest counted bucket leaves.
+        t = max(t, (oldest + span + 1) * width)
+        raw = nil
+      end
+    end
+    return t, raw or t
+  end
+
+  if n == 0 then
+    local ahead = 0
+    for i, c in pairs(counts) do
+      if i > cur then
+        ahead = ahead + c
+      end
+    end
+    gran = 1
+    return {now, (load(cur)), ahead, (slotFrom(max(now, last)))}
+  end
+
+  local out = {now}
+  local retryAt = nil
+  local added = {}
+  local any = false
+  if fast then
+    -- The window holds fast + k entries after the k-th request.
+    for k = 1, n do
+      out[3 * k - 1], out[3 * k], out[3 * k + 1] = 0, now, limit - fast - k
+    end
+    counts[cur], added[cur] = counts[cur] + n, n
+    total, last, any = total + n, now, true
+  end
+  for _ = 1, fast and 0 or n do
+    local code, slot = 2, retryAt
+    if not retryAt then
+      local raw
+      slot, raw = slotFrom(max(start, last))
+      if slot <= now then
+        code = 0
+      elseif slot - start <= maxDelay then
+        code = 1
+      else
+        retryAt = min(raw, slot - maxDelay)
+        slot = retryAt
+      end
+    end
+    local remaining = 0
+    if code ~= 2 then
+      local b = floor(slot / width)
+      counts[b] = (counts[b] or 0) + 1
+      added[b] = (added[b] or 0) + 1
+      total = total + 1
+      last = slot
+      any = true
+      if code == 0 then
+        remaining = max(0, limit - load(b))
+      end
+    end
+    out[#out + 1] = code
+    out[#out + 1] = slot
+    out[#out + 1] = remaining
+  end
+  -- The hint speaks of requests without a not-before time. A rejection with
+  -- one may not hold for them: ask afresh.
+  local hint = 0
+  if fast then
+    hint = 0 -- the window has room now
+  elseif retryAt and start == now then
+    hint = retryAt
   else
-    total = sum
-  end
-  moved = true
-elseif storedWidth and n == 0 then
-  read(floor(now / width) - span, floor(last / width)) -- the window and what lies ahead
-elseif storedWidth then
-  -- The buckets a window ending at the first slot this call can give
-  -- reaches; every slot after it reaches fewer of them, and none of the
-  -- stored buckets lies after it.
-  -- The sum serves when every slot this call gives is now (the newest is
-  -- not ahead), no bucket after wb holds any, and the buckets that left
-  -- the window since wb are the one read (a bucket of time passed) or all
-  -- of wb's (a window passed). A decision that fills the window needs its
-  -- oldest bucket, and one that gives a later slot other windows: they
-  -- read the buckets.
-  local b, hi = base, min(base, floor(last / width))
-  local sum = nil
-  if guessed and gen == 0 and ws and wb and last <= now and hi <= wb and wb <= cur then
-    if wb == cur then
-      sum = ws
-    elseif wb == cur - 1 then
-      sum = ws - (tonumber(meta[11]) or 0)
-    elseif wb < cur - span then
-      sum = 0
+    local free, raw = slotFrom(max(now, last))
+    if free - now > maxDelay then
+      hint = min(raw, free - maxDelay)
     end
   end
-  if sum and sum + n < limit then
-    -- Every request is admitted now, and only cur is written.
-    fast = sum
-    counts[cur] = wb == cur and tonumber(meta[12]) or 0
+  out[#out + 1] = hint
+  if not any then
+    return out
+  end
+
+  -- Sweep: delete what no window from now on counts, a few fields a call.
+  -- A scan starts once per window of time (and at every change of width):
+  -- the buckets that died since the last one, at most a window's, are all in
+  -- a small hash, which one HSCAN returns whole. A scan of a larger hash goes
+  -- on once per bucket of time until it is done. The sweep reads the hash
+  -- before this call's writes, which touch no bucket it deletes.
+  local kv, dead, seen = {}, {}, {}
+  local sweep = moved or not swept or cur < swept
+  if not sweep then
+    if cursor == '0' then
+      sweep = cur - swept > span
+    else
+      sweep = cur ~= swept
+    end
+  end
+  if sweep then
+    local r = call('HSCAN', key, cursor, 'COUNT', SWEEP)
+    cursor, kv = r[1], r[2]
+    swept = cur
+  end
+  for j = 1, #kv, 2 do
+    local f = kv[j]
+    if not seen[f] then
+      seen[f] = true
+      local g, i = string.match(f, '^(%d+):(%-?%d+)$')
+      if g then
+        if tonumber(g) ~= gen then
+          dead[#dead + 1] = f -- moved at a change of width, or reaching no window
+        elseif tonumber(i) < cur - span then
+          dead[#dead + 1] = f
+          total = total - tonumber(kv[j + 1])
+        end
+      elseif f ~= 'w' and f ~= 'g' and f ~= 'n' and f ~= 'last' and f ~= 'c' and f ~= 's' and f ~= 'x' and f ~= 'ws' and f ~= 'wb' and f ~= 'wn' then
+        dead[#dead + 1] = f -- not ours: an older layout's bucket
+      end
+    end
+  end
+  for s = 1, #dead, 1000 do
+    call('HDEL', key, unpack(dead, s, min(#dead, s + 999)))
+  end
+
+  local need = math.ceil((last + window + width) / 1000) + 1 -- ms
+  local set = {key, 'n', fmt(total), 'last', fmt(last), 'ws', fmt(fast and fast + n or load(base)), 'wb', fmt(base), 'wn', fmt(span)}
+  if expiry < need then
+    expiry = need + floor(window / 8000)
+    local x = fmt(expiry)
+    call('PEXPIREAT', key, x)
+    set[#set + 1], set[#set + 2] = 'x', x
+  end
+  if sweep then
+    set[#set + 1], set[#set + 2], set[#set + 3], set[#set + 4] = 'c', cursor, 's', fmt(swept)
+  end
+  -- One HSET writes the buckets and what changed of the rest. A bucket this
+  -- call added to was read above, or lies after the newest slot's, where no
+  -- stored bucket does: its count is known, so it is set, not incremented.
+  if not ours then
+    set[#set + 1], set[#set + 2], set[#set + 3], set[#set + 4] = 'w', stamp, 'g', gen
+  end
+  if moved then
+    for i, c in pairs(counts) do
+      if c > 0 and i >= cur - span then
+        set[#set + 1], set[#set + 2] = field(gen, i), c
+      end
+    end
   else
-    read(b - span, hi)
-  end
-elseif meta[4] then
-  -- Buckets of an older layout, uncounted: every window that reaches the
-  -- newest slot counts as full, which holds whatever they were.
-  counts[floor(last / width)] = limit
-  total = limit
-  moved = true
-end
-
--- load returns the entries in the buckets a window ending in bucket b can
--- overlap, and the oldest of those buckets that holds any.
-local function load(b)
-  local sum, oldest = 0, nil
-  for i = b - span, b do
-    local c = counts[i]
-    if c and c > 0 then
-      sum = sum + c
-      oldest = oldest or i
+    for i in pairs(added) do
+      set[#set + 1], set[#set + 2] = guessed and gen == 0 and i == cur and fields[13] or field(gen, i), fmt(counts[i])
     end
   end
-  return sum, oldest
-end
-
--- ceil rounds x up to a multiple of the granularity; fmod is exact.
-local function ceil(x)
-  local r = math.fmod(x, gran)
-  if r > 0 then
-    return x - r + gran
-  end
-  return x
-end
-
--- slotFrom returns the first free slot at or after t, rounded up to the
--- granularity when it lies ahead, and the first moment a request would be
--- admitted there without rounding.
-local function slotFrom(t)
-  local raw = nil
-  for _ = 1, 10000 do
-    local b = floor(t / width)
-    local sum, oldest = load(b)
-    if sum < limit then
-      if t <= now then
-        return now, now
-      end
-      raw = raw or t
-      if math.fmod(t, gran) == 0 then
-        return t, raw
-      end
-      t = ceil(t) -- check the bucket the rounded slot falls in
-      if floor(t / width) == b then
-        return t, raw
-      end
-    else
-      -- Nothing frees up before the oldest counted bucket leaves.
-      t = max(t, (oldest + span + 1) * width)
-      raw = nil
-    end
-  end
-  return t, raw or t
-end
-
-if n == 0 then
-  local ahead = 0
-  for i, c in pairs(counts) do
-    if i > cur then
-      ahead = ahead + c
-    end
-  end
-  gran = 1
-  return {now, (load(cur)), ahead, (slotFrom(max(now, last)))}
-end
-
-local out = {now}
-local retryAt = nil
-local added = {}
-local any = false
-if fast then
-  -- The window holds fast + k entries after the k-th request.
-  for k = 1, n do
-    out[3 * k - 1], out[3 * k], out[3 * k + 1] = 0, now, limit - fast - k
-  end
-  counts[cur], added[cur] = counts[cur] + n, n
-  total, last, any = total + n, now, true
-end
-for _ = 1, fast and 0 or n do
-  local code, slot = 2, retryAt
-  if not retryAt then
-    local raw
-    slot, raw = slotFrom(max(start, last))
-    if slot <= now then
-      code = 0
-    elseif slot - start <= maxDelay then
-      code = 1
-    else
-      retryAt = min(raw, slot - maxDelay)
-      slot = retryAt
-    end
-  end
-  local remaining = 0
-  if code ~= 2 then
-    local b = floor(slot / width)
-    counts[b] = (counts[b] or 0) + 1
-    added[b] = (added[b] or 0) + 1
-    total = total + 1
-    last = slot
-    any = true
-    if code == 0 then
-      remaining = max(0, limit - load(b))
-    end
-  end
-  out[#out + 1] = code
-  out[#out + 1] = slot
-  out[#out + 1] = remaining
-end
--- The hint speaks of requests without a not-before time. A rejection with
--- one may not hold for them: ask afresh.
-local hint = 0
-if fast then
-  hint = 0 -- the window has room now
-elseif retryAt and start == now then
-  hint = retryAt
-else
-  local free, raw = slotFrom(max(now, last))
-  if free - now > maxDelay then
-    hint = min(raw, free - maxDelay)
-  end
-end
-out[#out + 1] = hint
-if not any then
+  call('HSET', unpack(set))
   return out
 end
 
--- Sweep: delete what no window from now on counts, a few fields a call.
--- A scan starts once per window of time (and at every change of width):
--- the buckets that died since the last one, at most a window's, are all in
--- a small hash, which one HSCAN returns whole. A scan of a larger hash goes
--- on once per bucket of time until it is done. The sweep reads the hash
--- before this call's writes, which touch no bucket it deletes.
-local kv, dead, seen = {}, {}, {}
-local sweep = moved or not swept or cur < swept
-if not sweep then
-  if cursor == '0' then
-    sweep = cur - swept > span
-  else
-    sweep = cur ~= swept
-  end
-end
-if sweep then
-  local r = call('HSCAN', key, cursor, 'COUNT', SWEEP)
-  cursor, kv = r[1], r[2]
-  swept = cur
-end
-for j = 1, #kv, 2 do
-  local f = kv[j]
-  if not seen[f] then
-    seen[f] = true
-    local g, i = string.match(f, '^(%d+):(%-?%d+)$')
-    if g then
-      if tonumber(g) ~= gen then
-        dead[#dead + 1] = f -- moved at a change of width, or reaching no window
-      elseif tonumber(i) < cur - span then
-        dead[#dead + 1] = f
-        total = total - tonumber(kv[j + 1])
-      end
-    elseif f ~= 'w' and f ~= 'g' and f ~= 'n' and f ~= 'last' and f ~= 'c' and f ~= 's' and f ~= 'x' and f ~= 'ws' and f ~= 'wb' and f ~= 'wn' then
-      dead[#dead + 1] = f -- not ours: an older layout's bucket
-    end
-  end
-end
-for s = 1, #dead, 1000 do
-  call('HDEL', key, unpack(dead, s, min(#dead, s + 999)))
+if ARGV[1] ~= 'batch' then
+  return decide(KEYS[1], ARGV)
 end
 
-local need = math.ceil((last + window + width) / 1000) + 1 -- ms
-local set = {key, 'n', fmt(total), 'last', fmt(last), 'ws', fmt(fast and fast + n or load(base)), 'wb', fmt(base), 'wn', fmt(span)}
-if expiry < need then
-  expiry = need + floor(window / 8000)
-  local x = fmt(expiry)
-  call('PEXPIREAT', key, x)
-  set[#set + 1], set[#set + 2] = 'x', x
-end
-if sweep then
-  set[#set + 1], set[#set + 2], set[#set + 3], set[#set + 4] = 'c', cursor, 's', fmt(swept)
-end
--- One HSET writes the buckets and what changed of the rest. A bucket this
--- call added to was read above, or lies after the newest slot's, where no
--- stored bucket does: its count is known, so it is set, not incremented.
-if not ours then
-  set[#set + 1], set[#set + 2], set[#set + 3], set[#set + 4] = 'w', stamp, 'g', gen
-end
-if moved then
-  for i, c in pairs(counts) do
-    if c > 0 and i >= cur - span then
-      set[#set + 1], set[#set + 2] = field(gen, i), c
-    end
-  end
-else
-  for i in pairs(added) do
-    set[#set + 1], set[#set + 2] = guessed and gen == 0 and i == cur and fields[13] or field(gen, i), fmt(counts[i])
+-- A batch: every key's type is checked before any is written, so that a
+-- key of the wrong type fails the call whole, as admit.lua's count does;
+-- a call that failed halfway would have recorded, without IDs, entries
+-- that a retry records again.
+for k = 1, #KEYS do
+  local ty = call('TYPE', KEYS[k]).ok
+  if ty ~= 'hash' and ty ~= 'none' then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[k] .. ' holds a ' .. ty .. ', not a hash of counters')
   end
 end
-call('HSET', unpack(set))
+local out = {now}
+for k = 1, #KEYS do
+  local a = 1 + 7 * (k - 1)
+  local r = decide(KEYS[k], {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]})
+  for i = 2, #r do
+    out[#out + 1] = r[i]
+  end
+end
 return out

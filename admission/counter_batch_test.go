@@ -1,0 +1,114 @@
+package admission
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/lua"
+)
+
+// TestCounterBatchMatchesSingles: counter.lua called with several keys (a
+// batch, as the committer sends Counter-mode tenants on one Redis) decides
+// each as a call of its own would, one after another at the same Redis
+// time, and leaves the same hashes and expiries. The batches repeat
+// tenants, mix quotas, granularities and not-before times, and span
+// deferrals and rejections.
+func TestCounterBatchMatchesSingles(t *testing.T) {
+	onMini := func() (*miniredis.Miniredis, *redis.Client) {
+		mr := miniredis.RunT(t)
+		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		t.Cleanup(func() { rdb.Close() })
+		return mr, rdb
+	}
+	batchMR, batch := onMini()
+	singleMR, single := onMini()
+	ctx := t.Context()
+	script := lua.Counter()
+	tenants := []string{"{a}:ctr", "{b}:ctr", "{c}:ctr"}
+	for seed := range uint64(20) {
+		r := rand.New(rand.NewPCG(seed, 23))
+		batchMR.FlushAll()
+		singleMR.FlushAll()
+		var quotas []Quota
+		for range 2 {
+			quotas = append(quotas, Quota{
+				Limit:    3 + r.IntN(20),
+				Window:   time.Duration(100+r.IntN(900)) * time.Millisecond,
+				MaxDelay: time.Duration(r.IntN(600)) * time.Millisecond,
+				Mode:     Counter,
+			})
+		}
+		now := time.Unix(1_780_000_000, 0).Add(time.Duration(r.IntN(1e6)) * time.Microsecond)
+		for step := range 30 {
+			now = now.Add(time.Duration(r.Int64N(int64(150 * time.Millisecond))))
+			batchMR.SetTime(now)
+			singleMR.SetTime(now)
+			var keys []string
+			args := []any{"batch"}
+			var want []int64
+			for range 1 + r.IntN(4) {
+				key, q := tenants[r.IntN(len(tenants))], quotas[r.IntN(len(quotas))]
+				gran := []int64{1, 1, 1000}[r.IntN(3)]
+				var nb int64
+				if r.IntN(4) == 0 {
+					nb = now.UnixMicro() + r.Int64N(q.Window.Microseconds())
+				}
+				a := appendCounterArgs(nil, q, gran, 1+r.IntN(3), nb)
+				res, err := script.Run(ctx, single, []string{key}, a...).Int64Slice()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want == nil {
+					want = res[:1]
+				}
+				want = append(want, res[1:]...)
+				keys, args = append(keys, key), append(args, a...)
+			}
+			got, err := script.Run(ctx, batch, keys, args...).Int64Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			desc := fmt.Sprintf("seed %d step %d keys %v", seed, step, keys)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Fatalf("%s: batch reply (-singles,+batch):\n%s", desc, diff)
+			}
+			for _, key := range tenants {
+				if diff := cmp.Diff(single.HGetAll(ctx, key).Val(), batch.HGetAll(ctx, key).Val()); diff != "" {
+					t.Fatalf("%s: hash %s (-singles,+batch):\n%s", desc, key, diff)
+				}
+				if s, b := single.PExpireTime(ctx, key).Val(), batch.PExpireTime(ctx, key).Val(); s != b {
+					t.Fatalf("%s: %s expires at %v after singles, %v after the batch", desc, key, s, b)
+				}
+			}
+		}
+	}
+}
+
+// TestCounterBatchWrongTypeWritesNothing: a batch with a key of the wrong
+// type fails whole, before any key is written: the committer then decides
+// each tenant alone, and a half-written batch would record some twice.
+func TestCounterBatchWrongTypeWritesNothing(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := t.Context()
+	if err := rdb.Set(ctx, "{b}:ctr", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	q := Quota{Limit: 10, Window: time.Second, Mode: Counter}
+	args := append([]any{"batch"}, appendCounterArgs(nil, q, 1, 1, 0)...)
+	args = appendCounterArgs(args, q, 1, 1, 0)
+	err := lua.Counter().Run(ctx, rdb, []string{"{a}:ctr", "{b}:ctr"}, args...).Err()
+	if err == nil {
+		t.Fatal("a batch with a string key succeeded")
+	}
+	if n := rdb.Exists(ctx, "{a}:ctr").Val(); n != 0 {
+		t.Fatalf("the batch failed with %v but wrote {a}:ctr", err)
+	}
+}
