@@ -73,6 +73,7 @@ local call, max, min, floor = redis.call, math.max, math.min, math.floor
 local SWEEP, MOVE = 64, 64
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
 -- decide decides the requests of one tenant's key, with that key's ARGV
 -- (above): the whole call when it has one key, each key of a batch in
 -- turn when it has several (below), all on the one Redis time now.
