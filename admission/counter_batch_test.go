@@ -6,9 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/google/go-cmp/cmp"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/lua"
 )
@@ -20,14 +18,8 @@ import (
 // tenants, mix quotas, granularities and not-before times, and span
 // deferrals and rejections.
 func TestCounterBatchMatchesSingles(t *testing.T) {
-	onMini := func() (*miniredis.Miniredis, *redis.Client) {
-		mr := miniredis.RunT(t)
-		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-		t.Cleanup(func() { rdb.Close() })
-		return mr, rdb
-	}
-	batchMR, batch := onMini()
-	singleMR, single := onMini()
+	batchMR, batch := onMini(t)
+	singleMR, single := onMini(t)
 	ctx := t.Context()
 	script := lua.Counter()
 	tenants := []string{"{a}:ctr", "{b}:ctr", "{c}:ctr"}
@@ -94,9 +86,7 @@ func TestCounterBatchMatchesSingles(t *testing.T) {
 // type fails whole, before any key is written: the committer then decides
 // each tenant alone, and a half-written batch would record some twice.
 func TestCounterBatchWrongTypeWritesNothing(t *testing.T) {
-	mr := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { rdb.Close() })
+	_, rdb := onMini(t)
 	ctx := t.Context()
 	if err := rdb.Set(ctx, "{b}:ctr", "x", 0).Err(); err != nil {
 		t.Fatal(err)

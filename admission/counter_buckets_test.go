@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/admitq/admitq/lua"
 )
 
@@ -39,9 +36,7 @@ func TestCounterBucketsHoldTheirSlots(t *testing.T) {
 			Mode:     Counter,
 		}
 		t.Run(fmt.Sprintf("seed=%d/%v", seed, q), func(t *testing.T) {
-			mr := miniredis.RunT(t)
-			rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-			t.Cleanup(func() { rdb.Close() })
+			mr, rdb := onMini(t)
 			ctx := context.Background()
 			script := lua.Counter()
 			const key = "b:{t}:ctr"
@@ -187,9 +182,7 @@ func TestCounterSumAfterAnotherWriter(t *testing.T) {
 		},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
-			mr := miniredis.RunT(t)
-			rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-			t.Cleanup(func() { rdb.Close() })
+			mr, rdb := onMini(t)
 			ctx := context.Background()
 			script := lua.Counter()
 			const key = "old:{t}:ctr"
@@ -245,9 +238,7 @@ func TestCounterSumAfterAnotherWriter(t *testing.T) {
 // never held, and admit past the limit (16 in a second against 10, when
 // the sum did not say which span it covered).
 func TestCounterSumAcrossSpans(t *testing.T) {
-	mr := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { rdb.Close() })
+	mr, rdb := onMini(t)
 	ctx := t.Context()
 	script := lua.Counter()
 	const key, w = "{sum}:ctr", 100_000 // µs, the width of both windows' buckets

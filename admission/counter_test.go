@@ -14,11 +14,18 @@ import (
 )
 
 // clockedGate returns a gate on miniredis, whose clock the test sets.
-func clockedGate(t *testing.T, q Quota, opts ...Option) (*Gate, *miniredis.Miniredis, *redis.Client) {
+// onMini starts a miniredis for t, for exact timelines, and a client of it.
+func onMini(t *testing.T) (*miniredis.Miniredis, *redis.Client) {
 	t.Helper()
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { rdb.Close() })
+	return mr, rdb
+}
+
+func clockedGate(t *testing.T, q Quota, opts ...Option) (*Gate, *miniredis.Miniredis, *redis.Client) {
+	t.Helper()
+	mr, rdb := onMini(t)
 	// miniredis runs Lua slowly, and slower still under -race on a busy
 	// machine: a generous timeout keeps these tests about the timeline.
 	g := New(rdb, StaticQuotas{Default: &q}, append([]Option{WithBatching(false), WithDenyCache(false), WithTimeout(5 * time.Second)}, opts...)...)
@@ -133,9 +140,7 @@ func TestModeAccuracy(t *testing.T) {
 		return maxInWindow(slots, w), len(slots)
 	}
 	fixed := func() (peak, admitted int) {
-		mr := miniredis.RunT(t)
-		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-		defer rdb.Close()
+		_, rdb := onMini(t)
 		var slots []int64
 		for at := range traffic {
 			key := "fixed:" + strconv.FormatInt(at.UnixMicro()/w.Microseconds(), 10)

@@ -134,11 +134,9 @@ func mapValues(m map[string]int64) func(func(int64) bool) {
 // onMiniredis returns a miniredis, whose clock the test sets, a client of
 // it and admit.lua.
 func onMiniredis(t *testing.T) (*miniredis.Miniredis, *redis.Client, *redis.Script) {
-	mr := miniredis.RunT(t)
+	mr, rdb := onMini(t)
 	// Expiry follows SetTime, as in Redis: admit.lua reads it back.
 	mr.ClockTTL(true)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { rdb.Close() })
 	return mr, rdb, lua.Admit()
 }
 
