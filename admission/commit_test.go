@@ -39,31 +39,38 @@ func scriptCalls(t *testing.T, rdb *redis.Client) int64 {
 }
 
 // TestGroupCommitSharesScriptCalls: concurrent callers over many tenants
-// share script calls, so Redis serves far fewer calls than decisions.
+// share script calls, so Redis serves far fewer calls than decisions, in
+// Log mode and in Counter mode alike.
 func TestGroupCommitSharesScriptCalls(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	g := admission.New(srv.Client(t), static(admission.Quota{Limit: 1000, Window: time.Second}))
-	defer g.Close()
-	before := scriptCalls(t, rdb)
-	var wg sync.WaitGroup
-	const workers, each = 64, 100
-	for w := range workers {
-		wg.Go(func() {
-			for i := range each {
-				if _, err := g.Admit(t.Context(), "t"+strconv.Itoa((w*each+i)%500)); err != nil {
-					t.Error(err)
-					return
-				}
+	for _, mode := range []admission.Mode{admission.Log, admission.Counter} {
+		t.Run(mode.String(), func(t *testing.T) {
+			g := admission.New(srv.Client(t), static(admission.Quota{Limit: 1000, Window: time.Second, Mode: mode}),
+				admission.WithPrefix("share-"+mode.String()))
+			defer g.Close()
+			before := scriptCalls(t, rdb)
+			var wg sync.WaitGroup
+			const workers, each = 64, 100
+			for w := range workers {
+				wg.Go(func() {
+					for i := range each {
+						if _, err := g.Admit(t.Context(), "t"+strconv.Itoa((w*each+i)%500)); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			calls := scriptCalls(t, rdb) - before
+			perDecision := float64(calls) / (workers * each)
+			t.Logf("%d decisions, %d script calls: %.3f calls per decision", workers*each, calls, perDecision)
+			// About 0.06 here; a call per tenant in a pipeline was 0.26.
+			if perDecision > 0.15 {
+				t.Fatalf("%.3f script calls per decision: group commit is not sharing calls", perDecision)
 			}
 		})
-	}
-	wg.Wait()
-	calls := scriptCalls(t, rdb) - before
-	perDecision := float64(calls) / (workers * each)
-	t.Logf("%d decisions, %d script calls: %.3f calls per decision", workers*each, calls, perDecision)
-	if perDecision > 0.5 {
-		t.Fatalf("%.3f script calls per decision: group commit is not sharing calls", perDecision)
 	}
 }
 

@@ -80,6 +80,20 @@ func TestBound(t *testing.T) {
 			t.Logf("%d decisions (%d from the deny cache), %d took slots, %d log snapshots checked", r.total, r.local, r.admitted, r.snapshots)
 		})
 	}
+	// Counter mode, its tenants sharing counter.lua calls as batches: the
+	// decisions hold the bound (it keeps no log to snapshot).
+	t.Run("counter", func(t *testing.T) {
+		q := q
+		q.Mode = admission.Counter
+		gates := make([]*admission.Gate, 4)
+		for i := range gates {
+			gates[i] = admission.New(srv.Client(t), static(q), admission.WithPrefix("bound-counter"), admission.WithTimeout(5*time.Second))
+			t.Cleanup(func() { gates[i].Close() })
+		}
+		r := floodAndCheckBound(t, boundRun{q: q, gates: gates, tenants: []string{"t0", "t1", "t2", "t3", "t4"},
+			prefix: "bound-counter", logs: srv.Client(t), d: 1500 * time.Millisecond})
+		t.Logf("%d decisions (%d from the deny cache), %d took slots", r.total, r.local, r.admitted)
+	})
 }
 
 // boundRun is one flood for the bound property.
