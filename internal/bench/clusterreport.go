@@ -22,18 +22,16 @@ func (r *Report) writeCluster(b *strings.Builder) {
 	fmt.Fprintln(tw, head+"ceiling decisions/s\t")
 	for _, row := range r.Rows {
 		line := row.Name + "\t"
-		busiest := 0.0 // CPU seconds
 		for _, s := range r.Spread {
 			cell := "-"
 			for _, m := range row.Masters {
 				if m.Addr == s.Addr && row.Decisions > 0 {
 					cell = fmt.Sprintf("%.1f (%.0f%%)", m.CPUPerDecision, 100*m.Decisions/float64(row.Decisions))
-					busiest = max(busiest, m.CPUSeconds)
 				}
 			}
 			line += cell + "\t"
 		}
-		fmt.Fprintf(tw, "%s%s\t\n", line, fmtOpt(clusterCeiling(row.Decisions, busiest), "%.0f"))
+		fmt.Fprintf(tw, "%s%s\t\n", line, fmtOpt(row.RedisCeiling, "%.0f"))
 	}
 	tw.Flush()
 	b.WriteString("ceiling: decisions over the busiest master's CPU seconds, the rate at which it would saturate a core of its own;\n" +

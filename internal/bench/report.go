@@ -112,6 +112,11 @@ type Row struct {
 	LogKeysSampled int     `json:"log_keys_sampled,omitempty"`
 	// Masters is each master's share of the run, on a cluster.
 	Masters []MasterCPU `json:"masters,omitempty"`
+	// RedisCeiling is the decisions/s at which Redis would spend a whole
+	// core on this workload: Decisions over Redis's CPU seconds, the
+	// busiest master's on a cluster. No client can take the contender
+	// past it where Redis has a core of its own. 0 when unknown.
+	RedisCeiling float64 `json:"redis_ceiling_per_sec,omitempty"`
 }
 
 // Ratio compares a row with the gate (batched), in the same run.
@@ -174,6 +179,9 @@ func (r *Report) Row(id string) (Row, bool) {
 // finish works out the ratios and the targets from the rows.
 func (r *Report) finish() {
 	r.Ratios, r.Targets = []Ratio{}, []Target{}
+	for i := range r.Rows {
+		r.Rows[i].RedisCeiling = r.Rows[i].ceiling()
+	}
 	gate, ok := r.Row("gate-batched")
 	if ok && gate.PerSecond > 0 {
 		for _, row := range r.Rows {
@@ -306,6 +314,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 
 	r.writeCounter(&b)
+	r.writeCeiling(&b)
 	r.writeCluster(&b)
 
 	if len(r.Ratios) > 0 {

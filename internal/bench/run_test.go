@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -99,7 +100,7 @@ func TestRunReportsEveryContender(t *testing.T) {
 	if err := rep.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"gate (batched)", "go-redis/redis_rate", "against the gate", "targets", "Counter mode: "} {
+	for _, want := range []string{"gate (batched)", "go-redis/redis_rate", "against the gate", "targets", "Counter mode: ", "Redis's ceiling", "3× would take ≤ "} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text report lacks %q:\n%s", want, text.String())
 		}
@@ -157,6 +158,10 @@ func checkRow(t *testing.T, rep Report, row Row) {
 	}
 	if row.RedisCPUPerDecision <= 0 || row.ClientCPUPerDecision <= 0 {
 		t.Errorf("CPU per decision: Redis %.2fµs, client %.2fµs, want both above 0", row.RedisCPUPerDecision, row.ClientCPUPerDecision)
+	}
+	// Redis cannot have spent more than its one core on the run.
+	if row.RedisCeiling <= 0 || math.Abs(row.RedisCeiling*row.RedisCPUPerDecision/1e6-1) > 1e-9 || row.PerSecond > row.RedisCeiling*1.05 {
+		t.Errorf("Redis ceiling %.0f decisions/s at %.2fµs per decision and %.0f measured", row.RedisCeiling, row.RedisCPUPerDecision, row.PerSecond)
 	}
 	switch row.ID {
 	case "gate-batched", "gate-unbatched", "gate-capped", "tx-pipeline", "plain-lua", "enqueue", "gate-flood":

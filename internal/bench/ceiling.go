@@ -1,0 +1,58 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+)
+
+// ceiling is the decisions/s at which Redis would spend a whole core on
+// the row's workload: its decisions over Redis's CPU seconds, which on a
+// cluster are the busiest master's. 0 when unknown.
+//
+// Where Redis has a core of its own, as in production, no client can take
+// a contender past it; on a machine that the callers share, it is what the
+// contender would reach with a client that cost nothing.
+func (row Row) ceiling() float64 {
+	if len(row.Masters) > 0 {
+		busiest := 0.0
+		for _, m := range row.Masters {
+			busiest = max(busiest, m.CPUSeconds)
+		}
+		return clusterCeiling(row.Decisions, busiest)
+	}
+	if row.RedisCPUPerDecision <= 0 {
+		return 0
+	}
+	return 1e6 / row.RedisCPUPerDecision
+}
+
+// writeCeiling writes, on one Redis, each row's ceiling and how much of a
+// core Redis spent on it, then what the ceilings say of the gate's target
+// against redis_rate: the gate's ceiling over redis_rate's measured rate,
+// which no client could improve on, and the Redis CPU per decision that
+// 3× would take. (On a cluster writeCluster gives the ceilings.)
+func (r *Report) writeCeiling(b *strings.Builder) {
+	if r.Redis.Cluster {
+		return
+	}
+	b.WriteString("\nRedis's ceiling: the decisions/s at which Redis would spend a whole core, 1 s over its CPU per decision (INFO cpu)\n")
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "contender\tceiling decisions/s\tRedis busy\t")
+	for _, row := range r.Rows {
+		busy := "-"
+		if row.RedisCeiling > 0 {
+			busy = fmt.Sprintf("%.0f%% of a core", 100*row.PerSecond/row.RedisCeiling)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", row.Name, fmtOpt(row.RedisCeiling, "%.0f"), busy)
+	}
+	tw.Flush()
+	gate, ok1 := r.Row("gate-batched")
+	rr, ok2 := r.Row("redis-rate")
+	if !ok1 || !ok2 || gate.RedisCeiling == 0 || rr.PerSecond == 0 || rr.RedisCeiling == 0 {
+		return
+	}
+	fmt.Fprintf(b, "gate (batched) at its ceiling: %.2f× go-redis/redis_rate's decisions/s (%.2f× its ceiling); "+
+		"3× would take ≤ %.1fµs of Redis CPU per decision, the gate took %.1fµs\n",
+		gate.RedisCeiling/rr.PerSecond, gate.RedisCeiling/rr.RedisCeiling, 1e6/(3*rr.PerSecond), gate.RedisCPUPerDecision)
+}
