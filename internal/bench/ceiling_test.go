@@ -34,7 +34,7 @@ func TestCeiling(t *testing.T) {
 	r.writeCeiling(&b)
 	for _, want := range []string{
 		"62500", "80% of a core", // the gate: 50000 of 62500
-		"31250",                  // redis_rate
+		"31250", // redis_rate
 		"at its ceiling: 2.50× go-redis/redis_rate's decisions/s (2.00× its ceiling)",
 		"3× would take ≤ 13.3µs of Redis CPU per decision, the gate took 16.0µs",
 	} {
