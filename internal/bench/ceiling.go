@@ -47,12 +47,21 @@ func (r *Report) writeCeiling(b *strings.Builder) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", row.Name, fmtOpt(row.RedisCeiling, "%.0f"), busy)
 	}
 	tw.Flush()
-	gate, ok1 := r.Row("gate-batched")
-	rr, ok2 := r.Row("redis-rate")
-	if !ok1 || !ok2 || gate.RedisCeiling == 0 || rr.PerSecond == 0 || rr.RedisCeiling == 0 {
-		return
+	if gate, rr, ok := r.ceilingPair("gate-batched", "redis-rate"); ok {
+		fmt.Fprintf(b, "gate (batched) at its ceiling: %.2f× go-redis/redis_rate's decisions/s (%.2f× its ceiling); "+
+			"3× would take ≤ %.1fµs of Redis CPU per decision, the gate took %.1fµs\n",
+			gate.RedisCeiling/rr.PerSecond, gate.RedisCeiling/rr.RedisCeiling, 1e6/(3*rr.PerSecond), gate.RedisCPUPerDecision)
 	}
-	fmt.Fprintf(b, "gate (batched) at its ceiling: %.2f× go-redis/redis_rate's decisions/s (%.2f× its ceiling); "+
-		"3× would take ≤ %.1fµs of Redis CPU per decision, the gate took %.1fµs\n",
-		gate.RedisCeiling/rr.PerSecond, gate.RedisCeiling/rr.RedisCeiling, 1e6/(3*rr.PerSecond), gate.RedisCPUPerDecision)
+	if enq, bare, ok := r.ceilingPair("enqueue", "asynq"); ok {
+		fmt.Fprintf(b, "enqueue.Client.Enqueue at its ceiling: %.2f× bare asynq's ceiling; "+
+			"0.9× would take ≤ %.1fµs of Redis CPU per task, Enqueue took %.1fµs (an admission and a write, against a write)\n",
+			enq.RedisCeiling/bare.RedisCeiling, bare.RedisCPUPerDecision/0.9, enq.RedisCPUPerDecision)
+	}
+}
+
+// ceilingPair returns the rows a and b when both ran and have ceilings.
+func (r *Report) ceilingPair(a, b string) (Row, Row, bool) {
+	ra, ok1 := r.Row(a)
+	rb, ok2 := r.Row(b)
+	return ra, rb, ok1 && ok2 && ra.RedisCeiling > 0 && rb.RedisCeiling > 0 && rb.PerSecond > 0
 }

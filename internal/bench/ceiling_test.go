@@ -28,6 +28,8 @@ func TestCeiling(t *testing.T) {
 	r := Report{Rows: []Row{
 		{ID: "gate-batched", Name: "gate (batched)", Decisions: 1, PerSecond: 50000, RedisCPUPerDecision: 16},
 		{ID: "redis-rate", Name: "go-redis/redis_rate", Decisions: 1, PerSecond: 25000, RedisCPUPerDecision: 32},
+		{ID: "asynq", Name: "asynq Enqueue (bare)", Decisions: 1, PerSecond: 28000, RedisCPUPerDecision: 27},
+		{ID: "enqueue", Name: "enqueue.Client.Enqueue", Decisions: 1, PerSecond: 25000, RedisCPUPerDecision: 33.75},
 	}}
 	r.finish()
 	var b strings.Builder
@@ -37,6 +39,7 @@ func TestCeiling(t *testing.T) {
 		"31250", // redis_rate
 		"at its ceiling: 2.50× go-redis/redis_rate's decisions/s (2.00× its ceiling)",
 		"3× would take ≤ 13.3µs of Redis CPU per decision, the gate took 16.0µs",
+		"enqueue.Client.Enqueue at its ceiling: 0.80× bare asynq's ceiling; 0.9× would take ≤ 30.0µs of Redis CPU per task, Enqueue took 33.8µs",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("ceiling section lacks %q:\n%s", want, b.String())
