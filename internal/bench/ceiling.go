@@ -28,10 +28,11 @@ func (row Row) ceiling() float64 {
 }
 
 // writeCeiling writes, on one Redis, each row's ceiling and how much of a
-// core Redis spent on it, then what the ceilings say of the gate's target
-// against redis_rate: the gate's ceiling over redis_rate's measured rate,
-// which no client could improve on, and the Redis CPU per decision that
-// 3× would take. (On a cluster writeCluster gives the ceilings.)
+// core Redis spent on it, then what the ceilings say of two targets where
+// Redis has a core of its own: the gate's ceiling over redis_rate's
+// measured rate, which no client could improve on, with the Redis CPU per
+// decision that 3× would take; and Enqueue's ceiling over bare asynq's.
+// (On a cluster writeCluster gives the ceilings.)
 func (r *Report) writeCeiling(b *strings.Builder) {
 	if r.Redis.Cluster {
 		return
