@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -20,7 +23,8 @@ const causeMaxAge = 5 * time.Second
 // deadline exceeded", while the reason (a refused connection, an unknown
 // host) lies in a dial that go-redis retried in the background; causes lets
 // the ErrUnavailable error name it. It is a redis.Hook, added to the client
-// by New and NewRedisQuotas; it costs nothing until a call fails.
+// by the first New or NewRedisQuotas on it (see watchCauses); it costs
+// nothing until a call fails.
 type causes struct {
 	last atomic.Pointer[cause]
 }
@@ -30,18 +34,60 @@ type cause struct {
 	at  time.Time
 }
 
-// watchCauses adds a causes hook to rdb and returns it.
+// watchCauses returns rdb's causes hook, which it adds the first time.
+// Every Gate and RedisQuotas on one client shares it: go-redis cannot
+// remove a hook, and a hook of its own for each would lengthen every
+// command's chain of hooks for as long as the client lives, one more for
+// each Gate ever made on it. A client of another type gets a hook of its
+// own each time.
 func watchCauses(rdb redis.UniversalClient) *causes {
-	c := &causes{}
-	if rdb != nil {
-		rdb.AddHook(c)
+	switch cl := rdb.(type) {
+	case *redis.Client:
+		return sharedCauses(cl, rdb)
+	case *redis.ClusterClient:
+		return sharedCauses(cl, rdb)
+	case *redis.Ring:
+		return sharedCauses(cl, rdb)
 	}
+	c := &causes{}
+	c.watch(rdb)
+	return c
+}
+
+// watched holds each client's causes hook, by a weak pointer to the client
+// (any holding a weak.Pointer[T]), until the client is collected.
+var watched sync.Map
+
+// sharedCauses returns the causes hook of the client p, which is rdb,
+// adding it the first time.
+func sharedCauses[T any](p *T, rdb redis.UniversalClient) *causes {
+	if p == nil {
+		return &causes{}
+	}
+	key := weak.Make(p)
+	if c, ok := watched.Load(key); ok {
+		return c.(*causes)
+	}
+	c := &causes{}
+	if prev, loaded := watched.LoadOrStore(key, c); loaded {
+		return prev.(*causes)
+	}
+	runtime.AddCleanup(p, func(key weak.Pointer[T]) { watched.Delete(key) }, key)
+	c.watch(rdb)
+	return c
+}
+
+// watch adds c to rdb, and on a cluster to each node client it makes.
+func (c *causes) watch(rdb redis.UniversalClient) {
+	if rdb == nil {
+		return
+	}
+	rdb.AddHook(c)
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		// A cluster client's own hooks see a command's last error, not the
 		// dials of the node clients it makes, where a refusal shows.
 		cc.OnNewNode(func(node *redis.Client) { node.AddHook(c) })
 	}
-	return c
 }
 
 // record keeps err if it is a network error, not the caller's context.
