@@ -2,30 +2,42 @@ package admission
 
 import (
 	"crypto/rand"
+	"encoding/binary"
 	"strconv"
-	"strings"
 	"sync/atomic"
 )
 
-// idGen makes short entry IDs: a random prefix per Gate and a counter, both
-// in base 36. Short IDs keep a log entry small; the random prefix keeps
-// producers that share Redis from colliding.
+// idGen makes short entry IDs: a counter from a random start per Gate, in
+// decimal, below 2^63. Redis keeps such an ID in a log's listpack as an
+// integer, 9 bytes, where the base-36 "prefix.counter" string it replaced
+// took 14 or so: a log entry went from 29 to 24 bytes (admitq bench, Limit
+// 100). The random start keeps producers that share Redis from colliding:
+// two Gates' IDs meet only where their runs of IDs overlap, out of 2^63.
 type idGen struct {
-	prefix string
-	n      atomic.Uint64
+	start uint64 // below 2^63
+	n     atomic.Uint64
 }
+
+// idMask keeps IDs below 2^63, where Redis stores them as integers.
+const idMask = 1<<63 - 1
 
 func newIDGen() *idGen {
-	var b [5]byte
+	var b [8]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux and Go 1.24+
-	v := uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 | uint64(b[4])<<32
-	return &idGen{prefix: strconv.FormatUint(v, 36) + "."}
+	return &idGen{start: binary.LittleEndian.Uint64(b[:]) & idMask}
 }
 
-// owns reports whether id was made by g.
-func (g *idGen) owns(id string) bool { return strings.HasPrefix(id, g.prefix) }
-
 func (g *idGen) next() string {
-	var b [32]byte // prefix (at most 9) and counter (at most 13): one allocation, the string
-	return string(strconv.AppendUint(append(b[:0], g.prefix...), g.n.Add(1), 36))
+	var b [20]byte // one allocation, the string
+	return string(strconv.AppendUint(b[:0], (g.start+g.n.Add(1))&idMask, 10))
+}
+
+// owns reports whether id was made by g: its canonical decimal form, at
+// an offset from g's start that g has reached.
+func (g *idGen) owns(id string) bool {
+	v, err := strconv.ParseUint(id, 10, 63)
+	if err != nil || (id[0] == '0' && len(id) > 1) {
+		return false
+	}
+	return ((v-g.start)&idMask)-1 < g.n.Load() // offsets 1..n; 0 wraps to the top
 }
