@@ -1,0 +1,38 @@
+-- countfloor.lua: a lower bound on the Redis cost of any limiter on a
+-- sliding-window log kept in a sorted set, for BenchmarkScriptFloor with
+-- ADMITQ_BENCH_OTHER_SCRIPT=testdata/countfloor.lua. It takes admit.lua's
+-- KEYS and ARGV and returns a reply of the same shape. Per tenant it does
+-- what every such limiter must: count the log (ZCARD), trim it (here once
+-- every 8 entries, or near the limit, as admit.lua does) and record each
+-- ID that fits (ZADD). It keeps no FIFO, answers no retries and sets no
+-- TTL, so it is not a correct limiter; admit.lua does all of that on top.
+local call = redis.call
+local t = call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local nowS = string.format('%.0f', now)
+local limit = tonumber(ARGV[2]) -- the first quota's
+local trim = string.format('%.0f', now - tonumber(ARGV[3]))
+local out, o = {now}, 1
+local a = 2 + 4 * tonumber(ARGV[1])
+for k = 1, #KEYS do
+  local key = KEYS[k]
+  local n = tonumber(ARGV[a + 2])
+  a = a + 3
+  local card = call('ZCARD', key)
+  if card > 0 and (card % 8 + n >= 8 or card + n + 8 > limit) then
+    card = card - call('ZREMRANGEBYSCORE', key, '-inf', trim)
+  end
+  for i = a, a + n - 1 do
+    local code = 2
+    if card < limit and call('ZADD', key, 'NX', nowS, ARGV[i]) == 1 then
+      card = card + 1
+      code = 0
+    end
+    out[o + 1], out[o + 2], out[o + 3] = code, now, limit - card
+    o = o + 3
+  end
+  a = a + n
+  o = o + 1
+  out[o] = 0
+end
+return out

@@ -1,0 +1,38 @@
+-- ttlfloor.lua: countfloor.lua, and a TTL set on every log it touches
+-- (PEXPIRE, unconditionally, as a limiter that does not read the TTL must):
+-- a lower bound on the Redis cost of any limiter on a sorted-set log whose
+-- logs expire once idle. For BenchmarkScriptFloor with
+-- ADMITQ_BENCH_OTHER_SCRIPT=testdata/ttlfloor.lua. It keeps no FIFO and
+-- answers no retries; admit.lua does both on top, and moves the TTL only
+-- when it would fall short, which needs a read of it per tenant instead.
+local call = redis.call
+local t = call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local nowS = string.format('%.0f', now)
+local limit = tonumber(ARGV[2]) -- the first quota's
+local trim = string.format('%.0f', now - tonumber(ARGV[3]))
+local out, o = {now}, 1
+local a = 2 + 4 * tonumber(ARGV[1])
+for k = 1, #KEYS do
+  local key = KEYS[k]
+  local n = tonumber(ARGV[a + 2])
+  a = a + 3
+  local card = call('ZCARD', key)
+  if card > 0 and (card % 8 + n >= 8 or card + n + 8 > limit) then
+    card = card - call('ZREMRANGEBYSCORE', key, '-inf', trim)
+  end
+  for i = a, a + n - 1 do
+    local code = 2
+    if card < limit and call('ZADD', key, 'NX', nowS, ARGV[i]) == 1 then
+      card = card + 1
+      code = 0
+    end
+    out[o + 1], out[o + 2], out[o + 3] = code, now, limit - card
+    o = o + 3
+  end
+  call('PEXPIRE', key, 2 * tonumber(ARGV[3]) / 1000) -- two windows, ms
+  a = a + n
+  o = o + 1
+  out[o] = 0
+end
+return out
