@@ -236,3 +236,71 @@ func TestReleaseAcrossModeChange(t *testing.T) {
 		t.Fatalf("Admit in Counter mode after releasing the log's slot = %+v, %v; want rejected: the counter's own slot stays", d, err)
 	}
 }
+
+// TestFIFOAcrossCapRemoval: a capped tenant's log is written by permit.lua
+// and release.lua, and read by admit.lua once an operator removes the
+// tenant's MaxInFlight. admit.lua learns from the log's expiry, by its
+// parity, whether a slot may lie ahead; so the capped scripts must keep
+// that parity too, or a request after the change could take a slot before
+// a capped task's reservation. The expiry's parity follows the clock, so
+// the tenants start a millisecond apart.
+func TestFIFOAcrossCapRemoval(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		script string
+		cap    int
+		// reserve gives tenant's task a slot 100 s ahead, at now, and
+		// returns it.
+		reserve func(g *Gate, tenant string, now time.Time) (time.Time, error)
+	}{
+		{"permit.lua", 10, func(g *Gate, tenant string, now time.Time) (time.Time, error) {
+			ds, err := g.AdmitTasksAt(ctx, tenant, []Ref{{ID: "early", Queue: "q"}}, now.Add(100*time.Second))
+			if err != nil {
+				return time.Time{}, err
+			}
+			return ds[0].At, nil
+		}},
+		{"release.lua", 1, func(g *Gate, tenant string, now time.Time) (time.Time, error) {
+			first := Ref{ID: "first", Queue: "q"}
+			if _, err := g.AdmitTasks(ctx, tenant, []Ref{first}); err != nil {
+				return time.Time{}, err
+			}
+			ds, err := g.AdmitTasksAt(ctx, tenant, []Ref{{ID: "early", Queue: "q"}}, now.Add(100*time.Second))
+			if err != nil || ds[0].Outcome != Parked {
+				return time.Time{}, fmt.Errorf("the second task was not parked: %+v, %v", ds, err)
+			}
+			dep, err := g.Permits().Finish(ctx, tenant, first)
+			if err != nil || len(dep.Grants) != 1 {
+				return time.Time{}, fmt.Errorf("Finish granted %+v, %v; want the parked task", dep, err)
+			}
+			return dep.Grants[0].At, nil
+		}},
+	} {
+		t.Run(c.script, func(t *testing.T) {
+			capped := Quota{Limit: 5, Window: 10 * time.Second, MaxDelay: time.Hour, MaxInFlight: c.cap}
+			g, sq, setTime := switchedGate(t, capped)
+			// Ahead of the local clock, which decides whether a
+			// not-before time has passed.
+			t0 := time.Now().Add(time.Hour).Truncate(time.Second)
+			for i := range 8 {
+				tenant := fmt.Sprintf("cap%d", i)
+				now := t0.Add(time.Duration(i) * time.Millisecond)
+				setTime(now)
+				sq.set(capped)
+				reserved, err := c.reserve(g, tenant, now)
+				if err != nil || reserved.Before(now.Add(100*time.Second)) {
+					t.Fatalf("%s: the capped task's slot is %v ahead, %v; want 100 s", tenant, reserved.Sub(now), err)
+				}
+				sq.set(Quota{Limit: 5, Window: 10 * time.Second, MaxDelay: time.Hour})
+				d, err := g.AdmitID(ctx, tenant, "late")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.At.Before(reserved) {
+					t.Errorf("%s: after the cap went, a later request got %v ahead (%v), before the capped task's slot %v ahead: FIFO broken",
+						tenant, d.At.Sub(now), d.Outcome, reserved.Sub(now))
+				}
+			}
+		})
+	}
+}

@@ -14,8 +14,8 @@ import (
 )
 
 // MinRedisVersion is the oldest Redis the gate's scripts run on: they use
-// PEXPIRE … GT (Redis 7.0) and ZMSCORE (6.2). On an older server a script
-// fails halfway, after its ZADDs have run, so the gate refuses it instead.
+// PEXPIRETIME (Redis 7.0). On an older server a script fails halfway, after
+// its first writes, so the gate refuses it instead.
 const MinRedisVersion = "7.0"
 
 // ErrRedisVersion is returned by a Gate whose Redis (on a cluster, any of
@@ -148,7 +148,7 @@ func tooOld(infos []string) error {
 		if addr != "" {
 			addr = " at " + addr
 		}
-		return fmt.Errorf("%w: Redis %s%s; admitq needs Redis %s or later (PEXPIRE GT, ZMSCORE)", ErrRedisVersion, version, addr, MinRedisVersion)
+		return fmt.Errorf("%w: Redis %s%s; admitq needs Redis %s or later (PEXPIRETIME)", ErrRedisVersion, version, addr, MinRedisVersion)
 	}
 	return nil
 }

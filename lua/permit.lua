@@ -38,7 +38,6 @@ local waiting = call('ZCARD', parked)
 local out = {now, (held == 0 and waiting == 0) and 1 or 0}
 
 local card = slotTrim(log, window)
-local fresh = card == 0
 local newest = slotNewest(log, card)
 local added = false
 local rejectedAt = nil
@@ -112,6 +111,6 @@ for i = 10, 9 + 2 * n, 2 do
 end
 
 if added then
-  slotExpire(log, window, newest, fresh)
+  slotExpire(log, window, newest)
 end
 return out

@@ -43,7 +43,6 @@ local waiting = call('ZCARD', parked)
 local grants = {}
 if waiting > 0 and (cap == 0 or held < cap) then
   local card = slotTrim(log, window)
-  local fresh = card == 0
   local newest = slotNewest(log, card)
   local added = false
   local timed = call('EXISTS', notBefore) == 1
@@ -80,7 +79,7 @@ if waiting > 0 and (cap == 0 or held < cap) then
     held, waiting = held + 1, waiting - 1
   end
   if added then
-    slotExpire(log, window, newest, fresh)
+    slotExpire(log, window, newest)
   end
 end
 

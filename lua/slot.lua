@@ -11,8 +11,14 @@
 --   slotNewest(key, card)          the newest slot in the log, at least now
 --   slotRaw(key, limit, window, card, newest)
 --                                  the next free slot before rounding
---   slotExpire(key, window, newest, fresh)
---                                  the log's TTL, as admit.lua sets it
+--   slotExpire(key, window, newest)
+--                                  the log's expiry, as admit.lua sets it:
+--                                  past newest + window, and odd while a
+--                                  slot lies ahead, even otherwise. admit.lua
+--                                  reads that parity to learn whether a
+--                                  reservation lies ahead, and it reads the
+--                                  logs these scripts wrote once a tenant's
+--                                  MaxInFlight is removed.
 local call, max, min = redis.call, math.max, math.min
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -50,11 +56,15 @@ local function slotRaw(key, limit, window, card, newest)
   return slot
 end
 
-local function slotExpire(key, window, newest, fresh)
-  local ttl = math.ceil((max(newest, now) + window - now) / 1000) + 1
-  if fresh then
-    call('PEXPIRE', key, ttl)
-  else
-    call('PEXPIRE', key, ttl, 'GT')
+local function slotExpire(key, window, newest)
+  local need = math.ceil((newest + window) / 1000) + 1
+  local odd = newest > now and 1 or 0
+  local expiry = call('PEXPIRETIME', key)
+  if expiry < need or expiry % 2 ~= odd then
+    local at = max(expiry, need + math.floor(window / 8000))
+    if at % 2 ~= odd then
+      at = at + 1
+    end
+    call('PEXPIREAT', key, string.format('%.0f', at))
   end
 end
