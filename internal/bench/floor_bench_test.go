@@ -30,10 +30,9 @@ var floorSrc string
 //
 // ADMITQ_BENCH_OTHER_SCRIPT names a file to run in floor.lua's place, with
 // admit.lua's KEYS and ARGV: a way to try a change to admit.lua against
-// the current one, as each of the script's costs was measured. Two more
-// floors are in testdata: countfloor.lua also counts each log, as any
-// limiter must, and ttlfloor.lua also sets each log's TTL, as any limiter
-// whose logs expire must.
+// the current one, as each of the script's costs was measured.
+// testdata/ttlfloor.lua is a second floor: it also counts each log and sets
+// its TTL, as any limiter whose logs expire must.
 func BenchmarkScriptFloor(b *testing.B) {
 	other := floorSrc
 	if path := os.Getenv("ADMITQ_BENCH_OTHER_SCRIPT"); path != "" {

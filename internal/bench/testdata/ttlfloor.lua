@@ -1,10 +1,15 @@
--- ttlfloor.lua: countfloor.lua, and a TTL set on every log it touches
--- (PEXPIRE, unconditionally, as a limiter that does not read the TTL must):
--- a lower bound on the Redis cost of any limiter on a sorted-set log whose
--- logs expire once idle. For BenchmarkScriptFloor with
--- ADMITQ_BENCH_OTHER_SCRIPT=testdata/ttlfloor.lua. It keeps no FIFO and
--- answers no retries; admit.lua does both on top, and moves the TTL only
--- when it would fall short, which needs a read of it per tenant instead.
+-- ttlfloor.lua: a lower bound on the Redis cost of any limiter on a
+-- sliding-window log kept in a sorted set whose logs expire once idle, for
+-- BenchmarkScriptFloor with ADMITQ_BENCH_OTHER_SCRIPT=testdata/ttlfloor.lua.
+-- It takes admit.lua's KEYS and ARGV and returns a reply of the same shape.
+-- Per tenant it does what every such limiter must: count the log (ZCARD),
+-- trim it (here once every 8 entries, or near the limit, as admit.lua
+-- does), record each ID that fits (ZADD) and set the log's TTL (PEXPIRE,
+-- on every call, as a limiter that does not read the TTL must). It keeps
+-- no FIFO and answers no retries, so it is not a correct limiter:
+-- admit.lua does both on top, and moves the TTL only when it would fall
+-- short, which takes a read of it (PEXPIRETIME) instead. Without its
+-- PEXPIRE line it is the least any limiter on a sorted-set log does.
 local call = redis.call
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
