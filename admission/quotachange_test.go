@@ -243,7 +243,9 @@ func TestReleaseAcrossModeChange(t *testing.T) {
 // parity, whether a slot may lie ahead; so the capped scripts must keep
 // that parity too, or a request after the change could take a slot before
 // a capped task's reservation. The expiry's parity follows the clock, so
-// the tenants start a millisecond apart.
+// the tenants start a millisecond apart; and a log first written under a
+// long window has an even expiry far past what the capped script needs,
+// which it must still make odd.
 func TestFIFOAcrossCapRemoval(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []struct {
@@ -276,31 +278,46 @@ func TestFIFOAcrossCapRemoval(t *testing.T) {
 			return dep.Grants[0].At, nil
 		}},
 	} {
-		t.Run(c.script, func(t *testing.T) {
-			capped := Quota{Limit: 5, Window: 10 * time.Second, MaxDelay: time.Hour, MaxInFlight: c.cap}
-			g, sq, setTime := switchedGate(t, capped)
-			// Ahead of the local clock, which decides whether a
-			// not-before time has passed.
-			t0 := time.Now().Add(time.Hour).Truncate(time.Second)
-			for i := range 8 {
-				tenant := fmt.Sprintf("cap%d", i)
-				now := t0.Add(time.Duration(i) * time.Millisecond)
-				setTime(now)
-				sq.set(capped)
-				reserved, err := c.reserve(g, tenant, now)
-				if err != nil || reserved.Before(now.Add(100*time.Second)) {
-					t.Fatalf("%s: the capped task's slot is %v ahead, %v; want 100 s", tenant, reserved.Sub(now), err)
-				}
-				sq.set(Quota{Limit: 5, Window: 10 * time.Second, MaxDelay: time.Hour})
-				d, err := g.AdmitID(ctx, tenant, "late")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if d.At.Before(reserved) {
-					t.Errorf("%s: after the cap went, a later request got %v ahead (%v), before the capped task's slot %v ahead: FIFO broken",
-						tenant, d.At.Sub(now), d.Outcome, reserved.Sub(now))
-				}
+		for _, longFirst := range []bool{false, true} {
+			name := c.script + "/fresh log"
+			if longFirst {
+				name = c.script + "/after a 1h window"
 			}
-		})
+			t.Run(name, func(t *testing.T) { testFIFOAcrossCapRemoval(t, c.cap, longFirst, c.reserve) })
+		}
+	}
+}
+
+func testFIFOAcrossCapRemoval(t *testing.T, cap int, longFirst bool, reserve func(*Gate, string, time.Time) (time.Time, error)) {
+	ctx := context.Background()
+	capped := Quota{Limit: 5, Window: 10 * time.Second, MaxDelay: time.Hour, MaxInFlight: cap}
+	g, sq, setTime := switchedGate(t, capped)
+	// Ahead of the local clock, which decides whether a
+	// not-before time has passed.
+	t0 := time.Now().Add(time.Hour).Truncate(time.Second)
+	for i := range 8 {
+		tenant := fmt.Sprintf("cap%d", i)
+		now := t0.Add(time.Duration(i) * time.Millisecond)
+		setTime(now)
+		if longFirst {
+			sq.set(Quota{Limit: 5, Window: time.Hour})
+			if d, err := g.AdmitID(ctx, tenant, "before"); err != nil || d.Outcome != Admitted {
+				t.Fatalf("%s: AdmitID under 1h = %+v, %v", tenant, d, err)
+			}
+		}
+		sq.set(capped)
+		reserved, err := reserve(g, tenant, now)
+		if err != nil || reserved.Before(now.Add(100*time.Second)) {
+			t.Fatalf("%s: the capped task's slot is %v ahead, %v; want 100 s", tenant, reserved.Sub(now), err)
+		}
+		sq.set(Quota{Limit: 5, Window: 10 * time.Second, MaxDelay: time.Hour})
+		d, err := g.AdmitID(ctx, tenant, "late")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.At.Before(reserved) {
+			t.Errorf("%s: after the cap went, a later request got %v ahead (%v), before the capped task's slot %v ahead: FIFO broken",
+				tenant, d.At.Sub(now), d.Outcome, reserved.Sub(now))
+		}
 	}
 }

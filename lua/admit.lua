@@ -49,7 +49,8 @@
 --     every admission. It never moves back.
 -- A key whose expiry someone else set (PERSIST, EXPIRE, or an older admitq
 -- that did not keep the parity) may hold a reservation under an even
--- expiry; an older admitq's reservations last at most its MaxDelay.
+-- expiry; an older admitq's reservations last at most its MaxDelay past
+-- their not-before time.
 --
 -- Numbers passed to redis.call are converted exactly: Redis formats them
 -- with enough digits for a 16-digit µs timestamp, at a cost; the bounds

@@ -104,6 +104,17 @@ func BenchmarkAdmit(b *testing.B) {
 	}
 }
 
+// gateIDs returns a source of entry IDs of the form the gate generates
+// (admission's idGen): a counter from a random start, in decimal below
+// 2^63, which Redis keeps in a listpack as an integer.
+func gateIDs(r *rand.Rand) func() string {
+	start, n := r.Uint64()>>1, uint64(0)
+	return func() string {
+		n++
+		return strconv.FormatUint((start+n)&(1<<63-1), 10)
+	}
+}
+
 // BenchmarkScript measures admit.lua alone: one EVALSHA per op deciding
 // ids new entry IDs for each of keys tenants, picked uniformly from 1000,
 // by 64 callers. keys=32 is the shape of the batched gate's calls on one
@@ -134,8 +145,7 @@ func BenchmarkScript(b *testing.B) {
 				b.RunParallel(func(pb *testing.PB) {
 					g := seed.Add(1)
 					r := rand.New(rand.NewPCG(g, 1))
-					idPrefix := strconv.FormatUint(g, 36) + "."
-					var n uint64
+					nextID := gateIDs(r)
 					// One quota, then for each key its quota index,
 					// not-before time (none), count and IDs.
 					args := []any{1, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), 1}
@@ -153,8 +163,7 @@ func BenchmarkScript(b *testing.B) {
 							keys[k] = names[r.IntN(tenants)]
 							a += 3
 							for range shape.ids {
-								n++
-								args[a] = idPrefix + strconv.FormatUint(n, 36)
+								args[a] = nextID()
 								a++
 							}
 						}

@@ -76,8 +76,7 @@ func BenchmarkScriptFloor(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		g := seed.Add(1)
 		r := rand.New(rand.NewPCG(g, 3))
-		idPrefix := strconv.FormatUint(g, 36) + "."
-		var n uint64
+		nextID := gateIDs(r)
 		// One quota, then for each key its quota index, not-before time
 		// (none), count (1) and ID.
 		args := []any{1, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), 1}
@@ -89,8 +88,7 @@ func BenchmarkScriptFloor(b *testing.B) {
 		for pb.Next() {
 			for k := range call {
 				call[k] = keys[r.IntN(tenants)]
-				n++
-				args[5+4*k+3] = idPrefix + strconv.FormatUint(n, 36)
+				args[5+4*k+3] = nextID()
 			}
 			w ^= 1
 			if err := scripts[w].EvalSha(ctx, rdbs[w], call, args...).Err(); err != nil {

@@ -35,7 +35,7 @@ for k = 1, #KEYS do
     out[o + 1], out[o + 2], out[o + 3] = code, now, limit - card
     o = o + 3
   end
-  call('PEXPIRE', key, 2 * tonumber(ARGV[3]) / 1000) -- two windows, ms
+  call('PEXPIRE', key, string.format('%.0f', math.ceil(2 * tonumber(ARGV[3]) / 1000))) -- two windows, ms
   a = a + n
   o = o + 1
   out[o] = 0
