@@ -35,8 +35,10 @@ over --tenants tenants (uniform, or --zipf), in --rounds slices taken in turn
 with the other contenders, each slice after --warmup on empty keys. For each it prints
 decisions/s, p50 and p99, script calls per decision and Redis's µs per script
 call (INFO commandstats), Redis CPU per decision (INFO cpu), bytes per log
-entry (MEMORY USAGE over ZCARD of sampled logs), the outcomes, and last the
-ratios against the gate and admitq's targets.
+entry (MEMORY USAGE over ZCARD of sampled logs) and the outcomes; then each
+one's Redis ceiling, the decisions/s at which Redis would spend a whole core
+on it, and how busy Redis was; and last the ratios against the gate and
+admitq's targets.
 
 Without --redis (or ADMITQ_REDIS), bench starts a throwaway redis-server on
 a free loopback port and removes it afterwards. On your own Redis it writes

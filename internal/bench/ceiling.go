@@ -30,9 +30,10 @@ func (row Row) ceiling() float64 {
 // writeCeiling writes, on one Redis, each row's ceiling and how much of a
 // core Redis spent on it, then what the ceilings say of two targets where
 // Redis has a core of its own: the gate's ceiling over redis_rate's
-// measured rate, which no client could improve on, with the Redis CPU per
-// decision that 3× would take; and Enqueue's ceiling over bare asynq's.
-// (On a cluster writeCluster gives the ceilings.)
+// measured rate (as far past redis_rate as the gate could go, however
+// little its client cost), with the Redis CPU per decision that 3× would
+// take; and Enqueue's ceiling over bare asynq's. (On a cluster
+// writeCluster gives the ceilings.)
 func (r *Report) writeCeiling(b *strings.Builder) {
 	if r.Redis.Cluster {
 		return
@@ -48,9 +49,12 @@ func (r *Report) writeCeiling(b *strings.Builder) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", row.Name, fmtOpt(row.RedisCeiling, "%.0f"), busy)
 	}
 	tw.Flush()
+	if _, ok := r.Row("gate-flood"); ok {
+		b.WriteString("(the flood's ceiling counts the decisions its deny cache answered without Redis)\n")
+	}
 	if gate, rr, ok := r.ceilingPair("gate-batched", "redis-rate"); ok {
-		fmt.Fprintf(b, "gate (batched) at its ceiling: %.2f× go-redis/redis_rate's decisions/s (%.2f× its ceiling); "+
-			"3× would take ≤ %.1fµs of Redis CPU per decision, the gate took %.1fµs\n",
+		fmt.Fprintf(b, "gate (batched) at its ceiling: %.2f× go-redis/redis_rate's measured decisions/s (%.2f× redis_rate's ceiling); "+
+			"3× its measured rate would take ≤ %.1fµs of Redis CPU per decision, the gate took %.1fµs\n",
 			gate.RedisCeiling/rr.PerSecond, gate.RedisCeiling/rr.RedisCeiling, 1e6/(3*rr.PerSecond), gate.RedisCPUPerDecision)
 	}
 	if enq, bare, ok := r.ceilingPair("enqueue", "asynq"); ok {

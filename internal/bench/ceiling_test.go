@@ -37,8 +37,8 @@ func TestCeiling(t *testing.T) {
 	for _, want := range []string{
 		"62500", "80% of a core", // the gate: 50000 of 62500
 		"31250", // redis_rate
-		"at its ceiling: 2.50× go-redis/redis_rate's decisions/s (2.00× its ceiling)",
-		"3× would take ≤ 13.3µs of Redis CPU per decision, the gate took 16.0µs",
+		"at its ceiling: 2.50× go-redis/redis_rate's measured decisions/s (2.00× redis_rate's ceiling)",
+		"3× its measured rate would take ≤ 13.3µs of Redis CPU per decision, the gate took 16.0µs",
 		"enqueue.Client.Enqueue at its ceiling: 0.80× bare asynq's ceiling; 0.9× would take ≤ 30.0µs of Redis CPU per task, Enqueue took 33.8µs",
 	} {
 		if !strings.Contains(b.String(), want) {
