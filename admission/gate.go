@@ -135,7 +135,7 @@ func (g *Gate) AtGranularity(d time.Duration) *Gate {
 
 // Admit decides one request for tenant under a generated entry ID.
 func (g *Gate) Admit(ctx context.Context, tenant string) (Decision, error) {
-	ds, err := g.admitBatch(ctx, tenant, []string{g.ids.next()}, time.Time{}, true)
+	ds, err := g.admitBatch(ctx, tenant, nil, time.Time{}, true)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -158,9 +158,7 @@ func (g *Gate) AdmitID(ctx context.Context, tenant, id string) (Decision, error)
 // in order: slots never go backwards through the batch, and once one request
 // is rejected so is every one after it.
 func (g *Gate) AdmitBatch(ctx context.Context, tenant string, ids []string) ([]Decision, error) {
-	// package enqueue marks the IDs it made itself: like the gate's own,
-	// their slots go back when the caller leaves before the decision.
-	return g.admitBatch(ctx, tenant, ids, time.Time{}, freshid.Marked(ctx))
+	return g.AdmitBatchAt(ctx, tenant, ids, time.Time{})
 }
 
 // AdmitAt is AdmitID for work that will not start before notBefore, such as
@@ -182,12 +180,18 @@ func (g *Gate) AdmitAt(ctx context.Context, tenant, id string, notBefore time.Ti
 // AdmitBatchAt is AdmitBatch for work that will not start before
 // notBefore, as AdmitAt says.
 func (g *Gate) AdmitBatchAt(ctx context.Context, tenant string, ids []string, notBefore time.Time) ([]Decision, error) {
+	if ids == nil {
+		ids = []string{} // nil asks admitBatch for a generated ID
+	}
+	// package enqueue marks the IDs it made itself: like the gate's own,
+	// their slots go back when the caller leaves before the decision.
 	return g.admitBatch(ctx, tenant, ids, notBefore, freshid.Marked(ctx))
 }
 
 // admitBatch decides ids for work that starts at notBefore (zero: when
 // admitted); fresh says the gate generated them, so none can be in the log
-// yet.
+// yet. Nil ids is Admit's one ID, which the gate generates once the quota
+// says what form of it the log keeps best (idGen.next).
 func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notBefore time.Time, fresh bool) (_ []Decision, err error) {
 	defer func() { err = g.causes.explain(err) }()
 	if err := ValidateTenant(tenant); err != nil {
@@ -198,7 +202,7 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notB
 			return nil, fmt.Errorf("%w: empty entry ID", ErrInvalidID)
 		}
 	}
-	if len(ids) == 0 {
+	if ids != nil && len(ids) == 0 {
 		return nil, nil
 	}
 	began := time.Now()
@@ -211,16 +215,25 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notB
 		// Redis is away and the quota is a guess: good enough to decide
 		// locally, never to record slots in Redis.
 		g.brk.failure(err, time.Now())
-		return g.withoutRedis(tenant, guess.q, ids, time.Now(), err)
+		return g.withoutRedis(tenant, guess.q, orNew(ids, g.ids, guess.q), time.Now(), err)
 	}
 	if err != nil {
 		return nil, err
 	}
+	ids = orNew(ids, g.ids, q)
 	nb := notBeforeµs(notBefore)
 	if q.MaxInFlight > 0 {
 		return g.admitCapped(ctx, tenant, q, refsOf(ids), nb) // permit.go
 	}
 	return g.decide(ctx, tenant, q, ids, nb, fresh, began)
+}
+
+// orNew returns ids, or for nil one new ID from gen for a log of q.
+func orNew(ids []string, gen *idGen, q Quota) []string {
+	if ids == nil {
+		return []string{gen.next(q.Limit)}
+	}
+	return ids
 }
 
 func (g *Gate) quota(ctx context.Context, tenant string) (Quota, error) {

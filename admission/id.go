@@ -4,41 +4,58 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"strconv"
+	"strings"
 	"sync/atomic"
 )
 
-// idGen makes short entry IDs: a counter from a random start per Gate, in
-// decimal, below 2^63. Redis keeps such an ID in a log's listpack (up to
-// 128 entries, by default) as an 8-byte integer, 10 bytes with its header
-// and back length, where the base-36 "prefix.counter" string it replaced
-// took 12 to 16: a log entry went from 29 to 24 bytes (admitq bench, Limit
-// 100). A larger log is a skiplist, which keeps each ID as a string: there
-// the 19 digits cost what the old IDs of a long-running producer did, and
-// up to 13% more per entry than a young producer's (117 to 132 bytes).
-// The random start keeps producers that share Redis from colliding: two
-// Gates' IDs meet only where their runs of IDs overlap, out of 2^63.
+// idGen makes short entry IDs from one counter per Gate, in the form that
+// costs the tenant's log the least memory (see next).
 type idGen struct {
-	start uint64 // below 2^63
-	n     atomic.Uint64
+	start  uint64 // random, below 2^63: where the decimal IDs begin
+	prefix string // 40 random bits in base 36, and "."
+	n      atomic.Uint64
 }
 
 // idMask keeps IDs below 2^63, where Redis stores them as integers.
 const idMask = 1<<63 - 1
 
+// listpackEntries is Redis's default zset-max-listpack-entries: a log of
+// at most this many entries is a listpack, a larger one a skiplist. (A
+// server set otherwise only changes what an ID costs, never a decision.)
+const listpackEntries = 128
+
 func newIDGen() *idGen {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux and Go 1.24+
-	return &idGen{start: binary.LittleEndian.Uint64(b[:]) & idMask}
+	v := binary.LittleEndian.Uint64(b[:])
+	return &idGen{start: v & idMask, prefix: strconv.FormatUint(v>>24, 36) + "."}
 }
 
-func (g *idGen) next() string {
-	var b [20]byte // one allocation, the string
-	return string(strconv.AppendUint(b[:0], (g.start+g.n.Add(1))&idMask, 10))
+// next returns a new ID for a log of a quota's limit. A log that stays a
+// listpack gets a counter from g's random start, in decimal below 2^63,
+// which the listpack keeps as an 8-byte integer (10 bytes with its header):
+// 24 bytes a log entry at Limit 100, against 29 for the base-36 string.
+// A larger log is a skiplist, which keeps every ID as a string, so it gets
+// the shorter string, g's prefix and the counter in base 36 (19 decimal
+// digits cost up to 15% more per entry there: 103 against 119 bytes at
+// Limit 1000). The random start and prefix keep producers that share
+// Redis from colliding.
+func (g *idGen) next(limit int) string {
+	n := g.n.Add(1)
+	var b [32]byte // prefix (at most 9) and counter (at most 13): one allocation, the string
+	if limit <= listpackEntries {
+		return string(strconv.AppendUint(b[:0], (g.start+n)&idMask, 10))
+	}
+	return string(strconv.AppendUint(append(b[:0], g.prefix...), n, 36))
 }
 
-// owns reports whether id was made by g: its canonical decimal form, at
-// an offset from g's start that g has reached.
+// owns reports whether id was made by g: a base-36 ID with g's prefix, or
+// a decimal one in canonical form at an offset from g's start that g has
+// reached.
 func (g *idGen) owns(id string) bool {
+	if strings.HasPrefix(id, g.prefix) {
+		return true
+	}
 	v, err := strconv.ParseUint(id, 10, 63)
 	if err != nil || (id[0] == '0' && len(id) > 1) {
 		return false

@@ -3,21 +3,33 @@ package admission
 import (
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 )
 
-// TestIDs checks that generated IDs are canonical decimals below 2^63 (the
-// form Redis keeps in a listpack as an integer), distinct, owned by their
-// generator and by no other, across the wrap at 2^63.
+// TestIDs checks both forms of generated IDs: for a log that stays a
+// listpack, canonical decimals below 2^63 (which Redis keeps there as
+// integers), across the wrap at 2^63; for a larger one, the base-36 string
+// with the generator's prefix. Each is distinct and owned by its generator
+// and by no other.
 func TestIDs(t *testing.T) {
 	for _, start := range []uint64{0, 12345, idMask - 2} { // the last wraps to 0
-		g, other := &idGen{start: start}, &idGen{start: start + 1000}
+		g := &idGen{start: start, prefix: "g."}
+		other := &idGen{start: start + 1000, prefix: "o."}
 		seen := map[string]bool{}
-		for range 10 {
-			id := g.next()
-			v, err := strconv.ParseUint(id, 10, 63)
-			if err != nil || strconv.FormatUint(v, 10) != id {
-				t.Fatalf("start %d: ID %q is not a canonical decimal below 2^63 (%v)", start, id, err)
+		for i := range 20 {
+			limit := listpackEntries
+			if i%2 == 1 {
+				limit = listpackEntries + 1
+			}
+			id := g.next(limit)
+			if limit <= listpackEntries {
+				v, err := strconv.ParseUint(id, 10, 63)
+				if err != nil || strconv.FormatUint(v, 10) != id {
+					t.Fatalf("start %d: ID %q for a listpack is not a canonical decimal below 2^63 (%v)", start, id, err)
+				}
+			} else if rest, ok := strings.CutPrefix(id, "g."); !ok || rest == "" {
+				t.Fatalf("start %d: ID %q for a skiplist lacks the prefix", start, id)
 			}
 			if seen[id] {
 				t.Fatalf("start %d: ID %q twice", start, id)
@@ -32,10 +44,10 @@ func TestIDs(t *testing.T) {
 		}
 		for _, id := range []string{
 			strconv.FormatUint(start, 10),             // the start itself: never made
-			strconv.FormatUint((start+11)&idMask, 10), // not made yet
+			strconv.FormatUint((start+21)&idMask, 10), // not made yet
 			"0" + strconv.FormatUint((start+1)&idMask, 10),
 			"+" + strconv.FormatUint((start+1)&idMask, 10),
-			strconv.FormatUint(math.MaxUint64, 10), "", "x", "abc.1",
+			strconv.FormatUint(math.MaxUint64, 10), "", "x", "abc.1", "o.1",
 		} {
 			if g.owns(id) {
 				t.Errorf("start %d: the generator owns %q, which it did not make", start, id)
