@@ -38,7 +38,7 @@ func TestCausesHookIsSharedPerClient(t *testing.T) {
 	}
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	defer cc.Close()
-	if watchCauses(cc) != watchCauses(cc) {
+	if once, again := watchCauses(cc), watchCauses(cc); once != again {
 		t.Fatal("a cluster client got two hooks")
 	}
 
