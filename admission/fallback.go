@@ -302,7 +302,7 @@ func (l *localLimiter) replayed(tenant string, n int) {
 func (g *Gate) replay(ctx context.Context, tenant, key string, q Quota, n int, budget time.Duration) {
 	ids := make([]string, n)
 	for i := range ids {
-		ids[i] = g.ids.next(q.Limit)
+		ids[i] = g.ids.next(logBound(q))
 	}
 	q.MaxDelay = 0
 	if _, _, err := g.remote(ctx, tenant, key, q, ids, 0, true, budget); err == nil {

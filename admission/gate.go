@@ -231,7 +231,7 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notB
 // orNew returns ids, or for nil one new ID from gen for a log of q.
 func orNew(ids []string, gen *idGen, q Quota) []string {
 	if ids == nil {
-		return []string{gen.next(q.Limit)}
+		return []string{gen.next(logBound(q))}
 	}
 	return ids
 }

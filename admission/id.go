@@ -12,7 +12,7 @@ import (
 // costs the tenant's log the least memory (see next).
 type idGen struct {
 	start  uint64 // random, below 2^63: where the decimal IDs begin
-	prefix string // 40 random bits in base 36, and "."
+	prefix string // the same draw's top 40 bits in base 36, and "."
 	n      atomic.Uint64
 }
 
@@ -20,9 +20,27 @@ type idGen struct {
 const idMask = 1<<63 - 1
 
 // listpackEntries is Redis's default zset-max-listpack-entries: a log of
-// at most this many entries is a listpack, a larger one a skiplist. (A
-// server set otherwise only changes what an ID costs, never a decision.)
+// at most this many entries is a listpack, a larger one a skiplist, and
+// stays one until it expires. (A server set otherwise only changes what an
+// ID costs, never a decision.)
 const listpackEntries = 128
+
+// logBound is the most entries a log under q can hold: at most Limit slots
+// in any window, over the window and MaxDelay ahead of now, and up to TRIM
+// (admit.lua's 8) that have left the window and wait for the next trim.
+// Work scheduled further ahead (AdmitAt) can add more; it is rare, and
+// costs only memory.
+func logBound(q Quota) int {
+	const trim = 8
+	ahead := int64(0)
+	if q.Window > 0 {
+		ahead = int64((q.MaxDelay + q.Window - 1) / q.Window) // windows ahead, rounded up
+	}
+	if ahead >= listpackEntries || int64(q.Limit) > listpackEntries {
+		return listpackEntries + 1 // a skiplist, however much larger
+	}
+	return q.Limit*int(1+ahead) + trim
+}
 
 func newIDGen() *idGen {
 	var b [8]byte
@@ -31,19 +49,20 @@ func newIDGen() *idGen {
 	return &idGen{start: v & idMask, prefix: strconv.FormatUint(v>>24, 36) + "."}
 }
 
-// next returns a new ID for a log of a quota's limit. A log that stays a
-// listpack gets a counter from g's random start, in decimal below 2^63,
-// which the listpack keeps as an 8-byte integer (10 bytes with its header):
-// 24 bytes a log entry at Limit 100, against 29 for the base-36 string.
-// A larger log is a skiplist, which keeps every ID as a string, so it gets
-// the shorter string, g's prefix and the counter in base 36 (19 decimal
-// digits cost up to 15% more per entry there: 103 against 119 bytes at
-// Limit 1000). The random start and prefix keep producers that share
-// Redis from colliding.
-func (g *idGen) next(limit int) string {
+// next returns a new ID for a log of at most bound entries (logBound). A
+// log that stays a listpack gets a counter from g's random start, in
+// decimal below 2^63, which the listpack keeps as an 8-byte integer (10
+// bytes with its header): 24 bytes a log entry at Limit 100, against 29
+// for the base-36 string. A log that can grow larger may become a
+// skiplist, which keeps every ID as a string, so it gets the shorter
+// string, g's prefix and the counter in base 36 (19 decimal digits cost
+// up to 15% more per entry there: 103 against 119 bytes at Limit 1000).
+// The random start and prefix keep producers that share Redis from
+// colliding.
+func (g *idGen) next(bound int) string {
 	n := g.n.Add(1)
 	var b [32]byte // prefix (at most 9) and counter (at most 13): one allocation, the string
-	if limit <= listpackEntries {
+	if bound <= listpackEntries {
 		return string(strconv.AppendUint(b[:0], (g.start+n)&idMask, 10))
 	}
 	return string(strconv.AppendUint(append(b[:0], g.prefix...), n, 36))

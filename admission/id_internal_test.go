@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestIDs checks both forms of generated IDs: for a log that stays a
@@ -52,6 +53,30 @@ func TestIDs(t *testing.T) {
 			if g.owns(id) {
 				t.Errorf("start %d: the generator owns %q, which it did not make", start, id)
 			}
+		}
+	}
+}
+
+// TestLogBound checks the bound that picks an ID's form: Limit slots a
+// window over the window and MaxDelay ahead, and the entries that wait for
+// a trim; anything that could pass Redis's listpack size is a skiplist,
+// without overflowing on a MaxDelay many windows long.
+func TestLogBound(t *testing.T) {
+	for _, c := range []struct {
+		q        Quota
+		listpack bool
+	}{
+		{Quota{Limit: 100, Window: time.Second}, true},                                    // 108
+		{Quota{Limit: 120, Window: time.Second}, true},                                    // 128
+		{Quota{Limit: 121, Window: time.Second}, false},                                   // 129
+		{Quota{Limit: 60, Window: time.Second, MaxDelay: time.Second}, true},              // 2 windows: 128
+		{Quota{Limit: 60, Window: time.Second, MaxDelay: 1001 * time.Millisecond}, false}, // 3 windows
+		{Quota{Limit: 100, Window: time.Second, MaxDelay: time.Minute}, false},
+		{Quota{Limit: 1, Window: time.Microsecond, MaxDelay: 1000 * time.Hour}, false},
+		{Quota{Limit: 1_000_000, Window: time.Hour}, false},
+	} {
+		if got := logBound(c.q) <= listpackEntries; got != c.listpack {
+			t.Errorf("%+v: bound %d, a listpack %v; want %v", c.q, logBound(c.q), got, c.listpack)
 		}
 	}
 }

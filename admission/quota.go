@@ -51,7 +51,9 @@ type Mode int
 
 const (
 	// Log keeps every slot in a sorted set: exact, idempotent on entry IDs,
-	// and about 26 bytes an entry at Limit <= 128 (~100 above). The default.
+	// and about 24 bytes an entry while the log stays within Redis's
+	// listpack size (128 entries by default; about 102 bytes above). The
+	// default.
 	Log Mode = iota
 	// Counter keeps counts in buckets of a tenth of the window, for quotas
 	// too large to log. Memory does not grow with Limit (it grows with

@@ -249,8 +249,8 @@ func TestReleaseAcrossModeChange(t *testing.T) {
 func TestFIFOAcrossCapRemoval(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []struct {
-		script string
-		cap    int
+		script      string
+		maxInFlight int
 		// reserve gives tenant's task a slot 100 s ahead, at now, and
 		// returns it.
 		reserve func(g *Gate, tenant string, now time.Time) (time.Time, error)
@@ -283,14 +283,14 @@ func TestFIFOAcrossCapRemoval(t *testing.T) {
 			if longFirst {
 				name = c.script + "/after a 1h window"
 			}
-			t.Run(name, func(t *testing.T) { testFIFOAcrossCapRemoval(t, c.cap, longFirst, c.reserve) })
+			t.Run(name, func(t *testing.T) { testFIFOAcrossCapRemoval(t, c.maxInFlight, longFirst, c.reserve) })
 		}
 	}
 }
 
-func testFIFOAcrossCapRemoval(t *testing.T, cap int, longFirst bool, reserve func(*Gate, string, time.Time) (time.Time, error)) {
+func testFIFOAcrossCapRemoval(t *testing.T, maxInFlight int, longFirst bool, reserve func(*Gate, string, time.Time) (time.Time, error)) {
 	ctx := context.Background()
-	capped := Quota{Limit: 5, Window: 10 * time.Second, MaxDelay: time.Hour, MaxInFlight: cap}
+	capped := Quota{Limit: 5, Window: 10 * time.Second, MaxDelay: time.Hour, MaxInFlight: maxInFlight}
 	g, sq, setTime := switchedGate(t, capped)
 	// Ahead of the local clock, which decides whether a
 	// not-before time has passed.

@@ -104,14 +104,20 @@ func BenchmarkAdmit(b *testing.B) {
 	}
 }
 
-// gateIDs returns a source of entry IDs of the form the gate generates
-// (admission's idGen): a counter from a random start, in decimal below
-// 2^63, which Redis keeps in a listpack as an integer.
-func gateIDs(r *rand.Rand) func() string {
-	start, n := r.Uint64()>>1, uint64(0)
+// gateIDs returns a source of entry IDs of the forms the gate generates
+// (admission's idGen): for a log that stays a listpack, a counter from a
+// random start in decimal below 2^63, which Redis keeps there as an
+// integer; for one that can grow past it (listpack false), a random
+// prefix and the counter in base 36.
+func gateIDs(r *rand.Rand, listpack bool) func() string {
+	v, n := r.Uint64(), uint64(0)
+	prefix := strconv.FormatUint(v>>24, 36) + "."
 	return func() string {
 		n++
-		return strconv.FormatUint((start+n)&(1<<63-1), 10)
+		if listpack {
+			return strconv.FormatUint((v+n)&(1<<63-1), 10)
+		}
+		return prefix + strconv.FormatUint(n, 36)
 	}
 }
 
@@ -145,7 +151,7 @@ func BenchmarkScript(b *testing.B) {
 				b.RunParallel(func(pb *testing.PB) {
 					g := seed.Add(1)
 					r := rand.New(rand.NewPCG(g, 1))
-					nextID := gateIDs(r)
+					nextID := gateIDs(r, false) // Limit 1000: the gate's base-36 IDs
 					// One quota, then for each key its quota index,
 					// not-before time (none), count and IDs.
 					args := []any{1, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), 1}

@@ -76,7 +76,7 @@ func BenchmarkScriptFloor(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		g := seed.Add(1)
 		r := rand.New(rand.NewPCG(g, 3))
-		nextID := gateIDs(r)
+		nextID := gateIDs(r, true) // Limit 100: the gate's decimal IDs
 		// One quota, then for each key its quota index, not-before time
 		// (none), count (1) and ID.
 		args := []any{1, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), 1}
