@@ -75,6 +75,11 @@ type denial struct {
 // denyCache.
 const nearFull = 8
 
+// trimEvery is admit.lua's TRIM: the script trims a log once every
+// trimEvery entries, or near its limit, so that Decision.Remaining is exact
+// below nearFull, where the cache paces a tenant.
+const trimEvery = nearFull
+
 // newDenyCache returns a cache of up to max tenants whose requests wait
 // up to wait for a probe.
 func newDenyCache(max int, wait time.Duration) *denyCache {

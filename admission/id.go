@@ -26,12 +26,11 @@ const idMask = 1<<63 - 1
 const listpackEntries = 128
 
 // logBound is the most entries a log under q can hold: at most Limit slots
-// in any window, over the window and MaxDelay ahead of now, and up to TRIM
-// (admit.lua's 8) that have left the window and wait for the next trim.
-// Work scheduled further ahead (AdmitAt) can add more; it is rare, and
-// costs only memory.
+// in any window, over the window and MaxDelay ahead of now, and up to
+// trimEvery that have left the window and wait for the next trim. Work
+// scheduled further ahead (AdmitAt) can add more; it is rare, and costs
+// only memory.
 func logBound(q Quota) int {
-	const trim = 8
 	ahead := int64(0)
 	if q.Window > 0 {
 		ahead = int64((q.MaxDelay + q.Window - 1) / q.Window) // windows ahead, rounded up
@@ -39,7 +38,7 @@ func logBound(q Quota) int {
 	if ahead >= listpackEntries || int64(q.Limit) > listpackEntries {
 		return listpackEntries + 1 // a skiplist, however much larger
 	}
-	return q.Limit*int(1+ahead) + trim
+	return q.Limit*int(1+ahead) + trimEvery
 }
 
 func newIDGen() *idGen {

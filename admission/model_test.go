@@ -21,9 +21,6 @@ type slotModel struct {
 	log map[string]int64
 }
 
-// trimEvery is admit.lua's TRIM.
-const trimEvery = 8
-
 type modelResult struct {
 	Code, At, Remaining int64
 }
