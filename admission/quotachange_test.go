@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/admitq/admitq/internal/redistest"
 )
 
 // switchQuotas is a quota table of one quota that a test changes at will,
@@ -243,9 +245,10 @@ func TestReleaseAcrossModeChange(t *testing.T) {
 // parity, whether a slot may lie ahead; so the capped scripts must keep
 // that parity too, or a request after the change could take a slot before
 // a capped task's reservation. The expiry's parity follows the clock, so
-// the tenants start a millisecond apart; and a log first written under a
-// long window has an even expiry far past what the capped script needs,
-// which it must still make odd.
+// on miniredis the tenants start a millisecond apart; and a log first
+// written under a long window has an even expiry far past what the capped
+// script needs, which it must still make odd, whatever the clock: that case
+// runs on a real redis-server too.
 func TestFIFOAcrossCapRemoval(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []struct {
@@ -278,27 +281,38 @@ func TestFIFOAcrossCapRemoval(t *testing.T) {
 			return dep.Grants[0].At, nil
 		}},
 	} {
-		for _, longFirst := range []bool{false, true} {
-			name := c.script + "/fresh log"
-			if longFirst {
-				name = c.script + "/after a 1h window"
-			}
-			t.Run(name, func(t *testing.T) { testFIFOAcrossCapRemoval(t, c.maxInFlight, longFirst, c.reserve) })
-		}
+		t.Run(c.script+"/fresh log", func(t *testing.T) { testFIFOAcrossCapRemoval(t, c.maxInFlight, false, false, c.reserve) })
+		t.Run(c.script+"/after a 1h window", func(t *testing.T) { testFIFOAcrossCapRemoval(t, c.maxInFlight, true, false, c.reserve) })
+		t.Run(c.script+"/after a 1h window, on redis-server", func(t *testing.T) { testFIFOAcrossCapRemoval(t, c.maxInFlight, true, true, c.reserve) })
 	}
 }
 
-func testFIFOAcrossCapRemoval(t *testing.T, maxInFlight int, longFirst bool, reserve func(*Gate, string, time.Time) (time.Time, error)) {
+func testFIFOAcrossCapRemoval(t *testing.T, maxInFlight int, longFirst, server bool, reserve func(*Gate, string, time.Time) (time.Time, error)) {
 	ctx := context.Background()
 	capped := Quota{Limit: 5, Window: 10 * time.Second, MaxDelay: time.Hour, MaxInFlight: maxInFlight}
-	g, sq, setTime := switchedGate(t, capped)
-	// Ahead of the local clock, which decides whether a
-	// not-before time has passed.
-	t0 := time.Now().Add(time.Hour).Truncate(time.Second)
+	// now is the Redis time of tenant i's calls: on miniredis, ahead of
+	// the local clock, which decides whether a not-before time has passed.
+	var g *Gate
+	var sq *switchQuotas
+	var now func(i int) time.Time
+	if server {
+		sq = &switchQuotas{q: capped}
+		g = New(redistest.Start(t).Client(t), sq, WithTimeout(5*time.Second))
+		t.Cleanup(func() { g.Close() })
+		now = func(int) time.Time { return time.Now().Truncate(time.Microsecond) }
+	} else {
+		var setTime func(time.Time)
+		g, sq, setTime = switchedGate(t, capped)
+		t0 := time.Now().Add(time.Hour).Truncate(time.Second)
+		now = func(i int) time.Time {
+			at := t0.Add(time.Duration(i) * time.Millisecond)
+			setTime(at)
+			return at
+		}
+	}
 	for i := range 8 {
 		tenant := fmt.Sprintf("cap%d", i)
-		now := t0.Add(time.Duration(i) * time.Millisecond)
-		setTime(now)
+		now := now(i)
 		if longFirst {
 			sq.set(Quota{Limit: 5, Window: time.Hour})
 			if d, err := g.AdmitID(ctx, tenant, "before"); err != nil || d.Outcome != Admitted {
