@@ -68,34 +68,187 @@
 -- the window of the last call, so a call reads the bucket that left the
 -- window since, not the window's eleven. Where that does not serve (a slot
 -- ahead, a gap of 2 to 10 buckets since the last call, a window it fills),
--- a second HMGET reads the window.
-local call, max, min, floor = redis.call, math.max, math.min, math.floor
+-- a second HMGET reads the window. A batch reads every key's fields
+-- before it writes any (which also checks their types), and the bounds
+-- and field names that keys of one quota share are made once a call.
+-- Measured side by side (BenchmarkCounterScriptBatch), a TYPE check per
+-- key, and helpers made anew for each key, cost 20-25% of the script.
+local call, max, min, floor, format = redis.call, math.max, math.min, math.floor, string.format
 local SWEEP, MOVE = 64, 64
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
--- decide decides the requests of one tenant's key, with that key's ARGV
--- (above): the whole call when it has one key, each key of a batch in
--- turn when it has several (below), all on the one Redis time now.
-local function decide(key, ARGV)
-  local limit = tonumber(ARGV[1])
-  local window = tonumber(ARGV[2])
-  local maxDelay = tonumber(ARGV[3])
-  local gran = tonumber(ARGV[4])
-  local width = max(1, floor(window / tonumber(ARGV[5])))
-  local n = tonumber(ARGV[6])
-  local start = max(now, tonumber(ARGV[7]))
+-- The functions below take what they need as arguments: a function
+-- defined inside decide would be a new closure for every key of a batch.
 
-  -- fmt formats an integer exactly. %d takes C's integer path: less than
-  -- half the time of %.0f, or of the %.17g that Redis applies to a number
-  -- passed to redis.call, and exact for every integer a double holds.
-  local function fmt(x)
-    return string.format('%d', x)
+-- fmt formats an integer exactly. %d takes C's integer path: less than
+-- half the time of %.0f, or of the %.17g that Redis applies to a number
+-- passed to redis.call, and exact for every integer a double holds.
+local function fmt(x)
+  return format('%d', x)
+end
+local nowS = fmt(now)
+
+-- field names bucket i of generation g.
+local function field(g, i)
+  return format('%d:%d', g, i)
+end
+
+-- names appends to into the fields of generation g's buckets lo..hi.
+local function names(g, lo, hi, into)
+  for i = lo, hi do
+    into[#into + 1] = field(g, i)
   end
+  return into
+end
 
+-- ceil rounds x up to a multiple of the granularity g; fmod is exact.
+local function ceil(x, g)
+  local r = math.fmod(x, g)
+  if r > 0 then
+    return x - r + g
+  end
+  return x
+end
+
+-- load returns the entries in counts' buckets that a window ending in
+-- bucket b can overlap (b and the span before it), and the oldest of those
+-- buckets that holds any.
+local function load(counts, span, b)
+  local sum, oldest = 0, nil
+  for i = b - span, b do
+    local c = counts[i]
+    if c and c > 0 then
+      sum = sum + c
+      oldest = oldest or i
+    end
+  end
+  return sum, oldest
+end
+
+-- slotFrom returns the first free slot at or after t under limit, counting
+-- counts' buckets of width and span, rounded up to the granularity g when
+-- it lies ahead, and the first moment a request would be admitted there
+-- without rounding.
+local function slotFrom(t, counts, limit, width, span, g)
+  local raw = nil
+  for _ = 1, 10000 do
+    local b = floor(t / width)
+    local sum, oldest = load(counts, span, b)
+    if sum < limit then
+      if t <= now then
+        return now, now
+      end
+      raw = raw or t
+      if math.fmod(t, g) == 0 then
+        return t, raw
+      end
+      t = ceil(t, g) -- check the bucket the rounded slot falls in
+      if floor(t / width) == b then
+        return t, raw
+      end
+    else
+      -- Nothing frees up before the oldest counted bucket leaves.
+      t = max(t, (oldest + span + 1) * width)
+      raw = nil
+    end
+  end
+  return t, raw or t
+end
+
+-- read fills counts with key's stored buckets lo..hi of generation gen: by name, or by
+-- scanning the hash when it holds fewer fields than that (Usage only ever
+-- asks for many).
+local function read(key, gen, counts, lo, hi)
+  if hi < lo then
+    return
+  end
+  if hi - lo + 1 > 64 and hi - lo + 1 > call('HLEN', key) then
+    local c = '0'
+    repeat
+      local r = call('HSCAN', key, c, 'COUNT', 1000)
+      c = r[1]
+      local kv = r[2]
+      for j = 1, #kv, 2 do
+        local g, i = string.match(kv[j], '^(%d+):(%-?%d+)$')
+        if g and tonumber(g) == gen then
+          i = tonumber(i)
+          if i >= lo and i <= hi then
+            counts[i] = tonumber(kv[j + 1])
+          end
+        end
+      end
+    until c == '0'
+    return
+  end
+  for s = lo, hi, 1000 do
+    local f = names(gen, s, min(hi, s + 999), {key})
+    local v = call('HMGET', unpack(f))
+    for j = 1, #f - 1 do
+      local c = tonumber(v[j])
+      if c then
+        counts[s + j - 1] = c
+      end
+    end
+  end
+end
+
+-- shapeOf returns what every key of a window and a number of buckets
+-- (ARGV strings) shares on this call's time: the width, span, the current
+-- bucket and the strings made of them. A batch's keys share a quota, as a
+-- rule, so it keeps the last one.
+local lastWindow, lastBuckets, lastShape
+local function shapeOf(windowS, bucketsS)
+  if windowS == lastWindow and bucketsS == lastBuckets then
+    return lastShape
+  end
+  local window = tonumber(windowS)
+  local width = max(1, floor(window / tonumber(bucketsS)))
   local span = math.ceil(window / width) -- buckets before the current one that a window can reach
-
   local cur = floor(now / width)
+  lastWindow, lastBuckets = windowS, bucketsS
+  lastShape = {
+    width = width, span = span, cur = cur,
+    stamp = fmt(width) .. '.0', spanS = fmt(span), curS = fmt(cur),
+    -- generation 0's bucket that left the window a bucket of time ago,
+    -- and the current one
+    gone = field(0, cur - span - 1), now = field(0, cur),
+  }
+  return lastShape
+end
+
+-- guesses says whether decide, for the ARGV from a + 1 on (see decide),
+-- reads with its fields the buckets of generation 0 that the sum needs
+-- (see below): when it records requests that start now.
+local function guesses(ARGV, a, release)
+  return tonumber(ARGV[a + 6]) > 0 and not release and tonumber(ARGV[a + 7]) <= now
+end
+
+-- readFields returns the fields decide reads first, for key with the ARGV from
+-- a + 1 on (see decide), in one HMGET.
+local function readFields(key, ARGV, a, release)
+  if guesses(ARGV, a, release) then
+    local s = shapeOf(ARGV[a + 2], ARGV[a + 5])
+    return call('HMGET', key, 'w', 'g', 'n', 'last', 'c', 's', 'x', 'ws', 'wb', 'wn', s.gone, s.now)
+  end
+  return call('HMGET', key, 'w', 'g', 'n', 'last', 'c', 's', 'x', 'ws', 'wb', 'wn')
+end
+
+-- decide decides the requests of one tenant's key, with that key's ARGV
+-- from a + 1 on (above): the whole call when it has one key (a = 0), each
+-- key of a batch in turn when it has several (below), all on the one Redis
+-- time now. meta is the reply of the key's HMGET (fields), when the batch
+-- read it first.
+local function decide(key, ARGV, a, meta)
+  local release = a == 0 and ARGV[8]
+  local limit = tonumber(ARGV[a + 1])
+  local window = tonumber(ARGV[a + 2])
+  local maxDelay = tonumber(ARGV[a + 3])
+  local gran = tonumber(ARGV[a + 4])
+  local n = tonumber(ARGV[a + 6])
+  local start = max(now, tonumber(ARGV[a + 7]))
+  local shape = shapeOf(ARGV[a + 2], ARGV[a + 5])
+  local width, span, cur = shape.width, shape.span, shape.cur
 
   -- "ws" is the sum of the buckets wb-span..wb, which the recording call
   -- that wrote them read or wrote. From it a call reads one bucket, not a
@@ -107,13 +260,9 @@ local function decide(key, ARGV)
   -- An older admitq keeps no sum, and rewrites "w" as "<w>" whenever it
   -- records: a sum is only used under the stamp. (A release by one leaves
   -- the sum too high, never too low.)
-  local stamp = fmt(width) .. '.0'
-  local fields = {key, 'w', 'g', 'n', 'last', 'c', 's', 'x', 'ws', 'wb', 'wn'}
-  local guessed = n > 0 and not ARGV[8] and start == now
-  if guessed then
-    fields[12], fields[13] = '0:' .. fmt(cur - span - 1), '0:' .. fmt(cur)
-  end
-  local meta = call('HMGET', unpack(fields))
+  local stamp = shape.stamp
+  local guessed = guesses(ARGV, a, release)
+  meta = meta or readFields(key, ARGV, a, release)
   local storedWidth, gen = tonumber(meta[1]), tonumber(meta[2]) or 0
   local total, last, cursor = tonumber(meta[3]) or 0, tonumber(meta[4]) or now, meta[5] or '0'
   local swept, expiry = tonumber(meta[6]), tonumber(meta[7]) or -1
@@ -124,24 +273,12 @@ local function decide(key, ARGV)
   local ws = ours and tonumber(meta[10]) == span and tonumber(meta[8])
   local wb = tonumber(meta[9])
 
-  local function field(g, i)
-    return string.format('%d:%d', g, i)
-  end
-
-  -- names appends to into the fields of generation g's buckets lo..hi.
-  local function names(g, lo, hi, into)
-    for i = lo, hi do
-      into[#into + 1] = field(g, i)
-    end
-    return into
-  end
-
-  if ARGV[8] then
+  if release then
     -- Release, from the bucket the slot is counted in now; never below zero.
     if not storedWidth then
       return {now, 0}
     end
-    local f = field(gen, floor(tonumber(ARGV[8]) / storedWidth))
+    local f = field(gen, floor(tonumber(release) / storedWidth))
     local c = tonumber(call('HGET', key, f)) or 0
     if c > 0 then
       -- The sum may hold the entry: "wb" unset, the next call reads the window.
@@ -159,43 +296,6 @@ local function decide(key, ARGV)
   -- gives, and none stored, lies in a window that reaches a bucket before
   -- base - span.
   local base = floor(max(start, last) / width)
-
-  -- read fills counts with the stored buckets lo..hi: by name, or by
-  -- scanning the hash when it holds fewer fields than that (Usage only ever
-  -- asks for many).
-  local function read(lo, hi)
-    if hi < lo then
-      return
-    end
-    if hi - lo + 1 > 64 and hi - lo + 1 > call('HLEN', key) then
-      local c = '0'
-      repeat
-        local r = call('HSCAN', key, c, 'COUNT', 1000)
-        c = r[1]
-        local kv = r[2]
-        for j = 1, #kv, 2 do
-          local g, i = string.match(kv[j], '^(%d+):(%-?%d+)$')
-          if g and tonumber(g) == gen then
-            i = tonumber(i)
-            if i >= lo and i <= hi then
-              counts[i] = tonumber(kv[j + 1])
-            end
-          end
-        end
-      until c == '0'
-      return
-    end
-    for s = lo, hi, 1000 do
-      local f = names(gen, s, min(hi, s + 999), {key})
-      local v = call('HMGET', unpack(f))
-      for j = 1, #f - 1 do
-        local c = tonumber(v[j])
-        if c then
-          counts[s + j - 1] = c
-        end
-      end
-    end
-  end
 
   if storedWidth and storedWidth ~= width then
     -- The window changed. Move the newest buckets to the new width, each to
@@ -229,7 +329,7 @@ local function decide(key, ARGV)
     end
     moved = true
   elseif storedWidth and n == 0 then
-    read(floor(now / width) - span, floor(last / width)) -- the window and what lies ahead
+    read(key, gen, counts, floor(now / width) - span, floor(last / width)) -- the window and what lies ahead
   elseif storedWidth then
     -- The buckets a window ending at the first slot this call can give
     -- reaches; every slot after it reaches fewer of them, and none of the
@@ -256,7 +356,7 @@ local function decide(key, ARGV)
       fast = sum
       counts[cur] = wb == cur and tonumber(meta[12]) or 0
     else
-      read(b - span, hi)
+      read(key, gen, counts, b - span, hi)
     end
   elseif meta[4] then
     -- Buckets of an older layout, uncounted: every window that reaches the
@@ -266,58 +366,6 @@ local function decide(key, ARGV)
     moved = true
   end
 
-  -- load returns the entries in the buckets a window ending in bucket b can
-  -- overlap, and the oldest of those buckets that holds any.
-  local function load(b)
-    local sum, oldest = 0, nil
-    for i = b - span, b do
-      local c = counts[i]
-      if c and c > 0 then
-        sum = sum + c
-        oldest = oldest or i
-      end
-    end
-    return sum, oldest
-  end
-
-  -- ceil rounds x up to a multiple of the granularity; fmod is exact.
-  local function ceil(x)
-    local r = math.fmod(x, gran)
-    if r > 0 then
-      return x - r + gran
-    end
-    return x
-  end
-
-  -- slotFrom returns the first free slot at or after t, rounded up to the
-  -- granularity when it lies ahead, and the first moment a request would be
-  -- admitted there without rounding.
-  local function slotFrom(t)
-    local raw = nil
-    for _ = 1, 10000 do
-      local b = floor(t / width)
-      local sum, oldest = load(b)
-      if sum < limit then
-        if t <= now then
-          return now, now
-        end
-        raw = raw or t
-        if math.fmod(t, gran) == 0 then
-          return t, raw
-        end
-        t = ceil(t) -- check the bucket the rounded slot falls in
-        if floor(t / width) == b then
-          return t, raw
-        end
-      else
-        -- Nothing frees up before the oldest counted bucket leaves.
-        t = max(t, (oldest + span + 1) * width)
-        raw = nil
-      end
-    end
-    return t, raw or t
-  end
-
   if n == 0 then
     local ahead = 0
     for i, c in pairs(counts) do
@@ -325,8 +373,7 @@ local function decide(key, ARGV)
         ahead = ahead + c
       end
     end
-    gran = 1
-    return {now, (load(cur)), ahead, (slotFrom(max(now, last)))}
+    return {now, (load(counts, span, cur)), ahead, (slotFrom(max(now, last), counts, limit, width, span, 1))}
   end
 
   local out = {now}
@@ -345,7 +392,7 @@ local function decide(key, ARGV)
     local code, slot = 2, retryAt
     if not retryAt then
       local raw
-      slot, raw = slotFrom(max(start, last))
+      slot, raw = slotFrom(max(start, last), counts, limit, width, span, gran)
       if slot <= now then
         code = 0
       elseif slot - start <= maxDelay then
@@ -364,7 +411,7 @@ local function decide(key, ARGV)
       last = slot
       any = true
       if code == 0 then
-        remaining = max(0, limit - load(b))
+        remaining = max(0, limit - load(counts, span, b))
       end
     end
     out[#out + 1] = code
@@ -379,7 +426,7 @@ local function decide(key, ARGV)
   elseif retryAt and start == now then
     hint = retryAt
   else
-    local free, raw = slotFrom(max(now, last))
+    local free, raw = slotFrom(max(now, last), counts, limit, width, span, gran)
     if free - now > maxDelay then
       hint = min(raw, free - maxDelay)
     end
@@ -395,7 +442,6 @@ local function decide(key, ARGV)
   -- a small hash, which one HSCAN returns whole. A scan of a larger hash goes
   -- on once per bucket of time until it is done. The sweep reads the hash
   -- before this call's writes, which touch no bucket it deletes.
-  local kv, dead, seen = {}, {}, {}
   local sweep = moved or not swept or cur < swept
   if not sweep then
     if cursor == '0' then
@@ -406,32 +452,32 @@ local function decide(key, ARGV)
   end
   if sweep then
     local r = call('HSCAN', key, cursor, 'COUNT', SWEEP)
-    cursor, kv = r[1], r[2]
-    swept = cur
-  end
-  for j = 1, #kv, 2 do
-    local f = kv[j]
-    if not seen[f] then
-      seen[f] = true
-      local g, i = string.match(f, '^(%d+):(%-?%d+)$')
-      if g then
-        if tonumber(g) ~= gen then
-          dead[#dead + 1] = f -- moved at a change of width, or reaching no window
-        elseif tonumber(i) < cur - span then
-          dead[#dead + 1] = f
-          total = total - tonumber(kv[j + 1])
+    local kv, dead, seen = r[2], {}, {}
+    cursor, swept = r[1], cur
+    for j = 1, #kv, 2 do
+      local f = kv[j]
+      if not seen[f] then
+        seen[f] = true
+        local g, i = string.match(f, '^(%d+):(%-?%d+)$')
+        if g then
+          if tonumber(g) ~= gen then
+            dead[#dead + 1] = f -- moved at a change of width, or reaching no window
+          elseif tonumber(i) < cur - span then
+            dead[#dead + 1] = f
+            total = total - tonumber(kv[j + 1])
+          end
+        elseif f ~= 'w' and f ~= 'g' and f ~= 'n' and f ~= 'last' and f ~= 'c' and f ~= 's' and f ~= 'x' and f ~= 'ws' and f ~= 'wb' and f ~= 'wn' then
+          dead[#dead + 1] = f -- not ours: an older layout's bucket
         end
-      elseif f ~= 'w' and f ~= 'g' and f ~= 'n' and f ~= 'last' and f ~= 'c' and f ~= 's' and f ~= 'x' and f ~= 'ws' and f ~= 'wb' and f ~= 'wn' then
-        dead[#dead + 1] = f -- not ours: an older layout's bucket
       end
     end
-  end
-  for s = 1, #dead, 1000 do
-    call('HDEL', key, unpack(dead, s, min(#dead, s + 999)))
+    for s = 1, #dead, 1000 do
+      call('HDEL', key, unpack(dead, s, min(#dead, s + 999)))
+    end
   end
 
   local need = math.ceil((last + window + width) / 1000) + 1 -- ms
-  local set = {key, 'n', fmt(total), 'last', fmt(last), 'ws', fmt(fast and fast + n or load(base)), 'wb', fmt(base), 'wn', fmt(span)}
+  local set = {key, 'n', fmt(total), 'last', last == now and nowS or fmt(last), 'ws', fmt(fast and fast + n or load(counts, span, base)), 'wb', base == cur and shape.curS or fmt(base), 'wn', shape.spanS}
   if expiry < need then
     expiry = need + floor(window / 8000)
     local x = fmt(expiry)
@@ -455,7 +501,7 @@ local function decide(key, ARGV)
     end
   else
     for i in pairs(added) do
-      set[#set + 1], set[#set + 2] = guessed and gen == 0 and i == cur and fields[13] or field(gen, i), fmt(counts[i])
+      set[#set + 1], set[#set + 2] = guessed and gen == 0 and i == cur and shape.now or field(gen, i), fmt(counts[i])
     end
   end
   call('HSET', unpack(set))
@@ -463,23 +509,25 @@ local function decide(key, ARGV)
 end
 
 if ARGV[1] ~= 'batch' then
-  return decide(KEYS[1], ARGV)
+  return decide(KEYS[1], ARGV, 0)
 end
 
--- A batch: every key's type is checked before any is written, so that a
--- key of the wrong type fails the call whole, as admit.lua's count does;
--- a call that failed halfway would have recorded, without IDs, entries
--- that a retry records again.
+-- A batch: every key is read (HMGET) before any is written, so that a key
+-- of the wrong type fails the call whole, as admit.lua's count does; a
+-- call that failed halfway would have recorded, without IDs, entries that
+-- a retry records again. A key that comes again in the batch is read again
+-- when its turn comes, after the writes before it.
+local metas, seen = {}, {}
 for k = 1, #KEYS do
-  local ty = call('TYPE', KEYS[k]).ok
-  if ty ~= 'hash' and ty ~= 'none' then
-    return redis.error_reply('WRONGTYPE ' .. KEYS[k] .. ' holds a ' .. ty .. ', not a hash of counters')
+  local key = KEYS[k]
+  if not seen[key] then
+    seen[key] = true
+    metas[k] = readFields(key, ARGV, 1 + 7 * (k - 1))
   end
 end
 local out = {now}
 for k = 1, #KEYS do
-  local a = 1 + 7 * (k - 1)
-  local r = decide(KEYS[k], {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]})
+  local r = decide(KEYS[k], ARGV, 1 + 7 * (k - 1), metas[k])
   for i = 2, #r do
     out[#out + 1] = r[i]
   end
