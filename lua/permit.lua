@@ -37,8 +37,8 @@ local held = call('ZCARD', permits)
 local waiting = call('ZCARD', parked)
 local out = {now, (held == 0 and waiting == 0) and 1 or 0}
 
-local card = slotTrim(log, window)
-local newest = slotNewest(log, card)
+local card = slotTrim(log, window, limit, n)
+local newest, expiry = slotNewest(log, card)
 local added = false
 local rejectedAt = nil
 -- Park order: after the newest parked task, so that a call whose TIME is
@@ -111,6 +111,6 @@ for i = 10, 9 + 2 * n, 2 do
 end
 
 if added then
-  slotExpire(log, window, newest)
+  slotExpire(log, window, newest, expiry)
 end
 return out

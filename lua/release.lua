@@ -42,8 +42,8 @@ local waiting = call('ZCARD', parked)
 
 local grants = {}
 if waiting > 0 and (cap == 0 or held < cap) then
-  local card = slotTrim(log, window)
-  local newest = slotNewest(log, card)
+  local card = slotTrim(log, window, limit, most)
+  local newest, expiry = slotNewest(log, card)
   local added = false
   local timed = call('EXISTS', notBefore) == 1
   while waiting > 0 and (cap == 0 or held < cap) and #grants < 3 * most do
@@ -79,7 +79,7 @@ if waiting > 0 and (cap == 0 or held < cap) then
     held, waiting = held + 1, waiting - 1
   end
   if added then
-    slotExpire(log, window, newest)
+    slotExpire(log, window, newest, expiry)
   end
 end
 
