@@ -3,6 +3,7 @@ package admission
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,8 +96,8 @@ func TestCounterBatchWrongTypeWritesNothing(t *testing.T) {
 	args := append([]any{"batch"}, appendCounterArgs(nil, q, 1, 1, 0)...)
 	args = appendCounterArgs(args, q, 1, 1, 0)
 	err := lua.Counter().Run(ctx, rdb, []string{"{a}:ctr", "{b}:ctr"}, args...).Err()
-	if err == nil {
-		t.Fatal("a batch with a string key succeeded")
+	if err == nil || !strings.Contains(err.Error(), "{b}:ctr holds a string") {
+		t.Fatalf("a batch with a string key: %v, want an error naming the key and its type", err)
 	}
 	if n := rdb.Exists(ctx, "{a}:ctr").Val(); n != 0 {
 		t.Fatalf("the batch failed with %v but wrote {a}:ctr", err)

@@ -91,7 +91,9 @@ func TestReleaseScriptMatchesModel(t *testing.T) {
 	ctx := t.Context()
 	for seed := range uint64(100) {
 		r := rand.New(rand.NewPCG(seed, 13))
-		q := Quota{Limit: 1 + r.IntN(4), Window: time.Duration(1+r.IntN(3)) * time.Second, MaxDelay: time.Hour, MaxInFlight: 1}
+		// Limits of 9 and up let the log hold entries that have left the
+		// window between trims.
+		q := Quota{Limit: []int{1 + r.IntN(4), 9 + r.IntN(20)}[r.IntN(2)], Window: time.Duration(1+r.IntN(3)) * time.Second, MaxDelay: time.Hour, MaxInFlight: 1}
 		tenant := "r" + strconv.FormatUint(seed, 10)
 		keys := []string{logKey("p", tenant), permitsKey("p", tenant), parkedKey("p", tenant), dueKey("p", tenant), notBeforeKey("p", tenant)}
 		permitKeys := []string{keys[0], keys[1], keys[2], keys[4]}

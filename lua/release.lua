@@ -42,7 +42,13 @@ local waiting = call('ZCARD', parked)
 
 local grants = {}
 if waiting > 0 and (cap == 0 or held < cap) then
-  local card = slotTrim(log, window, limit, most)
+  -- The most entries this call can record: a trim every TRIM entries
+  -- (slot.lua) counts on it.
+  local grantable = min(most, waiting)
+  if cap > 0 then
+    grantable = min(grantable, cap - held)
+  end
+  local card = slotTrim(log, window, limit, grantable)
   local newest, expiry = slotNewest(log, card)
   local added = false
   local timed = call('EXISTS', notBefore) == 1
