@@ -26,11 +26,14 @@ import (
 // requests; on a plain client (one Redis server) one script call decides
 // the whole batch across tenants, with every key declared. A cluster client
 // keeps one call per tenant, since a script's keys must share a hash slot,
-// and go-redis splits the pipeline per node.
+// and go-redis splits the pipeline per node. A capped tenant's request
+// (permit.lua, see permitCall) is a script call of its own, never merged,
+// that shares the pipeline's round trip.
 type committer struct {
 	rdb       redis.UniversalClient
 	admit     *redis.Script
 	counter   *redis.Script
+	permit    *redis.Script // capped requests' (see permitCall)
 	crossKey  bool
 	perNode   bool // a cluster: each master's part of a batch goes out on its own
 	maxBatch  int
@@ -84,6 +87,9 @@ type request struct {
 	// it runs as soon as admitted. Requests with different ones are
 	// decided in groups of their own.
 	notBefore int64
+	// permit, for a capped tenant's tasks, is the request's permit.lua
+	// call: a group and a script call of its own.
+	permit *permitCall
 
 	state  atomic.Int32
 	sent   atomic.Int64  // UnixNano when a pipeline took it, to send it; 0 before
@@ -95,13 +101,14 @@ type request struct {
 	err    error
 }
 
-func newCommitter(rdb redis.UniversalClient, admit, counter *redis.Script, timeout time.Duration, maxBatch, maxFlight int) *committer {
+func newCommitter(rdb redis.UniversalClient, admit, counter, permit *redis.Script, timeout time.Duration, maxBatch, maxFlight int) *committer {
 	_, cluster := rdb.(*redis.ClusterClient)
 	_, ring := rdb.(*redis.Ring)
 	c := &committer{
 		rdb:       rdb,
 		admit:     admit,
 		counter:   counter,
+		permit:    permit,
 		crossKey:  !cluster && !ring,
 		perNode:   cluster,
 		maxBatch:  maxBatch,
@@ -339,7 +346,7 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 			continue // its caller left before it was sent
 		}
 		k := groupKey{r.key, r.q, r.gran, r.notBefore}
-		if g := byKey[k]; g != nil {
+		if g := byKey[k]; g != nil && r.permit == nil && g.permit() == nil {
 			g.ids = append(g.ids[:len(g.ids):len(g.ids)], r.ids...) // copies: never the caller's
 			g.reqs = append(g.reqs, r)
 			continue
@@ -348,7 +355,9 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 		g := &all[len(all)-1]
 		g.one[0] = r
 		g.reqs = g.one[:]
-		byKey[k] = g
+		if r.permit == nil {
+			byKey[k] = g
+		}
 		groups = append(groups, g)
 	}
 	clear(byKey)
@@ -383,12 +392,13 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 
 	// Where keys may span slots, the Log groups share one call of
-	// admit.lua and the Counter groups one of counter.lua.
+	// admit.lua and the Counter groups one of counter.lua. A capped
+	// request's permit.lua call is always one of its own.
 	var calls [][]*group
 	var logs, counters []*group
 	for _, g := range groups {
 		switch {
-		case !c.crossKey:
+		case !c.crossKey || g.permit() != nil:
 			calls = append(calls, []*group{g})
 		case g.q.Mode == Log:
 			logs = append(logs, g)
@@ -495,6 +505,10 @@ func (c *committer) exec(ctx context.Context, taken int64, calls [][]*group, eva
 	pipe := c.rdb.Pipeline()
 	cmds := make([]scriptCmd, len(calls))
 	for i, call := range calls {
+		if p := call[0].permit(); p != nil {
+			cmds[i] = c.permitCmd(ctx, pipe, p, eval)
+			continue
+		}
 		script := c.admit
 		if call[0].q.Mode == Counter {
 			script = c.counter
@@ -583,8 +597,38 @@ type int64s struct{ *redis.Cmd }
 
 func (c int64s) Result() ([]int64, error) { return c.Int64Slice() }
 
+// permitCmd queues p's permit.lua call in pipe, by EVALSHA, or by EVAL
+// when eval is set.
+func (c *committer) permitCmd(ctx context.Context, pipe redis.Pipeliner, p *permitCall, eval bool) scriptCmd {
+	if eval {
+		return int64s{c.permit.Eval(ctx, pipe, p.keys, p.args...)}
+	}
+	args := make([]any, 0, 3+len(p.keys)+len(p.args))
+	args = append(args, "evalsha", c.permit.Hash(), len(p.keys))
+	for _, k := range p.keys {
+		args = append(args, k)
+	}
+	cmd := redis.NewIntSliceCmd(ctx, append(args, p.args...)...)
+	_ = pipe.Process(ctx, cmd)
+	return cmd
+}
+
+// permit returns the permit.lua call of g's request, when it is a capped
+// one (and then g's only request).
+func (g *group) permit() *permitCall { return g.reqs[0].permit }
+
 // deliver splits one script reply among the requests of its groups.
 func (c *committer) deliver(call []*group, res []int64, err error, forget func(*request)) {
+	if p := call[0].permit(); p != nil {
+		r := call[0].reqs[0]
+		if r.err = err; err == nil {
+			r.ds, r.err = p.parse(r.tenant, res)
+		}
+		if r.state.CompareAndSwap(waiting, delivered) {
+			close(r.done)
+		}
+		return // no fresh IDs to give back: a capped request names its tasks
+	}
 	off := 1
 	for _, g := range call {
 		if err == nil && len(res) < off+3*len(g.ids)+1 {

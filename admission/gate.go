@@ -81,9 +81,9 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 	// so a frozen Redis cannot hold them past the timeout even when the
 	// client ignores context deadlines (ContextTimeoutEnabled unset).
 	if o.batching {
-		g.commit = newCommitter(rdb, g.admit, g.counter, o.timeout, maxBatch, maxFlight)
+		g.commit = newCommitter(rdb, g.admit, g.counter, g.depth.permit, o.timeout, maxBatch, maxFlight)
 	} else {
-		g.commit = newCommitter(rdb, g.admit, g.counter, o.timeout, 1, maxFlightUnbatched)
+		g.commit = newCommitter(rdb, g.admit, g.counter, g.depth.permit, o.timeout, 1, maxFlightUnbatched)
 	}
 	if o.denyCache {
 		g.deny = newDenyCache(100_000, o.timeout)

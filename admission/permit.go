@@ -118,13 +118,52 @@ func (g *Gate) AdmitTasksAt(ctx context.Context, tenant string, tasks []Ref, not
 	return g.admitCapped(ctx, tenant, q, tasks, notBeforeµs(notBefore))
 }
 
-// admitCapped runs permit.lua for tasks of a tenant capped by q.
+// admitCapped runs permit.lua for tasks of a tenant capped by q, through
+// the group commit: the call shares a pipeline (one round trip) with the
+// other calls waiting, though it is a script call of its own.
 func (g *Gate) admitCapped(ctx context.Context, tenant string, q Quota, tasks []Ref, nb int64) ([]Decision, error) {
 	now := time.Now()
-	brk := g.breakerFor(ctx, logKey(g.opts.prefix, tenant))
-	if brk.isOpen() {
+	key := logKey(g.opts.prefix, tenant)
+	if g.breakerFor(ctx, key).isOpen() {
 		return g.withoutRedis(tenant, q, refIDs(tasks), now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, tenant))
 	}
+	p := g.newPermitCall(tenant, q, tasks, nb)
+	r := &request{tenant: tenant, key: key, q: q, gran: g.gran, ids: refIDs(tasks), notBefore: nb, permit: p}
+	ds, err := g.commit.do(ctx, r, g.opts.timeout, g.forget)
+	if err != nil {
+		err = callError(ctx, "admit", tenant, err)
+		if errors.Is(err, ErrUnavailable) {
+			return g.withoutRedis(tenant, q, r.ids, now, err)
+		}
+		return nil, err
+	}
+	if p.noted {
+		// Reconcilers must know the tenant before anything of it can wait
+		// on them. A failure here is not the caller's: the next parked
+		// task of the tenant, or a finishing task, tries again.
+		cctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
+		defer cancel()
+		_ = bounded(cctx, func(ctx context.Context) error {
+			return g.rdb.SAdd(ctx, depthKey(g.opts.prefix), tenant).Err()
+		})
+	}
+	return ds, nil
+}
+
+// permitCall is a capped request's call of permit.lua. The committer sends
+// it as a script call of its own, in the pipeline of the batch it joins,
+// and parse reads its reply.
+type permitCall struct {
+	keys  []string
+	args  []any
+	tasks []Ref
+	// noted says, once the reply is parsed, that reconcilers must learn
+	// of the tenant: it held no permit and parked nothing before the call,
+	// or a task parked.
+	noted bool
+}
+
+func (g *Gate) newPermitCall(tenant string, q Quota, tasks []Ref, nb int64) *permitCall {
 	args := make([]any, 0, 9+2*len(tasks))
 	args = append(args, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), g.gran,
 		q.MaxInFlight, q.parkedBound(), g.waitLease().Microseconds(), nb, len(tasks))
@@ -133,28 +172,17 @@ func (g *Gate) admitCapped(ctx context.Context, tenant string, q Quota, tasks []
 	}
 	keys := []string{logKey(g.opts.prefix, tenant), permitsKey(g.opts.prefix, tenant),
 		parkedKey(g.opts.prefix, tenant), notBeforeKey(g.opts.prefix, tenant)}
-	cctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
-	defer cancel()
-	var res []int64
-	err := bounded(cctx, func(ctx context.Context) (err error) {
-		res, err = g.depth.permit.Run(ctx, g.rdb, keys, args...).Int64Slice()
-		return err
-	})
-	if err != nil {
-		err = callError(ctx, "admit", tenant, err)
-		if errors.Is(err, ErrUnavailable) {
-			brk.failure(err, now)
-			return g.withoutRedis(tenant, q, refIDs(tasks), now, err)
-		}
-		return nil, err
+	return &permitCall{keys: keys, args: args, tasks: tasks}
+}
+
+// parse reads permit.lua's reply into the tasks' decisions.
+func (p *permitCall) parse(tenant string, res []int64) ([]Decision, error) {
+	if len(res) != 2+3*len(p.tasks) {
+		return nil, fmt.Errorf("admitq: permit script returned %d values for %d tasks", len(res), len(p.tasks))
 	}
-	brk.success()
-	if len(res) != 2+3*len(tasks) {
-		return nil, fmt.Errorf("admitq: permit script returned %d values for %d tasks", len(res), len(tasks))
-	}
-	ds := make([]Decision, len(tasks))
+	ds := make([]Decision, len(p.tasks))
 	parked := false
-	for i, t := range tasks {
+	for i, t := range p.tasks {
 		code, at, remaining := res[2+3*i], res[3+3*i], res[4+3*i]
 		d := Decision{Tenant: tenant, ID: t.ID, Now: time.UnixMicro(res[0]), At: time.UnixMicro(at), Remaining: int(remaining)}
 		if !setOutcome(&d, code) {
@@ -163,14 +191,7 @@ func (g *Gate) admitCapped(ctx context.Context, tenant string, q Quota, tasks []
 		parked = parked || code == 5
 		ds[i] = d
 	}
-	if res[1] == 1 || parked {
-		// Reconcilers must know the tenant before anything of it can wait
-		// on them. A failure here is not the caller's: the next parked
-		// task of the tenant, or a finishing task, tries again.
-		_ = bounded(cctx, func(ctx context.Context) error {
-			return g.rdb.SAdd(ctx, depthKey(g.opts.prefix), tenant).Err()
-		})
-	}
+	p.noted = res[1] == 1 || parked
 	return ds, nil
 }
 
