@@ -627,7 +627,7 @@ func (c *committer) deliver(call []*group, res []int64, err error, forget func(*
 		if r.state.CompareAndSwap(waiting, delivered) {
 			close(r.done)
 		}
-		return // no fresh IDs to give back: a capped request names its tasks
+		return // no IDs to give back: forget cannot free a permit (its lease does)
 	}
 	off := 1
 	for _, g := range call {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -250,64 +251,80 @@ func blackHole(t *testing.T) string {
 
 // TestUnreachable: a gate whose Redis refuses or swallows connections.
 // FailClosed returns errors wrapping ErrUnavailable; FailOpen decides
-// locally. Either way, after the breaker opens no call waits for Redis.
+// locally. Either way, after the breaker opens no call waits for Redis,
+// for uncapped tenants (Admit) and capped ones (AdmitTasks, permit.lua)
+// alike.
 func TestUnreachable(t *testing.T) {
 	// Long enough to tell a call that waits for Redis from one that does
 	// not, through the scheduling noise of a busy machine.
 	const timeout = 100 * time.Millisecond
-	q := Quota{Limit: 8, Window: time.Minute, MaxDelay: time.Hour}
 	for _, where := range []string{"refused", "black hole"} {
 		for _, batching := range []bool{true, false} {
 			for _, policy := range []FailurePolicy{FailClosed, FailOpen} {
-				t.Run(fmt.Sprintf("%s/batching=%v/%v", where, batching, policy), func(t *testing.T) {
-					addr := deadAddr(t)
-					if where == "black hole" {
-						addr = blackHole(t)
+				for _, capped := range []bool{false, true} {
+					q := Quota{Limit: 8, Window: time.Minute, MaxDelay: time.Hour}
+					if capped {
+						q.MaxInFlight = 100
 					}
-					// An ordinary client: ContextTimeoutEnabled off, so on a
-					// black hole go-redis itself waits for ReadTimeout (5s).
-					rdb := redis.NewClient(&redis.Options{Addr: addr})
-					defer rdb.Close()
-					g := New(rdb, StaticQuotas{Default: &q}, WithTimeout(timeout), WithBatching(batching),
-						WithFailurePolicy(policy), WithInstances(2))
-					defer func() {
-						start := time.Now()
-						g.Close()
-						if took := time.Since(start); took > timeout+latencySlack {
-							t.Errorf("Close took %v, want at most the timeout %v", took, timeout)
+					t.Run(fmt.Sprintf("%s/batching=%v/%v/capped=%v", where, batching, policy, capped), func(t *testing.T) {
+						addr := deadAddr(t)
+						if where == "black hole" {
+							addr = blackHole(t)
 						}
-					}()
-					ctx := t.Context()
-					var worst time.Duration
-					var ds []Decision
-					for i := range 20 {
-						start := time.Now()
-						d, err := g.Admit(ctx, "t")
-						took := time.Since(start)
-						worst = max(worst, took)
-						switch {
-						case policy == FailClosed && !errors.Is(err, ErrUnavailable):
-							t.Fatalf("call %d: err = %v, want ErrUnavailable", i, err)
-						case policy == FailOpen && err != nil:
-							t.Fatalf("call %d: err = %v, want a local decision", i, err)
-						case took > timeout+latencySlack:
-							t.Fatalf("call %d took %v, want at most the timeout %v", i, took, timeout)
-						case int64(i) >= g.brk.threshold && took > timeout/2:
-							t.Fatalf("call %d took %v with the breaker open, want no wait for Redis", i, took)
+						// An ordinary client: ContextTimeoutEnabled off, so on a
+						// black hole go-redis itself waits for ReadTimeout (5s).
+						rdb := redis.NewClient(&redis.Options{Addr: addr})
+						defer rdb.Close()
+						g := New(rdb, StaticQuotas{Default: &q}, WithTimeout(timeout), WithBatching(batching),
+							WithFailurePolicy(policy), WithInstances(2))
+						defer func() {
+							start := time.Now()
+							g.Close()
+							if took := time.Since(start); took > timeout+latencySlack {
+								t.Errorf("Close took %v, want at most the timeout %v", took, timeout)
+							}
+						}()
+						ctx := t.Context()
+						var worst time.Duration
+						var ds []Decision
+						for i := range 20 {
+							start := time.Now()
+							var d Decision
+							var err error
+							if capped {
+								var got []Decision
+								if got, err = g.AdmitTasks(ctx, "t", []Ref{{ID: strconv.Itoa(i), Queue: "q"}}); err == nil {
+									d = got[0]
+								}
+							} else {
+								d, err = g.Admit(ctx, "t")
+							}
+							took := time.Since(start)
+							worst = max(worst, took)
+							switch {
+							case policy == FailClosed && !errors.Is(err, ErrUnavailable):
+								t.Fatalf("call %d: err = %v, want ErrUnavailable", i, err)
+							case policy == FailOpen && err != nil:
+								t.Fatalf("call %d: err = %v, want a local decision", i, err)
+							case took > timeout+latencySlack:
+								t.Fatalf("call %d took %v, want at most the timeout %v", i, took, timeout)
+							case int64(i) >= g.brk.threshold && took > timeout/2:
+								t.Fatalf("call %d took %v with the breaker open, want no wait for Redis", i, took)
+							}
+							ds = append(ds, d)
 						}
-						ds = append(ds, d)
-					}
-					if where == "black hole" && policy == FailClosed {
-						// Let a probe go out and hang, for Close to cope with.
-						time.Sleep(3 * g.brk.probeEvery / 2)
-					}
-					if policy == FailOpen {
-						if got, want := outcomes(ds), strings.Repeat("a", 4)+strings.Repeat("r", 16); got != want {
-							t.Fatalf("local outcomes = %s, want %s: Limit/instances = 4, never deferred", got, want)
+						if where == "black hole" && policy == FailClosed {
+							// Let a probe go out and hang, for Close to cope with.
+							time.Sleep(3 * g.brk.probeEvery / 2)
 						}
-					}
-					t.Logf("worst call %v", worst.Round(time.Millisecond))
-				})
+						if policy == FailOpen {
+							if got, want := outcomes(ds), strings.Repeat("a", 4)+strings.Repeat("r", 16); got != want {
+								t.Fatalf("local outcomes = %s, want %s: Limit/instances = 4, never deferred", got, want)
+							}
+						}
+						t.Logf("worst call %v", worst.Round(time.Millisecond))
+					})
+				}
 			}
 		}
 	}

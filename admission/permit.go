@@ -124,7 +124,8 @@ func (g *Gate) AdmitTasksAt(ctx context.Context, tenant string, tasks []Ref, not
 func (g *Gate) admitCapped(ctx context.Context, tenant string, q Quota, tasks []Ref, nb int64) ([]Decision, error) {
 	now := time.Now()
 	key := logKey(g.opts.prefix, tenant)
-	if g.breakerFor(ctx, key).isOpen() {
+	brk := g.breakerFor(ctx, key)
+	if brk.isOpen() {
 		return g.withoutRedis(tenant, q, refIDs(tasks), now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, tenant))
 	}
 	p := g.newPermitCall(tenant, q, tasks, nb)
@@ -133,6 +134,9 @@ func (g *Gate) admitCapped(ctx context.Context, tenant string, q Quota, tasks []
 	if err != nil {
 		err = callError(ctx, "admit", tenant, err)
 		if errors.Is(err, ErrUnavailable) {
+			// Counted here as well as by the pipeline's report, as decide
+			// does: before the caller can call again.
+			brk.failure(err, now)
 			return g.withoutRedis(tenant, q, r.ids, now, err)
 		}
 		return nil, err
@@ -140,12 +144,16 @@ func (g *Gate) admitCapped(ctx context.Context, tenant string, q Quota, tasks []
 	if p.noted {
 		// Reconcilers must know the tenant before anything of it can wait
 		// on them. A failure here is not the caller's: the next parked
-		// task of the tenant, or a finishing task, tries again.
-		cctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
-		defer cancel()
-		_ = bounded(cctx, func(ctx context.Context) error {
-			return g.rdb.SAdd(ctx, depthKey(g.opts.prefix), tenant).Err()
-		})
+		// task of the tenant, or a finishing task, tries again. It has
+		// what the decision's one timeout has left from when its call was
+		// sent.
+		if left := g.opts.timeout - time.Since(time.Unix(0, r.sent.Load())); left > 0 {
+			cctx, cancel := context.WithTimeout(ctx, left)
+			defer cancel()
+			_ = bounded(cctx, func(ctx context.Context) error {
+				return g.rdb.SAdd(ctx, depthKey(g.opts.prefix), tenant).Err()
+			})
+		}
 	}
 	return ds, nil
 }
@@ -159,7 +167,8 @@ type permitCall struct {
 	tasks []Ref
 	// noted says, once the reply is parsed, that reconcilers must learn
 	// of the tenant: it held no permit and parked nothing before the call,
-	// or a task parked.
+	// or a task parked, or a task was decided by an earlier call (whose
+	// caller may not have heard).
 	noted bool
 }
 
@@ -181,17 +190,17 @@ func (p *permitCall) parse(tenant string, res []int64) ([]Decision, error) {
 		return nil, fmt.Errorf("admitq: permit script returned %d values for %d tasks", len(res), len(p.tasks))
 	}
 	ds := make([]Decision, len(p.tasks))
-	parked := false
+	note := false
 	for i, t := range p.tasks {
 		code, at, remaining := res[2+3*i], res[3+3*i], res[4+3*i]
 		d := Decision{Tenant: tenant, ID: t.ID, Now: time.UnixMicro(res[0]), At: time.UnixMicro(at), Remaining: int(remaining)}
 		if !setOutcome(&d, code) {
 			return nil, fmt.Errorf("admitq: permit script returned outcome %d", code)
 		}
-		parked = parked || code == 5
+		note = note || code >= 3 && code <= 6 // parked, or decided earlier
 		ds[i] = d
 	}
-	p.noted = res[1] == 1 || parked
+	p.noted = res[1] == 1 || note
 	return ds, nil
 }
 
