@@ -26,9 +26,9 @@ import (
 // requests; on a plain client (one Redis server) one script call decides
 // the whole batch across tenants, with every key declared. A cluster client
 // keeps one call per tenant, since a script's keys must share a hash slot,
-// and go-redis splits the pipeline per node. A capped tenant's request
-// (permit.lua, see permitCall) is a script call of its own, never merged,
-// that shares the pipeline's round trip.
+// and go-redis splits the pipeline per node. Capped tenants' requests
+// (permit.lua, see permitCall) are never merged: each is a group of its
+// own, and on one Redis they share a call of permit.lua as a batch.
 type committer struct {
 	rdb       redis.UniversalClient
 	admit     *redis.Script
@@ -392,21 +392,23 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 
 	// Where keys may span slots, the Log groups share one call of
-	// admit.lua and the Counter groups one of counter.lua. A capped
-	// request's permit.lua call is always one of its own.
+	// admit.lua, the Counter groups one of counter.lua and the capped
+	// requests one of permit.lua.
 	var calls [][]*group
-	var logs, counters []*group
+	var logs, counters, permits []*group
 	for _, g := range groups {
 		switch {
-		case !c.crossKey || g.permit() != nil:
+		case !c.crossKey:
 			calls = append(calls, []*group{g})
+		case g.permit() != nil:
+			permits = append(permits, g)
 		case g.q.Mode == Log:
 			logs = append(logs, g)
 		default:
 			counters = append(counters, g)
 		}
 	}
-	for _, call := range [][]*group{logs, counters} {
+	for _, call := range [][]*group{logs, counters, permits} {
 		if len(call) > 0 {
 			calls = append(calls, call)
 		}
@@ -505,8 +507,8 @@ func (c *committer) exec(ctx context.Context, taken int64, calls [][]*group, eva
 	pipe := c.rdb.Pipeline()
 	cmds := make([]scriptCmd, len(calls))
 	for i, call := range calls {
-		if p := call[0].permit(); p != nil {
-			cmds[i] = c.permitCmd(ctx, pipe, p, eval)
+		if call[0].permit() != nil {
+			cmds[i] = c.permitCmd(ctx, pipe, call, eval)
 			continue
 		}
 		script := c.admit
@@ -597,18 +599,26 @@ type int64s struct{ *redis.Cmd }
 
 func (c int64s) Result() ([]int64, error) { return c.Int64Slice() }
 
-// permitCmd queues p's permit.lua call in pipe, by EVALSHA, or by EVAL
-// when eval is set.
-func (c *committer) permitCmd(ctx context.Context, pipe redis.Pipeliner, p *permitCall, eval bool) scriptCmd {
-	if eval {
-		return int64s{c.permit.Eval(ctx, pipe, p.keys, p.args...)}
+// permitCmd queues call's permit.lua call in pipe, by EVALSHA, or by EVAL
+// when eval is set: one capped request's, or several as a batch.
+func (c *committer) permitCmd(ctx context.Context, pipe redis.Pipeliner, call []*group, eval bool) scriptCmd {
+	p := call[0].permit()
+	keys, argv := p.keys, p.args
+	if len(call) > 1 {
+		keys, argv = nil, []any{"batch"}
+		for _, g := range call {
+			keys, argv = append(keys, g.permit().keys...), append(argv, g.permit().args...)
+		}
 	}
-	args := make([]any, 0, 3+len(p.keys)+len(p.args))
-	args = append(args, "evalsha", c.permit.Hash(), len(p.keys))
-	for _, k := range p.keys {
+	if eval {
+		return int64s{c.permit.Eval(ctx, pipe, keys, argv...)}
+	}
+	args := make([]any, 0, 3+len(keys)+len(argv))
+	args = append(args, "evalsha", c.permit.Hash(), len(keys))
+	for _, k := range keys {
 		args = append(args, k)
 	}
-	cmd := redis.NewIntSliceCmd(ctx, append(args, p.args...)...)
+	cmd := redis.NewIntSliceCmd(ctx, append(args, argv...)...)
 	_ = pipe.Process(ctx, cmd)
 	return cmd
 }
@@ -619,13 +629,23 @@ func (g *group) permit() *permitCall { return g.reqs[0].permit }
 
 // deliver splits one script reply among the requests of its groups.
 func (c *committer) deliver(call []*group, res []int64, err error, forget func(*request)) {
-	if p := call[0].permit(); p != nil {
-		r := call[0].reqs[0]
-		if r.err = err; err == nil {
-			r.ds, r.err = p.parse(r.tenant, res)
-		}
-		if r.state.CompareAndSwap(waiting, delivered) {
-			close(r.done)
+	if call[0].permit() != nil {
+		off := 1
+		for _, g := range call {
+			p, r := g.permit(), g.reqs[0]
+			n := 1 + 3*len(p.tasks) // its flag and its tasks' decisions
+			switch {
+			case err != nil:
+				r.err = err
+			case len(res) < off+n:
+				r.err = errors.New("admitq: permit script returned a short reply")
+			default:
+				r.ds, r.err = p.parse(r.tenant, res[0], res[off:off+n])
+			}
+			off += n
+			if r.state.CompareAndSwap(waiting, delivered) {
+				close(r.done)
+			}
 		}
 		return // no IDs to give back: forget cannot free a permit (its lease does)
 	}

@@ -119,8 +119,9 @@ func (g *Gate) AdmitTasksAt(ctx context.Context, tenant string, tasks []Ref, not
 }
 
 // admitCapped runs permit.lua for tasks of a tenant capped by q, through
-// the group commit: the call shares a pipeline (one round trip) with the
-// other calls waiting, though it is a script call of its own.
+// the group commit: on one Redis, one permit.lua call decides the capped
+// requests of a batch, tenant by tenant; on a cluster each is a call of
+// its own, in its master's pipeline.
 func (g *Gate) admitCapped(ctx context.Context, tenant string, q Quota, tasks []Ref, nb int64) ([]Decision, error) {
 	now := time.Now()
 	key := logKey(g.opts.prefix, tenant)
@@ -158,9 +159,9 @@ func (g *Gate) admitCapped(ctx context.Context, tenant string, q Quota, tasks []
 	return ds, nil
 }
 
-// permitCall is a capped request's call of permit.lua. The committer sends
-// it as a script call of its own, in the pipeline of the batch it joins,
-// and parse reads its reply.
+// permitCall is a capped request's part of a permit.lua call: its keys and
+// ARGV, which the committer sends alone or in a batch with others, and
+// parse, which reads its part of the reply.
 type permitCall struct {
 	keys  []string
 	args  []any
@@ -184,23 +185,24 @@ func (g *Gate) newPermitCall(tenant string, q Quota, tasks []Ref, nb int64) *per
 	return &permitCall{keys: keys, args: args, tasks: tasks}
 }
 
-// parse reads permit.lua's reply into the tasks' decisions.
-func (p *permitCall) parse(tenant string, res []int64) ([]Decision, error) {
-	if len(res) != 2+3*len(p.tasks) {
-		return nil, fmt.Errorf("admitq: permit script returned %d values for %d tasks", len(res), len(p.tasks))
+// parse reads the call's part of a permit.lua reply (its flag, then its
+// tasks' decisions), made at Redis time nowµs, into the tasks' decisions.
+func (p *permitCall) parse(tenant string, nowµs int64, res []int64) ([]Decision, error) {
+	if len(res) != 1+3*len(p.tasks) {
+		return nil, fmt.Errorf("admitq: permit script returned %d values for %d tasks", len(res)+1, len(p.tasks))
 	}
 	ds := make([]Decision, len(p.tasks))
 	note := false
 	for i, t := range p.tasks {
-		code, at, remaining := res[2+3*i], res[3+3*i], res[4+3*i]
-		d := Decision{Tenant: tenant, ID: t.ID, Now: time.UnixMicro(res[0]), At: time.UnixMicro(at), Remaining: int(remaining)}
+		code, at, remaining := res[1+3*i], res[2+3*i], res[3+3*i]
+		d := Decision{Tenant: tenant, ID: t.ID, Now: time.UnixMicro(nowµs), At: time.UnixMicro(at), Remaining: int(remaining)}
 		if !setOutcome(&d, code) {
 			return nil, fmt.Errorf("admitq: permit script returned outcome %d", code)
 		}
 		note = note || code >= 3 && code <= 6 // parked, or decided earlier
 		ds[i] = d
 	}
-	p.noted = res[1] == 1 || note
+	p.noted = res[0] == 1 || note
 	return ds, nil
 }
 

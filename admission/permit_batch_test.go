@@ -3,38 +3,45 @@ package admission
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/internal/redistest"
 	"github.com/admitq/admitq/lua"
 )
 
-// permitCalls counts permit.lua's calls (EVALSHA) and the round trips that
-// carried them: a pipeline, or a command sent alone.
+// permitCalls counts permit.lua's calls (EVALSHA), the capped requests
+// they carried (four keys each) and the round trips that carried them: a
+// pipeline, or a command sent alone.
 type permitCalls struct {
-	sha          string
-	calls, trips atomic.Int64
-	most         atomic.Int64 // the most calls one pipeline carried
+	sha                    string
+	calls, requests, trips atomic.Int64
+	most                   atomic.Int64 // the most requests one call carried
 }
 
 func (h *permitCalls) count(cmds []redis.Cmder) {
-	n := int64(0)
+	calls := int64(0)
 	for _, cmd := range cmds {
-		if a := cmd.Args(); len(a) > 1 && a[0] == "evalsha" && a[1] == h.sha {
-			n++
+		a := cmd.Args()
+		if len(a) < 3 || a[0] != "evalsha" || a[1] != h.sha {
+			continue
+		}
+		keys, _ := a[2].(int)
+		n := int64(keys / 4)
+		calls++
+		h.requests.Add(n)
+		for m := h.most.Load(); n > m && !h.most.CompareAndSwap(m, n); m = h.most.Load() {
 		}
 	}
-	if n == 0 {
-		return
-	}
-	h.calls.Add(n)
-	h.trips.Add(1)
-	for m := h.most.Load(); n > m && !h.most.CompareAndSwap(m, n); m = h.most.Load() {
+	if calls > 0 {
+		h.calls.Add(calls)
+		h.trips.Add(1)
 	}
 }
 
@@ -46,10 +53,10 @@ func (h *permitCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	return func(ctx context.Context, cmds []redis.Cmder) error { h.count(cmds); return next(ctx, cmds) }
 }
 
-// TestCappedCallsSharePipelines: a capped tenant's permit.lua call goes
-// through the group commit, so concurrent ones share round trips, each
-// still a script call of its own that decides its tasks as alone: the
-// first MaxInFlight of each tenant take permits and the rest park.
+// TestCappedCallsSharePipelines: a capped tenant's request goes through
+// the group commit, so concurrent ones share round trips and, on one
+// Redis, permit.lua calls (a batch), each still decided as alone: the
+// first MaxInFlight tasks of each tenant take permits and the rest park.
 func TestCappedCallsSharePipelines(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	hook := &permitCalls{sha: lua.Permit().Hash()}
@@ -85,12 +92,158 @@ func TestCappedCallsSharePipelines(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	calls, trips := hook.calls.Load(), hook.trips.Load()
-	if calls != callers*each {
-		t.Fatalf("%d permit.lua calls for %d decisions of one task each", calls, callers*each)
+	requests, calls, trips := hook.requests.Load(), hook.calls.Load(), hook.trips.Load()
+	if requests != callers*each {
+		t.Fatalf("permit.lua calls carried %d requests for %d decisions of one task each", requests, callers*each)
 	}
-	if trips >= calls {
-		t.Fatalf("%d permit.lua calls took %d round trips: none shared a pipeline", calls, trips)
+	if calls >= requests || trips >= requests {
+		t.Fatalf("%d requests took %d permit.lua calls in %d round trips: none shared one", requests, calls, trips)
 	}
-	t.Logf("%d permit.lua calls in %d round trips, at most %d in one", calls, trips, hook.most.Load())
+	t.Logf("%d requests in %d permit.lua calls and %d round trips, at most %d in a call", requests, calls, trips, hook.most.Load())
+}
+
+// permitArgs is permit.lua's ARGV for tasks of a tenant capped by q.
+func permitArgs(q Quota, gran, nb int64, tasks []Ref) []any {
+	args := []any{q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), gran,
+		q.MaxInFlight, q.parkedBound(), time.Minute.Microseconds(), nb, len(tasks)}
+	for _, t := range tasks {
+		args = append(args, t.ID, t.member())
+	}
+	return args
+}
+
+func permitKeysOf(tenant string) []string {
+	return []string{logKey("p", tenant), permitsKey("p", tenant), parkedKey("p", tenant), notBeforeKey("p", tenant)}
+}
+
+// TestPermitBatchMatchesSingles: permit.lua called for several tenants at
+// once (a batch, as the committer sends capped requests on one Redis)
+// decides each as a call of its own would, one after another at the same
+// Redis time, and leaves the same logs, permits, parked tasks, not-before
+// times and expiries. The batches repeat tenants, mix quotas, caps,
+// granularities and not-before times, retry tasks, and span deferrals,
+// parking, full backlogs and rejections.
+func TestPermitBatchMatchesSingles(t *testing.T) {
+	batchMR, batch, _ := onMiniredis(t)
+	singleMR, single, _ := onMiniredis(t)
+	ctx := t.Context()
+	script := lua.Permit()
+	tenants := []string{"a", "b", "c"}
+	for seed := range uint64(30) {
+		r := rand.New(rand.NewPCG(seed, 31))
+		batchMR.FlushAll()
+		singleMR.FlushAll()
+		var quotas []Quota
+		for range 2 {
+			quotas = append(quotas, Quota{
+				Limit:       2 + r.IntN(12),
+				Window:      time.Duration(100+r.IntN(900)) * time.Millisecond,
+				MaxDelay:    time.Duration(r.IntN(600)) * time.Millisecond,
+				MaxInFlight: 1 + r.IntN(4),
+				MaxParked:   1 + r.IntN(4),
+			})
+		}
+		var issued []Ref
+		now := time.Unix(1_780_000_000, 0).Add(time.Duration(r.IntN(1e6)) * time.Microsecond)
+		for step := range 30 {
+			now = now.Add(time.Duration(r.Int64N(int64(150 * time.Millisecond))))
+			batchMR.SetTime(now)
+			singleMR.SetTime(now)
+			var keys []string
+			args := []any{"batch"}
+			want := []int64{}
+			for range 1 + r.IntN(4) {
+				tenant, q := tenants[r.IntN(len(tenants))], quotas[r.IntN(len(quotas))]
+				gran := []int64{1, 1, 1000}[r.IntN(3)]
+				var nb int64
+				if r.IntN(4) == 0 {
+					nb = now.UnixMicro() + r.Int64N(q.Window.Microseconds())
+				}
+				var tasks []Ref
+				for range 1 + r.IntN(3) {
+					if len(issued) > 0 && r.IntN(5) == 0 {
+						tasks = append(tasks, issued[r.IntN(len(issued))]) // a retry
+						continue
+					}
+					ref := Ref{ID: fmt.Sprintf("id%d", len(issued)), Queue: "q"}
+					issued = append(issued, ref)
+					tasks = append(tasks, ref)
+				}
+				a := permitArgs(q, gran, nb, tasks)
+				res, err := script.Run(ctx, single, permitKeysOf(tenant), a...).Int64Slice()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(want) == 0 {
+					want = res[:1]
+				}
+				want = append(want, res[1:]...)
+				keys, args = append(keys, permitKeysOf(tenant)...), append(args, a...)
+			}
+			got, err := script.Run(ctx, batch, keys, args...).Int64Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			desc := fmt.Sprintf("seed %d step %d keys %v", seed, step, keys)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Fatalf("%s: batch reply (-singles,+batch):\n%s", desc, diff)
+			}
+			for _, tenant := range tenants {
+				for _, key := range permitKeysOf(tenant) {
+					if diff := cmp.Diff(dump(t, single, key), dump(t, batch, key)); diff != "" {
+						t.Fatalf("%s: %s (-singles,+batch):\n%s", desc, key, diff)
+					}
+					if s, b := single.PExpireTime(ctx, key).Val(), batch.PExpireTime(ctx, key).Val(); s != b {
+						t.Fatalf("%s: %s expires at %v after singles, %v after the batch", desc, key, s, b)
+					}
+				}
+			}
+		}
+	}
+}
+
+// dump returns what key holds: a sorted set's members and scores, or a
+// hash's fields.
+func dump(t *testing.T, rdb *redis.Client, key string) any {
+	ctx := t.Context()
+	switch rdb.Type(ctx, key).Val() {
+	case "zset":
+		return rdb.ZRangeWithScores(ctx, key, 0, -1).Val()
+	case "hash":
+		return rdb.HGetAll(ctx, key).Val()
+	}
+	return nil
+}
+
+// TestPermitBatchWrongTypeWritesNothing: a batch in which a tenant's set,
+// or the not-before hash a task would be parked in, has the wrong type
+// fails whole, before any tenant is written (the committer then decides
+// each alone).
+func TestPermitBatchWrongTypeWritesNothing(t *testing.T) {
+	mr, rdb, _ := onMiniredis(t)
+	ctx := t.Context()
+	q := Quota{Limit: 10, Window: time.Second, MaxInFlight: 1, MaxParked: 5}
+	now := time.Unix(1_780_000_000, 0)
+	mr.SetTime(now)
+	for i, bad := range []struct {
+		key string
+		nb  int64
+	}{{logKey("p", "b"), 0}, {permitsKey("p", "b"), 0}, {parkedKey("p", "b"), 0}, {notBeforeKey("p", "b"), now.UnixMicro() + 1000}} {
+		mr.FlushAll()
+		if err := rdb.Set(ctx, bad.key, "x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		tasks := []Ref{{ID: "1", Queue: "q"}, {ID: "2", Queue: "q"}}
+		args := append([]any{"batch"}, permitArgs(q, 1, 0, tasks)...)
+		args = append(args, permitArgs(q, 1, bad.nb, tasks)...)
+		keys := append(permitKeysOf("a"), permitKeysOf("b")...)
+		if err := lua.Permit().Run(ctx, rdb, keys, args...).Err(); err == nil {
+			t.Fatalf("case %d: a batch with %s a string succeeded", i, bad.key)
+		}
+		for _, key := range permitKeysOf("a") {
+			if n := rdb.Exists(ctx, key).Val(); n != 0 {
+				t.Fatalf("case %d: the batch failed on %s but wrote %s", i, bad.key, key)
+			}
+		}
+	}
 }

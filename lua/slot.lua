@@ -7,8 +7,9 @@
 -- It defines, for the scripts that follow it:
 --   call, max, min, now (Redis time, µs), nowS (now formatted exactly)
 --   ceil(x, g)                     x rounded up to a multiple of g
---   slotTrim(key, window, limit, n)
---                                  the log's count, trimmed first as
+--   slotTrim(key, window, limit, n[, card])
+--                                  the log's count (card, when the caller
+--                                  has counted it already), trimmed first as
 --                                  admit.lua trims, for a call that may
 --                                  record up to n entries: once every TRIM
 --                                  entries, or near the limit, so the count
@@ -43,8 +44,8 @@ end
 
 local TRIM = 8 -- admit.lua's
 
-local function slotTrim(key, window, limit, n)
-  local card = call('ZCARD', key)
+local function slotTrim(key, window, limit, n, card)
+  card = card or call('ZCARD', key)
   if card > 0 and (card % TRIM + n >= TRIM or card + n + TRIM > limit) then
     card = card - call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - window))
   end
