@@ -87,8 +87,8 @@ type request struct {
 	// it runs as soon as admitted. Requests with different ones are
 	// decided in groups of their own.
 	notBefore int64
-	// permit, for a capped tenant's tasks, is the request's permit.lua
-	// call: a group and a script call of its own.
+	// permit, for a capped tenant's tasks, is the request's part of a
+	// permit.lua call: a group of its own, never merged.
 	permit *permitCall
 
 	state  atomic.Int32
@@ -462,35 +462,35 @@ func (c *committer) byNode(ctx context.Context, calls [][]*group) [][][]*group {
 	return parts
 }
 
-// run sends calls in one pipeline and delivers their replies.
+// run sends calls in one pipeline and delivers their replies. What must
+// be sent again goes by EVAL, in a pipeline of its own: a call that met
+// Redis without its scripts (restarted empty, or flushed), since EVAL
+// also caches the source again for the next EVALSHA; and each group of a
+// call that failed with a script error, which may be one tenant's key (of
+// the wrong type, say) and must not fail the others. Slots already
+// recorded then come back as Existing, since IDs are idempotent, and
+// permits and parked tasks as decided earlier. A call that met no script
+// and then failed by EVAL is split too; a group alone is never sent a
+// third time.
 func (c *committer) run(ctx context.Context, taken int64, calls [][]*group, forget func(*request)) {
-	res, errs := c.exec(ctx, taken, calls, false)
-	var retry [][]*group
-	for i, call := range calls {
-		switch err := errs[i]; {
-		case err == nil:
-			c.deliver(call, res[i], nil, forget)
-		case isNoScript(err):
-			retry = append(retry, call)
-		case len(call) > 1 && !unavailable(err):
-			// A script error in one tenant's key (a key of the wrong type,
-			// say) must not fail the others: decide each alone. Slots
-			// already recorded come back as Existing, since IDs are
-			// idempotent.
-			for _, g := range call {
-				retry = append(retry, []*group{g})
+	for eval := false; len(calls) > 0; eval = true {
+		res, errs := c.exec(ctx, taken, calls, eval)
+		var again [][]*group
+		for i, call := range calls {
+			switch err := errs[i]; {
+			case err == nil:
+				c.deliver(call, res[i], nil, forget)
+			case isNoScript(err) && !eval:
+				again = append(again, call)
+			case len(call) > 1 && !unavailable(err) && !isNoScript(err):
+				for _, g := range call {
+					again = append(again, []*group{g})
+				}
+			default:
+				c.deliver(call, nil, err, forget)
 			}
-		default:
-			c.deliver(call, nil, err, forget)
 		}
-	}
-	if len(retry) > 0 {
-		// Redis restarted empty or flushed its scripts: EVAL the source,
-		// which also caches it again for the next EVALSHA.
-		res, errs := c.exec(ctx, taken, retry, true)
-		for i, call := range retry {
-			c.deliver(call, res[i], errs[i], forget)
-		}
+		calls = again
 	}
 }
 

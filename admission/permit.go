@@ -189,7 +189,7 @@ func (g *Gate) newPermitCall(tenant string, q Quota, tasks []Ref, nb int64) *per
 // tasks' decisions), made at Redis time nowµs, into the tasks' decisions.
 func (p *permitCall) parse(tenant string, nowµs int64, res []int64) ([]Decision, error) {
 	if len(res) != 1+3*len(p.tasks) {
-		return nil, fmt.Errorf("admitq: permit script returned %d values for %d tasks", len(res)+1, len(p.tasks))
+		return nil, fmt.Errorf("admitq: permit script returned %d values for a tenant's %d tasks", len(res), len(p.tasks))
 	}
 	ds := make([]Decision, len(p.tasks))
 	note := false

@@ -218,25 +218,36 @@ func dump(t *testing.T, rdb *redis.Client, key string) any {
 // TestPermitBatchWrongTypeWritesNothing: a batch in which a tenant's set,
 // or the not-before hash a task would be parked in, has the wrong type
 // fails whole, before any tenant is written (the committer then decides
-// each alone).
+// each alone), also when the tenant comes again in the batch and only its
+// second request parks with a not-before time.
 func TestPermitBatchWrongTypeWritesNothing(t *testing.T) {
 	mr, rdb, _ := onMiniredis(t)
 	ctx := t.Context()
 	q := Quota{Limit: 10, Window: time.Second, MaxInFlight: 1, MaxParked: 5}
 	now := time.Unix(1_780_000_000, 0)
 	mr.SetTime(now)
+	later := now.UnixMicro() + 1000
 	for i, bad := range []struct {
 		key string
-		nb  int64
-	}{{logKey("p", "b"), 0}, {permitsKey("p", "b"), 0}, {parkedKey("p", "b"), 0}, {notBeforeKey("p", "b"), now.UnixMicro() + 1000}} {
+		nbs []int64 // b's requests' not-before times
+	}{
+		{logKey("p", "b"), []int64{0}},
+		{permitsKey("p", "b"), []int64{0}},
+		{parkedKey("p", "b"), []int64{0}},
+		{notBeforeKey("p", "b"), []int64{later}},
+		{notBeforeKey("p", "b"), []int64{0, later}},
+	} {
 		mr.FlushAll()
 		if err := rdb.Set(ctx, bad.key, "x", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 		tasks := []Ref{{ID: "1", Queue: "q"}, {ID: "2", Queue: "q"}}
 		args := append([]any{"batch"}, permitArgs(q, 1, 0, tasks)...)
-		args = append(args, permitArgs(q, 1, bad.nb, tasks)...)
-		keys := append(permitKeysOf("a"), permitKeysOf("b")...)
+		keys := permitKeysOf("a")
+		for j, nb := range bad.nbs {
+			args = append(args, permitArgs(q, 1, nb, []Ref{{ID: fmt.Sprint(3 + 2*j), Queue: "q"}, {ID: fmt.Sprint(4 + 2*j), Queue: "q"}})...)
+			keys = append(keys, permitKeysOf("b")...)
+		}
 		if err := lua.Permit().Run(ctx, rdb, keys, args...).Err(); err == nil {
 			t.Fatalf("case %d: a batch with %s a string succeeded", i, bad.key)
 		}
@@ -245,5 +256,54 @@ func TestPermitBatchWrongTypeWritesNothing(t *testing.T) {
 				t.Fatalf("case %d: the batch failed on %s but wrote %s", i, bad.key, key)
 			}
 		}
+	}
+}
+
+// TestBatchSplitsAfterScriptsAreLost: a batch that meets Redis without its
+// scripts goes again by EVAL, and when that fails on one tenant's key of
+// the wrong type, each tenant goes again alone: the others are decided,
+// and only that tenant gets the error. For capped tenants (permit.lua)
+// and uncapped ones (admit.lua) alike.
+func TestBatchSplitsAfterScriptsAreLost(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := t.Context()
+	for _, capped := range []bool{false, true} {
+		t.Run(fmt.Sprintf("capped=%v", capped), func(t *testing.T) {
+			q := Quota{Limit: 10, Window: time.Minute}
+			if capped {
+				q.MaxInFlight = 5
+			}
+			prefix := fmt.Sprintf("split%v", capped)
+			g := New(rdb, StaticQuotas{Default: &q}, WithPrefix(prefix), WithTimeout(5*time.Second))
+			defer g.Close()
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.Set(ctx, logKey(prefix, "b"), "x", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			var batch []*request
+			for _, tenant := range []string{"a", "b", "c"} {
+				tasks := []Ref{{ID: tenant + "1", Queue: "q"}, {ID: tenant + "2", Queue: "q"}}
+				r := &request{tenant: tenant, key: logKey(prefix, tenant), q: q, gran: g.gran, ids: refIDs(tasks), done: make(chan struct{})}
+				if capped {
+					r.permit = g.newPermitCall(tenant, q, tasks, 0)
+				}
+				batch = append(batch, r)
+			}
+			g.commit.flush(batch, g.forget) // on one Redis, flush delivers before it returns
+			for _, r := range batch {
+				<-r.done
+				switch {
+				case r.tenant == "b" && r.err == nil:
+					t.Errorf("tenant b, whose log is a string, was decided: %+v", r.ds)
+				case r.tenant != "b" && r.err != nil:
+					t.Errorf("tenant %s: %v", r.tenant, r.err)
+				case r.tenant != "b" && (len(r.ds) != 2 || r.ds[0].Outcome != Admitted || r.ds[1].Outcome != Admitted):
+					t.Errorf("tenant %s: %+v, want both admitted", r.tenant, r.ds)
+				}
+			}
+		})
 	}
 }

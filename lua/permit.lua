@@ -138,17 +138,17 @@ end
 
 -- A batch. Count every tenant's sets first (a tenant that comes again is
 -- counted again at its turn, after the writes before it), and read each
--- not-before hash that a task may be parked in: a key of the wrong type
--- fails the call here, before anything is written.
+-- not-before hash that a task may be parked in, at every turn that may:
+-- a key of the wrong type fails the call here, before anything is written.
 local pres, seen = {}, {}
 local a = 1
 for k = 0, #KEYS - 1, 4 do
   if not seen[KEYS[k + 1]] then
     seen[KEYS[k + 1]] = true
     pres[k] = {call('ZCARD', KEYS[k + 2]), call('ZCARD', KEYS[k + 3]), call('ZCARD', KEYS[k + 1])}
-    if tonumber(ARGV[a + 8]) > now then
-      call('HLEN', KEYS[k + 4])
-    end
+  end
+  if tonumber(ARGV[a + 8]) > now then
+    call('HLEN', KEYS[k + 4])
   end
   a = a + 9 + 2 * tonumber(ARGV[a + 9])
 end
