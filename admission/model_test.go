@@ -21,6 +21,27 @@ type slotModel struct {
 	log map[string]int64
 }
 
+// expire empties the model when the log at key has expired in Redis at
+// now (µs), which it may do once it holds only entries that have left the
+// window w (µs): an untrimmed log may still count them. It fails t if the
+// log expired holding an entry in the window.
+func (m *slotModel) expire(t *testing.T, rdb *redis.Client, key string, now, w int64, desc string) {
+	t.Helper()
+	n, err := rdb.Exists(t.Context(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n > 0 {
+		return
+	}
+	for id, s := range m.log {
+		if s > now-w {
+			t.Fatalf("%s: the log expired holding %s at %d, in the window", desc, id, s)
+		}
+	}
+	clear(m.log)
+}
+
 type modelResult struct {
 	Code, At, Remaining int64
 }
@@ -192,18 +213,7 @@ func TestScriptMatchesModel(t *testing.T) {
 					nb = now.UnixMicro() + r.Int64N(4*q.Window.Microseconds()) - q.Window.Microseconds()
 				}
 				mr.SetTime(now)
-				// A log expires whole once it holds only entries that have
-				// left the window, which an untrimmed log may still count.
-				if n, err := rdb.Exists(ctx, key).Result(); err != nil {
-					t.Fatal(err)
-				} else if n == 0 {
-					for id, s := range m.log {
-						if s > now.UnixMicro()-q.Window.Microseconds() {
-							t.Fatalf("%s: the log expired holding %s at %d, in the window", desc, id, s)
-						}
-					}
-					clear(m.log)
-				}
+				m.expire(t, rdb, key, now.UnixMicro(), q.Window.Microseconds(), desc)
 				args := appendAdmitArgsAt(nil, q, gran, nb, ids)
 				res, err := script.Run(ctx, rdb, []string{key}, args...).Int64Slice()
 				if err != nil {
