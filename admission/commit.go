@@ -346,7 +346,7 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 			continue // its caller left before it was sent
 		}
 		k := groupKey{r.key, r.q, r.gran, r.notBefore}
-		if g := byKey[k]; g != nil && r.permit == nil && g.permit() == nil {
+		if g := byKey[k]; g != nil && r.permit == nil { // a capped request is never merged
 			g.ids = append(g.ids[:len(g.ids):len(g.ids)], r.ids...) // copies: never the caller's
 			g.reqs = append(g.reqs, r)
 			continue
@@ -482,7 +482,7 @@ func (c *committer) run(ctx context.Context, taken int64, calls [][]*group, forg
 				c.deliver(call, res[i], nil, forget)
 			case isNoScript(err) && !eval:
 				again = append(again, call)
-			case len(call) > 1 && !unavailable(err) && !isNoScript(err):
+			case len(call) > 1 && !unavailable(err):
 				for _, g := range call {
 					again = append(again, []*group{g})
 				}
