@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/admitq/admitq/internal/redistest"
 	"github.com/admitq/admitq/lua"
 )
 
@@ -19,15 +20,11 @@ import (
 // tenants, mix quotas, granularities and not-before times, and span
 // deferrals and rejections.
 func TestCounterBatchMatchesSingles(t *testing.T) {
-	batchMR, batch := onMini(t)
-	singleMR, single := onMini(t)
-	ctx := t.Context()
-	script := lua.Counter()
+	c := newBatchCheck(t, lua.Counter(), false)
 	tenants := []string{"{a}:ctr", "{b}:ctr", "{c}:ctr"}
 	for seed := range uint64(20) {
 		r := rand.New(rand.NewPCG(seed, 23))
-		batchMR.FlushAll()
-		singleMR.FlushAll()
+		c.flush()
 		var quotas []Quota
 		for range 2 {
 			quotas = append(quotas, Quota{
@@ -40,11 +37,7 @@ func TestCounterBatchMatchesSingles(t *testing.T) {
 		now := time.Unix(1_780_000_000, 0).Add(time.Duration(r.IntN(1e6)) * time.Microsecond)
 		for step := range 30 {
 			now = now.Add(time.Duration(r.Int64N(int64(150 * time.Millisecond))))
-			batchMR.SetTime(now)
-			singleMR.SetTime(now)
-			var keys []string
-			args := []any{"batch"}
-			var want []int64
+			c.at(now)
 			for range 1 + r.IntN(4) {
 				key, q := tenants[r.IntN(len(tenants))], quotas[r.IntN(len(quotas))]
 				gran := []int64{1, 1, 1000}[r.IntN(3)]
@@ -52,33 +45,9 @@ func TestCounterBatchMatchesSingles(t *testing.T) {
 				if r.IntN(4) == 0 {
 					nb = now.UnixMicro() + r.Int64N(q.Window.Microseconds())
 				}
-				a := appendCounterArgs(nil, q, gran, 1+r.IntN(3), nb)
-				res, err := script.Run(ctx, single, []string{key}, a...).Int64Slice()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if want == nil {
-					want = res[:1]
-				}
-				want = append(want, res[1:]...)
-				keys, args = append(keys, key), append(args, a...)
+				c.add([]string{key}, appendCounterArgs(nil, q, gran, 1+r.IntN(3), nb))
 			}
-			got, err := script.Run(ctx, batch, keys, args...).Int64Slice()
-			if err != nil {
-				t.Fatal(err)
-			}
-			desc := fmt.Sprintf("seed %d step %d keys %v", seed, step, keys)
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Fatalf("%s: batch reply (-singles,+batch):\n%s", desc, diff)
-			}
-			for _, key := range tenants {
-				if diff := cmp.Diff(single.HGetAll(ctx, key).Val(), batch.HGetAll(ctx, key).Val()); diff != "" {
-					t.Fatalf("%s: hash %s (-singles,+batch):\n%s", desc, key, diff)
-				}
-				if s, b := single.PExpireTime(ctx, key).Val(), batch.PExpireTime(ctx, key).Val(); s != b {
-					t.Fatalf("%s: %s expires at %v after singles, %v after the batch", desc, key, s, b)
-				}
-			}
+			c.check(fmt.Sprintf("seed %d step %d", seed, step), tenants)
 		}
 	}
 }
@@ -87,7 +56,15 @@ func TestCounterBatchMatchesSingles(t *testing.T) {
 // type fails whole, before any key is written: the committer then decides
 // each tenant alone, and a half-written batch would record some twice.
 func TestCounterBatchWrongTypeWritesNothing(t *testing.T) {
-	_, rdb := onMini(t)
+	for server, rdb := range map[string]*redis.Client{"miniredis": nil, "redis-server": redistest.Start(t).Client(t)} {
+		if rdb == nil {
+			_, rdb = onMini(t)
+		}
+		t.Run(server, func(t *testing.T) { testCounterBatchWrongType(t, rdb) })
+	}
+}
+
+func testCounterBatchWrongType(t *testing.T, rdb *redis.Client) {
 	ctx := t.Context()
 	if err := rdb.Set(ctx, "{b}:ctr", "x", 0).Err(); err != nil {
 		t.Fatal(err)

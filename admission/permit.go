@@ -124,12 +124,12 @@ func (g *Gate) AdmitTasksAt(ctx context.Context, tenant string, tasks []Ref, not
 // its own, in its master's pipeline.
 func (g *Gate) admitCapped(ctx context.Context, tenant string, q Quota, tasks []Ref, nb int64) ([]Decision, error) {
 	now := time.Now()
-	key := logKey(g.opts.prefix, tenant)
+	p := g.newPermitCall(tenant, q, tasks, nb)
+	key := p.keys[0] // the log: the breaker's, and the one the pipeline reports
 	brk := g.breakerFor(ctx, key)
 	if brk.isOpen() {
 		return g.withoutRedis(tenant, q, refIDs(tasks), now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, tenant))
 	}
-	p := g.newPermitCall(tenant, q, tasks, nb)
 	r := &request{tenant: tenant, key: key, q: q, gran: g.gran, ids: refIDs(tasks), notBefore: nb, permit: p}
 	ds, err := g.commit.do(ctx, r, g.opts.timeout, g.forget)
 	if err != nil {

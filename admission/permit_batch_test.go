@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/internal/redistest"
@@ -124,15 +123,15 @@ func permitKeysOf(tenant string) []string {
 // granularities and not-before times, retry tasks, and span deferrals,
 // parking, full backlogs and rejections.
 func TestPermitBatchMatchesSingles(t *testing.T) {
-	batchMR, batch, _ := onMiniredis(t)
-	singleMR, single, _ := onMiniredis(t)
-	ctx := t.Context()
-	script := lua.Permit()
+	c := newBatchCheck(t, lua.Permit(), true)
 	tenants := []string{"a", "b", "c"}
+	var all []string
+	for _, tenant := range tenants {
+		all = append(all, permitKeysOf(tenant)...)
+	}
 	for seed := range uint64(30) {
 		r := rand.New(rand.NewPCG(seed, 31))
-		batchMR.FlushAll()
-		singleMR.FlushAll()
+		c.flush()
 		var quotas []Quota
 		for range 2 {
 			quotas = append(quotas, Quota{
@@ -147,11 +146,7 @@ func TestPermitBatchMatchesSingles(t *testing.T) {
 		now := time.Unix(1_780_000_000, 0).Add(time.Duration(r.IntN(1e6)) * time.Microsecond)
 		for step := range 30 {
 			now = now.Add(time.Duration(r.Int64N(int64(150 * time.Millisecond))))
-			batchMR.SetTime(now)
-			singleMR.SetTime(now)
-			var keys []string
-			args := []any{"batch"}
-			want := []int64{}
+			c.at(now)
 			for range 1 + r.IntN(4) {
 				tenant, q := tenants[r.IntN(len(tenants))], quotas[r.IntN(len(quotas))]
 				gran := []int64{1, 1, 1000}[r.IntN(3)]
@@ -169,50 +164,11 @@ func TestPermitBatchMatchesSingles(t *testing.T) {
 					issued = append(issued, ref)
 					tasks = append(tasks, ref)
 				}
-				a := permitArgs(q, gran, nb, tasks)
-				res, err := script.Run(ctx, single, permitKeysOf(tenant), a...).Int64Slice()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(want) == 0 {
-					want = res[:1]
-				}
-				want = append(want, res[1:]...)
-				keys, args = append(keys, permitKeysOf(tenant)...), append(args, a...)
+				c.add(permitKeysOf(tenant), permitArgs(q, gran, nb, tasks))
 			}
-			got, err := script.Run(ctx, batch, keys, args...).Int64Slice()
-			if err != nil {
-				t.Fatal(err)
-			}
-			desc := fmt.Sprintf("seed %d step %d keys %v", seed, step, keys)
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Fatalf("%s: batch reply (-singles,+batch):\n%s", desc, diff)
-			}
-			for _, tenant := range tenants {
-				for _, key := range permitKeysOf(tenant) {
-					if diff := cmp.Diff(dump(t, single, key), dump(t, batch, key)); diff != "" {
-						t.Fatalf("%s: %s (-singles,+batch):\n%s", desc, key, diff)
-					}
-					if s, b := single.PExpireTime(ctx, key).Val(), batch.PExpireTime(ctx, key).Val(); s != b {
-						t.Fatalf("%s: %s expires at %v after singles, %v after the batch", desc, key, s, b)
-					}
-				}
-			}
+			c.check(fmt.Sprintf("seed %d step %d", seed, step), all)
 		}
 	}
-}
-
-// dump returns what key holds: a sorted set's members and scores, or a
-// hash's fields.
-func dump(t *testing.T, rdb *redis.Client, key string) any {
-	ctx := t.Context()
-	switch rdb.Type(ctx, key).Val() {
-	case "zset":
-		return rdb.ZRangeWithScores(ctx, key, 0, -1).Val()
-	case "hash":
-		return rdb.HGetAll(ctx, key).Val()
-	}
-	return nil
 }
 
 // TestPermitBatchWrongTypeWritesNothing: a batch in which a tenant's set,
@@ -221,12 +177,18 @@ func dump(t *testing.T, rdb *redis.Client, key string) any {
 // each alone), also when the tenant comes again in the batch and only its
 // second request parks with a not-before time.
 func TestPermitBatchWrongTypeWritesNothing(t *testing.T) {
-	mr, rdb, _ := onMiniredis(t)
+	for server, rdb := range map[string]*redis.Client{"miniredis": nil, "redis-server": redistest.Start(t).Client(t)} {
+		if rdb == nil {
+			_, rdb = onMini(t)
+		}
+		t.Run(server, func(t *testing.T) { testPermitBatchWrongType(t, rdb) })
+	}
+}
+
+func testPermitBatchWrongType(t *testing.T, rdb *redis.Client) {
 	ctx := t.Context()
 	q := Quota{Limit: 10, Window: time.Second, MaxInFlight: 1, MaxParked: 5}
-	now := time.Unix(1_780_000_000, 0)
-	mr.SetTime(now)
-	later := now.UnixMicro() + 1000
+	later := time.Now().Add(time.Hour).UnixMicro() // ahead of either server's clock
 	for i, bad := range []struct {
 		key string
 		nbs []int64 // b's requests' not-before times
@@ -237,7 +199,9 @@ func TestPermitBatchWrongTypeWritesNothing(t *testing.T) {
 		{notBeforeKey("p", "b"), []int64{later}},
 		{notBeforeKey("p", "b"), []int64{0, later}},
 	} {
-		mr.FlushAll()
+		if err := rdb.FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
 		if err := rdb.Set(ctx, bad.key, "x", 0).Err(); err != nil {
 			t.Fatal(err)
 		}

@@ -226,9 +226,9 @@ local function guesses(ARGV, a, release)
 end
 
 -- readFields returns the fields decide reads first, for key with the ARGV from
--- a + 1 on (see decide), in one HMGET.
-local function readFields(key, ARGV, a, release)
-  if guesses(ARGV, a, release) then
+-- a + 1 on (see decide), in one HMGET: with the two buckets when guessed.
+local function readFields(key, ARGV, a, guessed)
+  if guessed then
     local s = shapeOf(ARGV[a + 2], ARGV[a + 5])
     return call('HMGET', key, 'w', 'g', 'n', 'last', 'c', 's', 'x', 'ws', 'wb', 'wn', s.gone, s.now)
   end
@@ -263,7 +263,7 @@ local function decide(key, ARGV, a, meta)
   -- the sum too high, never too low.)
   local stamp = shape.stamp
   local guessed = guesses(ARGV, a, release)
-  meta = meta or readFields(key, ARGV, a, release)
+  meta = meta or readFields(key, ARGV, a, guessed)
   local storedWidth, gen = tonumber(meta[1]), tonumber(meta[2]) or 0
   local total, last, cursor = tonumber(meta[3]) or 0, tonumber(meta[4]) or now, meta[5] or '0'
   local swept, expiry = tonumber(meta[6]), tonumber(meta[7]) or -1
@@ -523,7 +523,8 @@ for k = 1, #KEYS do
   local key = KEYS[k]
   if not seen[key] then
     seen[key] = true
-    local ok, meta = pcall(readFields, key, ARGV, 1 + 7 * (k - 1))
+    local a = 1 + 7 * (k - 1)
+    local ok, meta = pcall(readFields, key, ARGV, a, guesses(ARGV, a))
     if not ok then
       local ty = call('TYPE', key).ok
       if ty == 'hash' or ty == 'none' then
