@@ -8,12 +8,17 @@ FUZZTIME ?= 3s
 
 .PHONY: test redis chromium lint build bench fuzz
 
-## test: go vet, then all tests with the race detector. ADMITQ_REQUIRE_REDIS=1
+## test: go vet, then all tests with the race detector, then the bench's
+## builds with a floor in admit.lua's place (lua.AdmitStandIn). ADMITQ_REQUIRE_REDIS=1
 ## turns "redis-server missing" from a skip into a failure, and
 ## ADMITQ_REQUIRE_BROWSER=1 does the same for the dashboard's Chromium.
 test: redis chromium
 	$(GO) vet ./...
 	ADMITQ_REQUIRE_REDIS=1 ADMITQ_REQUIRE_BROWSER=1 $(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) vet -tags admitq_floor ./lua/ ./internal/bench/
+	$(GO) vet -tags admitq_free ./lua/ ./internal/bench/
+	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_floor -run '^TestStandIn$$' ./internal/bench/
+	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_free -run '^TestStandIn$$' ./internal/bench/
 	$(GO) test -run '^$$' -fuzz '^FuzzTenant$$' -fuzztime $(FUZZTIME) ./admission/
 	$(GO) test -run '^$$' -fuzz '^FuzzQuota$$' -fuzztime $(FUZZTIME) ./admission/
 	$(GO) test -run '^$$' -fuzz '^FuzzRedisQuotas$$' -fuzztime $(FUZZTIME) ./admission/

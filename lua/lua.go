@@ -7,8 +7,6 @@ import (
 )
 
 var (
-	//go:embed admit.lua
-	admitSrc string
 	//go:embed usage.lua
 	usageSrc string
 	//go:embed counter.lua
@@ -21,6 +19,19 @@ var (
 //
 // Each call returns a new *redis.Script; callers keep the one they use.
 func Admit() *redis.Script { return redis.NewScript(admitSrc) }
+
+// AdmitStandIn names the script that a benchmark build carries in
+// admit.lua's place, or returns "" for admit.lua itself, as in every build
+// without the tags below. The stand-ins take admit.lua's KEYS and ARGV and
+// answer in its shape, but they are floors, not limiters, for measuring
+// what admission costs the rest of a caller's path (admitq bench):
+//
+//   - admitq_floor: floor/ttlfloor.lua, the least any limiter on a
+//     sliding-window log whose logs expire must do (count, trim, record,
+//     set the TTL), with no FIFO and no idempotent retries;
+//   - admitq_free: floor/free.lua, which only reads the clock and admits
+//     everything.
+func AdmitStandIn() string { return admitStandIn }
 
 // Usage returns the read-only script (usage.lua) that reports a tenant's
 // entries in the window, its reservations ahead and its next free slot.

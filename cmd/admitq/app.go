@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/lua"
 )
 
 // Exit codes.
@@ -135,6 +136,9 @@ rediss:// for TLS, or plain host:port; or --redis-cluster for a Redis Cluster.`,
 		SilenceErrors: true,
 		PersistentPreRunE: func(*cobra.Command, []string) error {
 			a.started = true
+			if s := lua.AdmitStandIn(); s != "" {
+				fmt.Fprintf(a.stderr, "admitq: this build carries %s in admit.lua's place: a floor for benchmarks, not a limiter\n", s)
+			}
 			if a.timeout <= 0 {
 				return usageErrorf("--timeout %v: want more than 0", a.timeout)
 			}

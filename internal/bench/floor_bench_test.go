@@ -2,9 +2,9 @@ package bench
 
 import (
 	"context"
-	_ "embed"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -16,9 +16,6 @@ import (
 	"github.com/admitq/admitq/internal/redistest"
 	"github.com/admitq/admitq/lua"
 )
-
-//go:embed testdata/floor.lua
-var floorSrc string
 
 // keysPerCall is the number of tenants the side-by-side benchmarks put in
 // one script call: about what the batched gate sends at 64 callers.
@@ -39,13 +36,24 @@ type contestant struct {
 // one, as each of the scripts' costs was measured.
 func otherScript(b *testing.B, src string) *redis.Script {
 	if path := os.Getenv("ADMITQ_BENCH_OTHER_SCRIPT"); path != "" {
-		s, err := os.ReadFile(path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		src = string(s)
+		src = readScript(b, path)
 	}
 	return redis.NewScript(src)
+}
+
+// readScript returns the script in the file at path, which, unless
+// absolute, is taken from the module's root (go test runs a package's
+// benchmarks in its own directory, two below it), as the README's
+// commands name them: lua/floor/ttlfloor.lua.
+func readScript(b *testing.B, path string) string {
+	if !filepath.IsAbs(path) {
+		path = filepath.Join("..", "..", path)
+	}
+	s, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return string(s)
 }
 
 // sideBySide runs two contestants, each on a redis-server of its own, with
@@ -150,7 +158,7 @@ func logContestant(name string, script *redis.Script, q admission.Quota) contest
 }
 
 // BenchmarkScriptFloor runs admit.lua and, side by side, a script that
-// only trims each tenant's log and records each ID (testdata/floor.lua):
+// only trims each tenant's log and records each ID (lua/floor/floor.lua):
 // the least any sorted-set log can cost Redis. The metrics end in -admit
 // and -other. The shape is the batched gate's on one Redis: 20 tenants of
 // 1000 a call, one ID each, a quota of 100 per second that admits them all.
@@ -158,11 +166,11 @@ func logContestant(name string, script *redis.Script, q admission.Quota) contest
 // ADMITQ_BENCH_OTHER_SCRIPT names a file to run in floor.lua's place, with
 // admit.lua's KEYS and ARGV: a way to try a change to admit.lua against
 // the current one, as each of the script's costs was measured.
-// testdata/ttlfloor.lua is a second floor: it also counts each log and sets
+// lua/floor/ttlfloor.lua is a second floor: it also counts each log and sets
 // its TTL, as any limiter whose logs expire must.
 func BenchmarkScriptFloor(b *testing.B) {
 	q := admission.Quota{Limit: 100, Window: time.Second}
-	sideBySide(b, logContestant("admit", lua.Admit(), q), logContestant("other", otherScript(b, floorSrc), q))
+	sideBySide(b, logContestant("admit", lua.Admit(), q), logContestant("other", otherScript(b, readScript(b, "lua/floor/floor.lua")), q))
 }
 
 // BenchmarkCounterScriptBatch runs counter.lua as the batched gate calls it

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/admitq/admitq/lua"
 )
 
 // Report is what Run measured. It marshals to JSON as it is; durations are
@@ -34,6 +36,10 @@ type Report struct {
 	Targets []Target `json:"targets"`
 	// Spread is how many tenants hash to each master, on a cluster.
 	Spread []MasterTenants `json:"spread,omitempty"`
+	// AdmitStandIn names the floor this build runs in admit.lua's place
+	// (lua.AdmitStandIn), for every contender that admits through a gate
+	// in Log mode; empty in a normal build.
+	AdmitStandIn string `json:"admit_stand_in,omitempty"`
 }
 
 // Server is the Redis the bench ran on.
@@ -158,6 +164,7 @@ func newReport(cfg Config, addr, version string, embedded bool) Report {
 		Tenants:      cfg.Tenants,
 		Distribution: dist,
 		Quota:        QuotaInfo{Limit: cfg.Quota.Limit, Window: cfg.Quota.Window, MaxDelay: cfg.Quota.MaxDelay},
+		AdmitStandIn: lua.AdmitStandIn(),
 		Duration:     cfg.Duration,
 		Rounds:       cfg.Rounds,
 		Warmup:       cfg.Warmup,
@@ -288,6 +295,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		q += fmt.Sprintf(", max delay %v", r.Quota.MaxDelay)
 	}
 	fmt.Fprintf(&b, "%d callers, %d tenants (%s), quota %s per tenant\n", r.Concurrency, r.Tenants, r.Distribution, q)
+	if r.AdmitStandIn != "" {
+		fmt.Fprintf(&b, "admit.lua replaced by %s: a floor, not a limiter\n", r.AdmitStandIn)
+	}
 	if r.Rounds > 1 {
 		fmt.Fprintf(&b, "%v measured per contender, round-robin in %d slices of %v, each after %v warmup on empty keys\n\n",
 			r.Duration, r.Rounds, (r.Duration / time.Duration(r.Rounds)).Round(time.Millisecond), r.Warmup)

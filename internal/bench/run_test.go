@@ -67,6 +67,9 @@ func TestRunReportsEveryContender(t *testing.T) {
 	if len(rep.Ratios) != len(rep.Rows)-2 { // not the gate itself, not the flood
 		t.Errorf("%d ratios for %d rows", len(rep.Ratios), len(rep.Rows))
 	}
+	if rep.AdmitStandIn != "" {
+		t.Errorf("a normal build measured %s, not admit.lua", rep.AdmitStandIn)
+	}
 	if len(rep.Targets) != 9 {
 		t.Errorf("targets: %+v, want 9", rep.Targets)
 	}

@@ -1,6 +1,7 @@
 -- ttlfloor.lua: a lower bound on the Redis cost of any limiter on a
 -- sliding-window log kept in a sorted set whose logs expire once idle, for
--- BenchmarkScriptFloor with ADMITQ_BENCH_OTHER_SCRIPT=testdata/ttlfloor.lua.
+-- BenchmarkScriptFloor with ADMITQ_BENCH_OTHER_SCRIPT=lua/floor/ttlfloor.lua,
+-- and in admit.lua's place in a build with the tag admitq_floor.
 -- It takes admit.lua's KEYS and ARGV and returns a reply of the same shape.
 -- Per tenant it does what every such limiter must: count the log (ZCARD),
 -- trim it (here once every 8 entries, or near the limit, as admit.lua

@@ -1,0 +1,10 @@
+//go:build admitq_floor && !admitq_free
+
+package lua
+
+import _ "embed"
+
+//go:embed floor/ttlfloor.lua
+var admitSrc string
+
+const admitStandIn = "lua/floor/ttlfloor.lua (build tag admitq_floor)"
