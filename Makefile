@@ -15,10 +15,10 @@ FUZZTIME ?= 3s
 test: redis chromium
 	$(GO) vet ./...
 	ADMITQ_REQUIRE_REDIS=1 ADMITQ_REQUIRE_BROWSER=1 $(GO) test -race -count=1 -timeout 20m ./...
-	$(GO) vet -tags admitq_floor ./lua/ ./internal/bench/
-	$(GO) vet -tags admitq_free ./lua/ ./internal/bench/
-	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_floor -run '^TestStandIn$$' ./internal/bench/
-	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_free -run '^TestStandIn$$' ./internal/bench/
+	$(GO) vet -tags admitq_floor ./lua/ ./internal/bench/ ./cmd/admitq/
+	$(GO) vet -tags admitq_free ./lua/ ./internal/bench/ ./cmd/admitq/
+	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_floor -run '^(TestStandIn|TestAdmitCarriesItsFile)$$' ./lua/ ./internal/bench/
+	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_free -run '^(TestStandIn|TestAdmitCarriesItsFile)$$' ./lua/ ./internal/bench/
 	$(GO) test -run '^$$' -fuzz '^FuzzTenant$$' -fuzztime $(FUZZTIME) ./admission/
 	$(GO) test -run '^$$' -fuzz '^FuzzQuota$$' -fuzztime $(FUZZTIME) ./admission/
 	$(GO) test -run '^$$' -fuzz '^FuzzRedisQuotas$$' -fuzztime $(FUZZTIME) ./admission/

@@ -1,4 +1,4 @@
-//go:build admitq_floor && !admitq_free
+//go:build admitq_floor
 
 package lua
 

@@ -31,6 +31,8 @@ func Admit() *redis.Script { return redis.NewScript(admitSrc) }
 //     set the TTL), with no FIFO and no idempotent retries;
 //   - admitq_free: floor/free.lua, which only reads the clock and admits
 //     everything.
+//
+// The two tags together do not build (admitSrc is declared twice).
 func AdmitStandIn() string { return admitStandIn }
 
 // Usage returns the read-only script (usage.lua) that reports a tenant's

@@ -14,7 +14,6 @@ import (
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/internal/redistest"
-	"github.com/admitq/admitq/lua"
 )
 
 // benchClient returns a client of srv with a connection for every caller.
@@ -135,7 +134,7 @@ func BenchmarkScript(b *testing.B) {
 	for _, shape := range []struct{ keys, ids int }{{1, 1}, {1, 16}, {32, 1}} {
 		b.Run(fmt.Sprintf("keys=%d/ids=%d/parallel=%d", shape.keys, shape.ids, parallel), func(b *testing.B) {
 			rdb := benchClient(b, srv, parallel)
-			script := lua.Admit()
+			script := admitLua(b)
 			if err := script.Load(context.Background(), rdb).Err(); err != nil {
 				b.Fatal(err)
 			}

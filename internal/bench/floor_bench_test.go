@@ -32,13 +32,23 @@ type contestant struct {
 }
 
 // otherScript returns the script in the file ADMITQ_BENCH_OTHER_SCRIPT
-// names, or src: a way to try a change to a script against the current
-// one, as each of the scripts' costs was measured.
+// names (from the module's root, unless absolute: see readScript), or src:
+// a way to try a change to a script against the current one, as each of
+// the scripts' costs was measured.
 func otherScript(b *testing.B, src string) *redis.Script {
 	if path := os.Getenv("ADMITQ_BENCH_OTHER_SCRIPT"); path != "" {
 		src = readScript(b, path)
 	}
 	return redis.NewScript(src)
+}
+
+// admitLua returns admit.lua for a benchmark that names it, and skips b in
+// a build that carries a floor in its place (lua.AdmitStandIn).
+func admitLua(b *testing.B) *redis.Script {
+	if s := lua.AdmitStandIn(); s != "" {
+		b.Skipf("admit.lua is replaced by %s in this build", s)
+	}
+	return lua.Admit()
 }
 
 // readScript returns the script in the file at path, which, unless
@@ -170,7 +180,7 @@ func logContestant(name string, script *redis.Script, q admission.Quota) contest
 // its TTL, as any limiter whose logs expire must.
 func BenchmarkScriptFloor(b *testing.B) {
 	q := admission.Quota{Limit: 100, Window: time.Second}
-	sideBySide(b, logContestant("admit", lua.Admit(), q), logContestant("other", otherScript(b, readScript(b, "lua/floor/floor.lua")), q))
+	sideBySide(b, logContestant("admit", admitLua(b), q), logContestant("other", otherScript(b, readScript(b, "lua/floor/floor.lua")), q))
 }
 
 // BenchmarkCounterScriptBatch runs counter.lua as the batched gate calls it
@@ -201,7 +211,7 @@ func BenchmarkCounterScriptBatch(b *testing.B) {
 			},
 		}
 	}
-	other := logContestant("log", lua.Admit(), admission.Quota{Limit: q.Limit, Window: q.Window})
+	other := logContestant("log", admitLua(b), admission.Quota{Limit: q.Limit, Window: q.Window})
 	if os.Getenv("ADMITQ_BENCH_OTHER_SCRIPT") != "" {
 		other = counter("other", otherScript(b, ""))
 	}

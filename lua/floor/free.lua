@@ -4,8 +4,9 @@
 -- close enqueue.Client.Enqueue, the gate's round trip and then asynq's
 -- write, comes to bare asynq when the admission itself is free. It takes
 -- admit.lua's KEYS and ARGV and returns a reply of the same shape, but only
--- reads the clock: every ID is admitted now, with the whole quota left, and
--- nothing is recorded. It is not a limiter.
+-- reads the clock: every ID is admitted now, with the first quota's whole
+-- limit left (whatever its key's quota and not-before time), and nothing is
+-- recorded. It is not a limiter.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local limit = tonumber(ARGV[2]) -- the first quota's

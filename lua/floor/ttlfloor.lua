@@ -11,6 +11,9 @@
 -- admit.lua does both on top, and moves the TTL only when it would fall
 -- short, which takes a read of it (PEXPIRETIME) instead. Without its
 -- PEXPIRE line it is the least any limiter on a sorted-set log does.
+-- It reads the first quota for every key and ignores not-before times, as
+-- the benchmarks, which send one quota and none, allow; a retried ID is
+-- rejected (code 2) where admit.lua says it was admitted earlier.
 local call = redis.call
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
