@@ -643,11 +643,17 @@ func (c *committer) deliver(call []*group, res []int64, err error, forget func(*
 				r.ds, r.err = p.parse(r.tenant, res[0], res[off:off+n])
 			}
 			off += n
-			if r.state.CompareAndSwap(waiting, delivered) {
+			abandoned := !r.state.CompareAndSwap(waiting, delivered)
+			if !abandoned {
 				close(r.done)
 			}
+			// As below: what the script may have taken for nobody. A
+			// capped request's tasks also hold permits or wait parked.
+			if r.fresh && (abandoned || r.err != nil) {
+				forget(r)
+			}
 		}
-		return // no IDs to give back: forget cannot free a permit (its lease does)
+		return
 	}
 	off := 1
 	for _, g := range call {

@@ -44,3 +44,62 @@ func TestAbandonedFreshIDHoldsNoSlot(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestAbandonedCappedCallHoldsNothing: a capped tenant's call of fresh IDs
+// that leaves while Redis is paused holds nothing once it resumes: no slot,
+// no permit, no place among the parked and no not-before time, where
+// before its tasks held their permits until the leases lapsed (and parked
+// ones until handed a permit). A call of the caller's own IDs keeps what
+// it took, for its retry.
+func TestAbandonedCappedCallHoldsNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	// A lease far longer than the test: only the give-back can free them.
+	g := admission.New(srv.Client(t), static(admission.Quota{Limit: 1000, Window: time.Minute, MaxInFlight: 2}),
+		admission.WithPermitLease(time.Hour))
+	defer g.Close()
+	if _, err := g.AdmitID(t.Context(), "warm", "up"); err != nil { // connections up before the pause
+		t.Fatal(err)
+	}
+	ids := func(tenant string) map[string]int64 {
+		n := map[string]int64{}
+		for _, k := range []string{"log", "permits", "parked", "notbefore"} {
+			n[k] = rdb.Exists(t.Context(), "admitq:{"+tenant+"}:"+k).Val()
+		}
+		return n
+	}
+	// Five tasks for two permits, in one call, so that all of them are
+	// sent (the gate's two pipelines in flight wait for Redis, and calls
+	// that leave before a pipeline is free are never sent): two take the
+	// permits, three park, with a not-before time that parked tasks keep
+	// in a hash.
+	refs := make([]admission.Ref, 5)
+	for i := range refs {
+		refs[i] = admission.Ref{ID: "id" + strconv.Itoa(i), Queue: "q"}
+	}
+	srv.Pause()
+	for _, tenant := range []string{"fresh", "own"} {
+		ctx := t.Context()
+		if tenant == "fresh" {
+			ctx = freshid.Mark(ctx)
+		}
+		ctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		_, err := g.AdmitTasksAt(ctx, tenant, refs, time.Now().Add(time.Second))
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("AdmitTasksAt on a paused Redis = %v, want context.DeadlineExceeded", err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	srv.Resume()
+	deadline := time.Now().Add(5 * time.Second)
+	for left := ids("fresh"); left["log"]+left["permits"]+left["parked"]+left["notbefore"] > 0; left = ids("fresh") {
+		if time.Now().After(deadline) {
+			t.Fatalf("abandoned calls of fresh IDs left these keys of the tenant: %v, want none", left)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if u, err := g.Usage(t.Context(), "own"); err != nil || u.InFlight != 2 || u.Parked != 3 {
+		t.Errorf("the caller's own IDs: %d in flight, %d parked (%v), want 2 and 3: a retry of them finds its place", u.InFlight, u.Parked, err)
+	}
+}

@@ -440,6 +440,10 @@ func parseDecisions(ds []Decision, tenant string, ids []string, nowµs int64, re
 // that is not there is harmless. Counter mode keeps no IDs, so such a slot
 // there idles until its window passes.
 func (g *Gate) forget(r *request) {
+	if r.permit != nil {
+		g.forgetPermits(r) // permit.go
+		return
+	}
 	if r.q.Mode == Counter {
 		return
 	}

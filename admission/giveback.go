@@ -48,6 +48,7 @@ type giveBack struct {
 
 type giveBackKey struct {
 	tenant string
+	hash   bool                 // a hash whose fields go (HDEL), not a sorted set's members (ZREM)
 	until  map[string]time.Time // ID → when its slot surely left the window
 }
 
@@ -63,8 +64,20 @@ func newGiveBack(rdb redis.UniversalClient, timeout time.Duration, done func(str
 }
 
 // add queues ids of tenant's log key for removal, until (local clock)
-// their slots have surely left the window.
+// their slots have surely left the window. Any of the tenant's sorted sets
+// can have members given back so: an abandoned capped request's permits
+// and parked tasks too (Gate.forgetPermits).
 func (b *giveBack) add(tenant, key string, ids []string, until time.Time) {
+	b.queue(tenant, key, false, ids, until)
+}
+
+// addFields queues fields of the hash at key for removal (HDEL), as add
+// does members.
+func (b *giveBack) addFields(tenant, key string, fields []string, until time.Time) {
+	b.queue(tenant, key, true, fields, until)
+}
+
+func (b *giveBack) queue(tenant, key string, hash bool, ids []string, until time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -76,7 +89,7 @@ func (b *giveBack) add(tenant, key string, ids []string, until time.Time) {
 			break
 		}
 		if k == nil {
-			k = &giveBackKey{tenant: tenant, until: make(map[string]time.Time)}
+			k = &giveBackKey{tenant: tenant, hash: hash, until: make(map[string]time.Time)}
 			b.keys[key] = k
 		}
 		if _, ok := k.until[id]; !ok {
@@ -114,14 +127,20 @@ func (b *giveBack) run() {
 	}
 }
 
+// giveBackBatch is what one attempt removes from one key.
+type giveBackBatch struct {
+	hash bool
+	ids  []string
+}
+
 // take returns a copy of what waits, after dropping the entries whose
 // slots have left their windows, or nil, and marks the loop stopped, when
 // nothing waits or the gate has closed.
-func (b *giveBack) take() map[string][]string {
+func (b *giveBack) take() map[string]*giveBackBatch {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := time.Now()
-	batch := make(map[string][]string, len(b.keys))
+	batch := make(map[string]*giveBackBatch, len(b.keys))
 	for key, k := range b.keys {
 		for id, until := range k.until {
 			if now.After(until) {
@@ -129,7 +148,10 @@ func (b *giveBack) take() map[string][]string {
 				b.n--
 				continue
 			}
-			batch[key] = append(batch[key], id)
+			if batch[key] == nil {
+				batch[key] = &giveBackBatch{hash: k.hash}
+			}
+			batch[key].ids = append(batch[key].ids, id)
 		}
 		if len(k.until) == 0 {
 			delete(b.keys, key)
@@ -142,23 +164,27 @@ func (b *giveBack) take() map[string][]string {
 	return batch
 }
 
-// attempt sends one ZREM per key of batch in one pipeline, forgets the
-// entries Redis answered for, and reports whether Redis answered every
-// command. Like every call of the gate, it waits no longer than the
+// attempt sends one ZREM (HDEL for a hash) per key of batch in one
+// pipeline, forgets the entries Redis answered for, and reports whether
+// Redis answered every command. Like every call of the gate, it waits no longer than the
 // timeout, whether or not the client honours context deadlines; a
 // pipeline it stops waiting for may still land, which is harmless.
-func (b *giveBack) attempt(batch map[string][]string) bool {
+func (b *giveBack) attempt(batch map[string]*giveBackBatch) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
 	pipe := b.rdb.Pipeline()
 	keys := make([]string, 0, len(batch))
 	cmds := make([]*redis.IntCmd, 0, len(batch))
-	for key, ids := range batch {
-		members := make([]any, len(ids))
-		for i, id := range ids {
+	for key, kb := range batch {
+		keys = append(keys, key)
+		if kb.hash {
+			cmds = append(cmds, pipe.HDel(ctx, key, kb.ids...))
+			continue
+		}
+		members := make([]any, len(kb.ids))
+		for i, id := range kb.ids {
 			members[i] = id
 		}
-		keys = append(keys, key)
 		cmds = append(cmds, pipe.ZRem(ctx, key, members...))
 	}
 	exec := make(chan struct{})
@@ -185,7 +211,7 @@ func (b *giveBack) attempt(batch map[string][]string) bool {
 		if k == nil {
 			continue
 		}
-		for _, id := range batch[keys[i]] {
+		for _, id := range batch[keys[i]].ids {
 			if _, ok := k.until[id]; ok {
 				delete(k.until, id)
 				b.n--

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/admitq/admitq/internal/freshid"
 	"github.com/admitq/admitq/lua"
 )
 
@@ -130,7 +131,7 @@ func (g *Gate) admitCapped(ctx context.Context, tenant string, q Quota, tasks []
 	if brk.isOpen() {
 		return g.withoutRedis(tenant, q, refIDs(tasks), now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, tenant))
 	}
-	r := &request{tenant: tenant, key: key, q: q, gran: g.gran, ids: refIDs(tasks), notBefore: nb, permit: p}
+	r := &request{tenant: tenant, key: key, q: q, gran: g.gran, ids: refIDs(tasks), notBefore: nb, permit: p, fresh: freshid.Marked(ctx)}
 	ds, err := g.commit.do(ctx, r, g.opts.timeout, g.forget)
 	if err != nil {
 		err = callError(ctx, "admit", tenant, err)
@@ -157,6 +158,33 @@ func (g *Gate) admitCapped(ctx context.Context, tenant string, q Quota, tasks []
 		}
 	}
 	return ds, nil
+}
+
+// forgetPermits gives back, in the background (giveBack), what a capped
+// request of fresh IDs may hold although its caller left or got an error:
+// its tasks' slots in the log, and their permits or places among the
+// parked, which would otherwise stay taken until their leases lapse and a
+// reconciler finds no task (a parked one, until it is handed a permit).
+// No task of the request was written, and no retry can ask for its IDs.
+// Freed permits are handed on by the next release, as when a task
+// finishes: a worker's, or a reconciler's.
+func (g *Gate) forgetPermits(r *request) {
+	p := r.permit
+	refs := make([]string, len(p.tasks))
+	for i, t := range p.tasks {
+		refs[i] = t.member()
+	}
+	start := time.Now()
+	if nb := time.UnixMicro(r.notBefore); r.notBefore > 0 && nb.After(start) {
+		start = nb
+	}
+	// A permit is looked at again once its lease lapses; a parked task
+	// is handed one in its turn, which may be later than that.
+	until := start.Add(max(r.q.MaxDelay+r.q.Window, g.waitLease()) + giveBackSlack)
+	g.back.add(r.tenant, p.keys[0], r.ids, until) // the log
+	g.back.add(r.tenant, p.keys[1], refs, until)  // permits
+	g.back.add(r.tenant, p.keys[2], refs, until)  // parked
+	g.back.addFields(r.tenant, p.keys[3], refs, until)
 }
 
 // permitCall is a capped request's part of a permit.lua call: its keys and
