@@ -22,6 +22,9 @@ func TestQuotaRoundTrip(t *testing.T) {
 		t.Errorf("quota set printed %q, want %q", got, want)
 	}
 	r("quota", "set", "globex", "--limit", "5", "--window", "1s")
+	// Names that could pass for the default's row, or for each other.
+	r("quota", "set", "(default)", "--limit", "7", "--window", "1s")
+	r("quota", "set", `"(default)"`, "--limit", "8", "--window", "1s")
 	r("quota", "set-default", "--limit", "10", "--window", "10s")
 	if got, want := r("quota", "get", "acme").stdout, "acme: 100/1m0s, max delay 30s\n"; got != want {
 		t.Errorf("quota get printed %q, want %q", got, want)
@@ -34,6 +37,8 @@ func TestQuotaRoundTrip(t *testing.T) {
 	want := quotaList{
 		Default: &quotaJSON{Limit: 10, Window: "10s", MaxDelay: "0s", Mode: "log"},
 		Tenants: []quotaEntry{
+			{Tenant: `"(default)"`, Limit: 8, Window: "1s", MaxDelay: "0s", Mode: "log"},
+			{Tenant: "(default)", Limit: 7, Window: "1s", MaxDelay: "0s", Mode: "log"},
 			{Tenant: "acme", Limit: 100, Window: "1m0s", MaxDelay: "30s", Mode: "log"},
 			{Tenant: "globex", Limit: 5, Window: "1s", MaxDelay: "0s", Mode: "log"},
 		},
@@ -43,10 +48,12 @@ func TestQuotaRoundTrip(t *testing.T) {
 	}
 	table := r("quota", "list").stdout
 	for _, line := range []string{
-		"TENANT     LIMIT  WINDOW  MAX DELAY  MODE",
-		"(default)  10     10s     0s         log",
-		"acme       100    1m0s    30s        log",
-		"globex     5      1s      0s         log",
+		"TENANT           LIMIT  WINDOW  MAX DELAY  MODE",
+		"(default)        10     10s     0s         log",
+		`"(default)"      7      1s      0s         log`,
+		`"\"(default)\""  8      1s      0s         log`,
+		"acme             100    1m0s    30s        log",
+		"globex           5      1s      0s         log",
 	} {
 		if !strings.Contains(table, line+"\n") {
 			t.Errorf("quota list lacks the line %q:\n%s", line, table)
@@ -63,8 +70,8 @@ func TestQuotaRoundTrip(t *testing.T) {
 	if err := json.Unmarshal([]byte(r("quota", "list", "--json").stdout), &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Default != nil || len(got.Tenants) != 1 || got.Tenants[0].Tenant != "globex" {
-		t.Errorf("after deleting acme and the default, list = %+v, want globex alone", got)
+	if got.Default != nil || len(got.Tenants) != 3 || got.Tenants[2].Tenant != "globex" {
+		t.Errorf("after deleting acme and the default, list = %+v, want the two (default)s and globex", got)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
@@ -343,12 +345,26 @@ func writeQuotaTable(w io.Writer, l quotaList) error {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", name, q.Limit, q.Window, q.MaxDelay, q.Mode, inFlight, parked)
 	}
 	if l.Default != nil {
-		row("(default)", *l.Default)
+		row(defaultRow, *l.Default)
 	}
 	for _, e := range l.Tenants {
-		row(tableTenant(e.Tenant), quotaJSON{Limit: e.Limit, Window: e.Window, MaxDelay: e.MaxDelay, Mode: e.Mode, MaxInFlight: e.MaxInFlight, MaxParked: e.MaxParked})
+		row(listTenant(e.Tenant), quotaJSON{Limit: e.Limit, Window: e.Window, MaxDelay: e.MaxDelay, Mode: e.Mode, MaxInFlight: e.MaxInFlight, MaxParked: e.MaxParked})
 	}
 	return tw.Flush()
+}
+
+// defaultRow names the default quota's row in quota list's table.
+const defaultRow = "(default)"
+
+// listTenant is tenant's name in quota list's table: shortened as
+// tableTenant does, and quoted (Go syntax) when it begins with "(" or a
+// double quote, so that no tenant's row reads as the default's, and no
+// quoted name as another tenant's.
+func listTenant(tenant string) string {
+	if strings.HasPrefix(tenant, "(") || strings.HasPrefix(tenant, `"`) {
+		return tableTenant(strconv.Quote(tenant))
+	}
+	return tableTenant(tenant)
 }
 
 // tableTenantWidth is the widest a tenant name is shown in a table. A
