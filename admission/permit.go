@@ -178,9 +178,10 @@ func (g *Gate) forgetPermits(r *request) {
 	if nb := time.UnixMicro(r.notBefore); r.notBefore > 0 && nb.After(start) {
 		start = nb
 	}
-	// A permit is looked at again once its lease lapses; a parked task
-	// is handed one in its turn, which may be later than that.
-	until := start.Add(max(r.q.MaxDelay+r.q.Window, g.waitLease()) + giveBackSlack)
+	// A slot leaves the window as forget's do; a permit is looked at
+	// again once its lease lapses; a parked task is handed one in its
+	// turn, which may be later than either.
+	until := start.Add(max(r.q.MaxDelay+r.q.Window+time.Duration(r.gran)*time.Microsecond, g.waitLease()) + giveBackSlack)
 	g.back.add(r.tenant, p.keys[0], r.ids, until) // the log
 	g.back.add(r.tenant, p.keys[1], refs, until)  // permits
 	g.back.add(r.tenant, p.keys[2], refs, until)  // parked
