@@ -91,14 +91,19 @@ type request struct {
 	// permit.lua call: a group of its own, never merged.
 	permit *permitCall
 
-	state  atomic.Int32
-	sent   atomic.Int64  // UnixNano when a pipeline took it, to send it; 0 before
-	budget time.Duration // how long Redis has to answer it from then
-	done   chan struct{}
-	ds     []Decision
-	one    [1]Decision // ds for a single ID, without an allocation of its own
-	hint   time.Time   // the key's retry hint, after the whole group
-	err    error
+	state atomic.Int32
+	// callerLeft says the caller's ctx ended while it waited: it got its
+	// ctx's error, never a decision made without Redis, so it writes
+	// nothing for its tasks. (A caller whose wait the gate's own timer
+	// ended may fall back to one, and write.)
+	callerLeft atomic.Bool
+	sent       atomic.Int64  // UnixNano when a pipeline took it, to send it; 0 before
+	budget     time.Duration // how long Redis has to answer it from then
+	done       chan struct{}
+	ds         []Decision
+	one        [1]Decision // ds for a single ID, without an allocation of its own
+	hint       time.Time   // the key's retry hint, after the whole group
+	err        error
 }
 
 func newCommitter(rdb redis.UniversalClient, admit, counter, permit *redis.Script, timeout time.Duration, maxBatch, maxFlight int) *committer {
@@ -216,6 +221,7 @@ func (c *committer) do(ctx context.Context, r *request, budget time.Duration, fo
 			return r.ds, r.err
 		case <-ctx.Done():
 			gaveUp = context.Cause(ctx)
+			r.callerLeft.Store(true)
 		case <-t.C:
 			if next, ok := c.due(r); ok {
 				t.Reset(time.Until(next))
@@ -647,9 +653,12 @@ func (c *committer) deliver(call []*group, res []int64, err error, forget func(*
 			if !abandoned {
 				close(r.done)
 			}
-			// As below: what the script may have taken for nobody. A
-			// capped request's tasks also hold permits or wait parked.
-			if r.fresh && (abandoned || r.err != nil) {
+			// As below, what the script may have taken for nobody, with
+			// the tasks' permits and parked places: but only once the
+			// caller has left for good. A caller that got an error decides
+			// in admitCapped, and one whose wait the gate's timer ended may
+			// have fallen back to a local decision and written its task.
+			if r.fresh && abandoned && r.callerLeft.Load() {
 				forget(r)
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,14 +84,16 @@ func TestAbandonedCappedCallHoldsNothing(t *testing.T) {
 		if tenant == "fresh" {
 			ctx = freshid.Mark(ctx)
 		}
-		ctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		// Well inside the gate's timeout (250 ms): the caller leaves
+		// first, for good, with its ctx's error.
+		ctx, cancel := context.WithTimeout(ctx, 60*time.Millisecond)
 		_, err := g.AdmitTasksAt(ctx, tenant, refs, time.Now().Add(time.Second))
 		cancel()
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("AdmitTasksAt on a paused Redis = %v, want context.DeadlineExceeded", err)
 		}
 	}
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(30 * time.Millisecond)
 	srv.Resume()
 	deadline := time.Now().Add(5 * time.Second)
 	for left := ids("fresh"); left["log"]+left["permits"]+left["parked"]+left["notbefore"] > 0; left = ids("fresh") {
@@ -99,7 +102,68 @@ func TestAbandonedCappedCallHoldsNothing(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// And not because the call never went out: only the give-back sends
+	// HDEL, for the not-before times of the tasks that parked.
+	if stats := rdb.Info(t.Context(), "commandstats").Val(); !strings.Contains(stats, "cmdstat_hdel:calls=") {
+		t.Errorf("no HDEL reached Redis: the fresh call was never sent, or its parked tasks never given back")
+	}
 	if u, err := g.Usage(t.Context(), "own"); err != nil || u.InFlight != 2 || u.Parked != 3 {
 		t.Errorf("the caller's own IDs: %d in flight, %d parked (%v), want 2 and 3: a retry of them finds its place", u.InFlight, u.Parked, err)
+	}
+}
+
+// TestFailOpenCappedCallKeepsItsPermits: a capped call of fresh IDs whose
+// wait the gate's own timeout ends, on a Redis that answers later, gets
+// decisions made without Redis under FailOpen, and its caller writes its
+// tasks: what the script took for them when Redis answered must stay,
+// since those tasks rely on it.
+func TestFailOpenCappedCallKeepsItsPermits(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	g := admission.New(srv.Client(t), static(admission.Quota{Limit: 1000, Window: time.Minute, MaxInFlight: 2}),
+		admission.WithPermitLease(time.Hour), admission.WithTimeout(50*time.Millisecond),
+		admission.WithFailurePolicy(admission.FailOpen))
+	defer g.Close()
+	if _, err := g.AdmitID(t.Context(), "warm", "up"); err != nil { // connections up before the pause
+		t.Fatal(err)
+	}
+	refs := make([]admission.Ref, 5)
+	for i := range refs {
+		refs[i] = admission.Ref{ID: "id" + strconv.Itoa(i), Queue: "q"}
+	}
+	scripts := func() int { // script calls Redis has run
+		n := 0
+		for _, line := range strings.Split(rdb.Info(t.Context(), "commandstats").Val(), "\n") {
+			for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+				if rest, ok := strings.CutPrefix(line, cmd); ok {
+					c, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+					n += c
+				}
+			}
+		}
+		return n
+	}
+	before := scripts()
+	srv.Pause()
+	ds, err := g.AdmitTasks(freshid.Mark(t.Context()), "open", refs)
+	if err != nil || len(ds) != 5 || !ds[0].Local {
+		t.Fatalf("AdmitTasks on a paused Redis under FailOpen = %+v, %v; want local decisions", ds, err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	srv.Resume()
+	// The script runs once Redis resumes (the INFO calls between are
+	// not scripts): two permits, three parked.
+	deadline := time.Now().Add(5 * time.Second)
+	for scripts() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("the call's script never ran")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // a give-back would have landed
+	held := rdb.ZCard(t.Context(), "admitq:{open}:permits").Val()
+	parked := rdb.ZCard(t.Context(), "admitq:{open}:parked").Val()
+	if held != 2 || parked != 3 {
+		t.Errorf("%d permits held and %d tasks parked after the script ran, want 2 and 3: tasks admitted without Redis rely on them", held, parked)
 	}
 }

@@ -139,7 +139,12 @@ func (g *Gate) admitCapped(ctx context.Context, tenant string, q Quota, tasks []
 			// Counted here as well as by the pipeline's report, as decide
 			// does: before the caller can call again.
 			brk.failure(err, now)
+			// What the script may have taken stays until the leases
+			// lapse: a local decision may admit the tasks.
 			return g.withoutRedis(tenant, q, r.ids, now, err)
+		}
+		if r.fresh && r.state.Load() == delivered {
+			g.forget(r) // the script may have run, and no task will be written
 		}
 		return nil, err
 	}
@@ -161,7 +166,8 @@ func (g *Gate) admitCapped(ctx context.Context, tenant string, q Quota, tasks []
 }
 
 // forgetPermits gives back, in the background (giveBack), what a capped
-// request of fresh IDs may hold although its caller left or got an error:
+// request of fresh IDs may hold although its caller left, or got an error
+// and no decision:
 // its tasks' slots in the log, and their permits or places among the
 // parked, which would otherwise stay taken until their leases lapse and a
 // reconciler finds no task (a parked one, until it is handed a permit).
@@ -186,6 +192,8 @@ func (g *Gate) forgetPermits(r *request) {
 	g.back.add(r.tenant, p.keys[1], refs, until)  // permits
 	g.back.add(r.tenant, p.keys[2], refs, until)  // parked
 	g.back.addFields(r.tenant, p.keys[3], refs, until)
+	// A release may have handed a parked one a permit before this lands.
+	g.back.add(r.tenant, dueKey(g.opts.prefix, r.tenant), refs, until)
 }
 
 // permitCall is a capped request's part of a permit.lua call: its keys and
