@@ -92,18 +92,21 @@ type request struct {
 	permit *permitCall
 
 	state atomic.Int32
-	// callerLeft says the caller's ctx ended while it waited: it got its
-	// ctx's error, never a decision made without Redis, so it writes
-	// nothing for its tasks. (A caller whose wait the gate's own timer
-	// ended may fall back to one, and write.)
-	callerLeft atomic.Bool
-	sent       atomic.Int64  // UnixNano when a pipeline took it, to send it; 0 before
-	budget     time.Duration // how long Redis has to answer it from then
-	done       chan struct{}
-	ds         []Decision
-	one        [1]Decision // ds for a single ID, without an allocation of its own
-	hint       time.Time   // the key's retry hint, after the whole group
-	err        error
+	// unused counts, for a capped request, the two sides that must agree
+	// before what its script may have taken is given back (forget): the
+	// reply is in, and found the caller gone or brought an error; and the
+	// caller returned an error, so it writes nothing (admitCapped). A
+	// caller whose wait the gate's timer ended may instead fall back to a
+	// decision made without Redis, and write its tasks. The side that
+	// comes second gives back.
+	unused atomic.Int32
+	sent   atomic.Int64  // UnixNano when a pipeline took it, to send it; 0 before
+	budget time.Duration // how long Redis has to answer it from then
+	done   chan struct{}
+	ds     []Decision
+	one    [1]Decision // ds for a single ID, without an allocation of its own
+	hint   time.Time   // the key's retry hint, after the whole group
+	err    error
 }
 
 func newCommitter(rdb redis.UniversalClient, admit, counter, permit *redis.Script, timeout time.Duration, maxBatch, maxFlight int) *committer {
@@ -221,7 +224,6 @@ func (c *committer) do(ctx context.Context, r *request, budget time.Duration, fo
 			return r.ds, r.err
 		case <-ctx.Done():
 			gaveUp = context.Cause(ctx)
-			r.callerLeft.Store(true)
 		case <-t.C:
 			if next, ok := c.due(r); ok {
 				t.Reset(time.Until(next))
@@ -655,10 +657,8 @@ func (c *committer) deliver(call []*group, res []int64, err error, forget func(*
 			}
 			// As below, what the script may have taken for nobody, with
 			// the tasks' permits and parked places: but only once the
-			// caller has left for good. A caller that got an error decides
-			// in admitCapped, and one whose wait the gate's timer ended may
-			// have fallen back to a local decision and written its task.
-			if r.fresh && abandoned && r.callerLeft.Load() {
+			// caller is known to write nothing (request.unused).
+			if r.fresh && (abandoned || r.err != nil) && r.unused.Add(1) == 2 {
 				forget(r)
 			}
 		}

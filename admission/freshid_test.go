@@ -112,58 +112,71 @@ func TestAbandonedCappedCallHoldsNothing(t *testing.T) {
 	}
 }
 
-// TestFailOpenCappedCallKeepsItsPermits: a capped call of fresh IDs whose
-// wait the gate's own timeout ends, on a Redis that answers later, gets
-// decisions made without Redis under FailOpen, and its caller writes its
-// tasks: what the script took for them when Redis answered must stay,
-// since those tasks rely on it.
-func TestFailOpenCappedCallKeepsItsPermits(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	g := admission.New(srv.Client(t), static(admission.Quota{Limit: 1000, Window: time.Minute, MaxInFlight: 2}),
-		admission.WithPermitLease(time.Hour), admission.WithTimeout(50*time.Millisecond),
-		admission.WithFailurePolicy(admission.FailOpen))
-	defer g.Close()
-	if _, err := g.AdmitID(t.Context(), "warm", "up"); err != nil { // connections up before the pause
-		t.Fatal(err)
-	}
-	refs := make([]admission.Ref, 5)
-	for i := range refs {
-		refs[i] = admission.Ref{ID: "id" + strconv.Itoa(i), Queue: "q"}
-	}
-	scripts := func() int { // script calls Redis has run
-		n := 0
-		for _, line := range strings.Split(rdb.Info(t.Context(), "commandstats").Val(), "\n") {
-			for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
-				if rest, ok := strings.CutPrefix(line, cmd); ok {
-					c, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-					n += c
-				}
+// TestCappedCallTheGateGaveUpOn: a capped call of fresh IDs whose wait
+// the gate's own timeout ends, on a Redis that answers later. Under
+// FailOpen the caller gets decisions made without Redis and writes its
+// tasks, so what the script took for them when Redis answered must stay:
+// the tasks rely on it. Under FailClosed the caller gets an error and
+// writes nothing, so it is given back.
+func TestCappedCallTheGateGaveUpOn(t *testing.T) {
+	for _, policy := range []admission.FailurePolicy{admission.FailOpen, admission.FailClosed} {
+		t.Run(policy.String(), func(t *testing.T) {
+			srv := redistest.Start(t)
+			rdb := srv.Client(t)
+			g := admission.New(srv.Client(t), static(admission.Quota{Limit: 1000, Window: time.Minute, MaxInFlight: 2}),
+				admission.WithPermitLease(time.Hour), admission.WithTimeout(50*time.Millisecond),
+				admission.WithFailurePolicy(policy))
+			defer g.Close()
+			if _, err := g.AdmitID(t.Context(), "warm", "up"); err != nil { // connections up before the pause
+				t.Fatal(err)
 			}
-		}
-		return n
-	}
-	before := scripts()
-	srv.Pause()
-	ds, err := g.AdmitTasks(freshid.Mark(t.Context()), "open", refs)
-	if err != nil || len(ds) != 5 || !ds[0].Local {
-		t.Fatalf("AdmitTasks on a paused Redis under FailOpen = %+v, %v; want local decisions", ds, err)
-	}
-	time.Sleep(50 * time.Millisecond)
-	srv.Resume()
-	// The script runs once Redis resumes (the INFO calls between are
-	// not scripts): two permits, three parked.
-	deadline := time.Now().Add(5 * time.Second)
-	for scripts() == before {
-		if time.Now().After(deadline) {
-			t.Fatal("the call's script never ran")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(300 * time.Millisecond) // a give-back would have landed
-	held := rdb.ZCard(t.Context(), "admitq:{open}:permits").Val()
-	parked := rdb.ZCard(t.Context(), "admitq:{open}:parked").Val()
-	if held != 2 || parked != 3 {
-		t.Errorf("%d permits held and %d tasks parked after the script ran, want 2 and 3: tasks admitted without Redis rely on them", held, parked)
+			refs := make([]admission.Ref, 5)
+			for i := range refs {
+				refs[i] = admission.Ref{ID: "id" + strconv.Itoa(i), Queue: "q"}
+			}
+			scripts := func() int { // script calls Redis has run
+				n := 0
+				for _, line := range strings.Split(rdb.Info(t.Context(), "commandstats").Val(), "\n") {
+					for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+						if rest, ok := strings.CutPrefix(line, cmd); ok {
+							c, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+							n += c
+						}
+					}
+				}
+				return n
+			}
+			before := scripts()
+			srv.Pause()
+			ds, err := g.AdmitTasks(freshid.Mark(t.Context()), "t", refs)
+			if policy == admission.FailOpen && (err != nil || len(ds) != 5 || !ds[0].Local) {
+				t.Fatalf("AdmitTasks on a paused Redis = %+v, %v; want local decisions", ds, err)
+			}
+			if policy == admission.FailClosed && !errors.Is(err, admission.ErrUnavailable) {
+				t.Fatalf("AdmitTasks on a paused Redis = %+v, %v; want ErrUnavailable", ds, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+			srv.Resume()
+			// The script runs once Redis resumes (the INFO calls between
+			// are not scripts): two permits, three parked.
+			deadline := time.Now().Add(5 * time.Second)
+			for scripts() == before {
+				if time.Now().After(deadline) {
+					t.Fatal("the call's script never ran")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			time.Sleep(300 * time.Millisecond) // a give-back would have landed
+			held := rdb.ZCard(t.Context(), "admitq:{t}:permits").Val()
+			parked := rdb.ZCard(t.Context(), "admitq:{t}:parked").Val()
+			logged := rdb.ZCard(t.Context(), "admitq:{t}:log").Val()
+			want := [3]int64{2, 3, 2}
+			if policy == admission.FailClosed {
+				want = [3]int64{}
+			}
+			if got := [3]int64{held, parked, logged}; got != want {
+				t.Errorf("permits held, tasks parked and log entries after the script ran: %v, want %v", got, want)
+			}
+		})
 	}
 }

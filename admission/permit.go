@@ -139,11 +139,13 @@ func (g *Gate) admitCapped(ctx context.Context, tenant string, q Quota, tasks []
 			// Counted here as well as by the pipeline's report, as decide
 			// does: before the caller can call again.
 			brk.failure(err, now)
-			// What the script may have taken stays until the leases
-			// lapse: a local decision may admit the tasks.
-			return g.withoutRedis(tenant, q, r.ids, now, err)
+			if ds, err = g.withoutRedis(tenant, q, r.ids, now, err); err == nil {
+				// Decided without Redis (FailOpen): the tasks may be
+				// written, and rely on what the script may have taken.
+				return ds, nil
+			}
 		}
-		if r.fresh && r.state.Load() == delivered {
+		if r.fresh && r.unused.Add(1) == 2 {
 			g.forget(r) // the script may have run, and no task will be written
 		}
 		return nil, err
