@@ -438,7 +438,8 @@ func parseDecisions(ds []Decision, tenant string, ids []string, nowµs int64, re
 // forget gives back r's fresh IDs (see giveBack): the script may have
 // recorded them for a caller that left or got an error. Removing an ID
 // that is not there is harmless. Counter mode keeps no IDs, so such a slot
-// there idles until its window passes.
+// there idles until its window passes. A capped request's tasks also give
+// back their permits and parked places (forgetPermits).
 func (g *Gate) forget(r *request) {
 	if r.permit != nil {
 		g.forgetPermits(r) // permit.go

@@ -169,10 +169,10 @@ func (g *Gate) admitCapped(ctx context.Context, tenant string, q Quota, tasks []
 
 // forgetPermits gives back, in the background (giveBack), what a capped
 // request of fresh IDs may hold although its caller left, or got an error
-// and no decision:
-// its tasks' slots in the log, and their permits or places among the
-// parked, which would otherwise stay taken until their leases lapse and a
-// reconciler finds no task (a parked one, until it is handed a permit).
+// and no decision: its tasks' slots in the log, and their permits or
+// places among the parked, which would otherwise stay taken until their
+// leases lapse and a reconciler finds no task (a parked one, until it is
+// handed a permit).
 // No task of the request was written, and no retry can ask for its IDs.
 // Freed permits are handed on by the next release, as when a task
 // finishes: a worker's, or a reconciler's.
