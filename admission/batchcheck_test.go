@@ -8,6 +8,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/internal/redistest"
 )
 
 // batchCheck holds a script called as a batch (ARGV "batch", then each
@@ -97,4 +99,14 @@ func dump(t *testing.T, rdb *redis.Client, key string) any {
 		return rdb.HGetAll(ctx, key).Val()
 	}
 	return nil
+}
+
+// onBothServers runs test as a subtest on miniredis and on a real
+// redis-server, each fresh.
+func onBothServers(t *testing.T, test func(t *testing.T, rdb *redis.Client)) {
+	t.Run("miniredis", func(t *testing.T) {
+		_, rdb := onMini(t)
+		test(t, rdb)
+	})
+	t.Run("redis-server", func(t *testing.T) { test(t, redistest.Start(t).Client(t)) })
 }

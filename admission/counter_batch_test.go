@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/admitq/admitq/internal/redistest"
 	"github.com/admitq/admitq/lua"
 )
 
@@ -56,12 +55,7 @@ func TestCounterBatchMatchesSingles(t *testing.T) {
 // type fails whole, before any key is written: the committer then decides
 // each tenant alone, and a half-written batch would record some twice.
 func TestCounterBatchWrongTypeWritesNothing(t *testing.T) {
-	for server, rdb := range map[string]*redis.Client{"miniredis": nil, "redis-server": redistest.Start(t).Client(t)} {
-		if rdb == nil {
-			_, rdb = onMini(t)
-		}
-		t.Run(server, func(t *testing.T) { testCounterBatchWrongType(t, rdb) })
-	}
+	onBothServers(t, testCounterBatchWrongType)
 }
 
 func testCounterBatchWrongType(t *testing.T, rdb *redis.Client) {

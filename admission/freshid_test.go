@@ -134,19 +134,7 @@ func TestCappedCallTheGateGaveUpOn(t *testing.T) {
 			for i := range refs {
 				refs[i] = admission.Ref{ID: "id" + strconv.Itoa(i), Queue: "q"}
 			}
-			scripts := func() int { // script calls Redis has run
-				n := 0
-				for _, line := range strings.Split(rdb.Info(t.Context(), "commandstats").Val(), "\n") {
-					for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
-						if rest, ok := strings.CutPrefix(line, cmd); ok {
-							c, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-							n += c
-						}
-					}
-				}
-				return n
-			}
-			before := scripts()
+			before := scriptCalls(t, rdb) // commit_test.go
 			srv.Pause()
 			ds, err := g.AdmitTasks(freshid.Mark(t.Context()), "t", refs)
 			if policy == admission.FailOpen && (err != nil || len(ds) != 5 || !ds[0].Local) {
@@ -160,7 +148,7 @@ func TestCappedCallTheGateGaveUpOn(t *testing.T) {
 			// The script runs once Redis resumes (the INFO calls between
 			// are not scripts): two permits, three parked.
 			deadline := time.Now().Add(5 * time.Second)
-			for scripts() == before {
+			for scriptCalls(t, rdb) == before {
 				if time.Now().After(deadline) {
 					t.Fatal("the call's script never ran")
 				}

@@ -177,12 +177,7 @@ func TestPermitBatchMatchesSingles(t *testing.T) {
 // each alone), also when the tenant comes again in the batch and only its
 // second request parks with a not-before time.
 func TestPermitBatchWrongTypeWritesNothing(t *testing.T) {
-	for server, rdb := range map[string]*redis.Client{"miniredis": nil, "redis-server": redistest.Start(t).Client(t)} {
-		if rdb == nil {
-			_, rdb = onMini(t)
-		}
-		t.Run(server, func(t *testing.T) { testPermitBatchWrongType(t, rdb) })
-	}
+	onBothServers(t, testPermitBatchWrongType)
 }
 
 func testPermitBatchWrongType(t *testing.T, rdb *redis.Client) {
