@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"time"
 )
@@ -32,11 +33,28 @@ type Quota struct {
 	// that finds the backlog full is rejected. 0 means DefaultMaxParked.
 	// Only meaningful with MaxInFlight.
 	MaxParked int
+	// Weight is the tenant's share of a fair queue's worker time under
+	// contention, relative to the other tenants waiting there: a tenant of
+	// weight 3 gets three times the worker time of one of weight 1. 0 means
+	// 1. Only fair queues (worker.Config.Fair) read it.
+	Weight float64
 }
 
 // DefaultMaxParked is the parked backlog of a capped tenant whose quota
 // leaves MaxParked at 0.
 const DefaultMaxParked = 10_000
+
+// MaxWeight is the largest Quota.Weight: the ratio between two tenants'
+// shares stays within what a fair queue's integer virtual time resolves.
+const MaxWeight = 1_000_000
+
+// EffectiveWeight is q's Weight, with 0 read as 1.
+func (q Quota) EffectiveWeight() float64 {
+	if q.Weight > 0 {
+		return q.Weight
+	}
+	return 1
+}
 
 // parkedBound is q's effective MaxParked.
 func (q Quota) parkedBound() int {
@@ -106,6 +124,8 @@ func (q Quota) Validate() error {
 		return fmt.Errorf("%w: MaxParked is %d, want 0 (the default) or more", ErrInvalidQuota, q.MaxParked)
 	case q.MaxParked > 0 && q.MaxInFlight == 0:
 		return fmt.Errorf("%w: MaxParked is %d without MaxInFlight; only capped tenants park", ErrInvalidQuota, q.MaxParked)
+	case q.Weight < 0 || math.IsNaN(q.Weight) || math.IsInf(q.Weight, 0) || q.Weight > MaxWeight:
+		return fmt.Errorf("%w: Weight is %v, want 0 (meaning 1) up to %d", ErrInvalidQuota, q.Weight, MaxWeight)
 	case q.MaxInFlight > 0 && q.Mode == Counter:
 		return fmt.Errorf("%w: MaxInFlight is %d in counter mode; the cap needs the log's entry IDs", ErrInvalidQuota, q.MaxInFlight)
 	}
@@ -124,6 +144,9 @@ func (q Quota) String() string {
 	if q.MaxInFlight > 0 {
 		s += fmt.Sprintf(", max in flight %d, max parked %d", q.MaxInFlight, q.parkedBound())
 	}
+	if q.Weight > 0 && q.Weight != 1 {
+		s += ", weight " + strconv.FormatFloat(q.Weight, 'g', -1, 64)
+	}
 	return s
 }
 
@@ -138,6 +161,8 @@ type quotaJSON struct {
 	// before the cap existed read the same.
 	MaxInFlight int `json:"max_in_flight,omitempty"`
 	MaxParked   int `json:"max_parked,omitempty"`
+	// Weight is absent when 0 (meaning 1).
+	Weight float64 `json:"weight,omitempty"`
 }
 
 // MarshalText encodes q as the JSON stored in the quota hash, e.g.
@@ -153,7 +178,7 @@ func (q Quota) MarshalText() ([]byte, error) {
 	if q.Mode != Log {
 		j.Mode = q.Mode.String()
 	}
-	j.MaxInFlight, j.MaxParked = q.MaxInFlight, q.MaxParked
+	j.MaxInFlight, j.MaxParked, j.Weight = q.MaxInFlight, q.MaxParked, q.Weight
 	return json.Marshal(j)
 }
 
@@ -184,7 +209,7 @@ func (q *Quota) UnmarshalText(b []byte) error {
 	if err != nil {
 		return err
 	}
-	got := Quota{Limit: j.Limit, Window: w, MaxDelay: d, Mode: mode, MaxInFlight: j.MaxInFlight, MaxParked: j.MaxParked}
+	got := Quota{Limit: j.Limit, Window: w, MaxDelay: d, Mode: mode, MaxInFlight: j.MaxInFlight, MaxParked: j.MaxParked, Weight: j.Weight}
 	if err := got.Validate(); err != nil {
 		return err
 	}
