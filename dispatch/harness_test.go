@@ -1,0 +1,184 @@
+package dispatch_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/enqueue"
+	"github.com/admitq/admitq/internal/redistest"
+	"github.com/admitq/admitq/worker"
+)
+
+// stack is a real redis-server with a gate, a producer and workers on it,
+// and a record of every task the workers ran.
+type stack struct {
+	t      *testing.T
+	rdb    *redis.Client
+	quotas *admission.RedisQuotas
+	gate   *admission.Gate
+	client *enqueue.Client
+	ins    *asynq.Inspector
+
+	mu      sync.Mutex
+	runs    map[string]int            // task ID -> times run
+	started []event                   // every start, in order
+	running map[string]int            // tenant -> tasks running now
+	peak    map[string]int            // tenant -> most running at once
+	worked  map[string]time.Duration  // tenant -> worker time
+	total   atomic.Int64              // tasks running, all tenants
+	peakAll atomic.Int64
+	wait    map[string][]time.Duration // tenant -> enqueue-to-start waits
+	sent    sync.Map                   // task ID -> time.Time of its enqueue
+}
+
+type event struct {
+	tenant, id string
+	at         time.Time
+}
+
+func newStack(t *testing.T, def admission.Quota) *stack {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	quotas := admission.NewRedisQuotas(rdb, admission.WithRefresh(50*time.Millisecond))
+	ctx := context.Background()
+	if err := quotas.SetDefault(ctx, def); err != nil {
+		t.Fatal(err)
+	}
+	gate := admission.New(rdb, quotas, admission.WithTimeout(2*time.Second))
+	t.Cleanup(func() { gate.Close() })
+	s := &stack{
+		t: t, rdb: rdb, quotas: quotas, gate: gate,
+		client:  enqueue.NewFromRedis(rdb, gate),
+		ins:     asynq.NewInspectorFromRedisClient(rdb),
+		runs:    map[string]int{},
+		running: map[string]int{},
+		peak:    map[string]int{},
+		worked:  map[string]time.Duration{},
+		wait:    map[string][]time.Duration{},
+	}
+	return s
+}
+
+// setQuota sets tenant's quota and waits until the gate reads it.
+func (s *stack) setQuota(tenant string, q admission.Quota) {
+	s.t.Helper()
+	ctx := context.Background()
+	if err := s.quotas.Set(ctx, tenant, q); err != nil {
+		s.t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, err := s.gate.Quota(ctx, tenant)
+		if err == nil && got == q {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("the gate never read %q's quota %v (has %v, %v)", tenant, q, got, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// handler runs a task for the duration its payload names.
+func (s *stack) handler() asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		tenant := worker.Tenant(ctx)
+		id, _ := asynq.GetTaskID(ctx)
+		d, _ := time.ParseDuration(string(t.Payload()))
+		now := time.Now()
+		s.mu.Lock()
+		s.runs[id]++
+		s.started = append(s.started, event{tenant, id, now})
+		s.running[tenant]++
+		s.peak[tenant] = max(s.peak[tenant], s.running[tenant])
+		if at, ok := s.sent.Load(id); ok {
+			s.wait[tenant] = append(s.wait[tenant], now.Sub(at.(time.Time)))
+		}
+		s.mu.Unlock()
+		n := s.total.Add(1)
+		for {
+			p := s.peakAll.Load()
+			if n <= p || s.peakAll.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(d)
+		s.total.Add(-1)
+		s.mu.Lock()
+		s.running[tenant]--
+		s.worked[tenant] += time.Since(now)
+		s.mu.Unlock()
+		return nil
+	})
+}
+
+// startWorker starts a worker with the gate on queue "default".
+func (s *stack) startWorker(concurrency int, fair bool) *worker.Worker {
+	s.t.Helper()
+	w := worker.NewFromRedis(s.rdb, worker.Config{
+		Concurrency: concurrency, Gate: s.gate, Fair: fair,
+		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err := w.Start(s.handler()); err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(w.Shutdown)
+	return w
+}
+
+// enqueue enqueues n tasks of tenant that run for d each, and returns
+// their IDs, failing the test on any error but a rejection.
+func (s *stack) enqueue(tenant string, n int, d time.Duration, opts ...asynq.Option) []string {
+	s.t.Helper()
+	ids := make([]string, 0, n)
+	for i := range n {
+		id := fmt.Sprintf("%s-%d-%d", tenant, time.Now().UnixNano(), i)
+		s.sent.Store(id, time.Now())
+		_, _, err := s.client.Enqueue(context.Background(), tenant,
+			asynq.NewTask("work", []byte(d.String())), append(opts, asynq.TaskID(id))...)
+		if err != nil {
+			s.t.Fatalf("enqueue %s: %v", id, err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// waitRuns waits until every id has run, and fails on any run twice.
+func (s *stack) waitRuns(ids []string, within time.Duration) {
+	s.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		s.mu.Lock()
+		left := 0
+		for _, id := range ids {
+			switch s.runs[id] {
+			case 0:
+				left++
+			case 1:
+			default:
+				s.mu.Unlock()
+				s.t.Fatalf("task %s ran %d times", id, s.runs[id])
+			}
+		}
+		s.mu.Unlock()
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%d of %d tasks never ran within %v", left, len(ids), within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
