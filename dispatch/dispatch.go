@@ -20,8 +20,8 @@ import (
 // it never comes due on its own: the dispatcher moves it in at its turn.
 var ParkedUntil = time.Date(9999, time.January, 1, 0, 0, 0, 0, time.UTC)
 
-// Grace is how long a waiting entry may wait for its producer to write its
-// task, and a grant for its mover, before the dispatcher judges them.
+// Grace is how long a grant may wait for its mover, and a task that went
+// straight in for its producer's write, before a repair pass judges them.
 const Grace = 5 * time.Second
 
 // modeTTL is how long a producer trusts what it read of a queue's workers.
@@ -81,7 +81,7 @@ func (d *Dispatcher) keysFor(queue string) queueKeys {
 	a := "asynq:{" + queue + "}:"
 	return queueKeys{
 		keys: []string{p + "vt", p + "sleep", p + "run", p + "meta", p + "workers",
-			a + "pending", a + "active", a + "scheduled", p + "grants"},
+			a + "pending", a + "active", a + "scheduled", p + "grants", p + "limbo"},
 		args: []any{p, a + "t:"},
 		p:    p,
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,6 +24,7 @@ import (
 // and a record of every task the workers ran.
 type stack struct {
 	t      *testing.T
+	srv    *redistest.Server
 	rdb    *redis.Client
 	quotas *admission.RedisQuotas
 	gate   *admission.Gate
@@ -30,15 +32,55 @@ type stack struct {
 	ins    *asynq.Inspector
 
 	mu      sync.Mutex
-	runs    map[string]int            // task ID -> times run
-	started []event                   // every start, in order
-	running map[string]int            // tenant -> tasks running now
-	peak    map[string]int            // tenant -> most running at once
-	worked  map[string]time.Duration  // tenant -> worker time
-	total   atomic.Int64              // tasks running, all tenants
+	runs    map[string]int           // task ID -> times run
+	started []event                  // every start, in order
+	running map[string]int           // tenant -> tasks running now
+	peak    map[string]int           // tenant -> most running at once
+	worked  map[string]time.Duration // tenant -> worker time
+	total   atomic.Int64             // tasks running, all tenants
 	peakAll atomic.Int64
 	wait    map[string][]time.Duration // tenant -> enqueue-to-start waits
 	sent    sync.Map                   // task ID -> time.Time of its enqueue
+	blocks  sync.Map                   // task ID -> chan struct{}, for "block" tasks
+}
+
+// gateFor is the channel a "block" task waits on; unblock closes it.
+func (s *stack) gateFor(id string) chan struct{} {
+	ch, _ := s.blocks.LoadOrStore(id, make(chan struct{}))
+	return ch.(chan struct{})
+}
+
+func (s *stack) unblock(id string) { close(s.gateFor(id)) }
+
+// ran returns how many times task id has started.
+func (s *stack) ran(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runs[id]
+}
+
+// put enqueues one task of tenant with payload p and ID id, and returns
+// the gate's decision.
+func (s *stack) put(tenant, id, p string, opts ...asynq.Option) admission.Decision {
+	s.t.Helper()
+	s.sent.Store(id, time.Now())
+	_, d, err := s.client.Enqueue(context.Background(), tenant, asynq.NewTask("work", []byte(p)), append(opts, asynq.TaskID(id))...)
+	if err != nil {
+		s.t.Fatalf("enqueue %s: %v", id, err)
+	}
+	return d
+}
+
+// eventually fails the test unless cond holds within d.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 type event struct {
@@ -58,7 +100,7 @@ func newStack(t *testing.T, def admission.Quota) *stack {
 	gate := admission.New(rdb, quotas, admission.WithTimeout(2*time.Second))
 	t.Cleanup(func() { gate.Close() })
 	s := &stack{
-		t: t, rdb: rdb, quotas: quotas, gate: gate,
+		t: t, srv: srv, rdb: rdb, quotas: quotas, gate: gate,
 		client:  enqueue.NewFromRedis(rdb, gate),
 		ins:     asynq.NewInspectorFromRedisClient(rdb),
 		runs:    map[string]int{},
@@ -95,7 +137,6 @@ func (s *stack) handler() asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		tenant := worker.Tenant(ctx)
 		id, _ := asynq.GetTaskID(ctx)
-		d, _ := time.ParseDuration(string(t.Payload()))
 		now := time.Now()
 		s.mu.Lock()
 		s.runs[id]++
@@ -113,7 +154,20 @@ func (s *stack) handler() asynq.Handler {
 				break
 			}
 		}
-		time.Sleep(d)
+		if string(t.Payload()) == "block" {
+			select {
+			case <-s.gateFor(id):
+			case <-ctx.Done():
+				s.total.Add(-1)
+				s.mu.Lock()
+				s.running[tenant]--
+				s.mu.Unlock()
+				return ctx.Err()
+			}
+		} else {
+			d, _ := time.ParseDuration(string(t.Payload()))
+			time.Sleep(d)
+		}
 		s.total.Add(-1)
 		s.mu.Lock()
 		s.running[tenant]--
@@ -126,9 +180,17 @@ func (s *stack) handler() asynq.Handler {
 // startWorker starts a worker with the gate on queue "default".
 func (s *stack) startWorker(concurrency int, fair bool) *worker.Worker {
 	s.t.Helper()
-	w := worker.NewFromRedis(s.rdb, worker.Config{
+	return s.startWorkerOn(s.rdb, concurrency, fair)
+}
+
+// startWorkerOn starts a worker with the gate on queue "default", whose
+// own Redis traffic goes through rdb.
+func (s *stack) startWorkerOn(rdb redis.UniversalClient, concurrency int, fair bool) *worker.Worker {
+	s.t.Helper()
+	w := worker.NewFromRedis(rdb, worker.Config{
+		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return 0 },
 		Concurrency: concurrency, Gate: s.gate, Fair: fair,
-		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err := w.Start(s.handler()); err != nil {
 		s.t.Fatal(err)
@@ -177,6 +239,9 @@ func (s *stack) waitRuns(ids []string, within time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			s.t.Logf("goroutines:\n%s", buf)
 			s.t.Fatalf("%d of %d tasks never ran within %v", left, len(ids), within)
 		}
 		time.Sleep(10 * time.Millisecond)

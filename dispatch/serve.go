@@ -33,12 +33,13 @@ const (
 // waiting tasks while the queue has space, and repairs. Make one with
 // Serve; Close stops it.
 type Server struct {
-	d      *Dispatcher
-	member string
-	most   int
-	loops  map[string]*loop
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	d       *Dispatcher
+	member  string
+	most    int
+	observe func(QueueStats)
+	loops   map[string]*loop
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 // finish is a task a worker finished.
@@ -54,9 +55,23 @@ type loop struct {
 	ch    chan finish
 }
 
-// Serve records a worker of the given concurrency on queues, fair or not,
-// at once (so producers follow within a second), and starts its loops.
-func (d *Dispatcher) Serve(queues []string, concurrency int, fair bool) (*Server, error) {
+// Worker is what Serve needs to know of a worker.
+type Worker struct {
+	// Queues are the asynq queues it processes.
+	Queues []string
+	// Concurrency is how many tasks it runs at once; at least 1.
+	Concurrency int
+	// Fair makes its queues fair.
+	Fair bool
+	// Observe, when set, receives each queue's Stats every couple of
+	// seconds. It must not block.
+	Observe func(QueueStats)
+}
+
+// Serve records w on its queues at once (so producers follow within a
+// second), and starts a loop for each.
+func (d *Dispatcher) Serve(w Worker) (*Server, error) {
+	queues, concurrency, fair := w.Queues, w.Concurrency, w.Fair
 	if concurrency < 1 {
 		return nil, fmt.Errorf("dispatch: concurrency %d, want at least 1", concurrency)
 	}
@@ -68,11 +83,12 @@ func (d *Dispatcher) Serve(queues []string, concurrency int, fair bool) (*Server
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		d:      d,
-		member: hex.EncodeToString(b[:]) + "|" + strconv.Itoa(concurrency) + "|" + flag,
-		most:   2 * concurrency,
-		loops:  make(map[string]*loop, len(queues)),
-		cancel: cancel,
+		d:       d,
+		member:  hex.EncodeToString(b[:]) + "|" + strconv.Itoa(concurrency) + "|" + flag,
+		most:    2 * concurrency,
+		observe: w.Observe,
+		loops:   make(map[string]*loop, len(queues)),
+		cancel:  cancel,
 	}
 	for _, q := range queues {
 		l := &loop{s: s, queue: q, ch: make(chan finish, 4*concurrency)}
@@ -160,6 +176,11 @@ func (l *loop) run(ctx context.Context) {
 		}
 		if time.Now().After(repair) {
 			l.s.d.repairAll(cctx, l.queue)
+			if l.s.observe != nil {
+				if qs, err := l.s.d.Stats(cctx, l.queue); err == nil {
+					l.s.observe(qs)
+				}
+			}
 			repair = time.Now().Add(repairEvery)
 		}
 		cancel()
@@ -193,8 +214,8 @@ type pick struct {
 // turn runs fair_dispatch.lua: heartbeat (ttl 0 leaves), finishes, and up
 // to most grants. It returns the grants and how many tenants wait.
 func (l *loop) turn(ctx context.Context, fs []finish, ttl time.Duration, most int) ([]pick, int, error) {
-	args := make([]any, 0, 5+3*len(fs))
-	args = append(args, l.s.member, ttl.Microseconds(), most, Grace.Microseconds(), len(fs))
+	args := make([]any, 0, 4+3*len(fs))
+	args = append(args, l.s.member, ttl.Microseconds(), most, len(fs))
 	for _, f := range fs {
 		done := 0
 		if f.done {

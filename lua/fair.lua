@@ -22,6 +22,9 @@
 -- KEYS[6]  asynq:{<q>}:pending, KEYS[7] asynq:{<q>}:active,
 -- KEYS[8]  asynq:{<q>}:scheduled
 -- KEYS[9]  grants: HASH task ID -> its waiting entry, for tasks in state g
+-- KEYS[10] limbo: ZSET "<tenant>\n<waiting entry>" -> when to look again
+--          µs, for entries whose task asynq did not hold at their turn:
+--          deleted from outside, or not written yet by a slow producer
 -- ARGV[1]  the dispatcher's key prefix for the queue, <prefix>:fair:{<q>}:
 -- ARGV[2]  asynq's task key prefix, asynq:{<q>}:t:
 -- Each script's own ARGV starts at ARGV[3].
@@ -32,7 +35,7 @@
 -- run), cap (MaxInFlight, 0 none), wt (weight), est (run time µs, a moving
 -- mean), used (worker time µs charged in total).
 local vt, sleep, run, meta, workers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local pending, active, scheduled, grants = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local pending, active, scheduled, grants, limbo = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local P, TP = ARGV[1], ARGV[2]
 local call = redis.call
 local t = call('TIME')
@@ -42,8 +45,10 @@ local nowS = string.format('%.0f', now)
 -- PARKED is asynq's score of a waiting task: ParkedUntil, in unix seconds.
 local PARKED = 253370764800
 -- IDLE is how long a tenant's tag outlives its last task: debts (a tag
--- ahead of the floor) are forgiven after that.
+-- ahead of the floor) are forgiven after that. LIMBO is how long an entry
+-- whose task never appears is looked for, in µs.
 local IDLE = 3600000
+local LIMBO = 3600000000
 
 local function num(s, def)
   return tonumber(s) or def
@@ -159,11 +164,42 @@ local function wake()
   end
 end
 
+-- parked reports whether asynq keeps task id parked (scheduled at
+-- ParkedUntil) and the dispatcher has not let it in: only such a task
+-- may be granted.
+local function parked(id)
+  return call('HGET', TP .. id, 'state') == 'scheduled'
+    and num(call('ZSCORE', scheduled, id), 0) == PARKED and call('HEXISTS', run, id) == 0
+end
+
+-- recall looks again at the entries in limbo that are due: one whose task
+-- has appeared parked goes back to the head of its tenant's line; one
+-- still missing is looked at again after as long as it has been missing
+-- (from 50 ms on), and dropped after LIMBO.
+local function recall()
+  for _, m in ipairs(call('ZRANGE', limbo, '-inf', nowS, 'BYSCORE', 'LIMIT', 0, 32)) do
+    local T, e = string.match(m, '^(.-)\n(.*)$')
+    local at, id = string.match(e, '^%d+|(%d+)|%d+|(.*)$')
+    if call('EXISTS', TP .. id) == 1 then
+      call('ZREM', limbo, m)
+      if parked(id) then
+        call('LPUSH', P .. 'w:' .. T, e)
+        eligible(T)
+      end
+    elseif now - tonumber(at) > LIMBO then
+      call('ZREM', limbo, m)
+    else
+      call('ZADD', limbo, fmt(now + math.max(50000, now - tonumber(at))), m)
+    end
+  end
+end
+
 -- pick grants up to most waiting tasks while the queue has space, the
--- lowest start tag first, appending each as a pair tenant, entry to out. An entry whose task asynq no longer keeps parked (deleted,
--- archived or run from outside) is dropped; one whose task is not written
--- yet holds its tenant back briefly, or is dropped after grace µs.
-local function pick(most, space, grace, out)
+-- lowest start tag first, appending each as a pair tenant, entry to out.
+-- An entry whose task asynq holds but not parked (archived, or run from
+-- outside) is dropped; one whose task is missing (deleted, or not written
+-- yet) goes to limbo. Neither holds its tenant back.
+local function pick(most, space, out)
   while most > 0 and space > 0 do
     local head = call('ZRANGE', vt, 0, 0, 'WITHSCORES')
     if #head == 0 then
@@ -176,18 +212,13 @@ local function pick(most, space, grace, out)
       call('ZREM', vt, T)
       settle(T)
     else
-      local parked, id = string.match(e, '^%d+|(%d+)|%d+|(.*)$')
-      local state = call('HGET', TP .. id, 'state')
-      if not state then
-        if now - tonumber(parked) < grace then
-          call('LPUSH', w, e)
-          doze(T, now + 20000)
-        end
-      elseif state == 'scheduled' and num(call('ZSCORE', scheduled, id), 0) == PARKED
-          and call('HEXISTS', run, id) == 0 then
+      local id = string.match(e, '^%d+|%d+|%d+|(.*)$')
+      if parked(id) then
         grant(T, id, e, tag)
         out[#out + 1], out[#out + 2] = T, e
         most, space = most - 1, space - 1
+      elseif call('EXISTS', TP .. id) == 0 then
+        call('ZADD', limbo, fmt(now + 50000), T .. '\n' .. e)
       end
       eligible(T)
     end

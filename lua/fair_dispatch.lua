@@ -5,8 +5,7 @@
 -- ARGV[3]  the worker's member "<id>|<concurrency>|<fair 0/1>"
 -- ARGV[4]  the member's expiry µs from now (0: leave the queue)
 -- ARGV[5]  most grants to make
--- ARGV[6]  grace µs: how long a waiting entry may wait for its task's write
--- ARGV[7]  n, then n triples: task ID, run time µs, done (1: the task left
+-- ARGV[6]  n, then n triples: task ID, run time µs, done (1: the task left
 --          asynq's hands or will, 0: it will be retried)
 -- Returns  {n, then n pairs tenant, waiting entry granted (state g: the
 --          caller admits and moves them, fair_move.lua), tenants waiting,
@@ -16,15 +15,15 @@
 -- was charged at its grant; a task to be retried keeps its place in run
 -- (it is still the tenant's, so a cap stays hard) and is charged in full
 -- when it runs again.
-local member, ttl, most, grace = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local member, ttl, most = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 if ttl > 0 then
   call('ZADD', workers, now + ttl, member)
 else
   call('ZREM', workers, member)
 end
 
-local a = 8
-for _ = 1, tonumber(ARGV[7]) do
+local a = 7
+for _ = 1, tonumber(ARGV[6]) do
   local id, ran, done = ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2] == '1'
   a = a + 3
   local r = call('HGET', run, id)
@@ -49,11 +48,12 @@ for _ = 1, tonumber(ARGV[7]) do
 end
 
 wake()
+recall()
 local out = {0}
 if most > 0 then
   local _, fair, total = capacity()
   local picks = {}
-  pick(most, room(fair, total), grace, picks)
+  pick(most, room(fair, total), picks)
   out[1] = #picks / 2
   for i = 1, #picks do
     out[#out + 1] = picks[i]

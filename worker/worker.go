@@ -46,7 +46,7 @@ const (
 
 	// DefaultDispatchTaskCheckInterval is the TaskCheckInterval of a worker
 	// with a Gate when Config.TaskCheckInterval is zero.
-	DefaultDispatchTaskCheckInterval = 20 * time.Millisecond
+	DefaultDispatchTaskCheckInterval = 10 * time.Millisecond
 )
 
 // Config configures a Worker. The zero value is usable: it processes the
@@ -81,7 +81,7 @@ type Config struct {
 	// TaskCheckInterval is how long, on average, an idle worker waits before
 	// it polls empty queues again. Lower values pick up new work sooner and
 	// cost Redis more. Zero or negative means DefaultTaskCheckInterval (1 s),
-	// or DefaultDispatchTaskCheckInterval (20 ms) when Gate is set, so that
+	// or DefaultDispatchTaskCheckInterval (10 ms) when Gate is set, so that
 	// a task the dispatcher moves in starts at once.
 	TaskCheckInterval time.Duration
 
@@ -126,6 +126,12 @@ type Config struct {
 	// time. Fair without Gate is an error from Start.
 	Fair bool
 
+	// OnDispatch, when set with Gate, receives the dispatch state of each
+	// of the Worker's queues every couple of seconds (dispatch.Stats: per
+	// tenant waiting, in flight, worker time against weight), for gauges
+	// such as metrics.ObserveDispatch. It must not block. Nil means none.
+	OnDispatch func(dispatch.QueueStats)
+
 	// Logger receives asynq's log lines (with component=asynq) and a line
 	// with the stack for each recovered panic. Nil means slog.Default(), read
 	// once by New: a worker that hid its Redis errors would be hard to
@@ -146,6 +152,7 @@ type Worker struct {
 	mw      []asynq.MiddlewareFunc
 	gate    *admission.Gate
 	fair    bool
+	observe func(dispatch.QueueStats)
 	// client is the caller's Redis client (NewFromRedis), which the Worker
 	// uses and does not close; nil for New.
 	client redis.UniversalClient
@@ -173,6 +180,7 @@ func New(r asynq.RedisConnOpt, cfg Config) *Worker {
 		mw:      slices.Clone(cfg.Middleware),
 		gate:    cfg.Gate,
 		fair:    cfg.Fair,
+		observe: cfg.OnDispatch,
 		done:    make(chan struct{}),
 	}
 }
@@ -275,7 +283,10 @@ func (w *Worker) Start(h asynq.Handler) error {
 	if w.gate != nil {
 		// Recorded before asynq starts, so that producers route to the
 		// queues before the first task is fetched.
-		if disp, err = dispatch.New(rdb, w.gate, w.log).Serve(slices.Sorted(maps.Keys(w.cfg.Queues)), w.cfg.Concurrency, w.fair); err != nil {
+		if disp, err = dispatch.New(rdb, w.gate, w.log).Serve(dispatch.Worker{
+			Queues: slices.Sorted(maps.Keys(w.cfg.Queues)), Concurrency: w.cfg.Concurrency,
+			Fair: w.fair, Observe: w.observe,
+		}); err != nil {
 			w.closeClient(rdb)
 			return fmt.Errorf("worker: serving the dispatcher: %w", err)
 		}

@@ -99,7 +99,7 @@ Prometheus metrics (package metrics) at http://ADDR/metrics.`,
 				Logger:      log,
 				Middleware:  []asynq.MiddlewareFunc{m.Middleware()},
 				Gate:        gate,
-				OnDepth:     m.ObserveDepth,
+				OnDispatch:  m.ObserveDispatch,
 			})
 			if err := w.Start(logHandler(log, sleep)); err != nil {
 				return fmt.Errorf("worker: %w", err)
