@@ -151,4 +151,3 @@ func TestVersionOf(t *testing.T) {
 		}
 	}
 }
-

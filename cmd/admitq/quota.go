@@ -309,11 +309,11 @@ func (j quotaJSON) String() string {
 }
 
 type quotaEntry struct {
-	Tenant      string `json:"tenant"`
-	Limit       int    `json:"limit"`
-	Window      string `json:"window"`
-	MaxDelay    string `json:"max_delay"`
-	Mode        string `json:"mode"`
+	Tenant      string  `json:"tenant"`
+	Limit       int     `json:"limit"`
+	Window      string  `json:"window"`
+	MaxDelay    string  `json:"max_delay"`
+	Mode        string  `json:"mode"`
 	MaxInFlight int     `json:"max_in_flight"`
 	MaxParked   int     `json:"max_parked"`
 	Weight      float64 `json:"weight"`
