@@ -130,7 +130,8 @@ func (a *app) newRootCmd() *cobra.Command {
 		Use:   "admitq",
 		Short: "Per-tenant admission control for asynq job queues",
 		Long: `admitq keeps each tenant of an asynq queue within its quota: a task is
-admitted now, deferred to the next free slot, or rejected.
+admitted now, deferred to the next free slot, parked until one of the
+tenant's tasks finishes (a tenant capped by --max-in-flight), or rejected.
 
 Redis: --redis URL (or ADMITQ_REDIS), redis://[user:password@]host:port[/db],
 rediss:// for TLS, or plain host:port; or --redis-cluster for a Redis Cluster.`,

@@ -20,10 +20,15 @@ func (a *app) newEnqueueCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "enqueue --tenant T --type X [--payload JSON|@file] [--queue Q] [--id ID]",
 		Short: "Send one task through the gate",
-		Long: `Sends one task through the gate and prints the decision: admitted, deferred
-until its slot, or rejected with when to retry.
+		Long: `Sends one task through the gate and prints the decision, one of four:
+admitted (runs now), deferred until its slot, parked until one of the
+tenant's tasks finishes (a tenant capped by --max-in-flight), or rejected
+with when to retry (over its rate, or its parked backlog full).
 
-Exit status: 0 admitted or deferred, 3 rejected, 1 error, 2 bad usage.`,
+The queue name may not hold spaces or control characters: no worker could
+be told to read it.
+
+Exit status: 0 admitted, deferred or parked, 3 rejected, 1 error, 2 bad usage.`,
 		Example: `  admitq enqueue --tenant acme --type email:send --payload '{"to":"a@example.com"}'
   admitq enqueue --tenant acme --type report --payload @report.json --queue low`,
 		Args: noArgs,
