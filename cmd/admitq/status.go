@@ -229,7 +229,7 @@ func (s *statusReader) readNamed(ctx context.Context, named []string) (statusRep
 	read, idle, bad := sq.split(named, nil)
 	gate := admission.New(s.rdb, sq.static, s.opts...)
 	defer gate.Close()
-	rows := s.rows(ctx, sq, gate.UsageBatch(ctx, read), idle, bad)
+	rows := s.collect(ctx, sq, gate.UsageBatch(ctx, read), idle, bad)
 	r := statusReport{Time: rows.time, Total: len(named), Tenants: rows.inOrder(named)}
 	return s.finish(r, rows, len(named))
 }
@@ -251,10 +251,10 @@ func (s *statusReader) readListing(ctx context.Context) (statusReport, error) {
 	var rows tenantRows
 	r := statusReport{Total: len(names)}
 	if s.list.sort == "usage" {
-		rows = s.rows(ctx, sq, gate.UsageTop(ctx, read, limit), idle, bad)
+		rows = s.collect(ctx, sq, gate.UsageTop(ctx, read, limit), idle, bad)
 		r.Tenants = rows.byUsage(idle, limit)
 	} else {
-		rows = s.rows(ctx, sq, gate.UsageBatch(ctx, read), idle, bad)
+		rows = s.collect(ctx, sq, gate.UsageBatch(ctx, read), idle, bad)
 		r.Tenants = rows.inOrder(shown)
 	}
 	r.Time = rows.time
@@ -287,9 +287,9 @@ type tenantRows struct {
 	errs   []error                 // why, in the same order
 }
 
-// rows turns usages into rows, and adds the idle tenants' (empty windows
+// collect turns usages into rows, and adds the idle tenants' (empty windows
 // at the time of the first read) and the undecodable ones'.
-func (s *statusReader) rows(ctx context.Context, sq statusQuotas, results []admission.UsageResult, idle, bad []string) tenantRows {
+func (s *statusReader) collect(ctx context.Context, sq statusQuotas, results []admission.UsageResult, idle, bad []string) tenantRows {
 	tr := tenantRows{rows: map[string]tenantStatus{}}
 	for _, u := range results {
 		ts, err := sq.row(u)
