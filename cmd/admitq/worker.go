@@ -39,7 +39,7 @@ func (a *app) newWorkerCmd() *cobra.Command {
 		Long: `Runs an asynq worker (package worker) that handles every task type by logging
 it, optionally after sleeping to simulate work, until interrupted. It serves
 Prometheus metrics (package metrics) at http://ADDR/metrics.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if concurrency < 1 {
 				return usageErrorf("--concurrency %d: want at least 1", concurrency)
@@ -153,6 +153,9 @@ func parseQueues(s string) (map[string]int, error) {
 		name = strings.TrimSpace(name)
 		if name == "" {
 			return nil, fmt.Errorf("--queues %q: empty queue name", s)
+		}
+		if err := validateQueue("--queues: queue", name); err != nil {
+			return nil, err
 		}
 		if !hasW {
 			return nil, fmt.Errorf("--queues %q: queue %q has no weight; want queue=weight,…, e.g. %s=1", s, name, name)
