@@ -32,7 +32,7 @@ func TestPartitionedWorkerKeepsItsRunningTasksPlace(t *testing.T) {
 		t.Fatalf("b: %v, want parked behind a (cap 1)", d.Outcome)
 	}
 	px.setStall(true)
-	s.startWorker(2, false) // its repair passes run every 2 s
+	s.startWorker(2, false)                   // its repair passes run every 2 s
 	time.Sleep(3*time.Second + 2*time.Second) // past Grace and two repair passes
 	if n := s.ran("b"); n != 0 {
 		t.Fatalf("b started while a still ran on a partitioned worker: the cap of 1 was broken")

@@ -189,7 +189,7 @@ func (s *stack) startWorkerOn(rdb redis.UniversalClient, concurrency int, fair b
 	s.t.Helper()
 	w := worker.NewFromRedis(rdb, worker.Config{
 		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return 0 },
-		Concurrency: concurrency, Gate: s.gate, Fair: fair,
+		Concurrency:    concurrency, Gate: s.gate, Fair: fair,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err := w.Start(s.handler()); err != nil {
