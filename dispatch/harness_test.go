@@ -42,6 +42,7 @@ type stack struct {
 	wait    map[string][]time.Duration // tenant -> enqueue-to-start waits
 	sent    sync.Map                   // task ID -> time.Time of its enqueue
 	blocks  sync.Map                   // task ID -> chan struct{}, for "block" tasks
+	spans   []span
 }
 
 // gateFor is the channel a "block" task waits on; unblock closes it.
@@ -81,6 +82,46 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// span is one run of a task.
+type span struct {
+	tenant     string
+	start, end time.Time
+}
+
+// shares returns each tenant's part of the worker time spent in [from, to).
+func (s *stack) shares(from, to time.Time) map[string]float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	by := map[string]time.Duration{}
+	var total time.Duration
+	for _, sp := range s.spans {
+		a, b := maxTime(sp.start, from), minTime(sp.end, to)
+		if b.After(a) {
+			by[sp.tenant] += b.Sub(a)
+			total += b.Sub(a)
+		}
+	}
+	out := map[string]float64{}
+	for t, d := range by {
+		out[t] = float64(d) / float64(total)
+	}
+	return out
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 type event struct {
@@ -172,6 +213,7 @@ func (s *stack) handler() asynq.Handler {
 		s.mu.Lock()
 		s.running[tenant]--
 		s.worked[tenant] += time.Since(now)
+		s.spans = append(s.spans, span{tenant, now, time.Now()})
 		s.mu.Unlock()
 		return nil
 	})
