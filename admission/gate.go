@@ -221,11 +221,7 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notB
 		return nil, err
 	}
 	ids = orNew(ids, g.ids, q)
-	nb := notBeforeµs(notBefore)
-	if q.MaxInFlight > 0 {
-		return g.admitCapped(ctx, tenant, q, refsOf(ids), nb) // permit.go
-	}
-	return g.decide(ctx, tenant, q, ids, nb, fresh, began)
+	return g.decide(ctx, tenant, q, ids, notBeforeµs(notBefore), fresh, began)
 }
 
 // orNew returns ids, or for nil one new ID from gen for a log of q.

@@ -44,9 +44,9 @@ type Server struct {
 
 // finish is a task a worker finished.
 type finish struct {
-	id   string
-	ran  time.Duration
-	done bool
+	id, tenant string
+	ran        time.Duration
+	done       bool
 }
 
 type loop struct {
@@ -112,13 +112,14 @@ func (d *Dispatcher) Serve(w Worker) (*Server, error) {
 	return s, nil
 }
 
-// Finished tells the dispatcher that the worker finished task id of queue
-// after running it for ran; done is false when asynq will retry it (the
-// task keeps its tenant's place). It may block briefly while the queue's
-// loop catches up.
-func (s *Server) Finished(queue, id string, ran time.Duration, done bool) {
+// Finished tells the dispatcher that the worker finished task id of
+// tenant in queue after running it for ran; done is false when asynq will
+// retry it (the task keeps its tenant's place). The tenant's quota, as the
+// gate reads it now, updates its cap and weight there. It may block
+// briefly while the queue's loop catches up.
+func (s *Server) Finished(queue, tenant, id string, ran time.Duration, done bool) {
 	if l := s.loops[queue]; l != nil && id != "" {
-		l.ch <- finish{id: id, ran: ran, done: done}
+		l.ch <- finish{id: id, tenant: tenant, ran: ran, done: done}
 	}
 }
 
@@ -214,14 +215,17 @@ type pick struct {
 // turn runs fair_dispatch.lua: heartbeat (ttl 0 leaves), finishes, and up
 // to most grants. It returns the grants and how many tenants wait.
 func (l *loop) turn(ctx context.Context, fs []finish, ttl time.Duration, most int) ([]pick, int, error) {
-	args := make([]any, 0, 4+3*len(fs))
+	args := make([]any, 0, 4+5*len(fs))
 	args = append(args, l.s.member, ttl.Microseconds(), most, len(fs))
 	for _, f := range fs {
-		done := 0
+		done, cap, weight := 0, -1, 1.0
 		if f.done {
 			done = 1
 		}
-		args = append(args, f.id, f.ran.Microseconds(), done)
+		if q, err := l.s.d.gate.Quota(ctx, f.tenant); err == nil {
+			cap, weight = q.MaxInFlight, q.EffectiveWeight()
+		}
+		args = append(args, f.id, f.ran.Microseconds(), done, cap, weight)
 	}
 	res, err := l.s.d.run(ctx, l.s.d.scripts.dispatch, l.queue, args...)
 	if err != nil {
@@ -253,55 +257,94 @@ func readPicks(res []any) ([]pick, []any, error) {
 }
 
 // admitAndMove admits each granted task through the gate, at its own
-// not-before time (the rate rule holds for start times), then moves them
-// all in one fair_move.lua call: in at their slots, or back in line until
-// their tenant's rate allows. The gate's calls run together, so its group
-// commit sends them as one pipeline.
+// not-before time, then moves them all in one fair_move.lua call: in now
+// when admitted now, else back at the head of their tenant's line, which
+// sleeps until the gate's slot. So a waiting task is charged the moment it
+// goes in, and the rate holds for start times. A tenant's grants are
+// admitted in one call, in order; the tenants' calls run together, so the
+// gate's group commit sends them as one pipeline.
 func (d *Dispatcher) admitAndMove(ctx context.Context, queue string, picks []pick) {
 	if len(picks) == 0 {
 		return
 	}
-	ops := make([]any, 1, 1+3*len(picks))
-	ops[0] = len(picks)
-	type result struct {
-		op string
-		id string
-		us int64
-	}
-	results := make([]result, len(picks))
+	ops := make([]any, 3*len(picks))
 	var wg sync.WaitGroup
-	for i, p := range picks {
+	for _, run := range runs(picks) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nb, id, ok := parseEntry(p.entry)
-			if !ok {
-				results[i] = result{"free", id, 0}
-				return
-			}
-			dec, err := d.gate.AdmitAt(ctx, p.tenant, id, nb)
-			switch {
-			case err != nil:
-				if !errors.Is(err, context.Canceled) {
-					d.log.Warn("admitq: admitting a waiting task failed; it keeps its place", "queue", queue, "tenant", p.tenant, "task_id", id, "err", err)
-				}
-				results[i] = result{"back", id, time.Second.Microseconds()}
-			case dec.Outcome == admission.Rejected:
-				results[i] = result{"back", id, max(dec.Delay(), time.Millisecond).Microseconds()}
-			case dec.Outcome == admission.Deferred:
-				results[i] = result{"go", id, dec.At.UnixMicro()}
-			default:
-				results[i] = result{"go", id, 0}
-			}
+			d.admitRun(ctx, queue, picks, run, ops)
 		}()
 	}
 	wg.Wait()
-	for _, r := range results {
-		ops = append(ops, r.op, r.id, r.us)
-	}
-	if _, err := d.run(ctx, d.scripts.move, queue, ops...); err != nil {
+	if _, err := d.run(ctx, d.scripts.move, queue, append([]any{len(picks)}, ops...)...); err != nil {
 		// The grants stay in state g; a repair pass finishes them.
 		d.log.Warn("admitq: moving granted tasks failed; a repair pass will", "queue", queue, "err", err)
+	}
+}
+
+// runs splits picks into runs of one tenant with one not-before time:
+// each is [lo, hi) of picks.
+func runs(picks []pick) [][2]int {
+	var out [][2]int
+	for lo := 0; lo < len(picks); {
+		nb, _, _ := parseEntry(picks[lo].entry)
+		hi := lo + 1
+		for hi < len(picks) && picks[hi].tenant == picks[lo].tenant {
+			if t, _, _ := parseEntry(picks[hi].entry); !t.Equal(nb) {
+				break
+			}
+			hi++
+		}
+		out = append(out, [2]int{lo, hi})
+		lo = hi
+	}
+	return out
+}
+
+// admitRun admits picks[run[0]:run[1]], one tenant's, and writes each
+// one's move op (op, task ID, µs) into its place in ops.
+func (d *Dispatcher) admitRun(ctx context.Context, queue string, picks []pick, run [2]int, ops []any) {
+	tenant := picks[run[0]].tenant
+	nb, _, _ := parseEntry(picks[run[0]].entry)
+	ids := make([]string, 0, run[1]-run[0])
+	for _, p := range picks[run[0]:run[1]] {
+		_, id, _ := parseEntry(p.entry)
+		ids = append(ids, id)
+	}
+	set := func(i int, op string, us int64) {
+		ops[3*i], ops[3*i+1], ops[3*i+2] = op, ids[i-run[0]], us
+	}
+	ds, err := d.gate.AdmitBatchAt(ctx, tenant, ids, nb)
+	if err == nil && len(ds) != len(ids) {
+		err = fmt.Errorf("the gate returned %d decisions for %d tasks", len(ds), len(ids))
+	}
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			d.log.Warn("admitq: admitting waiting tasks failed; they keep their places", "queue", queue, "tenant", tenant, "err", err)
+		}
+		for i := run[0]; i < run[1]; i++ {
+			set(i, "back", time.Second.Microseconds())
+		}
+		return
+	}
+	for j, dec := range ds {
+		i := run[0] + j
+		switch dec.Outcome {
+		case admission.Admitted:
+			set(i, "go", 0)
+		case admission.Deferred:
+			// Not now: give the reserved slot back and wait for it, so
+			// that the task is charged when it goes in, and goes in when
+			// it is charged (asynq's scheduled set would start it up to a
+			// poll late, beside the next second's tasks).
+			if err := d.gate.Release(ctx, dec); err != nil {
+				d.log.Warn("admitq: giving back a waiting task's future slot failed", "queue", queue, "tenant", tenant, "task_id", dec.ID, "err", err)
+			}
+			set(i, "back", max(dec.Delay(), time.Millisecond).Microseconds())
+		default:
+			set(i, "back", max(dec.Delay(), time.Millisecond).Microseconds())
+		}
 	}
 }
 

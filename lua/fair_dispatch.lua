@@ -5,8 +5,9 @@
 -- ARGV[3]  the worker's member "<id>|<concurrency>|<fair 0/1>"
 -- ARGV[4]  the member's expiry µs from now (0: leave the queue)
 -- ARGV[5]  most grants to make
--- ARGV[6]  n, then n triples: task ID, run time µs, done (1: the task left
---          asynq's hands or will, 0: it will be retried)
+-- ARGV[6]  n, then n fives: task ID, run time µs, done (1: the task left
+--          asynq's hands or will, 0: it will be retried), and its tenant's
+--          MaxInFlight and weight now (cap -1: unknown, keep what is stored)
 -- Returns  {n, then n pairs tenant, waiting entry granted (state g: the
 --          caller admits and moves them, fair_move.lua), tenants waiting,
 --          the earliest wake µs of a tenant asleep (0: none)}
@@ -25,11 +26,15 @@ end
 local a = 7
 for _ = 1, tonumber(ARGV[6]) do
   local id, ran, done = ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2] == '1'
-  a = a + 3
+  local cap, weight = tonumber(ARGV[a + 3]), ARGV[a + 4]
+  a = a + 5
   local r = call('HGET', run, id)
   if r then
     local est, since, T = string.match(r, '^%a|([^|]*)|([^|]*)|(.*)$')
     local th = P .. 't:' .. T
+    if cap >= 0 then
+      call('HSET', th, 'cap', cap, 'wt', weight)
+    end
     local h = call('HMGET', th, 'tag', 'wt', 'est', 'used')
     local wt = num(h[2], 1)
     call('HSET', th, 'tag', fmt(num(h[1], 0) + (ran - tonumber(est)) / wt),

@@ -3,9 +3,8 @@
 -- first two ARGV are its).
 --
 -- ARGV[3]  n, then n triples: op, task ID, µs
---          op "go": the granted task goes in at its slot (the µs; at or
---             before now: pending now, else scheduled for then, and its
---             tenant sleeps until then)
+--          op "go": the granted task goes into asynq's pending list now
+--             (the µs are not read)
 --          op "back": the granted task goes back to the head of its
 --             tenant's line, which sleeps for the µs (0: not at all), and
 --             its charge is refunded
@@ -50,17 +49,11 @@ for _ = 1, tonumber(ARGV[3]) do
       eligible(T)
     elseif call('HGET', tk, 'state') == 'scheduled' and num(call('ZSCORE', scheduled, id), 0) == PARKED then
       local lock = call('HGET', tk, 'unique_key')
-      if us <= now then
-        call('ZREM', scheduled, id)
-        call('LPUSH', pending, id)
-        call('HSET', tk, 'state', 'pending', 'pending_since', string.format('%.0f', now * 1000))
-      else
-        call('ZADD', scheduled, math.ceil(us / 1000000), id)
-        call('ZREM', vt, T)
-        call('ZADD', sleep, fmt(us), T)
-      end
+      call('ZREM', scheduled, id)
+      call('LPUSH', pending, id)
+      call('HSET', tk, 'state', 'pending', 'pending_since', string.format('%.0f', now * 1000))
       if lock and uttl > 0 and call('GET', lock) == id then
-        call('PEXPIREAT', lock, math.floor(math.max(us, now) / 1000) + uttl)
+        call('PEXPIRE', lock, uttl)
       end
       call('HSET', run, id, 'p' .. string.sub(r, 2))
       call('HDEL', grants, id)

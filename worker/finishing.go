@@ -8,6 +8,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/admitq/admitq/dispatch"
+	"github.com/admitq/admitq/enqueue"
 )
 
 // finishing tells the dispatcher about every task the Worker finishes: how
@@ -25,7 +26,7 @@ func (f finishing) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
 	defer func() {
 		id, _ := asynq.GetTaskID(ctx)
 		queue, _ := asynq.GetQueueName(ctx)
-		f.disp.Finished(queue, id, time.Since(start), ends(ctx, err, f.isFailure))
+		f.disp.Finished(queue, t.Headers()[enqueue.TenantHeader], id, time.Since(start), ends(ctx, err, f.isFailure))
 	}()
 	return f.next.ProcessTask(ctx, t)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch"
 	"github.com/admitq/admitq/worker"
 )
 
@@ -20,7 +21,6 @@ func depthWorkerConfig(t *testing.T, s *stack, concurrency int) worker.Config {
 	cfg := testWorkerConfig(t, concurrency)
 	cfg.Gate = s.gate
 	cfg.TaskCheckInterval = 5 * time.Millisecond
-	cfg.ReconcileInterval = 100 * time.Millisecond
 	return cfg
 }
 
@@ -47,14 +47,35 @@ func sampleDepth(t *testing.T, s *stack, stop <-chan struct{}) <-chan int {
 	return out
 }
 
-// depthOf returns tenant's permits and parked tasks from Usage.
-func depthOf(t *testing.T, s *stack, tenant string) admission.Usage {
+// depth is a tenant's part of the dispatched queue.
+type depth struct{ InFlight, Parked int }
+
+// depthOf returns tenant's tasks in flight and parked in s's queue, as the
+// dispatcher counts them.
+func depthOf(t *testing.T, s *stack, tenant string) depth {
 	t.Helper()
-	u, err := s.gate.Usage(context.Background(), tenant)
+	qs, err := dispatch.New(s.rdb, s.gate, nil).Stats(context.Background(), s.queue)
 	if err != nil {
-		t.Fatalf("Usage(%q): %v", tenant, err)
+		t.Fatalf("Stats(%q): %v", s.queue, err)
 	}
-	return u
+	for _, ts := range qs.Tenants {
+		if ts.Tenant == tenant {
+			return depth{InFlight: ts.InFlight, Parked: ts.Waiting}
+		}
+	}
+	return depth{}
+}
+
+// serve makes s's queue dispatched before any worker runs there, as a
+// worker with a gate would, until the test ends: producers then park
+// capped tenants' tasks instead of sending them straight in.
+func serve(t *testing.T, s *stack) {
+	t.Helper()
+	srv, err := dispatch.New(s.rdb, s.gate, nil).Serve(dispatch.Worker{Queues: []string{s.queue}, Concurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
 }
 
 // TestDepthBoundHoldsWhileBacklogDrains enqueues 1,000 tasks of a tenant
@@ -82,6 +103,7 @@ var slowBatch = []admission.Option{admission.WithTimeout(3 * time.Second)}
 // the drain: the log is read for the order of the grants.
 func drainBacklog(t *testing.T, s *stack, tenant string, n, capped int) {
 	ctx := context.Background()
+	serve(t, s)
 	tasks := make([]*asynq.Task, n)
 	for i := range tasks {
 		tasks[i] = asynq.NewTask("work", nil, asynq.TaskID(fmt.Sprintf("t%04d", i)))
@@ -157,6 +179,7 @@ func TestDepthLightTenantStartsWhileNoisyDrains(t *testing.T) {
 	light := q
 	light.MaxInFlight = 4
 	s := newStack(t, admission.StaticQuotas{Default: &q, Tenants: map[string]admission.Quota{"light": light}})
+	serve(t, s)
 	ctx := context.Background()
 	noisy := make([]*asynq.Task, 300)
 	for i := range noisy {
@@ -219,6 +242,7 @@ func TestDepthReleasedTasksKeepTheRate(t *testing.T) {
 	const limit, window, n = 2, 500 * time.Millisecond, 10
 	q := admission.Quota{Limit: limit, Window: window, MaxDelay: time.Minute, MaxInFlight: 2}
 	s := newStack(t, admission.StaticQuotas{Default: &q})
+	serve(t, s)
 	tasks := make([]*asynq.Task, n)
 	for i := range tasks {
 		tasks[i] = asynq.NewTask("work", nil, asynq.TaskID(fmt.Sprintf("r%02d", i)))
@@ -247,57 +271,11 @@ func TestDepthReleasedTasksKeepTheRate(t *testing.T) {
 	}
 }
 
-// TestDepthTaskDeletedFromOutsideGivesPermitBack deletes, as asynqmon
-// would, a capped tenant's task that waits in a queue no worker serves:
-// once its permit's lease lapses, the reconciler finds the task gone and
-// hands the permit to the parked task.
-func TestDepthTaskDeletedFromOutsideGivesPermitBack(t *testing.T) {
-	t.Parallel()
-	for _, how := range []string{"delete", "archive"} {
-		t.Run(how, func(t *testing.T) {
-			t.Parallel()
-			q := admission.Quota{Limit: 1000, Window: time.Second, MaxInFlight: 1}
-			s := buildStack(t, serverBackend(t), stackConfig{
-				quotas: admission.StaticQuotas{Default: &q},
-				gate:   []admission.Option{admission.WithPermitLease(300 * time.Millisecond)},
-			})
-			ctx := context.Background()
-			if _, d, err := s.client.Enqueue(ctx, "t", asynq.NewTask("stuck", nil), asynq.TaskID("a"), asynq.Queue("unserved")); err != nil || d.Outcome != admission.Admitted {
-				t.Fatalf("Enqueue a: %v, %v", d.Outcome, err)
-			}
-			if _, d, err := s.enqueue(ctx, "t", asynq.NewTask("next", nil), asynq.TaskID("b")); err != nil || d.Outcome != admission.Parked {
-				t.Fatalf("Enqueue b: %v, %v; want parked", d.Outcome, err)
-			}
-			rec := newRecorder(1)
-			s.startWorker(t, depthWorkerConfig(t, s, 2), rec)
-			time.Sleep(time.Second) // several lapses: a waits, so it keeps its permit
-			if n := rec.seen.Load(); n != 0 {
-				t.Fatalf("b started while a still waited in its queue")
-			}
-			var err error
-			if how == "delete" {
-				err = s.inspector.DeleteTask("unserved", "a")
-			} else {
-				err = s.inspector.ArchiveTask("unserved", "a")
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st := rec.wait(t)[0]; st.ID != "b" {
-				t.Fatalf("started %q, want b", st.ID)
-			}
-		})
-	}
-}
-
-// TestDepthShutdownKeepsPermit shuts a worker down while a capped
-// tenant's task runs: asynq puts the task back in the queue, and it keeps
-// its permit, so the parked task stays parked until the first one has run
-// again, on the next worker, and finished.
 func TestDepthShutdownKeepsPermit(t *testing.T) {
 	t.Parallel()
 	q := admission.Quota{Limit: 1000, Window: time.Second, MaxInFlight: 1}
 	s := newStack(t, admission.StaticQuotas{Default: &q})
+	serve(t, s)
 	ctx := context.Background()
 	s.enqueue(ctx, "t", asynq.NewTask("long", nil), asynq.TaskID("a"))
 	if _, d, err := s.enqueue(ctx, "t", asynq.NewTask("next", nil), asynq.TaskID("b")); err != nil || d.Outcome != admission.Parked {
@@ -345,6 +323,7 @@ func TestDepthCapChangeTakesEffect(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := buildStack(t, b, stackConfig{quotas: rq})
+	serve(t, s)
 	tasks := make([]*asynq.Task, 400)
 	for i := range tasks {
 		tasks[i] = asynq.NewTask("work", nil)
@@ -422,6 +401,7 @@ func TestDepthRetryKeepsPermitArchiveGivesItBack(t *testing.T) {
 	t.Parallel()
 	q := admission.Quota{Limit: 1000, Window: time.Second, MaxInFlight: 1}
 	s := newStack(t, admission.StaticQuotas{Default: &q})
+	serve(t, s)
 	ctx := context.Background()
 	s.enqueue(ctx, "t", asynq.NewTask("flaky", nil), asynq.TaskID("a"), asynq.MaxRetry(3))
 	if _, d, err := s.enqueue(ctx, "t", asynq.NewTask("next", nil), asynq.TaskID("b")); err != nil || d.Outcome != admission.Parked {
