@@ -92,11 +92,11 @@ func RunDepth(ctx context.Context, cfg DepthConfig) (DepthResult, error) {
 	sentAt := map[string]time.Time{}
 	ran := map[string]int{}
 	w := worker.New(cfg.Worker, worker.Config{
-		Concurrency:       cfg.Concurrency,
-		Queues:            map[string]int{cfg.Queue: 1},
-		Gate:              gate,
-		ShutdownTimeout:   5 * time.Second,
-		Logger:            cfg.Logger,
+		Concurrency:     cfg.Concurrency,
+		Queues:          map[string]int{cfg.Queue: 1},
+		Gate:            gate,
+		ShutdownTimeout: 5 * time.Second,
+		Logger:          cfg.Logger,
 	})
 	if err := w.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		id, _ := asynq.GetTaskID(ctx)
