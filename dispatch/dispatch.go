@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,7 +35,7 @@ type Dispatcher struct {
 	rdb     redis.UniversalClient
 	gate    *admission.Gate
 	log     *slog.Logger
-	scripts scripts
+	scripts *scripts
 
 	mu    sync.Mutex
 	modes map[string]mode
@@ -42,7 +43,10 @@ type Dispatcher struct {
 }
 
 type scripts struct {
-	park, dispatch, move, repair *redis.Script
+	park, dispatch, move, repair lua.FairScript
+	// plain is set once the server refused a shebang (miniredis does):
+	// the scripts then run without one.
+	plain atomic.Bool
 }
 
 // mode is what a producer last read of a queue's workers.
@@ -59,7 +63,7 @@ func New(rdb redis.UniversalClient, g *admission.Gate, log *slog.Logger) *Dispat
 	}
 	return &Dispatcher{
 		rdb: rdb, gate: g, log: log,
-		scripts: scripts{park: lua.FairPark(), dispatch: lua.FairDispatch(), move: lua.FairMove(), repair: lua.FairRepair()},
+		scripts: &scripts{park: lua.FairPark(), dispatch: lua.FairDispatch(), move: lua.FairMove(), repair: lua.FairRepair()},
 		modes:   make(map[string]mode),
 		told:    make(map[string]bool),
 	}
@@ -89,9 +93,20 @@ func (d *Dispatcher) keysFor(queue string) queueKeys {
 
 // run calls script s on queue's keys with its own args after the two the
 // prelude takes.
-func (d *Dispatcher) run(ctx context.Context, s *redis.Script, queue string, args ...any) ([]any, error) {
+func (d *Dispatcher) run(ctx context.Context, s lua.FairScript, queue string, args ...any) ([]any, error) {
 	k := d.keysFor(queue)
-	res, err := s.Run(ctx, d.rdb, k.keys, append(k.args, args...)...).Slice()
+	args = append(k.args, args...)
+	if !d.scripts.plain.Load() {
+		res, err := s.Flagged.Run(ctx, d.rdb, k.keys, args...).Slice()
+		if err == nil || !strings.Contains(err.Error(), "near '#'") {
+			if err != nil {
+				return nil, fmt.Errorf("dispatch: queue %q: %w", queue, err)
+			}
+			return res, nil
+		}
+		d.scripts.plain.Store(true)
+	}
+	res, err := s.Plain.Run(ctx, d.rdb, k.keys, args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: queue %q: %w", queue, err)
 	}

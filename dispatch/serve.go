@@ -93,7 +93,7 @@ func (d *Dispatcher) Serve(w Worker) (*Server, error) {
 	for _, q := range queues {
 		l := &loop{s: s, queue: q, ch: make(chan finish, 4*concurrency)}
 		cctx, ccancel := context.WithTimeout(ctx, callTimeout)
-		_, _, err := l.turn(cctx, nil, heartbeat, 0)
+		_, _, _, err := l.turn(cctx, nil, heartbeat, 0)
 		ccancel()
 		if err != nil {
 			cancel()
@@ -137,7 +137,7 @@ func (s *Server) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	for _, l := range s.loops {
-		_, _, _ = l.turn(ctx, l.drain(nil), 0, 0)
+		_, _, _, _ = l.turn(ctx, l.drain(nil), 0, 0)
 	}
 }
 
@@ -168,9 +168,9 @@ func (l *loop) run(ctx context.Context) {
 		}
 		fs = l.drain(fs)
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
-		picks, waiting, err := l.turn(cctx, fs, heartbeat, l.s.most)
+		picks, waiting, later, err := l.turn(cctx, fs, heartbeat, l.s.most)
 		if err == nil {
-			fs = fs[:0]
+			fs = later
 			l.s.d.admitAndMove(cctx, l.queue, picks)
 		} else if ctx.Err() == nil {
 			l.s.d.log.Warn("admitq: dispatch turn failed", "queue", l.queue, "err", err)
@@ -187,6 +187,8 @@ func (l *loop) run(ctx context.Context) {
 		cancel()
 		next := idleTick
 		switch {
+		case len(fs) > 0:
+			next = time.Millisecond // asynq is marking them done
 		case len(picks) >= l.s.most:
 			next = 0
 		case waiting > 0 || err != nil:
@@ -213,8 +215,9 @@ type pick struct {
 }
 
 // turn runs fair_dispatch.lua: heartbeat (ttl 0 leaves), finishes, and up
-// to most grants. It returns the grants and how many tenants wait.
-func (l *loop) turn(ctx context.Context, fs []finish, ttl time.Duration, most int) ([]pick, int, error) {
+// to most grants. It returns the grants, how many tenants wait, and the
+// finishes to hand in again.
+func (l *loop) turn(ctx context.Context, fs []finish, ttl time.Duration, most int) ([]pick, int, []finish, error) {
 	args := make([]any, 0, 4+5*len(fs))
 	args = append(args, l.s.member, ttl.Microseconds(), most, len(fs))
 	for _, f := range fs {
@@ -229,13 +232,19 @@ func (l *loop) turn(ctx context.Context, fs []finish, ttl time.Duration, most in
 	}
 	res, err := l.s.d.run(ctx, l.s.d.scripts.dispatch, l.queue, args...)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	picks, rest, err := readPicks(res)
-	if err != nil || len(rest) != 2 {
-		return nil, 0, errors.Join(err, fmt.Errorf("dispatch: fair_dispatch.lua returned %d values", len(res)))
+	if err != nil || len(rest) < 2 {
+		return nil, 0, nil, errors.Join(err, fmt.Errorf("dispatch: fair_dispatch.lua returned %d values", len(res)))
 	}
-	return picks, int(toInt(rest[0])), nil
+	var later []finish
+	for _, v := range rest[2:] {
+		if i := int(toInt(v)); i >= 1 && i <= len(fs) {
+			later = append(later, fs[i-1])
+		}
+	}
+	return picks, int(toInt(rest[0])), later, nil
 }
 
 // readPicks reads "n, then n pairs tenant, entry" from the head of res.

@@ -6,8 +6,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The dispatcher's scripts share the prelude fair.lua, which comes first:
-// its shebang must be the script's first line.
+// The dispatcher's scripts share the prelude fair.lua, which comes first.
 var (
 	//go:embed fair.lua
 	fairSrc string
@@ -21,18 +20,34 @@ var (
 	fairRepairSrc string
 )
 
+// shebang declares a script with Redis 7 script flags (none): Redis then
+// refuses it whole under OOM, before it writes anything, where a script
+// without one could trim a log and then fail its ZADD.
+const shebang = "#!lua\n"
+
+// FairScript is one of the dispatcher's scripts, with the shebang line
+// (Flagged) and without it (Plain), for servers that do not read shebangs,
+// such as the embedded miniredis of admitq demo.
+type FairScript struct {
+	Flagged, Plain *redis.Script
+}
+
+func fair(src string) FairScript {
+	return FairScript{Flagged: redis.NewScript(shebang + fairSrc + src), Plain: redis.NewScript(fairSrc + src)}
+}
+
 // FairPark returns fair_park.lua: a producer's task in a dispatched queue
 // goes straight in, waits its turn, or is refused.
-func FairPark() *redis.Script { return redis.NewScript(fairSrc + fairParkSrc) }
+func FairPark() FairScript { return fair(fairParkSrc) }
 
 // FairDispatch returns fair_dispatch.lua: a worker's heartbeat, the tasks it
 // finished, and the grants the queue has space for.
-func FairDispatch() *redis.Script { return redis.NewScript(fairSrc + fairDispatchSrc) }
+func FairDispatch() FairScript { return fair(fairDispatchSrc) }
 
 // FairMove returns fair_move.lua: granted tasks into asynq's queue, or back
 // in line.
-func FairMove() *redis.Script { return redis.NewScript(fairSrc + fairMoveSrc) }
+func FairMove() FairScript { return fair(fairMoveSrc) }
 
 // FairRepair returns fair_repair.lua: the dispatcher's count checked
 // against asynq's view of each task.
-func FairRepair() *redis.Script { return redis.NewScript(fairSrc + fairRepairSrc) }
+func FairRepair() FairScript { return fair(fairRepairSrc) }

@@ -1,10 +1,10 @@
-#!lua
 -- fair.lua: the prelude of the dispatcher's scripts (fair_park.lua,
 -- fair_dispatch.lua, fair_move.lua, fair_repair.lua). It holds their keys,
 -- the start-tag rule and pick. Every key of one asynq queue shares the
 -- queue's hash tag {<queue>} with asynq's own keys, so each script is one
--- atomic step on one cluster slot. The shebang makes Redis refuse a script
--- whole under OOM, before it writes anything.
+-- atomic step on one cluster slot. Package lua puts a shebang before it
+-- (#!lua, no flags), so that Redis refuses a script whole under OOM,
+-- before it writes anything.
 --
 -- KEYS[1]  vt: ZSET tenant -> start tag, of the tenants with a task waiting
 --          that may go in now (under their cap and not asleep)

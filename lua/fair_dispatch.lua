@@ -10,7 +10,9 @@
 --          MaxInFlight and weight now (cap -1: unknown, keep what is stored)
 -- Returns  {n, then n pairs tenant, waiting entry granted (state g: the
 --          caller admits and moves them, fair_move.lua), tenants waiting,
---          the earliest wake µs of a tenant asleep (0: none)}
+--          the earliest wake µs of a tenant asleep (0: none), then the
+--          indexes (from 1) of the finishes to hand in again: done, but
+--          asynq has yet to take the task out of its active list}
 --
 -- A finished task's tenant is charged what it ran, less the estimate it
 -- was charged at its grant; a task to be retried keeps its place in run
@@ -24,12 +26,17 @@ else
 end
 
 local a = 7
-for _ = 1, tonumber(ARGV[6]) do
+local later = {}
+for i = 1, tonumber(ARGV[6]) do
   local id, ran, done = ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2] == '1'
   local cap, weight = tonumber(ARGV[a + 3]), ARGV[a + 4]
   a = a + 5
   local r = call('HGET', run, id)
-  if r then
+  if r and done and call('HGET', TP .. id, 'state') == 'active' then
+    -- The handler returned, asynq has still to mark the task done: until
+    -- it does, the task counts as active, so its place stays taken.
+    later[#later + 1] = i
+  elseif r then
     local est, since, T = string.match(r, '^%a|([^|]*)|([^|]*)|(.*)$')
     local th = P .. 't:' .. T
     if cap >= 0 then
@@ -69,4 +76,7 @@ end
 out[#out + 1] = call('ZCARD', vt) + call('ZCARD', sleep)
 local first = call('ZRANGE', sleep, 0, 0, 'WITHSCORES')
 out[#out + 1] = first[2] and tonumber(first[2]) or 0
+for _, i in ipairs(later) do
+  out[#out + 1] = i
+end
 return out
