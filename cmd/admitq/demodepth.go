@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/cmd/admitq/internal/demo"
+	"github.com/admitq/admitq/dispatch"
 )
 
 // runDepthDemo runs `admitq demo --scenario depth`: a worker pool of 3
@@ -28,10 +28,13 @@ func (a *app) runDepthDemo(ctx context.Context, duration time.Duration) error {
 		Redis: rdb, Worker: connOpt{cfg}, Duration: duration,
 		Prefix: a.prefix + "-demo-" + id, Queue: "admitq-demo-" + id,
 	}}
-	dc.OnDepth = func(elapsed time.Duration, us []admission.Usage) {
-		var parts []string
-		for _, u := range us {
-			parts = append(parts, fmt.Sprintf("%s: in flight %d/%d, parked %d", u.Tenant, u.InFlight, u.Quota.MaxInFlight, u.Parked))
+	dc.OnDepth = func(elapsed time.Duration, qs dispatch.QueueStats) {
+		parts := []string{"idle"}
+		if len(qs.Tenants) > 0 {
+			parts = parts[:0]
+		}
+		for _, t := range qs.Tenants {
+			parts = append(parts, fmt.Sprintf("%s: in flight %d/%d, parked %d", t.Tenant, t.InFlight, t.Cap, t.Waiting))
 		}
 		fmt.Fprintf(a.stdout, "%4v  %s\n", elapsed, strings.Join(parts, "   "))
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch"
 	"github.com/admitq/admitq/enqueue"
 	"github.com/admitq/admitq/worker"
 )
@@ -29,8 +30,8 @@ type DepthConfig struct {
 	MaxInFlight int
 	// Every is the light tenant's pace [250ms], for Duration [6s].
 	Every time.Duration
-	// OnDepth, when set, hears each tenant's usage once a second.
-	OnDepth func(elapsed time.Duration, ds []admission.Usage)
+	// OnDepth, when set, hears the queue's dispatch state once a second.
+	OnDepth func(elapsed time.Duration, qs dispatch.QueueStats)
 }
 
 // DepthResult is what the depth scenario saw, and its checks.
@@ -184,17 +185,14 @@ func RunDepth(ctx context.Context, cfg DepthConfig) (DepthResult, error) {
 	if err := send("noisy", cfg.Backlog); err != nil {
 		return res, fmt.Errorf("noisy backlog: %w", err)
 	}
+	disp := dispatch.New(cfg.Redis, gate, cfg.Logger)
 	report := func() {
 		if cfg.OnDepth == nil {
 			return
 		}
-		var us []admission.Usage
-		for _, t := range []string{"noisy", "light"} {
-			if u, err := gate.Usage(ctx, t); err == nil {
-				us = append(us, u)
-			}
+		if qs, err := disp.Stats(ctx, cfg.Queue); err == nil {
+			cfg.OnDepth(time.Since(start).Round(time.Second), qs)
 		}
-		cfg.OnDepth(time.Since(start).Round(time.Second), us)
 	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -259,9 +257,9 @@ func RunDepth(ctx context.Context, cfg DepthConfig) (DepthResult, error) {
 		res.Bound = res.Bound && n <= cfg.MaxInFlight
 	}
 	parked := 0
-	for _, t := range []string{"noisy", "light"} {
-		if u, err := gate.Usage(bg, t); err == nil {
-			parked += u.Parked
+	if qs, err := disp.Stats(bg, cfg.Queue); err == nil {
+		for _, t := range qs.Tenants {
+			parked += t.Waiting
 		}
 	}
 	res.NothingLost = len(res.Lost) == 0 && len(res.Twice) == 0 && parked == 0
