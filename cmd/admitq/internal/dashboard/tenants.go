@@ -245,7 +245,7 @@ func (s *Server) handleTenants(w http.ResponseWriter, r *http.Request) {
 		p.Error = errorText(err)
 	}
 	s.render(w, http.StatusOK, "tenants.html", map[string]any{
-		"Page": p, "CSRF": csrfToken(w, r), "Rules": flagRules(s.cfg.Every),
+		"Page": p, "CSRF": s.csrfToken(w, r), "Rules": flagRules(s.cfg.Every),
 		"Form": map[string]any{"Values": map[string]string{"mode": "log", "max-delay": "0s", "max-in-flight": "0", "max-parked": "0"}, "Errors": map[string]string{}},
 	})
 }
