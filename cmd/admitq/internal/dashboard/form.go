@@ -1,8 +1,12 @@
 package dashboard
 
 import (
+	"errors"
+	"fmt"
+	"math"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/cmd/admitq/internal/quotainput"
@@ -14,14 +18,48 @@ import (
 func parseQuotaForm(r *http.Request) (admission.Quota, map[string]string, error) {
 	q, errs, err := quotainput.Parse(r.PostFormValue("limit"), r.PostFormValue("window"), r.PostFormValue("max-delay"), r.PostFormValue("mode"),
 		r.PostFormValue("max-in-flight"), r.PostFormValue("max-parked"))
+	out := map[string]string{}
+	for f, e := range errs {
+		out[f] = e.Message()
+	}
+	w, werr := parseWeight(r.PostFormValue("weight"))
+	if werr != nil {
+		out["weight"] = werr.Error()
+		err = errors.Join(err, fmt.Errorf("weight %w", werr))
+	}
 	if err != nil {
-		out := map[string]string{}
-		for f, e := range errs {
-			out[f] = e.Message()
-		}
 		return admission.Quota{}, out, err
 	}
+	q.Weight = w
+	if err := q.Validate(); err != nil {
+		return admission.Quota{}, nil, err
+	}
 	return q, nil, nil
+}
+
+// parseWeight reads the weight field: empty means 0, which the quota reads
+// as 1.
+func parseWeight(s string) (float64, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, nil
+	}
+	w, err := strconv.ParseFloat(s, 64)
+	switch {
+	case err != nil || math.IsNaN(w) || math.IsInf(w, 0):
+		return 0, fmt.Errorf("%s: want a number", strconv.Quote(s))
+	case w < 0 || w > admission.MaxWeight:
+		return 0, fmt.Errorf("%s: want 0 (meaning 1) up to %d", s, admission.MaxWeight)
+	}
+	return w, nil
+}
+
+// formatWeight is a quota's weight for its field: "" for 0 (meaning 1).
+func formatWeight(w float64) string {
+	if w == 0 {
+		return ""
+	}
+	return strconv.FormatFloat(w, 'g', -1, 64)
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -174,6 +174,14 @@ func (r *rates) sample(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delta := map[string]counters{}
+	// A source read again after failed reads spans the points appended
+	// meanwhile without it: they get its rate too, so that every point holds
+	// each source's rate and rate × time adds up to what it counted.
+	type span struct {
+		after time.Time
+		rates map[string]counters
+	}
+	var spans []span
 	for i, cur := range read {
 		name := r.sources[i].Name()
 		if errs[i] != nil {
@@ -186,8 +194,13 @@ func (r *rates) sample(ctx context.Context) {
 			if secs <= 0 {
 				secs = r.every.Seconds()
 			}
+			sr := make(map[string]counters, len(cur))
 			for t, c := range cur {
-				delta[t] = delta[t].plus(c.minus(r.prev[i][t]).per(secs))
+				sr[t] = c.minus(r.prev[i][t]).per(secs)
+				delta[t] = delta[t].plus(sr[t])
+			}
+			if n := len(r.times); n > 0 && r.times[n-1].After(r.prevAt[i]) {
+				spans = append(spans, span{r.prevAt[i], sr})
 			}
 		}
 		r.prev[i], r.prevAt[i] = cur, at
@@ -212,6 +225,15 @@ func (r *rates) sample(ctx context.Context) {
 			s := make([]counters, n+1)
 			s[n] = d
 			r.series[t] = s
+		}
+	}
+	for _, sp := range spans {
+		for j := n - 1; j >= 0 && r.times[j].After(sp.after); j-- {
+			for t, c := range sp.rates {
+				if c != (counters{}) {
+					r.series[t][j] = r.series[t][j].plus(c)
+				}
+			}
 		}
 	}
 	r.trim()
@@ -375,18 +397,18 @@ func (r *rates) flagged() map[string]bool {
 	return out
 }
 
-// countOthers counts the tenants in the history that are not in own: those
-// on the default quota, or with none.
-func (r *rates) countOthers(own map[string]bool) int {
+// tenantsNotIn returns the tenants in the history that are not in own:
+// those on the default quota, or with none.
+func (r *rates) tenantsNotIn(own map[string]bool) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := 0
+	var out []string
 	for t := range r.series {
 		if !own[t] {
-			n++
+			out = append(out, t)
 		}
 	}
-	return n
+	return out
 }
 
 // busyTotals returns the worker seconds of every tenant in the history,

@@ -68,7 +68,7 @@ func (s *Server) formPage(w http.ResponseWriter, r *http.Request, tenant string,
 func quotaValues(q admission.Quota) map[string]string {
 	return map[string]string{
 		"limit": itoa(q.Limit), "window": q.Window.String(), "max-delay": q.MaxDelay.String(), "mode": q.Mode.String(),
-		"max-in-flight": itoa(q.MaxInFlight), "max-parked": itoa(q.MaxParked),
+		"max-in-flight": itoa(q.MaxInFlight), "max-parked": itoa(q.MaxParked), "weight": formatWeight(q.Weight),
 	}
 }
 
@@ -124,11 +124,7 @@ func (s *Server) handleTenantAPI(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			v.Error = errorText(err)
 		} else {
-			own := make(map[string]bool, len(list.names))
-			for _, t := range list.names {
-				own[t] = true
-			}
-			v.Rates = s.rates.view(nil, since, true, own)
+			v.Rates = s.rates.view(nil, since, true, list.own)
 		}
 		writeJSON(w, v)
 		return
@@ -210,7 +206,7 @@ func (s *Server) handleQuota(w http.ResponseWriter, r *http.Request) {
 	tenant := r.PostFormValue("tenant")
 	action := r.PostFormValue("action")
 	back := func(status int, p formPage) {
-		for _, f := range quotainput.Fields() {
+		for _, f := range append(quotainput.Fields(), "weight") {
 			p.Values[f] = r.PostFormValue(f)
 		}
 		s.render(w, status, "tenant.html", p)
