@@ -23,11 +23,12 @@ func TestTheBrowserShowsEveryTenantAndOutcome(t *testing.T) {
 	long := strings.Repeat("very-long-tenant-name-", 3) + "end" // 69 characters
 	st.setQuota(t, long, admission.Quota{Limit: 10, Window: time.Minute})
 	st.setQuota(t, DefaultRow, admission.Quota{Limit: 4, Window: time.Minute})
-	if err := st.quotas.SetDefault(t.Context(), admission.Quota{Limit: 20, Window: time.Second}); err != nil {
+	if err := st.quotas.SetDefault(t.Context(), admission.Quota{Limit: 20, Window: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	// parker is capped at 1 in flight, on the default otherwise; its tasks
 	// go to a queue no worker reads, so 1 holds the permit and 2 park.
+	st.setQuota(t, "onesec", admission.Quota{Limit: 10, Window: time.Second})
 	st.setQuota(t, "parker", admission.Quota{Limit: 100, Window: time.Second, MaxInFlight: 1})
 	st.startWorker(t)
 	d, hs := st.dashboard(t, Config{})
@@ -52,10 +53,10 @@ func TestTheBrowserShowsEveryTenantAndOutcome(t *testing.T) {
 		if got := evalJS[string](t, ctx, cellJS("visitor", "tenant")); got != "visitordefault" {
 			t.Errorf("visitor's name cell %q, want the name and a default badge", got)
 		}
-		if got := evalJS[string](t, ctx, cellJS("visitor", "quota")); got != "20/1s (default)" {
+		if got := evalJS[string](t, ctx, cellJS("visitor", "quota")); got != "20/1m0s (default)" {
 			t.Errorf("visitor's quota %q", got)
 		}
-		waitJS(t, ctx, "the summary", `document.getElementById("summary").textContent.startsWith("3 tenants with a quota of their own, 1 on the default")`)
+		waitJS(t, ctx, "the summary", `document.getElementById("summary").textContent.startsWith("4 tenants with a quota of their own, 1 on the default")`)
 		within(t, ctx, 20*time.Second, "searching", chromedp.Navigate(hs.URL+"/?q=visit"))
 		waitJS(t, ctx, "the one match", `document.getElementById("summary").textContent.includes(", 1 matches")`)
 		if n := evalJS[float64](t, ctx, `document.querySelectorAll("#rows tr[data-tenant]").length`); n != 1 {
@@ -101,8 +102,8 @@ func TestTheBrowserShowsEveryTenantAndOutcome(t *testing.T) {
 	})
 
 	t.Run("a one-second window's ticks are told apart", func(t *testing.T) {
-		st.send(t, "visitor", 1)
-		within(t, ctx, 20*time.Second, "loading visitor's page", chromedp.Navigate(hs.URL+"/tenants/visitor"))
+		st.send(t, "onesec", 1)
+		within(t, ctx, 20*time.Second, "loading onesec's page", chromedp.Navigate(hs.URL+"/tenants/onesec"))
 		waitJS(t, ctx, "the timeline's ticks", `!!document.getElementById("timeline").dataset.ticks`)
 		ticks := strings.Fields(evalJS[string](t, ctx, `document.getElementById("timeline").dataset.ticks`))
 		seen := map[string]bool{}

@@ -31,6 +31,10 @@ const (
 	// listTTL is how long the list of tenants with a quota is reused: the
 	// one read that grows with every tenant, not only those shown.
 	listTTL = 5 * time.Second
+	// activeTTL is how long the tenants with a window in Redis are reused:
+	// finding them SCANs every key, asynq's included, so less often than
+	// the quotas. The metrics name the tenants active since meanwhile.
+	activeTTL = 30 * time.Second
 )
 
 // depth is a capped tenant's share of the worker queues: its tasks pending

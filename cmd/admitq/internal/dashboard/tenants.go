@@ -34,13 +34,15 @@ const defaultKey = ""
 // the tenants on the default with a window in Redis (Gate.ScanTenants, as
 // admitq status lists them), reused for listTTL.
 type tenantList struct {
-	read   time.Time
-	names  []string        // tenants with a quota of their own, sorted
-	own    map[string]bool // the same, as a set
-	active []string        // tenants without a quota of their own whose window is in Redis, sorted
-	listed []string        // names and active, sorted
-	quotas admission.StaticQuotas
-	capped bool // some quota, or the default, has a MaxInFlight
+	read    time.Time
+	scanned time.Time       // when windows was read
+	windows map[string]bool // tenants with a window in Redis
+	names   []string        // tenants with a quota of their own, sorted
+	own     map[string]bool // the same, as a set
+	active  []string        // tenants without a quota of their own whose window is in Redis, sorted
+	listed  []string        // names and active, sorted
+	quotas  admission.StaticQuotas
+	capped  bool // some quota, or the default, has a MaxInFlight
 }
 
 // tenantsList returns the quotas. The first call reads them; later ones get
@@ -71,21 +73,28 @@ func (s *Server) tenantsList(ctx context.Context) (*tenantList, error) {
 func (s *Server) readList(ctx context.Context) (*tenantList, error) {
 	s.listMu.Lock()
 	gen := s.listGen
+	var windows map[string]bool
+	var scanned time.Time
+	if s.list != nil && time.Since(s.list.scanned) < activeTTL {
+		windows, scanned = s.list.windows, s.list.scanned
+	}
 	s.listMu.Unlock()
 	var all admission.StaticQuotas
 	var qerr, kerr error
-	windows := map[string]bool{}
 	var wg sync.WaitGroup
 	wg.Go(func() { all, qerr = s.quotas.List(ctx) })
-	wg.Go(func() {
-		var mu sync.Mutex // ScanTenants calls fn from a goroutine per cluster master
-		kerr = s.gate.ScanTenants(ctx, "*", func(t string) error {
-			mu.Lock()
-			windows[t] = true
-			mu.Unlock()
-			return nil
+	if windows == nil {
+		windows, scanned = map[string]bool{}, time.Now()
+		wg.Go(func() {
+			var mu sync.Mutex // ScanTenants calls fn from a goroutine per cluster master
+			kerr = s.gate.ScanTenants(ctx, "*", func(t string) error {
+				mu.Lock()
+				windows[t] = true
+				mu.Unlock()
+				return nil
+			})
 		})
-	})
+	}
 	wg.Wait()
 	s.listMu.Lock()
 	defer s.listMu.Unlock()
@@ -93,7 +102,7 @@ func (s *Server) readList(ctx context.Context) (*tenantList, error) {
 	if err := cmp.Or(qerr, kerr); err != nil {
 		return nil, err
 	}
-	l := &tenantList{read: time.Now(), quotas: all, names: make([]string, 0, len(all.Tenants)), own: make(map[string]bool, len(all.Tenants))}
+	l := &tenantList{read: time.Now(), scanned: scanned, windows: windows, quotas: all, names: make([]string, 0, len(all.Tenants)), own: make(map[string]bool, len(all.Tenants))}
 	l.capped = all.Default != nil && all.Default.MaxInFlight > 0
 	for t, q := range all.Tenants {
 		l.names = append(l.names, t)
