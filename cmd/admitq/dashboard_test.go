@@ -158,3 +158,10 @@ func TestTheDashboardLetsSlowAndIdleConnectionsGo(t *testing.T) {
 		t.Errorf("MaxHeaderBytes is %d", srv.MaxHeaderBytes)
 	}
 }
+
+func TestDashboardHasATrustProxyFlag(t *testing.T) {
+	r := admitq(t, "dashboard", "--help")
+	if r.code != 0 || !strings.Contains(r.stdout+r.stderr, "--trust-proxy") || !strings.Contains(r.stdout+r.stderr, "X-Forwarded-Proto") {
+		t.Errorf("dashboard --help:\n%v", r)
+	}
+}

@@ -192,16 +192,26 @@ func (s *Server) secure(r *http.Request) bool {
 }
 
 // authorized reports whether r carries the token, as a bearer header, or
-// a live session's cookie. With no token set everyone is.
-func (s *Server) authorized(r *http.Request) bool {
+// a live session's cookie. With no token set everyone is. A bearer header
+// is a guess like a sign-in, so it spends an attempt of the client's
+// (given back when right); wait is not 0 when none was left.
+func (s *Server) authorized(r *http.Request) (ok bool, wait time.Duration) {
 	if s.cfg.Token == "" {
-		return true
+		return true, 0
 	}
 	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
-		return equal(strings.TrimPrefix(h, "Bearer "), s.cfg.Token)
+		client := clientAddr(r)
+		if ok, wait := s.logins.take(client, time.Now()); !ok {
+			return false, wait
+		}
+		if !equal(strings.TrimPrefix(h, "Bearer "), s.cfg.Token) {
+			return false, 0
+		}
+		s.logins.refund(client)
+		return true, 0
 	}
 	c, err := r.Cookie(sessionCookie)
-	return err == nil && s.sessions.valid(c.Value, time.Now())
+	return err == nil && s.sessions.valid(c.Value, time.Now()), 0
 }
 
 // actor names who made a change, for the log: never the token itself.
@@ -281,7 +291,17 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			return
 		}
 		open := r.URL.Path == "/login" || strings.HasPrefix(r.URL.Path, "/static/")
-		if !open && !s.authorized(r) {
+		if open {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ok, wait := s.authorized(r)
+		if wait > 0 {
+			w.Header().Set("Retry-After", retryAfter(wait))
+			http.Error(w, "too many attempts with a wrong token from your address: try again in "+retryAfter(wait)+" s", http.StatusTooManyRequests)
+			return
+		}
+		if !ok {
 			if r.Method == http.MethodGet && !strings.HasPrefix(r.URL.Path, "/api/") && !strings.HasPrefix(r.URL.Path, "/asynq/api/") {
 				http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 				return

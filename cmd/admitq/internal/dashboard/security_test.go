@@ -262,3 +262,31 @@ func TestCookiesAreSecureOverTLSOrATrustedProxy(t *testing.T) {
 		}
 	}
 }
+
+// TestBearerGuessesAreLimitedToo: the Authorization header is another way
+// to guess the token, so it shares the sign-in limit.
+func TestBearerGuessesAreLimitedToo(t *testing.T) {
+	st := newStack(t)
+	_, hs := st.dashboard(t, Config{Token: "sekrit"})
+	bearer := func(token string) *http.Response {
+		req, _ := http.NewRequest(http.MethodGet, hs.URL+"/api/tenants", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		return do(t, req)
+	}
+	// A right token costs nothing: many calls in a row all pass.
+	for i := range 3 * loginBurst {
+		if got := bearer("sekrit").StatusCode; got != http.StatusOK {
+			t.Fatalf("call %d with the token: %d", i, got)
+		}
+	}
+	codes := map[int]int{}
+	for range 100 {
+		codes[bearer("guess").StatusCode]++
+	}
+	if codes[http.StatusUnauthorized] > loginBurst || codes[http.StatusTooManyRequests] < 100-loginBurst {
+		t.Errorf("100 wrong bearer tokens: %v, want at most %d checked", codes, loginBurst)
+	}
+	if resp := bearer("sekrit"); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("the token over the limit: %d", resp.StatusCode)
+	}
+}
