@@ -80,7 +80,16 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		fmt.Fprintln(stderr, "producer:", err)
 		return config{}, err
 	}
-	if err := fs.Parse(args); err != nil {
+	// The flag package's own errors get the program's prefix too.
+	out := fs.Output()
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(out, "producer:", err)
+		}
+		fs.Usage()
 		return config{}, err
 	}
 	if err := redisaddr.CheckFlag(fs, cfg.redis); err != nil {

@@ -79,7 +79,16 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.StringVar(&cfg.redis, "redis", redisAddr, "Redis: host:port or redis://[user:password@]host:port[/db] (env ADMITQ_REDIS)")
 	fs.IntVar(&cfg.concurrency, "concurrency", 10, "tasks handled at once")
 	fs.StringVar(&cfg.metricsAddr, "metrics-addr", defaultMetricsAddr, `address to serve Prometheus metrics on, at /metrics; "" serves none`)
-	if err := fs.Parse(args); err != nil {
+	// The flag package's own errors get the program's prefix too.
+	out := fs.Output()
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(out, "worker:", err)
+		}
+		fs.Usage()
 		return config{}, err
 	}
 	if err := redisaddr.CheckFlag(fs, cfg.redis); err != nil {
