@@ -1,6 +1,6 @@
 // Package admission is per-tenant admission control on Redis: a
 // sliding-window log per tenant that decides whether a piece of work runs
-// now, waits for a reserved slot, or is refused.
+// now, waits for a reserved slot, waits for a permit, or is refused.
 //
 // Each tenant's log is a sorted set of entry IDs scored by their slot, in
 // Redis server time. One atomic Lua script trims it, finds the next free
@@ -8,7 +8,13 @@
 // no interval of length Window ever holds more than Limit slots. A request
 // that finds the window full gets the slot at which the oldest entry
 // blocking it leaves the window (Deferred), unless that is further ahead
-// than MaxDelay (Rejected, with the time a retry could succeed).
+// than MaxDelay (Rejected, with the time a retry could succeed). A tenant
+// whose quota caps its tasks in flight (MaxInFlight) has the rest Parked:
+// they wait, durably and in order, for one of its tasks to finish.
+//
+// So every decision has one of four outcomes: Admitted, Deferred, Parked or
+// Rejected. Admit, AdmitID and AdmitBatch give the first two and Rejected;
+// Parked comes only from the calls that carry tasks (package enqueue).
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 //	gate := admission.New(rdb, admission.NewRedisQuotas(rdb))
@@ -22,7 +28,9 @@
 //		// run now
 //	case d.Outcome == admission.Deferred:
 //		// run at d.At, not before
-//	default:
+//	case d.Outcome == admission.Parked:
+//		// waits for a permit (capped tenants' tasks, through package enqueue)
+//	case d.Outcome == admission.Rejected:
 //		// refused: retry after d.At, e.g. answer 429 with Retry-After
 //	}
 //

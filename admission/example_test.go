@@ -42,6 +42,41 @@ func Example() {
 	// rejected, wait 1m0s, at 12:01:00
 }
 
+// Every decision has one of four outcomes; a caller switches on it. Parked
+// comes only to calls that carry tasks for a tenant with a MaxInFlight cap
+// (package enqueue makes them), so this gate gives the other three.
+func ExampleOutcome() {
+	mr := miniredis.NewMiniRedis()
+	_ = mr.Start()
+	defer mr.Close()
+	mr.SetTime(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	gate := admission.New(rdb, admission.StaticQuotas{Default: &admission.Quota{Limit: 1, Window: time.Minute, MaxDelay: time.Minute}})
+	defer gate.Close()
+
+	for range 3 {
+		d, err := gate.Admit(context.Background(), "acme")
+		switch {
+		case err != nil:
+			fmt.Println("error:", err) // Redis unavailable (FailClosed), or a bad tenant or quota
+		case d.Outcome == admission.Admitted:
+			fmt.Println("admitted: run now")
+		case d.Outcome == admission.Deferred:
+			fmt.Println("deferred: run at", d.At.UTC().Format(time.TimeOnly))
+		case d.Outcome == admission.Parked:
+			fmt.Println("parked: runs when one of the tenant's tasks finishes")
+		case d.Outcome == admission.Rejected:
+			fmt.Println("rejected: retry after", d.Delay().Round(time.Second))
+		}
+	}
+	// Output:
+	// admitted: run now
+	// deferred: run at 12:01:00
+	// rejected: retry after 1m0s
+}
+
 // AdmitID is idempotent: a producer that retries with the same ID gets its
 // original slot back and takes no second one.
 func ExampleGate_AdmitID() {

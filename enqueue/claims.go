@@ -108,7 +108,7 @@ func (h hold) leave(d admission.Decision, kept bool) (slot admission.Decision, r
 // can give back: one that an earlier call took (Existing), a rejection and
 // a local decision took none.
 func tookSlot(d admission.Decision) bool {
-	return d.ID != "" && !d.Existing && !d.Local && d.Outcome != admission.Rejected
+	return d.ID != "" && !d.Existing && !d.Local && d.Outcome != admission.Rejected && d.Outcome != admission.Parked
 }
 
 // released ends a release that leave asked for, and lets the calls that

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch"
 	"github.com/admitq/admitq/internal/freshid"
 )
 
@@ -40,6 +41,8 @@ type Client struct {
 	rdb redis.UniversalClient
 	// claims are the calls in flight with IDs of the caller's choosing.
 	claims claims
+	// disp routes tasks of dispatched queues (caps and fair queues).
+	disp *dispatch.Dispatcher
 }
 
 // An Option configures a Client.
@@ -103,6 +106,7 @@ func NewFromRedis(rdb redis.UniversalClient, g *admission.Gate, opts ...Option) 
 	}
 	c := newClient(g, opts)
 	c.rdb = rdb
+	c.disp = dispatch.New(rdb, c.gate, nil)
 	p := newPipelined(rdb)
 	p.direct = c.unbatched
 	c.asynq = asynq.NewClientFromRedisClient(p)
@@ -123,6 +127,7 @@ func New(c *asynq.Client, g *admission.Gate, opts ...Option) *Client {
 	}
 	cl := newClient(g, opts)
 	cl.asynq = c
+	cl.disp = dispatch.New(g.Redis(), cl.gate, nil)
 	return cl
 }
 
@@ -210,13 +215,15 @@ func (c *Client) Enqueue(ctx context.Context, tenant string, task *asynq.Task, o
 		return nil, admission.Decision{}, err
 	}
 	cc := &callContext{Context: ctx, fresh: p.made}
-	ds, err := c.gate.AdmitTasksAt(cc, tenant, []admission.Ref{p.ref()}, notBefore(p.sched.at))
+	d, tk, err := c.admit(cc, p)
 	if err != nil {
 		return nil, admission.Decision{}, c.settle(ctx, h, admission.Decision{}, unwritten, err)
 	}
-	d := ds[0]
 	info, f, err := c.write(cc, p, d)
-	return info, d, c.settle(ctx, h, d, f, c.unpark(ctx, p, d, f, err))
+	if d.Outcome != admission.Rejected {
+		err = c.abandon(ctx, tk, f, err)
+	}
+	return info, d, c.settle(ctx, h, d, f, err)
 }
 
 // Result is the outcome of one task of EnqueueBatch.
@@ -256,7 +263,6 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 	}
 	rs := make([]Result, len(tasks))
 	ps := make([]prepared, 0, len(tasks))
-	refs := make([]admission.Ref, 0, len(tasks))
 	made := true // every ID is Enqueue's own
 	seen := make(map[string]int, len(tasks))
 	for i, t := range tasks {
@@ -272,9 +278,8 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 		p.index = i
 		made = made && p.made
 		ps = append(ps, p)
-		refs = append(refs, p.ref())
 	}
-	if len(refs) == 0 {
+	if len(ps) == 0 {
 		return rs, nil
 	}
 	hs := make([]hold, 0, len(ps))
@@ -295,7 +300,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 	if made {
 		actx = freshid.Mark(ctx)
 	}
-	ds, errs, err := c.admitAll(actx, tenant, ps, refs)
+	ds, tks, errs, err := c.admitAll(actx, tenant, ps)
 	if err != nil {
 		return nil, leave(err)
 	}
@@ -307,7 +312,10 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 		}
 		r.Decision = ds[j]
 		info, f, err := c.write(&callContext{Context: ctx}, p, ds[j])
-		r.Info, r.Err = info, c.settle(ctx, hs[j], ds[j], f, c.unpark(ctx, p, ds[j], f, err))
+		if ds[j].Outcome != admission.Rejected {
+			err = c.abandon(ctx, tks[j], f, err)
+		}
+		r.Info, r.Err = info, c.settle(ctx, hs[j], ds[j], f, err)
 	}
 	return rs, nil
 }

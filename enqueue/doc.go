@@ -8,8 +8,16 @@
 //   - Admitted: enqueues the task to run now;
 //   - Deferred: schedules it for its slot, a whole second, since asynq
 //     schedules whole seconds;
+//   - Parked: for a tenant whose quota caps its tasks in flight
+//     (MaxInFlight) and has that many in the queues, stores it durably in
+//     asynq's scheduled set, in order, until one of the tenant's tasks
+//     finishes and a worker with a gate moves it in;
 //   - Rejected: enqueues nothing and returns a *RejectedError, which
-//     matches ErrRejected and says when to retry.
+//     matches ErrRejected and says when to retry (Decision.Full: the
+//     tenant's parked backlog is at its MaxParked).
+//
+// Those are the four outcomes; every Enqueue that returns no other error
+// ends in exactly one of them.
 //
 // The task ID is the gate's entry ID, so a producer that retries after a
 // timeout takes no second slot. Every task in asynq's queues holds a slot:
@@ -46,7 +54,7 @@
 //	var rej *enqueue.RejectedError
 //	switch {
 //	case errors.As(err, &rej):
-//		// Over quota: try again after rej.RetryAfter().
+//		// Rejected: try again after rej.RetryAfter().
 //	case errors.Is(err, asynq.ErrTaskIDConflict):
 //		// The task is in the queue, put there by this call or an earlier one.
 //	case enqueue.IsAmbiguous(err):
@@ -55,6 +63,7 @@
 //	case err != nil:
 //		// Not enqueued: the caller still holds the task.
 //	default:
+//		// Admitted, deferred or parked: the task is in asynq.
 //		log.Printf("task %s %s, runs at %v", info.ID, d.Outcome, info.NextProcessAt)
 //	}
 package enqueue

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch"
 )
 
 // notBefore is when asynq will first run a task the caller scheduled for
@@ -19,34 +20,73 @@ func notBefore(at time.Time) time.Time {
 
 // admitAll decides ps, in order, in one gate round trip for each run of
 // tasks that start at the same time (most batches are one run: tasks with
-// no time of their own). ds[j] is ps[j]'s decision, unless errs[j] says
-// why it was not decided: a run whose gate call failed after an earlier
-// run's succeeded, and every run after it, are not admitted. err, with
-// nothing admitted, is the first run's failure.
-func (c *Client) admitAll(ctx context.Context, tenant string, ps []prepared, refs []admission.Ref) (ds []admission.Decision, errs []error, err error) {
-	ds = make([]admission.Decision, 0, len(ps))
+// no time of their own), or, where a task's queue is dispatched for the
+// tenant, task by task through the dispatcher. ds[j] is ps[j]'s decision
+// and tks[j] its ticket, unless errs[j] says why it was not decided: a task
+// whose admission failed after an earlier one's succeeded, and every task
+// after it, are not admitted. err, with nothing admitted, is the first
+// task's failure.
+func (c *Client) admitAll(ctx context.Context, tenant string, ps []prepared) (ds []admission.Decision, tks []dispatch.Ticket, errs []error, err error) {
+	tks = make([]dispatch.Ticket, len(ps))
 	errs = make([]error, len(ps))
+	if c.dispatched(ctx, tenant, ps) {
+		ds = make([]admission.Decision, len(ps))
+		for j, p := range ps {
+			ds[j], tks[j], err = c.admit(&callContext{Context: ctx, fresh: p.made}, p)
+			if err != nil {
+				if j == 0 {
+					return nil, nil, nil, err
+				}
+				for k := j; k < len(ps); k++ {
+					errs[k] = fmt.Errorf("task %d: not admitted: %w", ps[k].index, err)
+				}
+				return ds, tks, errs, nil
+			}
+		}
+		return ds, tks, errs, nil
+	}
+	ds = make([]admission.Decision, 0, len(ps))
 	for lo := 0; lo < len(ps); {
 		nb := notBefore(ps[lo].sched.at)
 		hi := lo + 1
 		for hi < len(ps) && notBefore(ps[hi].sched.at).Equal(nb) {
 			hi++
 		}
-		run, err := c.gate.AdmitTasksAt(ctx, tenant, refs[lo:hi], nb)
+		ids := make([]string, hi-lo)
+		for j := range ids {
+			ids[j] = ps[lo+j].id
+		}
+		run, err := c.gate.AdmitBatchAt(ctx, tenant, ids, nb)
 		if err == nil && len(run) != hi-lo {
 			err = fmt.Errorf("enqueue: the gate returned %d decisions for %d tasks", len(run), hi-lo)
 		}
 		if err != nil {
 			if lo == 0 {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			for j := lo; j < len(ps); j++ {
 				errs[j] = fmt.Errorf("task %d: not admitted: %w", ps[j].index, err)
 			}
-			return append(ds, make([]admission.Decision, len(ps)-lo)...), errs, nil
+			return append(ds, make([]admission.Decision, len(ps)-lo)...), tks, errs, nil
 		}
 		ds = append(ds, run...)
 		lo = hi
 	}
-	return ds, errs, nil
+	return ds, tks, errs, nil
+}
+
+// dispatched reports whether a queue of ps is dispatched for tenant: a
+// worker with a gate serves it, and it is fair or the tenant is capped.
+func (c *Client) dispatched(ctx context.Context, tenant string, ps []prepared) bool {
+	q, err := c.gate.Quota(ctx, tenant)
+	if err != nil {
+		return false
+	}
+	for _, p := range ps {
+		served, fair, err := c.disp.Mode(ctx, p.sched.queue)
+		if err != nil || served && (fair || q.MaxInFlight > 0) {
+			return true
+		}
+	}
+	return false
 }

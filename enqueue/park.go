@@ -2,44 +2,70 @@ package enqueue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch"
 )
 
-// ParkedUntil is the asynq.ProcessAt of a parked task. A task over its
-// tenant's Quota.MaxInFlight is written to asynq's scheduled set for this
-// time, so that asynq keeps it as durably as any other task, visible in
-// asynqmon and the CLI, while the tenant's FIFO keeps its place. It never
-// comes due on its own: a worker (package worker) moves it to pending with
-// Inspector.RunTask when it is handed a permit.
-var ParkedUntil = time.Date(9999, time.January, 1, 0, 0, 0, 0, time.UTC)
+// ParkedUntil is the asynq.ProcessAt of a task that waits its turn in a
+// dispatched queue (dispatch.ParkedUntil): asynq keeps it in its scheduled
+// set, durably and visible to its tools, and a worker with a Gate moves it
+// to pending at its turn.
+var ParkedUntil = dispatch.ParkedUntil
 
 // defaultQueue is asynq's queue for tasks enqueued without asynq.Queue.
 const defaultQueue = "default"
 
-// ref names p to the gate's permits: its ID and queue.
-func (p prepared) ref() admission.Ref {
-	return admission.Ref{ID: p.id, Queue: p.sched.queue}
+// admit decides p: through the dispatcher when p's queue is dispatched for
+// its tenant (a capped tenant, or a fair queue), else through the gate
+// alone. The ticket says what the dispatcher holds for p, for abandon.
+func (c *Client) admit(cc *callContext, p prepared) (admission.Decision, dispatch.Ticket, error) {
+	tk := dispatch.Ticket{}
+	if q, err := c.gate.Quota(cc, p.tenant); err == nil {
+		task := dispatch.Task{Queue: p.sched.queue, Tenant: p.tenant, ID: p.id,
+			NotBefore: notBefore(p.sched.at), UniqueTTL: p.sched.unique}
+		if tk, err = c.disp.Park(cc, task, q); err != nil {
+			return admission.Decision{}, tk, fmt.Errorf("%w: enqueue: tenant %q, task %q: %w", admission.ErrUnavailable, p.tenant, p.id, err)
+		}
+		switch tk.Verdict {
+		case dispatch.Wait:
+			if p.sched.group != "" {
+				return admission.Decision{}, tk, c.abandon(cc, tk, unwritten, errors.New("enqueue: a task with asynq.Group cannot wait in a dispatched queue"))
+			}
+			return admission.Decision{Tenant: p.tenant, Outcome: admission.Parked, ID: p.id, Now: tk.Now, At: tk.Now}, tk, nil
+		case dispatch.Full:
+			at := tk.Now.Add(max(q.Window/time.Duration(q.Limit), time.Second))
+			return admission.Decision{Tenant: p.tenant, Outcome: admission.Rejected, Now: tk.Now, At: at, Full: true}, tk, nil
+		}
+	}
+	ds, err := c.gate.AdmitBatchAt(cc, p.tenant, []string{p.id}, notBefore(p.sched.at))
+	if err != nil {
+		return admission.Decision{}, tk, c.abandon(cc, tk, unwritten, err)
+	}
+	if ds[0].Outcome == admission.Rejected {
+		_ = c.abandon(cc, tk, unwritten, nil)
+	}
+	return ds[0], tk, nil
 }
 
-// unpark gives back what d holds in a capped tenant's permits (a permit,
-// or a place among its parked tasks) when p's write certainly did not
-// happen (f is unwritten), and returns err, with the give-back's own error
-// appended as text. What an earlier call with the ID took (Existing) stays.
-func (c *Client) unpark(ctx context.Context, p prepared, d admission.Decision, f fate, err error) error {
-	if err == nil || f != unwritten || !tookSlot(d) {
-		return err
-	}
-	q, qerr := c.gate.Permits().Quota(ctx, p.tenant)
-	if qerr != nil || q.MaxInFlight == 0 {
+// abandon gives back what the dispatcher holds for a task (tk) whose
+// write certainly did not happen (f is unwritten), or that the gate
+// refused, and returns err, with the give-back's own error appended as
+// text.
+func (c *Client) abandon(ctx context.Context, tk dispatch.Ticket, f fate, err error) error {
+	if f != unwritten || (tk.Verdict != dispatch.Straight && tk.Verdict != dispatch.Wait) {
 		return err
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	if _, ferr := c.gate.Permits().Finish(rctx, p.tenant, p.ref()); ferr != nil {
-		return fmt.Errorf("%w (giving back its permit failed too: %v)", err, ferr)
+	if aerr := c.disp.Abandon(rctx, tk); aerr != nil {
+		if err == nil {
+			return nil
+		}
+		return fmt.Errorf("%w (giving back its place failed too: %v)", err, aerr)
 	}
 	return err
 }

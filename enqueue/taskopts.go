@@ -48,6 +48,10 @@ type scheduling struct {
 	// at is when the caller asked the task to run, from asynq.ProcessAt or
 	// asynq.ProcessIn (relative to now); zero when neither was given.
 	at time.Time
+	// unique is the asynq.Unique TTL; 0 when none.
+	unique time.Duration
+	// group is the asynq.Group key; "" when none.
+	group string
 }
 
 // readScheduling reads lists of options in the order asynq applies them,
@@ -69,6 +73,10 @@ func readScheduling(now time.Time, lists ...[]asynq.Option) scheduling {
 			case asynq.ProcessInOpt:
 				d, _ := o.Value().(time.Duration)
 				s.at = now.Add(d)
+			case asynq.UniqueOpt:
+				s.unique, _ = o.Value().(time.Duration)
+			case asynq.GroupOpt:
+				s.group, _ = o.Value().(string)
 			}
 		}
 	}

@@ -128,7 +128,7 @@ func New(opts ...Option) *Metrics {
 	return &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "admitq_gate_decisions_total",
-			Help: "Admission decisions by tenant and outcome (admitted, deferred, rejected).",
+			Help: "Admission decisions by tenant and outcome (admitted, deferred, parked, rejected).",
 		}, []string{"tenant", "outcome"}),
 		processed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "admitq_tasks_processed_total",

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch"
 	"github.com/admitq/admitq/enqueue"
 	"github.com/admitq/admitq/lua"
 )
@@ -42,6 +43,10 @@ const (
 	// DefaultQueue is the queue processed when Config.Queues has no queue with
 	// a positive weight.
 	DefaultQueue = "default"
+
+	// DefaultDispatchTaskCheckInterval is the TaskCheckInterval of a worker
+	// with a Gate when Config.TaskCheckInterval is zero.
+	DefaultDispatchTaskCheckInterval = 10 * time.Millisecond
 )
 
 // Config configures a Worker. The zero value is usable: it processes the
@@ -76,8 +81,8 @@ type Config struct {
 	// TaskCheckInterval is how long, on average, an idle worker waits before
 	// it polls empty queues again. Lower values pick up new work sooner and
 	// cost Redis more. Zero or negative means DefaultTaskCheckInterval (1 s),
-	// or DefaultDepthTaskCheckInterval (20 ms) when Gate is set, so that a
-	// task released from a parked backlog starts at once.
+	// or DefaultDispatchTaskCheckInterval (10 ms) when Gate is set, so that
+	// a task the dispatcher moves in starts at once.
 	TaskCheckInterval time.Duration
 
 	// Middleware wraps the handler. The first element is the outermost.
@@ -104,33 +109,28 @@ type Config struct {
 	// beyond asynq's own bookkeeping.
 	ErrorHandler asynq.ErrorHandler
 
-	// Gate, when set, makes the Worker keep its tenants' Quota.MaxInFlight:
-	// it holds the permit of each running task of a capped tenant, gives it
-	// back when the task ends for good (success, archived, revoked) and
-	// moves the tenant's oldest parked task into its queue; a reconciler
-	// gives back permits whose leases lapse (a worker died, a task was
-	// deleted or archived from outside). Use the Gate, or one with the same
-	// prefix and quotas, that the producers' enqueue.Client uses. Nil means
-	// the Worker ignores permits; a capped tenant's parked tasks then wait
-	// for a Worker that has one.
+	// Gate, when set, makes the Worker serve its queues for the
+	// dispatcher (package dispatch): capped tenants' tasks (Quota.MaxInFlight)
+	// wait their turn there and go in as the tenant's own tasks finish, and
+	// producers (enqueue.Client on a gate with the same prefix) see within a
+	// second that a worker with a gate serves the queue. Use the Gate, or one
+	// with the same prefix and quotas, that the producers use, on the same
+	// Redis. Nil means no dispatch: producers then enqueue capped tenants'
+	// tasks uncapped and log that once.
 	Gate *admission.Gate
 
-	// PermitLease is how long a running task's permit outlives the last
-	// renewal by its worker (every third of it): the longest a dead worker
-	// holds a permit, plus ReconcileInterval. Zero or negative means
-	// DefaultPermitLease (10 s).
-	PermitLease time.Duration
+	// Fair, with Gate, makes the Worker's queues fair: tenants share the
+	// workers' time by Quota.Weight (0 means 1), work-conserving, and a
+	// queue holds at most twice its fair workers' total concurrency of
+	// tasks, the rest waiting durably in order of their tenants' virtual
+	// time. Fair without Gate is an error from Start.
+	Fair bool
 
-	// ReconcileInterval is how often (give or take a fifth) the Worker
-	// reconciles capped tenants' permits; a raised MaxInFlight takes effect
-	// within it. Zero or negative means DefaultReconcileInterval (500 ms).
-	ReconcileInterval time.Duration
-
-	// OnDepth, when set with Gate, receives each capped tenant's permits
-	// and parked backlog whenever the reconciler has looked at it (every
-	// ReconcileInterval or so), for gauges such as metrics.ObserveDepth.
-	// It must not block. Nil means none.
-	OnDepth func(admission.Depth)
+	// OnDispatch, when set with Gate, receives the dispatch state of each
+	// of the Worker's queues every couple of seconds (dispatch.Stats: per
+	// tenant waiting, in flight, worker time against weight), for gauges
+	// such as metrics.ObserveDispatch. It must not block. Nil means none.
+	OnDispatch func(dispatch.QueueStats)
 
 	// Logger receives asynq's log lines (with component=asynq) and a line
 	// with the stack for each recovered panic. Nil means slog.Default(), read
@@ -151,14 +151,16 @@ type Worker struct {
 	log     *slog.Logger
 	mw      []asynq.MiddlewareFunc
 	gate    *admission.Gate
-	lease   time.Duration // running permits' lease
-	every   time.Duration // reconcile interval
-	onDepth func(admission.Depth)
+	fair    bool
+	observe func(dispatch.QueueStats)
+	// client is the caller's Redis client (NewFromRedis), which the Worker
+	// uses and does not close; nil for New.
+	client redis.UniversalClient
 
 	mu     sync.Mutex
 	srv    *asynq.Server         // nil until Start
-	depth  *depth                // nil unless Config.Gate; closed by Shutdown
-	rdb    redis.UniversalClient // nil until Start; closed by Shutdown
+	disp   *dispatch.Server      // nil unless Config.Gate; closed by Shutdown
+	rdb    redis.UniversalClient // nil until Start; closed by Shutdown unless the caller's
 	closed bool                  // Shutdown has been called
 	done   chan struct{}         // closed when Shutdown has finished
 }
@@ -177,11 +179,20 @@ func New(r asynq.RedisConnOpt, cfg Config) *Worker {
 		log:     log,
 		mw:      slices.Clone(cfg.Middleware),
 		gate:    cfg.Gate,
-		onDepth: cfg.OnDepth,
-		lease:   positiveOr(cfg.PermitLease, DefaultPermitLease),
-		every:   positiveOr(cfg.ReconcileInterval, DefaultReconcileInterval),
+		fair:    cfg.Fair,
+		observe: cfg.OnDispatch,
 		done:    make(chan struct{}),
 	}
+}
+
+// NewFromRedis is New on rdb, the go-redis client that the gate and
+// enqueue.NewFromRedis use too (asynq.NewServerFromRedisClient): one
+// connection setting for the whole program. The caller owns rdb and closes
+// it after Shutdown.
+func NewFromRedis(rdb redis.UniversalClient, cfg Config) *Worker {
+	w := New(nil, cfg)
+	w.client = rdb
+	return w
 }
 
 func positiveOr(d, def time.Duration) time.Duration {
@@ -228,7 +239,7 @@ func (cfg Config) asynqConfig(log *slog.Logger) asynq.Config {
 	if c.TaskCheckInterval <= 0 {
 		c.TaskCheckInterval = DefaultTaskCheckInterval
 		if cfg.Gate != nil {
-			c.TaskCheckInterval = DefaultDepthTaskCheckInterval
+			c.TaskCheckInterval = DefaultDispatchTaskCheckInterval
 		}
 	}
 	return c
@@ -254,35 +265,65 @@ func (w *Worker) Start(h asynq.Handler) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
-	case w.redis == nil:
+	case w.redis == nil && w.client == nil:
 		return errors.New("worker: nil RedisConnOpt")
+	case w.fair && w.gate == nil:
+		return errors.New("worker: Config.Fair needs Config.Gate: fair dispatch admits through the producers' gate")
 	case w.closed:
 		return asynq.ErrServerClosed
 	case w.srv != nil:
 		return errors.New("worker: already running")
 	}
-	// The Worker makes and owns the client, rather than letting
-	// asynq.NewServer do it, so that New starts nothing and Shutdown can
-	// close the client whatever state asynq is in.
-	rdb, ok := w.redis.MakeRedisClient().(redis.UniversalClient)
-	if !ok {
-		return fmt.Errorf("worker: unsupported RedisConnOpt type %T", w.redis)
-	}
-	srv := asynq.NewServerFromRedisClient(rdb, w.cfg)
-	var dep *depth
-	if w.gate != nil {
-		dep = newDepth(w.gate, rdb, w.lease, w.every, w.log)
-		dep.observe = w.onDepth
-	}
-	if err := srv.Start(w.handler(h, rdb, dep)); err != nil {
-		rdb.Close()
+	rdb, err := w.redisClient()
+	if err != nil {
 		return err
 	}
-	if dep != nil {
-		dep.goTracked(dep.reconcile)
+	srv := asynq.NewServerFromRedisClient(rdb, w.cfg)
+	var disp *dispatch.Server
+	if w.gate != nil {
+		// Recorded before asynq starts, so that producers route to the
+		// queues before the first task is fetched.
+		if disp, err = dispatch.New(rdb, w.gate, w.log).Serve(dispatch.Worker{
+			Queues: slices.Sorted(maps.Keys(w.cfg.Queues)), Concurrency: w.cfg.Concurrency,
+			Fair: w.fair, Observe: w.observe,
+		}); err != nil {
+			w.closeClient(rdb)
+			return fmt.Errorf("worker: serving the dispatcher: %w", err)
+		}
 	}
-	w.srv, w.rdb, w.depth = srv, rdb, dep
+	if err := srv.Start(w.handler(h, rdb, disp)); err != nil {
+		if disp != nil {
+			disp.Close()
+		}
+		w.closeClient(rdb)
+		return err
+	}
+	w.srv, w.rdb, w.disp = srv, rdb, disp
 	return nil
+}
+
+// redisClient returns the caller's client (NewFromRedis), or makes one
+// from the RedisConnOpt that the Worker owns: New starts nothing, and
+// Shutdown can close it whatever state asynq is in.
+func (w *Worker) redisClient() (redis.UniversalClient, error) {
+	if w.client != nil {
+		return w.client, nil
+	}
+	rdb, ok := w.redis.MakeRedisClient().(redis.UniversalClient)
+	if !ok {
+		return nil, fmt.Errorf("worker: unsupported RedisConnOpt type %T", w.redis)
+	}
+	return rdb, nil
+}
+
+// closeClient closes rdb unless it is the caller's.
+func (w *Worker) closeClient(rdb redis.UniversalClient) {
+	if rdb == w.client {
+		return
+	}
+	if err := rdb.Close(); err != nil {
+		w.log.Warn("worker: closing the Redis client", "err", err)
+	}
 }
 
 // Run starts processing tasks with h, blocks until the process receives
@@ -345,7 +386,7 @@ func (w *Worker) Shutdown() {
 		return
 	}
 	w.closed = true
-	srv, rdb, dep := w.srv, w.rdb, w.depth
+	srv, rdb, disp := w.srv, w.rdb, w.disp
 	w.mu.Unlock()
 
 	defer close(w.done)
@@ -353,28 +394,28 @@ func (w *Worker) Shutdown() {
 		return
 	}
 	srv.Shutdown()
-	if dep != nil {
-		// After asynq has put back or finished every task, so that the
-		// give-backs read final states, and before the client closes.
-		dep.close()
+	if disp != nil {
+		// After every handler has returned, so that their finishes are in,
+		// and before the client closes.
+		disp.Close()
 	}
-	if err := rdb.Close(); err != nil {
-		w.log.Warn("worker: closing the Redis client", "err", err)
-	}
+	w.closeClient(rdb)
 }
 
 // handler wraps h in the user's middleware, then in the Worker's own, which
 // is outermost so that the user's middleware sees the tenant (and
 // FirstStart works in it) and has its panics recovered too. dep, when set,
 // holds capped tenants' permits inside it (permits.go).
-func (w *Worker) handler(h asynq.Handler, rdb redis.UniversalClient, dep *depth) asynq.Handler {
+func (w *Worker) handler(h asynq.Handler, rdb redis.UniversalClient, disp *dispatch.Server) asynq.Handler {
 	for i := len(w.mw) - 1; i >= 0; i-- {
 		h = w.mw[i](h)
 	}
-	if dep != nil {
-		h = dep.middleware(h)
+	h = tenantHandler{next: h, log: w.log, starts: &starts{rdb: rdb, script: lua.Started()}}
+	if disp != nil {
+		// Outermost, so that it sees a recovered panic as the error it is.
+		h = finishing{next: h, disp: disp, isFailure: w.cfg.IsFailure}
 	}
-	return tenantHandler{next: h, log: w.log, starts: &starts{rdb: rdb, script: lua.Started()}}
+	return h
 }
 
 type tenantKey struct{}

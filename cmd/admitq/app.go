@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
@@ -128,13 +130,14 @@ func (a *app) newRootCmd() *cobra.Command {
 		Use:   "admitq",
 		Short: "Per-tenant admission control for asynq job queues",
 		Long: `admitq keeps each tenant of an asynq queue within its quota: a task is
-admitted now, deferred to the next free slot, or rejected.
+admitted now, deferred to the next free slot, parked until one of the
+tenant's tasks finishes (a tenant capped by --max-in-flight), or rejected.
 
 Redis: --redis URL (or ADMITQ_REDIS), redis://[user:password@]host:port[/db],
 rediss:// for TLS, or plain host:port; or --redis-cluster for a Redis Cluster.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRunE: func(*cobra.Command, []string) error {
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			a.started = true
 			if s := lua.AdmitStandIn(); s != "" {
 				fmt.Fprintf(a.stderr, "admitq: this build carries %s in admit.lua's place: a floor for benchmarks, not a limiter\n", s)
@@ -144,6 +147,13 @@ rediss:// for TLS, or plain host:port; or --redis-cluster for a Redis Cluster.`,
 			}
 			if a.prefix == "" {
 				return usageErrorf("--prefix is empty")
+			}
+			for _, name := range []string{"redis", "redis-cluster"} {
+				// An empty value is a slip (an unset shell variable, say),
+				// not a wish for the default server.
+				if f := cmd.Flags().Lookup(name); f != nil && f.Changed && strings.TrimSpace(f.Value.String()) == "" {
+					return usageErrorf("--%s is empty; give a server, or leave the flag out for %s", name, defaultRedisURL)
+				}
 			}
 			if a.redisURL != "" && a.redisCluster != "" {
 				return usageErrorf("--redis and --redis-cluster: give one")
@@ -248,6 +258,33 @@ func needSubcommand(cmd *cobra.Command, args []string) error {
 // "admitq: " already starts.
 func commandName(cmd *cobra.Command) string {
 	return strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
+}
+
+// noArgs is the Args of a command that takes no arguments: an extra one
+// is named as such (cobra.NoArgs calls it an unknown command).
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageErrorf("%s takes no arguments; got %q (usage: %s)", commandName(cmd), args[0], cmd.UseLine())
+	}
+	return nil
+}
+
+// validateQueue refuses an asynq queue name that no worker could be told
+// to read: empty, not UTF-8, or holding spaces or control characters (a
+// worker's --queues and most configuration formats cannot carry them).
+func validateQueue(flag, q string) error {
+	switch {
+	case q == "":
+		return usageErrorf("%s is empty", flag)
+	case !utf8.ValidString(q):
+		return usageErrorf("%s %q: not valid UTF-8", flag, q)
+	}
+	for _, r := range q {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return usageErrorf("%s %q: a queue name holds no spaces or control characters", flag, q)
+		}
+	}
+	return nil
 }
 
 // oneTenant is the Args of a command that takes one TENANT, and names it

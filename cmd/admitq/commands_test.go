@@ -35,12 +35,12 @@ func TestQuotaRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := quotaList{
-		Default: &quotaJSON{Limit: 10, Window: "10s", MaxDelay: "0s", Mode: "log"},
+		Default: &quotaJSON{Limit: 10, Window: "10s", MaxDelay: "0s", Mode: "log", Weight: 1},
 		Tenants: []quotaEntry{
-			{Tenant: `"(default)"`, Limit: 8, Window: "1s", MaxDelay: "0s", Mode: "log"},
-			{Tenant: "(default)", Limit: 7, Window: "1s", MaxDelay: "0s", Mode: "log"},
-			{Tenant: "acme", Limit: 100, Window: "1m0s", MaxDelay: "30s", Mode: "log"},
-			{Tenant: "globex", Limit: 5, Window: "1s", MaxDelay: "0s", Mode: "log"},
+			{Tenant: `"(default)"`, Limit: 8, Window: "1s", MaxDelay: "0s", Mode: "log", Weight: 1},
+			{Tenant: "(default)", Limit: 7, Window: "1s", MaxDelay: "0s", Mode: "log", Weight: 1},
+			{Tenant: "acme", Limit: 100, Window: "1m0s", MaxDelay: "30s", Mode: "log", Weight: 1},
+			{Tenant: "globex", Limit: 5, Window: "1s", MaxDelay: "0s", Mode: "log", Weight: 1},
 		},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -107,7 +107,7 @@ func TestQuotaCounterMode(t *testing.T) {
 	if err := json.Unmarshal([]byte(r("quota", "get", "bulk", "--json").stdout), &entry); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(quotaEntry{Tenant: "bulk", Limit: 1, Window: "10s", MaxDelay: "15s", Mode: "counter"}, entry); diff != "" {
+	if diff := cmp.Diff(quotaEntry{Tenant: "bulk", Limit: 1, Window: "10s", MaxDelay: "15s", Mode: "counter", Weight: 1}, entry); diff != "" {
 		t.Errorf("quota get --json (-want,+got):\n%s", diff)
 	}
 	var list quotaList
@@ -115,10 +115,10 @@ func TestQuotaCounterMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := quotaList{
-		Default: &quotaJSON{Limit: 10, Window: "1s", MaxDelay: "0s", Mode: "counter"},
+		Default: &quotaJSON{Limit: 10, Window: "1s", MaxDelay: "0s", Mode: "counter", Weight: 1},
 		Tenants: []quotaEntry{
-			{Tenant: "acme", Limit: 5, Window: "1s", MaxDelay: "0s", Mode: "log"},
-			{Tenant: "bulk", Limit: 1, Window: "10s", MaxDelay: "15s", Mode: "counter"},
+			{Tenant: "acme", Limit: 5, Window: "1s", MaxDelay: "0s", Mode: "log", Weight: 1},
+			{Tenant: "bulk", Limit: 1, Window: "10s", MaxDelay: "15s", Mode: "counter", Weight: 1},
 		},
 	}
 	if diff := cmp.Diff(want, list); diff != "" {

@@ -48,7 +48,7 @@ tasks still scheduled when it was interrupted.
 
 --dashboard serves admitq dashboard on the demo's Redis while the scenario
 runs, and prints its URL.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if duration < time.Second {
 				return usageErrorf("--duration %v: want at least 1s", duration)

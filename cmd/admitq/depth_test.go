@@ -27,7 +27,7 @@ func TestQuotaDepthFlags(t *testing.T) {
 	if err := json.Unmarshal([]byte(r("quota", "get", "noisy", "--json").stdout), &entry); err != nil {
 		t.Fatal(err)
 	}
-	want := quotaEntry{Tenant: "noisy", Limit: 100, Window: "1s", MaxDelay: "0s", Mode: "log", MaxInFlight: 4, MaxParked: 500}
+	want := quotaEntry{Tenant: "noisy", Limit: 100, Window: "1s", MaxDelay: "0s", Mode: "log", MaxInFlight: 4, MaxParked: 500, Weight: 1}
 	if diff := cmp.Diff(want, entry); diff != "" {
 		t.Errorf("quota get --json (-want,+got):\n%s", diff)
 	}
@@ -35,7 +35,7 @@ func TestQuotaDepthFlags(t *testing.T) {
 	if err := json.Unmarshal([]byte(r("quota", "list", "--json").stdout), &list); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]quotaEntry{{Tenant: "calm", Limit: 5, Window: "1s", MaxDelay: "0s", Mode: "log"}, want}, list.Tenants); diff != "" {
+	if diff := cmp.Diff([]quotaEntry{{Tenant: "calm", Limit: 5, Window: "1s", MaxDelay: "0s", Mode: "log", Weight: 1}, want}, list.Tenants); diff != "" {
 		t.Errorf("quota list --json (-want,+got):\n%s", diff)
 	}
 	table := r("quota", "list").stdout

@@ -20,13 +20,18 @@ func (a *app) newEnqueueCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "enqueue --tenant T --type X [--payload JSON|@file] [--queue Q] [--id ID]",
 		Short: "Send one task through the gate",
-		Long: `Sends one task through the gate and prints the decision: admitted, deferred
-until its slot, or rejected with when to retry.
+		Long: `Sends one task through the gate and prints the decision, one of four:
+admitted (runs now), deferred until its slot, parked until one of the
+tenant's tasks finishes (a tenant capped by --max-in-flight), or rejected
+with when to retry (over its rate, or its parked backlog full).
 
-Exit status: 0 admitted or deferred, 3 rejected, 1 error, 2 bad usage.`,
+The queue name may not hold spaces or control characters: no worker could
+be told to read it.
+
+Exit status: 0 admitted, deferred or parked, 3 rejected, 1 error, 2 bad usage.`,
 		Example: `  admitq enqueue --tenant acme --type email:send --payload '{"to":"a@example.com"}'
   admitq enqueue --tenant acme --type report --payload @report.json --queue low`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, f := range []string{"tenant", "type"} {
 				if !cmd.Flags().Changed(f) {
@@ -39,8 +44,11 @@ Exit status: 0 admitted or deferred, 3 rejected, 1 error, 2 bad usage.`,
 			if strings.TrimSpace(typ) == "" {
 				return usageErrorf("--type is empty")
 			}
-			if cmd.Flags().Changed("queue") && strings.TrimSpace(queue) == "" {
+			if strings.TrimSpace(queue) == "" {
 				return usageErrorf("--queue is empty")
+			}
+			if err := validateQueue("--queue", queue); err != nil {
+				return err
 			}
 			if cmd.Flags().Changed("id") && strings.TrimSpace(id) == "" {
 				return usageErrorf("--id is empty")
@@ -65,6 +73,11 @@ Exit status: 0 admitted or deferred, 3 rejected, 1 error, 2 bad usage.`,
 			info, d, err := client.Enqueue(cmd.Context(), tenant, asynq.NewTask(typ, body), opts...)
 			var rej *enqueue.RejectedError
 			switch {
+			case errors.As(err, &rej) && rej.Decision.Full:
+				after := fullRetry(rej.Decision)
+				fmt.Fprintf(a.stdout, "rejected: parked backlog full (the tenant's max parked), retry after %v (at %s) or raise --max-parked\n",
+					roundDelay(after), rej.Decision.Now.Add(after).Local().Format(time.RFC3339))
+				return &exitError{code: exitRejected}
 			case errors.As(err, &rej):
 				fmt.Fprintf(a.stdout, "rejected, retry after %v (at %s)\n",
 					roundDelay(rej.RetryAfter()), rej.Decision.At.Local().Format(time.RFC3339))
@@ -89,6 +102,15 @@ Exit status: 0 admitted or deferred, 3 rejected, 1 error, 2 bad usage.`,
 	fs.StringVar(&queue, "queue", "default", "asynq queue")
 	fs.StringVar(&id, "id", "", "task ID; under a log-mode quota, sending the same ID again takes no second slot (default: a new UUID)")
 	return cmd
+}
+
+// fullRetry is when to try again after a rejection for a full parked
+// backlog: a place frees only when one of the tenant's tasks finishes and
+// the oldest parked one goes in, which takes at least a worker's poll and
+// asynq's whole-second scheduling, so the gate's figure (a window from now,
+// which may be a millisecond) is raised to a second.
+func fullRetry(d admission.Decision) time.Duration {
+	return max(d.Delay(), time.Second)
 }
 
 // readPayload reads --payload: JSON text, or @file holding JSON.

@@ -41,8 +41,8 @@ change within a second. A tenant without a quota of its own gets the default.`,
 	return cmd
 }
 
-// quotaFlags are --limit, --window, --max-delay, --mode, --max-in-flight
-// and --max-parked.
+// quotaFlags are --limit, --window, --max-delay, --mode, --max-in-flight,
+// --max-parked and --weight.
 type quotaFlags struct {
 	limit       int
 	window      time.Duration
@@ -50,6 +50,7 @@ type quotaFlags struct {
 	mode        string
 	maxInFlight int
 	maxParked   int
+	weight      float64
 }
 
 func (f *quotaFlags) register(cmd *cobra.Command) {
@@ -60,10 +61,12 @@ func (f *quotaFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.mode, "mode", admission.Log.String(), "how the window is kept: log (exact), or counter for quotas too large to log")
 	fs.IntVar(&f.maxInFlight, "max-in-flight", 0, "tasks of the tenant pending or running in the worker queues at once; the rest are parked in order (0: no cap)")
 	fs.IntVar(&f.maxParked, "max-parked", 0, fmt.Sprintf("parked tasks the tenant may have before new ones are rejected (0: %d; needs --max-in-flight)", admission.DefaultMaxParked))
+	fs.Float64Var(&f.weight, "weight", 0, "the tenant's share of a fair queue's worker time against other tenants waiting there, e.g. 3 for three times a weight-1 tenant's (0: 1)")
 }
 
-// quota checks the flags, naming them, before anything touches Redis.
-func (f *quotaFlags) quota(cmd *cobra.Command) (admission.Quota, error) {
+// quota checks the flags, naming them, before anything touches Redis, and
+// warns on stderr of a valid quota that will not do what it seems to.
+func (f *quotaFlags) quota(cmd *cobra.Command, stderr io.Writer) (admission.Quota, error) {
 	for _, name := range []string{"limit", "window"} {
 		if !cmd.Flags().Changed(name) {
 			return admission.Quota{}, usageErrorf("--%s is required", name)
@@ -71,8 +74,14 @@ func (f *quotaFlags) quota(cmd *cobra.Command) (admission.Quota, error) {
 	}
 	// quotainput gives the dashboard's form the same checks and messages.
 	q, err := quotainput.Check(f.limit, f.window, f.maxDelay, f.mode, f.maxInFlight, f.maxParked)
+	if err == nil {
+		q, err = quotainput.WithWeight(q, f.weight)
+	}
 	if err != nil {
 		return admission.Quota{}, usageError(err)
+	}
+	if w := quotainput.Warning(q); w != "" {
+		fmt.Fprintf(stderr, "admitq: warning: %s\n", w)
 	}
 	return q, nil
 }
@@ -80,18 +89,19 @@ func (f *quotaFlags) quota(cmd *cobra.Command) (admission.Quota, error) {
 func (a *app) newQuotaSetCmd() *cobra.Command {
 	var f quotaFlags
 	cmd := &cobra.Command{
-		Use:   "set TENANT --limit N --window D [--max-delay D] [--mode log|counter] [--max-in-flight N [--max-parked M]]",
+		Use:   "set TENANT --limit N --window D [--max-delay D] [--mode log|counter] [--max-in-flight N [--max-parked M]] [--weight W]",
 		Short: "Set a tenant's quota",
 		Example: `  admitq quota set acme --limit 100 --window 1m --max-delay 30s
   admitq quota set bulk --limit 1000000 --window 1m --mode counter
-  admitq quota set noisy --limit 100 --window 1s --max-in-flight 4 --max-parked 50000`,
+  admitq quota set noisy --limit 100 --window 1s --max-in-flight 4 --max-parked 50000
+  admitq quota set gold --limit 100 --window 1s --weight 3`,
 		Args: oneTenant,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tenant := args[0]
 			if err := validateTenants(tenant); err != nil {
 				return err
 			}
-			q, err := f.quota(cmd)
+			q, err := f.quota(cmd, a.stderr)
 			if err != nil {
 				return err
 			}
@@ -111,11 +121,11 @@ func (a *app) newQuotaSetCmd() *cobra.Command {
 func (a *app) newQuotaSetDefaultCmd() *cobra.Command {
 	var f quotaFlags
 	cmd := &cobra.Command{
-		Use:   "set-default --limit N --window D [--max-delay D] [--mode log|counter] [--max-in-flight N [--max-parked M]]",
+		Use:   "set-default --limit N --window D [--max-delay D] [--mode log|counter] [--max-in-flight N [--max-parked M]] [--weight W]",
 		Short: "Set the quota of tenants that have none of their own",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			q, err := f.quota(cmd)
+			q, err := f.quota(cmd, a.stderr)
 			if err != nil {
 				return err
 			}
@@ -171,7 +181,7 @@ func (a *app) newQuotaListCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list [--json]",
 		Short: "List every quota, the default first",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withQuotas(cmd, func(quotas *admission.RedisQuotas) error {
 				all, err := quotas.List(cmd.Context())
@@ -203,18 +213,10 @@ no quota of its own is an error (exit 1), and nothing changes.`,
 				return err
 			}
 			return a.withQuotas(cmd, func(quotas *admission.RedisQuotas) error {
-				// Get, then Delete: a quota set in between is deleted
-				// and reported deleted, which is what the caller asked.
-				if _, err := quotas.Get(cmd.Context(), tenant); errors.Is(err, admission.ErrNoQuota) {
-					return fmt.Errorf("tenant %q has no quota of its own; nothing deleted", tenant)
-				} else if err != nil {
-					return inputError(err)
-				}
-				if err := quotas.Delete(cmd.Context(), tenant); err != nil {
-					return inputError(err)
-				}
-				fmt.Fprintf(a.stdout, "%s: deleted\n", tenant)
-				return nil
+				ctx := cmd.Context()
+				_, err := quotas.Get(ctx, tenant)
+				return deleteQuota(a.stdout, tenant, fmt.Sprintf("tenant %q has no quota of its own", tenant), err,
+					func() error { return quotas.Delete(ctx, tenant) })
 			})
 		},
 	}
@@ -224,17 +226,38 @@ func (a *app) newQuotaDeleteDefaultCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "delete-default",
 		Short: "Delete the default quota; tenants without their own are then refused",
-		Args:  cobra.NoArgs,
+		Long: `Deletes the default quota; tenants without a quota of their own are then
+refused. When there is no default, that is an error (exit 1), as quota delete
+of a tenant without a quota is, and nothing changes.`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withQuotas(cmd, func(quotas *admission.RedisQuotas) error {
-				if err := quotas.DeleteDefault(cmd.Context()); err != nil {
-					return err
-				}
-				fmt.Fprintln(a.stdout, "default: deleted")
-				return nil
+				ctx := cmd.Context()
+				_, err := quotas.GetDefault(ctx)
+				return deleteQuota(a.stdout, "default", "there is no default quota", err,
+					func() error { return quotas.DeleteDefault(ctx) })
 			})
 		},
 	}
+}
+
+// deleteQuota runs del after a Get of the entry that returned getErr, and
+// reports it: a missing entry is an error, named by missing, and nothing
+// is deleted; an entry that does not decode is deleted all the same, since
+// deleting it is how to be rid of it. A quota set between the Get and del
+// is deleted and reported deleted, which is what the caller asked.
+func deleteQuota(w io.Writer, name, missing string, getErr error, del func() error) error {
+	switch {
+	case errors.Is(getErr, admission.ErrNoQuota):
+		return fmt.Errorf("%s; nothing deleted", missing)
+	case getErr != nil && !errors.Is(getErr, admission.ErrInvalidQuota):
+		return getErr
+	}
+	if err := del(); err != nil {
+		return inputError(err)
+	}
+	fmt.Fprintf(w, "%s: deleted\n", name)
+	return nil
 }
 
 // withQuotas connects, runs f on the quota store, and disconnects.
@@ -258,10 +281,13 @@ type quotaJSON struct {
 	// capped tenant's parked backlog, 0 without a cap.
 	MaxInFlight int `json:"max_in_flight"`
 	MaxParked   int `json:"max_parked"`
+	// Weight is the effective weight: 1 when the quota's is 0.
+	Weight float64 `json:"weight"`
 }
 
 func toQuotaJSON(q admission.Quota) quotaJSON {
-	j := quotaJSON{Limit: q.Limit, Window: q.Window.String(), MaxDelay: q.MaxDelay.String(), Mode: q.Mode.String(), MaxInFlight: q.MaxInFlight}
+	j := quotaJSON{Limit: q.Limit, Window: q.Window.String(), MaxDelay: q.MaxDelay.String(), Mode: q.Mode.String(), MaxInFlight: q.MaxInFlight,
+		Weight: q.EffectiveWeight()}
 	if q.MaxInFlight > 0 {
 		j.MaxParked = cmp.Or(q.MaxParked, admission.DefaultMaxParked)
 	}
@@ -279,22 +305,28 @@ func (j quotaJSON) String() string {
 		// Not from toQuotaJSON: show the fields as they are.
 		return fmt.Sprintf("%d/%s, max delay %s, %s", j.Limit, j.Window, j.MaxDelay, j.Mode)
 	}
-	return admission.Quota{Limit: j.Limit, Window: w, MaxDelay: d, Mode: m, MaxInFlight: j.MaxInFlight, MaxParked: j.MaxParked}.String()
+	return admission.Quota{Limit: j.Limit, Window: w, MaxDelay: d, Mode: m, MaxInFlight: j.MaxInFlight, MaxParked: j.MaxParked, Weight: j.Weight}.String()
 }
 
 type quotaEntry struct {
-	Tenant      string `json:"tenant"`
-	Limit       int    `json:"limit"`
-	Window      string `json:"window"`
-	MaxDelay    string `json:"max_delay"`
-	Mode        string `json:"mode"`
-	MaxInFlight int    `json:"max_in_flight"`
-	MaxParked   int    `json:"max_parked"`
+	Tenant      string  `json:"tenant"`
+	Limit       int     `json:"limit"`
+	Window      string  `json:"window"`
+	MaxDelay    string  `json:"max_delay"`
+	Mode        string  `json:"mode"`
+	MaxInFlight int     `json:"max_in_flight"`
+	MaxParked   int     `json:"max_parked"`
+	Weight      float64 `json:"weight"`
 }
 
 func toQuotaEntry(tenant string, q admission.Quota) quotaEntry {
 	j := toQuotaJSON(q)
-	return quotaEntry{Tenant: tenant, Limit: j.Limit, Window: j.Window, MaxDelay: j.MaxDelay, Mode: j.Mode, MaxInFlight: j.MaxInFlight, MaxParked: j.MaxParked}
+	return quotaEntry{Tenant: tenant, Limit: j.Limit, Window: j.Window, MaxDelay: j.MaxDelay, Mode: j.Mode, MaxInFlight: j.MaxInFlight, MaxParked: j.MaxParked, Weight: j.Weight}
+}
+
+// quota is e's quota without its tenant.
+func (e quotaEntry) quota() quotaJSON {
+	return quotaJSON{Limit: e.Limit, Window: e.Window, MaxDelay: e.MaxDelay, Mode: e.Mode, MaxInFlight: e.MaxInFlight, MaxParked: e.MaxParked, Weight: e.Weight}
 }
 
 // quotaList is the output of quota list.
@@ -321,34 +353,46 @@ func writeQuotaTable(w io.Writer, l quotaList) error {
 		_, err := fmt.Fprintln(w, "no quotas")
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	// The depth columns appear once some quota has a cap, so that a table
-	// of rate-only quotas reads as it always has.
-	capped := l.Default != nil && l.Default.MaxInFlight > 0
+	all := make([]quotaJSON, 0, len(l.Tenants)+1)
+	if l.Default != nil {
+		all = append(all, *l.Default)
+	}
 	for _, e := range l.Tenants {
-		capped = capped || e.MaxInFlight > 0
+		all = append(all, e.quota())
 	}
+	// The depth and weight columns appear once some quota has a cap or a
+	// weight other than 1, so that a table of rate-only quotas reads as it
+	// always has.
+	capped := slices.ContainsFunc(all, func(q quotaJSON) bool { return q.MaxInFlight > 0 })
+	weighted := slices.ContainsFunc(all, func(q quotaJSON) bool { return q.Weight != 1 })
+	header := "TENANT\tLIMIT\tWINDOW\tMAX DELAY\tMODE"
 	if capped {
-		fmt.Fprintln(tw, "TENANT\tLIMIT\tWINDOW\tMAX DELAY\tMODE\tMAX IN FLIGHT\tMAX PARKED")
-	} else {
-		fmt.Fprintln(tw, "TENANT\tLIMIT\tWINDOW\tMAX DELAY\tMODE")
+		header += "\tMAX IN FLIGHT\tMAX PARKED"
 	}
+	if weighted {
+		header += "\tWEIGHT"
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
 	row := func(name string, q quotaJSON) {
-		if !capped {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", name, q.Limit, q.Window, q.MaxDelay, q.Mode)
-			return
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s", name, q.Limit, q.Window, q.MaxDelay, q.Mode)
+		if capped {
+			inFlight, parked := "-", "-"
+			if q.MaxInFlight > 0 {
+				inFlight, parked = fmt.Sprint(q.MaxInFlight), fmt.Sprint(q.MaxParked)
+			}
+			fmt.Fprintf(tw, "\t%s\t%s", inFlight, parked)
 		}
-		inFlight, parked := "-", "-"
-		if q.MaxInFlight > 0 {
-			inFlight, parked = fmt.Sprint(q.MaxInFlight), fmt.Sprint(q.MaxParked)
+		if weighted {
+			fmt.Fprintf(tw, "\t%s", strconv.FormatFloat(q.Weight, 'g', -1, 64))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", name, q.Limit, q.Window, q.MaxDelay, q.Mode, inFlight, parked)
+		fmt.Fprintln(tw)
 	}
 	if l.Default != nil {
 		row(defaultRow, *l.Default)
 	}
 	for _, e := range l.Tenants {
-		row(listTenant(e.Tenant), quotaJSON{Limit: e.Limit, Window: e.Window, MaxDelay: e.MaxDelay, Mode: e.Mode, MaxInFlight: e.MaxInFlight, MaxParked: e.MaxParked})
+		row(listTenant(e.Tenant), e.quota())
 	}
 	return tw.Flush()
 }

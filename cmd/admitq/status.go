@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -73,6 +74,9 @@ with an ellipsis; --json prints them whole.`,
 			if len(tenants) > 0 && cmd.Flags().Changed("match") {
 				return usageErrorf("--match filters the list of tenants; it does not apply to named tenants")
 			}
+			if err := checkGlob(o.match); err != nil {
+				return err
+			}
 			rdb, _, err := a.dial(cmd.Context())
 			if err != nil {
 				return err
@@ -106,6 +110,17 @@ with an ellipsis; --json prints them whole.`,
 	cmd.Flags().StringVar(&o.sort, "sort", o.sort, "order of the tenants: usage (fullest first) or name")
 	cmd.Flags().StringVar(&o.match, "match", "", "only tenants whose names match this Redis glob, e.g. 'acme-*'")
 	return cmd
+}
+
+// checkGlob refuses a --match pattern that Redis would not read as its
+// author meant: an unclosed or empty [ class, or a trailing \. Redis's
+// glob (*, ?, [abc], [^a], [a-z], \ escapes) reads like path.Match's, which
+// reports such mistakes where Redis would quietly match nothing.
+func checkGlob(pattern string) error {
+	if _, err := path.Match(pattern, ""); err != nil {
+		return usageErrorf("--match %q: not a valid glob (%v); want *, ?, [abc], [^abc], [a-z] or \\ before a literal", pattern, err)
+	}
+	return nil
 }
 
 // watchStatus redraws the status every second. A round that could not
@@ -199,35 +214,58 @@ type statusQuotas struct {
 // returns what it could read, and an error when some of it failed; a
 // report with no tenants and no queues means nothing was read.
 func (s *statusReader) read(ctx context.Context, named []string) (statusReport, error) {
-	var (
-		names  []string
-		active map[string]bool // tenants with a window in Redis; nil: read every one
-		sq     statusQuotas
-		err    error
-	)
 	if len(named) > 0 {
-		names = named
-		sq, err = s.namedQuotas(ctx, named)
-	} else {
-		names, active, sq, err = s.listing(ctx)
+		return s.readNamed(ctx, named)
 	}
+	return s.readListing(ctx)
+}
+
+// readNamed reads the named tenants, in the order given.
+func (s *statusReader) readNamed(ctx context.Context, named []string) (statusReport, error) {
+	sq, err := s.namedQuotas(ctx, named)
 	if err != nil {
 		return statusReport{}, err
 	}
-	r := statusReport{Tenants: []tenantStatus{}, Total: len(names), Queues: []queueStatus{}}
+	read, idle, bad := sq.split(named, nil)
 	gate := admission.New(s.rdb, sq.static, s.opts...)
 	defer gate.Close()
-	limit := s.list.limit
-	if len(named) > 0 {
-		limit = 0
-	}
+	rows := s.collect(ctx, sq, gate.UsageBatch(ctx, read), idle, bad)
+	r := statusReport{Time: rows.time, Total: len(named), Tenants: rows.inOrder(named)}
+	return s.finish(r, rows, len(named))
+}
 
-	// Tenants with nothing in Redis are not read: their windows are empty.
-	var read, idle, bad []string
-	for i, t := range names {
-		if len(named) == 0 && s.list.sort == "name" && limit > 0 && i == limit {
-			break // names are in natural order already
-		}
+// readListing reads the tenants the listing finds: matched by --match,
+// ordered by --sort, the first --limit of them.
+func (s *statusReader) readListing(ctx context.Context) (statusReport, error) {
+	names, active, sq, err := s.listing(ctx)
+	if err != nil {
+		return statusReport{}, err
+	}
+	limit, shown := s.list.limit, names
+	if s.list.sort == "name" && limit > 0 && len(names) > limit {
+		shown = names[:limit] // names are in natural order already
+	}
+	read, idle, bad := sq.split(shown, active)
+	gate := admission.New(s.rdb, sq.static, s.opts...)
+	defer gate.Close()
+	var rows tenantRows
+	r := statusReport{Total: len(names)}
+	if s.list.sort == "usage" {
+		rows = s.collect(ctx, sq, gate.UsageTop(ctx, read, limit), idle, bad)
+		r.Tenants = rows.byUsage(idle, limit)
+	} else {
+		rows = s.collect(ctx, sq, gate.UsageBatch(ctx, read), idle, bad)
+		r.Tenants = rows.inOrder(shown)
+	}
+	r.Time = rows.time
+	return s.finish(r, rows, len(read)+len(idle)+len(bad))
+}
+
+// split sorts tenants into those to read, those with nothing in Redis
+// (idle: not in active; a nil active holds every tenant), whose windows are
+// empty and need no read, and those whose own quota does not decode.
+func (sq statusQuotas) split(tenants []string, active map[string]bool) (read, idle, bad []string) {
+	for _, t := range tenants {
 		switch {
 		case sq.bad[t] != nil:
 			bad = append(bad, t)
@@ -237,78 +275,96 @@ func (s *statusReader) read(ctx context.Context, named []string) (statusReport, 
 			idle = append(idle, t)
 		}
 	}
-	var results []admission.UsageResult
-	if len(named) == 0 && s.list.sort == "usage" {
-		results = gate.UsageTop(ctx, read, limit)
-	} else {
-		results = gate.UsageBatch(ctx, read)
-	}
-	rows := map[string]tenantStatus{}
-	var ok, failed []tenantStatus // in the order read
-	var errs []error
+	return read, idle, bad
+}
+
+// tenantRows are the rows of the tenants status read.
+type tenantRows struct {
+	time   time.Time               // Redis server time
+	ok     []tenantStatus          // read from Redis, in the order read
+	rows   map[string]tenantStatus // ok and idle rows by tenant
+	failed []tenantStatus          // rows that could not be read
+	errs   []error                 // why, in the same order
+}
+
+// collect turns usages into rows, and adds the idle tenants' (empty windows
+// at the time of the first read) and the undecodable ones'.
+func (s *statusReader) collect(ctx context.Context, sq statusQuotas, results []admission.UsageResult, idle, bad []string) tenantRows {
+	tr := tenantRows{rows: map[string]tenantStatus{}}
 	for _, u := range results {
 		ts, err := sq.row(u)
 		if err != nil {
-			failed, errs = append(failed, ts), append(errs, err)
+			tr.failed, tr.errs = append(tr.failed, ts), append(tr.errs, err)
 			continue
 		}
-		if r.Time.IsZero() && ts.NextFree != nil {
-			r.Time = u.Usage.Now
+		if tr.time.IsZero() && ts.NextFree != nil {
+			tr.time = u.Usage.Now
 		}
-		ok, rows[ts.Tenant] = append(ok, ts), ts
+		tr.ok, tr.rows[ts.Tenant] = append(tr.ok, ts), ts
 	}
-	if r.Time.IsZero() {
+	if tr.time.IsZero() {
 		if now, err := s.rdb.Time(ctx).Result(); err == nil {
-			r.Time = now
+			tr.time = now
 		}
 	}
 	for _, t := range idle {
 		q, err := sq.static.Quota(ctx, t)
-		ts, err := sq.row(admission.UsageResult{Usage: admission.Usage{Tenant: t, Quota: q, Now: r.Time, NextFree: r.Time}, Err: err})
+		ts, err := sq.row(admission.UsageResult{Usage: admission.Usage{Tenant: t, Quota: q, Now: tr.time, NextFree: tr.time}, Err: err})
 		if err != nil {
-			failed, errs = append(failed, ts), append(errs, err)
+			tr.failed, tr.errs = append(tr.failed, ts), append(tr.errs, err)
 			continue
 		}
-		rows[t] = ts
+		tr.rows[t] = ts
 	}
 	for _, t := range bad {
-		failed = append(failed, tenantStatus{Tenant: t, Error: sq.bad[t].Error()})
-		errs = append(errs, sq.bad[t])
+		tr.failed, tr.errs = append(tr.failed, tenantStatus{Tenant: t, Error: sq.bad[t].Error()}), append(tr.errs, sq.bad[t])
 	}
+	return tr
+}
 
-	if len(named) == 0 && s.list.sort == "usage" {
-		// UsageTop's order, then the idle tenants, none of whom holds
-		// anything, by name.
-		r.Tenants = append(r.Tenants, ok...)
-		for _, t := range idle {
-			if ts, found := rows[t]; found {
-				r.Tenants = append(r.Tenants, ts)
-			}
-		}
-		r.Tenants = append(r.Tenants, failed...)
-		if limit > 0 && len(r.Tenants) > limit {
-			r.Tenants = r.Tenants[:limit]
-		}
-	} else {
-		byName := map[string]tenantStatus{}
-		for _, ts := range failed {
-			byName[ts.Tenant] = ts
-		}
-		maps.Copy(byName, rows)
-		for i, t := range names {
-			if len(named) == 0 && limit > 0 && i == limit {
-				break
-			}
-			r.Tenants = append(r.Tenants, byName[t])
+// byUsage is the rows in UsageTop's order, then the idle tenants, none of
+// whom holds anything, by name, then the failed ones; the first limit of
+// them (0: all).
+func (tr tenantRows) byUsage(idle []string, limit int) []tenantStatus {
+	out := slices.Clone(tr.ok)
+	for _, t := range idle {
+		if ts, found := tr.rows[t]; found {
+			out = append(out, ts)
 		}
 	}
+	out = append(out, tr.failed...)
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	if out == nil {
+		out = []tenantStatus{}
+	}
+	return out
+}
 
+// inOrder is the rows of names, failed ones included, in names' order.
+func (tr tenantRows) inOrder(names []string) []tenantStatus {
+	byName := map[string]tenantStatus{}
+	for _, ts := range tr.failed {
+		byName[ts.Tenant] = ts
+	}
+	maps.Copy(byName, tr.rows)
+	out := make([]tenantStatus, 0, len(names))
+	for _, t := range names {
+		out = append(out, byName[t])
+	}
+	return out
+}
+
+// finish adds asynq's queues to r, and joins what failed: the rows that
+// could not be read (of counted tenants) and the queues.
+func (s *statusReader) finish(r statusReport, tr tenantRows, counted int) (statusReport, error) {
 	var errAll []error
-	if len(errs) > 0 {
-		errAll = append(errAll, fmt.Errorf("%d of %d tenants could not be read; the first: %w", len(errs), len(read)+len(idle)+len(bad), errs[0]))
+	if len(tr.errs) > 0 {
+		errAll = append(errAll, fmt.Errorf("%d of %d tenants could not be read; the first: %w", len(tr.errs), counted, tr.errs[0]))
 	}
 	queues, err := s.queues()
-	r.Queues = append(r.Queues, queues...)
+	r.Queues = append([]queueStatus{}, queues...)
 	if err != nil {
 		errAll = append(errAll, err)
 	}
@@ -444,60 +500,6 @@ func (s *statusReader) queues() ([]queueStatus, error) {
 	}
 	return out, nil
 }
-
-// naturalCompare orders strings as people read them: runs of digits by
-// their value, so tenant-2 comes before tenant-10; everything else, and
-// ties such as tenant-02 and tenant-2, byte by byte.
-func naturalCompare(a, b string) int {
-	if c := strings.Compare(naturalKey(a), naturalKey(b)); c != 0 {
-		return c
-	}
-	return strings.Compare(a, b)
-}
-
-// sortNatural sorts names as naturalCompare does, making each one's key
-// once rather than at every comparison.
-func sortNatural(names []string) {
-	type keyed struct{ key, name string }
-	ks := make([]keyed, len(names))
-	for i, n := range names {
-		ks[i] = keyed{naturalKey(n), n}
-	}
-	slices.SortFunc(ks, func(x, y keyed) int {
-		return cmp.Or(strings.Compare(x.key, y.key), strings.Compare(x.name, y.name))
-	})
-	for i, k := range ks {
-		names[i] = k.name
-	}
-}
-
-// naturalKey returns a string whose byte order is s's natural order: each
-// run of digits becomes '0', its length without leading zeros in two
-// bytes, then those digits. Every '0' of a key starts such a run, and all
-// digits sort alike against any other byte, so a run meets either another
-// run, compared by length and then digits, or the byte a digit would have
-// met.
-func naturalKey(s string) string {
-	b := make([]byte, 0, len(s)+8)
-	for i := 0; i < len(s); {
-		if !isDigit(s[i]) {
-			b = append(b, s[i])
-			i++
-			continue
-		}
-		n := i
-		for n < len(s) && isDigit(s[n]) {
-			n++
-		}
-		run := strings.TrimLeft(s[i:n], "0")
-		b = append(b, '0', byte(len(run)>>8), byte(len(run)))
-		b = append(b, run...)
-		i = n
-	}
-	return string(b)
-}
-
-func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 func writeStatus(w io.Writer, r statusReport) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

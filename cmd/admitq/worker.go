@@ -39,7 +39,7 @@ func (a *app) newWorkerCmd() *cobra.Command {
 		Long: `Runs an asynq worker (package worker) that handles every task type by logging
 it, optionally after sleeping to simulate work, until interrupted. It serves
 Prometheus metrics (package metrics) at http://ADDR/metrics.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if concurrency < 1 {
 				return usageErrorf("--concurrency %d: want at least 1", concurrency)
@@ -99,7 +99,7 @@ Prometheus metrics (package metrics) at http://ADDR/metrics.`,
 				Logger:      log,
 				Middleware:  []asynq.MiddlewareFunc{m.Middleware()},
 				Gate:        gate,
-				OnDepth:     m.ObserveDepth,
+				OnDispatch:  m.ObserveDispatch,
 			})
 			if err := w.Start(logHandler(log, sleep)); err != nil {
 				return fmt.Errorf("worker: %w", err)
@@ -153,6 +153,9 @@ func parseQueues(s string) (map[string]int, error) {
 		name = strings.TrimSpace(name)
 		if name == "" {
 			return nil, fmt.Errorf("--queues %q: empty queue name", s)
+		}
+		if err := validateQueue("--queues: queue", name); err != nil {
+			return nil, err
 		}
 		if !hasW {
 			return nil, fmt.Errorf("--queues %q: queue %q has no weight; want queue=weight,…, e.g. %s=1", s, name, name)

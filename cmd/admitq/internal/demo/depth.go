@@ -95,7 +95,6 @@ func RunDepth(ctx context.Context, cfg DepthConfig) (DepthResult, error) {
 		Concurrency:       cfg.Concurrency,
 		Queues:            map[string]int{cfg.Queue: 1},
 		Gate:              gate,
-		ReconcileInterval: 200 * time.Millisecond,
 		ShutdownTimeout:   5 * time.Second,
 		Logger:            cfg.Logger,
 	})

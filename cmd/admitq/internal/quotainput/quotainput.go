@@ -6,6 +6,7 @@ package quotainput
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -16,7 +17,7 @@ import (
 // A FieldError names the field that was wrong, the value given and why.
 // Error formats it as the command line does: "--limit 0: want at least 1".
 type FieldError struct {
-	Field  string // limit, window, max-delay, mode, max-in-flight or max-parked
+	Field  string // limit, window, max-delay, mode, max-in-flight, max-parked or weight
 	Value  string // as given
 	Reason string // e.g. "want at least 1"
 }
@@ -161,7 +162,7 @@ func Parse(limit, window, maxDelay, mode, maxInFlight, maxParked string) (admiss
 // Fields returns the quota's fields in the order the command line names
 // them, by the names FieldError uses and a form sends.
 func Fields() []string {
-	return []string{"limit", "window", "max-delay", "mode", "max-in-flight", "max-parked"}
+	return []string{"limit", "window", "max-delay", "mode", "max-in-flight", "max-parked", "weight"}
 }
 
 // parseCount reads an optional whole number: empty is 0. A mistake goes to
@@ -176,6 +177,59 @@ func parseCount(field, s string, add func(*FieldError)) (n int, ok bool) {
 		return 0, false
 	}
 	return n, true
+}
+
+// CheckWeight checks a quota's weight: 0 (meaning 1) up to
+// admission.MaxWeight, a number (not NaN or infinite).
+func CheckWeight(w float64) *FieldError {
+	if w < 0 || math.IsNaN(w) || math.IsInf(w, 0) || w > admission.MaxWeight {
+		format := byte('f')
+		if math.Abs(w) >= 1e15 {
+			format = 'g'
+		}
+		return &FieldError{"weight", strconv.FormatFloat(w, format, -1, 64), fmt.Sprintf("want 0 (meaning 1) up to %d", admission.MaxWeight)}
+	}
+	return nil
+}
+
+// ParseWeight reads a weight as a form sends it, then checks it. Empty is
+// 0, meaning 1.
+func ParseWeight(s string) (float64, *FieldError) {
+	if strings.TrimSpace(s) == "" {
+		return 0, nil
+	}
+	w, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil {
+		return 0, &FieldError{"weight", strconv.Quote(s), "want a number such as 1, 3 or 0.5"}
+	}
+	return w, CheckWeight(w)
+}
+
+// WithWeight returns q with its Weight set to w, once w is checked.
+func WithWeight(q admission.Quota, w float64) (admission.Quota, error) {
+	if fe := CheckWeight(w); fe != nil {
+		return admission.Quota{}, fe
+	}
+	q.Weight = w
+	if err := q.Validate(); err != nil {
+		return admission.Quota{}, err
+	}
+	return q, nil
+}
+
+// Warning returns what a person setting q should know although q is
+// valid, or "". A MaxDelay under a second rarely defers: a deferred slot is
+// rounded up to the caller's granularity (a whole second for asynq, which
+// schedules whole seconds), and MaxDelay is compared with the rounded slot,
+// so only requests that come within MaxDelay of a second's turn are
+// deferred and the others over the limit are rejected.
+func Warning(q admission.Quota) string {
+	if q.MaxDelay > 0 && q.MaxDelay < time.Second {
+		return fmt.Sprintf("--max-delay %v is under a second: asynq schedules whole seconds, so a deferred slot is rounded up "+
+			"to the next second and most tasks over the limit are rejected, not deferred; "+
+			"choose 0 to reject at once, or 1s or more (a window or more to absorb a burst) to defer", q.MaxDelay)
+	}
+	return ""
 }
 
 func parseDuration(s string) (time.Duration, error) {

@@ -63,3 +63,48 @@ func TestParseReportsEveryFieldItCannotRead(t *testing.T) {
 		t.Errorf("a capped quota: got %v, %v; want %v", q, err, want)
 	}
 }
+
+func TestWeightIsCheckedAsTheCommandLineNamesIt(t *testing.T) {
+	for _, c := range []struct {
+		desc, in string
+		want     float64
+		err      string
+	}{
+		{"empty is 0, meaning 1", "", 0, ""},
+		{"a whole number", "3", 3, ""},
+		{"a fraction", " 0.5 ", 0.5, ""},
+		{"the largest", "1e6", 1e6, ""},
+		{"negative", "-1", 0, "--weight -1: want 0 (meaning 1) up to 1000000"},
+		{"NaN", "NaN", 0, "--weight NaN: want 0 (meaning 1) up to 1000000"},
+		{"infinite", "+Inf", 0, "--weight +Inf: want 0 (meaning 1) up to 1000000"},
+		{"too big", "1000001", 0, "--weight 1000001: want 0 (meaning 1) up to 1000000"},
+		{"not a number", "heavy", 0, `--weight "heavy": want a number such as 1, 3 or 0.5`},
+	} {
+		w, fe := ParseWeight(c.in)
+		switch {
+		case c.err == "" && (fe != nil || w != c.want):
+			t.Errorf("%s: ParseWeight(%q) = %v, %v; want %v", c.desc, c.in, w, fe, c.want)
+		case c.err != "" && (fe == nil || fe.Error() != c.err):
+			t.Errorf("%s: ParseWeight(%q) error = %v, want %q", c.desc, c.in, fe, c.err)
+		}
+	}
+	q := admission.Quota{Limit: 1, Window: time.Second}
+	if got, err := WithWeight(q, 2.5); err != nil || got.Weight != 2.5 {
+		t.Errorf("WithWeight(2.5) = %+v, %v", got, err)
+	}
+	if _, err := WithWeight(q, -2); err == nil {
+		t.Error("WithWeight(-2): no error")
+	}
+}
+
+func TestWarningOnlyForASubSecondMaxDelay(t *testing.T) {
+	for _, c := range []struct {
+		maxDelay time.Duration
+		warn     bool
+	}{{0, false}, {time.Millisecond, true}, {999 * time.Millisecond, true}, {time.Second, false}, {time.Minute, false}} {
+		got := Warning(admission.Quota{Limit: 1, Window: time.Second, MaxDelay: c.maxDelay})
+		if (got != "") != c.warn {
+			t.Errorf("MaxDelay %v: warning %q, want one: %v", c.maxDelay, got, c.warn)
+		}
+	}
+}

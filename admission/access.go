@@ -1,0 +1,26 @@
+package admission
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Prefix returns the prefix of every Redis key the gate writes
+// (WithPrefix). Packages that keep state of their own beside the gate's,
+// such as the dispatcher, put it under the same prefix.
+func (g *Gate) Prefix() string { return g.opts.prefix }
+
+// Redis returns the client the gate was made with. The caller does not
+// own it.
+func (g *Gate) Redis() redis.UniversalClient { return g.rdb }
+
+// Quota returns the quota the gate applies to tenant: its own, else the
+// default, from the gate's cache of its Quotas. The error wraps
+// ErrInvalidTenant or ErrNoQuota, or says why the quotas could not be read.
+func (g *Gate) Quota(ctx context.Context, tenant string) (Quota, error) {
+	if err := ValidateTenant(tenant); err != nil {
+		return Quota{}, err
+	}
+	return g.quota(ctx, tenant)
+}

@@ -1,0 +1,165 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/lua"
+)
+
+// ParkedUntil is the asynq.ProcessAt of a waiting task. asynq keeps it in
+// its scheduled set, as durably as any task and visible to its tools, and
+// it never comes due on its own: the dispatcher moves it in at its turn.
+var ParkedUntil = time.Date(9999, time.January, 1, 0, 0, 0, 0, time.UTC)
+
+// Grace is how long a grant may wait for its mover, and a task that went
+// straight in for its producer's write, before a repair pass judges them.
+const Grace = 5 * time.Second
+
+// modeTTL is how long a producer trusts what it read of a queue's workers.
+const modeTTL = time.Second
+
+// Dispatcher routes tasks through dispatched queues for producers and runs
+// the dispatch for workers (Serve). It is safe for concurrent use. Make
+// one with New.
+type Dispatcher struct {
+	rdb     redis.UniversalClient
+	gate    *admission.Gate
+	log     *slog.Logger
+	scripts scripts
+
+	mu    sync.Mutex
+	modes map[string]mode
+	told  map[string]bool // queues whose capped tenants went direct, logged once
+}
+
+type scripts struct {
+	park, dispatch, move, repair *redis.Script
+}
+
+// mode is what a producer last read of a queue's workers.
+type mode struct {
+	served, fair bool
+	read         time.Time
+}
+
+// New returns a Dispatcher for the queues on rdb, the Redis of both asynq
+// and g. A nil log means slog.Default().
+func New(rdb redis.UniversalClient, g *admission.Gate, log *slog.Logger) *Dispatcher {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Dispatcher{
+		rdb: rdb, gate: g, log: log,
+		scripts: scripts{park: lua.FairPark(), dispatch: lua.FairDispatch(), move: lua.FairMove(), repair: lua.FairRepair()},
+		modes:   make(map[string]mode),
+		told:    make(map[string]bool),
+	}
+}
+
+// Gate returns the gate the dispatcher admits through.
+func (d *Dispatcher) Gate() *admission.Gate { return d.gate }
+
+// queueKeys are a queue's keys and its first two ARGV, as fair.lua reads
+// them.
+type queueKeys struct {
+	keys []string
+	args []any
+	p    string // the dispatcher's key prefix for the queue
+}
+
+func (d *Dispatcher) keysFor(queue string) queueKeys {
+	p := d.gate.Prefix() + ":fair:{" + queue + "}:"
+	a := "asynq:{" + queue + "}:"
+	return queueKeys{
+		keys: []string{p + "vt", p + "sleep", p + "run", p + "meta", p + "workers",
+			a + "pending", a + "active", a + "scheduled", p + "grants", p + "limbo"},
+		args: []any{p, a + "t:"},
+		p:    p,
+	}
+}
+
+// run calls script s on queue's keys with its own args after the two the
+// prelude takes.
+func (d *Dispatcher) run(ctx context.Context, s *redis.Script, queue string, args ...any) ([]any, error) {
+	k := d.keysFor(queue)
+	res, err := s.Run(ctx, d.rdb, k.keys, append(k.args, args...)...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: queue %q: %w", queue, err)
+	}
+	return res, nil
+}
+
+// Mode reports whether a live worker with a gate serves queue (served),
+// and whether one of them is fair, as read from Redis at most once a
+// second.
+func (d *Dispatcher) Mode(ctx context.Context, queue string) (served, fair bool, err error) {
+	d.mu.Lock()
+	m, ok := d.modes[queue]
+	d.mu.Unlock()
+	if ok && time.Since(m.read) < modeTTL {
+		return m.served, m.fair, nil
+	}
+	var members *redis.ZSliceCmd
+	var now *redis.TimeCmd
+	_, err = d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		now = p.Time(ctx)
+		members = p.ZRangeWithScores(ctx, d.keysFor(queue).keys[4], 0, -1)
+		return nil
+	})
+	if err != nil {
+		return false, false, fmt.Errorf("dispatch: reading queue %q's workers: %w", queue, err)
+	}
+	m = mode{read: time.Now()}
+	nowµs := now.Val().UnixMicro()
+	for _, z := range members.Val() {
+		if int64(z.Score) < nowµs {
+			continue
+		}
+		m.served = true
+		m.fair = m.fair || strings.HasSuffix(z.Member.(string), "|1")
+	}
+	d.mu.Lock()
+	d.modes[queue] = m
+	d.mu.Unlock()
+	return m.served, m.fair, nil
+}
+
+// warnDirect logs once per queue that a capped tenant's task went straight
+// in because no worker with a gate serves the queue.
+func (d *Dispatcher) warnDirect(queue, tenant string) {
+	d.mu.Lock()
+	told := d.told[queue]
+	d.told[queue] = true
+	d.mu.Unlock()
+	if !told {
+		d.log.Warn("admitq: no worker with a Gate serves this queue, so capped tenants' tasks go in uncapped; run its workers with worker.Config{Gate: g}",
+			"queue", queue, "tenant", tenant)
+	}
+}
+
+func µs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
+func toInt(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	}
+	return 0
+}

@@ -1,0 +1,36 @@
+// Package dispatch shares each asynq queue's workers among tenants: it is
+// where Quota.MaxInFlight (a hard cap) and fair queues (a weighted,
+// work-conserving share of worker time) live, as one mechanism that both
+// enqueue and worker use.
+//
+// A queue is dispatched while a worker with a Gate serves it (worker.Config
+// Gate, and Fair for a fair queue), as that worker records in Redis. There,
+// a producer's task (enqueue.Client) either goes straight in, when its
+// tenant has nothing waiting, is under its cap and the queue has space, or
+// waits: asynq stores it durably, scheduled until ParkedUntil, and the
+// dispatcher keeps its place in its tenant's line. As workers finish tasks,
+// the dispatcher grants waiting tasks in order of their tenants' start tags
+// (start-time fair queueing on worker time, divided by Quota.Weight),
+// charges each its tenant's estimated run time, corrects the charge with
+// the measured time when the task ends, admits it through the Gate's slot
+// rule at that moment (so the rate holds for start times) and moves it into
+// asynq's pending list in one atomic script that checks asynq's state of
+// the task first. A queue that no live worker with a Gate serves is never
+// waited on: tasks go straight to asynq, as without the dispatcher.
+//
+// A fair queue holds at most twice its fair workers' total concurrency of
+// tasks, pending, active or granted, so a light tenant's task waits behind
+// at most about one round of work. Outside fair queues only capped tenants'
+// tasks are dispatched, and space is not limited.
+//
+// Every key of a queue shares asynq's hash tag for it, {<queue>}, so each
+// step is one script on one Redis Cluster slot. The tenant's rate log lives
+// in its own slot: the admission between grant and move is idempotent on
+// the task ID, and a grant whose mover died is found and finished by any
+// worker's repair pass, which also frees the place of any task asynq no
+// longer holds (deleted, completed, archived) and never one asynq still
+// holds, running or not.
+//
+// Most programs never call this package: enqueue.NewFromRedis and
+// worker.New use it. It needs the gate and asynq on the same Redis.
+package dispatch

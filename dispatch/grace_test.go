@@ -1,0 +1,5 @@
+package dispatch_test
+
+import "github.com/admitq/admitq/dispatch"
+
+const dispatchGrace = dispatch.Grace

@@ -1,0 +1,291 @@
+package dispatch_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/enqueue"
+	"github.com/admitq/admitq/internal/redistest"
+	"github.com/admitq/admitq/worker"
+)
+
+// stack is a real redis-server with a gate, a producer and workers on it,
+// and a record of every task the workers ran.
+type stack struct {
+	t      *testing.T
+	srv    *redistest.Server
+	rdb    *redis.Client
+	quotas *admission.RedisQuotas
+	gate   *admission.Gate
+	client *enqueue.Client
+	ins    *asynq.Inspector
+
+	mu      sync.Mutex
+	runs    map[string]int           // task ID -> times run
+	started []event                  // every start, in order
+	running map[string]int           // tenant -> tasks running now
+	peak    map[string]int           // tenant -> most running at once
+	worked  map[string]time.Duration // tenant -> worker time
+	total   atomic.Int64             // tasks running, all tenants
+	peakAll atomic.Int64
+	wait    map[string][]time.Duration // tenant -> enqueue-to-start waits
+	sent    sync.Map                   // task ID -> time.Time of its enqueue
+	blocks  sync.Map                   // task ID -> chan struct{}, for "block" tasks
+	spans   []span
+}
+
+// gateFor is the channel a "block" task waits on; unblock closes it.
+func (s *stack) gateFor(id string) chan struct{} {
+	ch, _ := s.blocks.LoadOrStore(id, make(chan struct{}))
+	return ch.(chan struct{})
+}
+
+func (s *stack) unblock(id string) { close(s.gateFor(id)) }
+
+// ran returns how many times task id has started.
+func (s *stack) ran(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runs[id]
+}
+
+// put enqueues one task of tenant with payload p and ID id, and returns
+// the gate's decision.
+func (s *stack) put(tenant, id, p string, opts ...asynq.Option) admission.Decision {
+	s.t.Helper()
+	s.sent.Store(id, time.Now())
+	_, d, err := s.client.Enqueue(context.Background(), tenant, asynq.NewTask("work", []byte(p)), append(opts, asynq.TaskID(id))...)
+	if err != nil {
+		s.t.Fatalf("enqueue %s: %v", id, err)
+	}
+	return d
+}
+
+// eventually fails the test unless cond holds within d.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// span is one run of a task.
+type span struct {
+	tenant     string
+	start, end time.Time
+}
+
+// shares returns each tenant's part of the worker time spent in [from, to).
+func (s *stack) shares(from, to time.Time) map[string]float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	by := map[string]time.Duration{}
+	var total time.Duration
+	for _, sp := range s.spans {
+		a, b := maxTime(sp.start, from), minTime(sp.end, to)
+		if b.After(a) {
+			by[sp.tenant] += b.Sub(a)
+			total += b.Sub(a)
+		}
+	}
+	out := map[string]float64{}
+	for t, d := range by {
+		out[t] = float64(d) / float64(total)
+	}
+	return out
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+type event struct {
+	tenant, id string
+	at         time.Time
+}
+
+func newStack(t *testing.T, def admission.Quota) *stack {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	quotas := admission.NewRedisQuotas(rdb, admission.WithRefresh(50*time.Millisecond))
+	ctx := context.Background()
+	if err := quotas.SetDefault(ctx, def); err != nil {
+		t.Fatal(err)
+	}
+	gate := admission.New(rdb, quotas, admission.WithTimeout(2*time.Second))
+	t.Cleanup(func() { gate.Close() })
+	s := &stack{
+		t: t, srv: srv, rdb: rdb, quotas: quotas, gate: gate,
+		client:  enqueue.NewFromRedis(rdb, gate),
+		ins:     asynq.NewInspectorFromRedisClient(rdb),
+		runs:    map[string]int{},
+		running: map[string]int{},
+		peak:    map[string]int{},
+		worked:  map[string]time.Duration{},
+		wait:    map[string][]time.Duration{},
+	}
+	return s
+}
+
+// setQuota sets tenant's quota and waits until the gate reads it.
+func (s *stack) setQuota(tenant string, q admission.Quota) {
+	s.t.Helper()
+	ctx := context.Background()
+	if err := s.quotas.Set(ctx, tenant, q); err != nil {
+		s.t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, err := s.gate.Quota(ctx, tenant)
+		if err == nil && got == q {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("the gate never read %q's quota %v (has %v, %v)", tenant, q, got, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// handler runs a task for the duration its payload names.
+func (s *stack) handler() asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		tenant := worker.Tenant(ctx)
+		id, _ := asynq.GetTaskID(ctx)
+		now := time.Now()
+		s.mu.Lock()
+		s.runs[id]++
+		s.started = append(s.started, event{tenant, id, now})
+		s.running[tenant]++
+		s.peak[tenant] = max(s.peak[tenant], s.running[tenant])
+		if at, ok := s.sent.Load(id); ok {
+			s.wait[tenant] = append(s.wait[tenant], now.Sub(at.(time.Time)))
+		}
+		s.mu.Unlock()
+		n := s.total.Add(1)
+		for {
+			p := s.peakAll.Load()
+			if n <= p || s.peakAll.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		if string(t.Payload()) == "block" {
+			select {
+			case <-s.gateFor(id):
+			case <-ctx.Done():
+				s.total.Add(-1)
+				s.mu.Lock()
+				s.running[tenant]--
+				s.mu.Unlock()
+				return ctx.Err()
+			}
+		} else {
+			d, _ := time.ParseDuration(string(t.Payload()))
+			time.Sleep(d)
+		}
+		s.total.Add(-1)
+		s.mu.Lock()
+		s.running[tenant]--
+		s.worked[tenant] += time.Since(now)
+		s.spans = append(s.spans, span{tenant, now, time.Now()})
+		s.mu.Unlock()
+		return nil
+	})
+}
+
+// startWorker starts a worker with the gate on queue "default".
+func (s *stack) startWorker(concurrency int, fair bool) *worker.Worker {
+	s.t.Helper()
+	return s.startWorkerOn(s.rdb, concurrency, fair)
+}
+
+// startWorkerOn starts a worker with the gate on queue "default", whose
+// own Redis traffic goes through rdb.
+func (s *stack) startWorkerOn(rdb redis.UniversalClient, concurrency int, fair bool) *worker.Worker {
+	s.t.Helper()
+	w := worker.NewFromRedis(rdb, worker.Config{
+		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return 0 },
+		Concurrency:    concurrency, Gate: s.gate, Fair: fair,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err := w.Start(s.handler()); err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(w.Shutdown)
+	return w
+}
+
+// enqueue enqueues n tasks of tenant that run for d each, and returns
+// their IDs, failing the test on any error but a rejection.
+func (s *stack) enqueue(tenant string, n int, d time.Duration, opts ...asynq.Option) []string {
+	s.t.Helper()
+	ids := make([]string, 0, n)
+	for i := range n {
+		id := fmt.Sprintf("%s-%d-%d", tenant, time.Now().UnixNano(), i)
+		s.sent.Store(id, time.Now())
+		_, _, err := s.client.Enqueue(context.Background(), tenant,
+			asynq.NewTask("work", []byte(d.String())), append(opts, asynq.TaskID(id))...)
+		if err != nil {
+			s.t.Fatalf("enqueue %s: %v", id, err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// waitRuns waits until every id has run, and fails on any run twice.
+func (s *stack) waitRuns(ids []string, within time.Duration) {
+	s.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		s.mu.Lock()
+		left := 0
+		for _, id := range ids {
+			switch s.runs[id] {
+			case 0:
+				left++
+			case 1:
+			default:
+				s.mu.Unlock()
+				s.t.Fatalf("task %s ran %d times", id, s.runs[id])
+			}
+		}
+		s.mu.Unlock()
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			s.t.Logf("goroutines:\n%s", buf)
+			s.t.Fatalf("%d of %d tasks never ran within %v", left, len(ids), within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

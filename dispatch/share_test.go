@@ -1,0 +1,117 @@
+package dispatch_test
+
+import (
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/admitq/admitq/admission"
+)
+
+// backlog enqueues n tasks of each tenant at once, from a goroutine each,
+// and returns every ID.
+func (s *stack) backlog(n int, runs map[string]time.Duration) []string {
+	var mu sync.Mutex
+	var all []string
+	var wg sync.WaitGroup
+	for tenant, d := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ids := s.enqueue(tenant, n, d)
+			mu.Lock()
+			all = append(all, ids...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return all
+}
+
+// enqueueAsync is enqueue from a goroutine of its own, waited for.
+func (s *stack) enqueueAsync(tenant string, n int, d time.Duration) []string {
+	return s.backlog(n, map[string]time.Duration{tenant: d})
+}
+
+// Under contention, worker time goes by weight: 3:1.
+func TestWeightsShareWorkerTime(t *testing.T) {
+	s := newStack(t, generous)
+	heavy := generous
+	heavy.Weight = 3
+	s.setQuota("heavy", heavy)
+	s.startWorker(4, true)
+	start := time.Now()
+	ids := s.backlog(150, map[string]time.Duration{"heavy": 10 * time.Millisecond, "light": 10 * time.Millisecond})
+	time.Sleep(500 * time.Millisecond) // both stay backlogged throughout
+	got := s.shares(start.Add(100*time.Millisecond), time.Now())
+	ratio := got["heavy"] / got["light"]
+	t.Logf("worker time at weights 3:1: %.2f×", ratio)
+	if ratio < 2.4 || ratio > 3.6 {
+		t.Errorf("heavy got %.2f× light's worker time at weights 3:1; want about 3", ratio)
+	}
+	s.waitRuns(ids, 30*time.Second)
+}
+
+// Shares are of worker time, not task counts: a tenant whose tasks run 4×
+// as long gets half the worker time at equal weight, not 4/5 of it.
+func TestSharesAreOfWorkerTime(t *testing.T) {
+	s := newStack(t, generous)
+	s.startWorker(4, true)
+	start := time.Now()
+	// Four seconds of worker time each, so both stay backlogged.
+	ids := append(s.enqueueAsync("long", 100, 40*time.Millisecond), s.enqueueAsync("short", 400, 10*time.Millisecond)...)
+	time.Sleep(800 * time.Millisecond)
+	got := s.shares(start.Add(200*time.Millisecond), time.Now())
+	t.Logf("worker time, 40 ms against 10 ms tasks at equal weight: long %.2f, short %.2f", got["long"], got["short"])
+	if got["long"] < 0.38 || got["long"] > 0.62 {
+		t.Errorf("long's share of worker time is %.2f; want about 0.5", got["long"])
+	}
+	s.waitRuns(ids, 60*time.Second)
+}
+
+// A light tenant's task waits about a round of work behind a noisy
+// tenant's deep backlog, not behind the backlog.
+func TestLightTenantWaitsARoundNotTheBacklog(t *testing.T) {
+	s := newStack(t, generous)
+	s.startWorker(8, true)
+	noisy := s.enqueue("noisy", 1000, 10*time.Millisecond)
+	var light []string
+	for range 20 {
+		light = append(light, s.enqueue("light", 1, 10*time.Millisecond)...)
+		time.Sleep(30 * time.Millisecond)
+	}
+	s.waitRuns(light, 10*time.Second)
+	s.mu.Lock()
+	waits := slices.Clone(s.wait["light"])
+	s.mu.Unlock()
+	slices.Sort(waits)
+	p99 := waits[len(waits)*99/100]
+	t.Logf("light waits behind 1,000 noisy tasks of 10 ms on 8 workers: p50 %v, max %v", waits[len(waits)/2], p99)
+	// Behind the backlog, it would wait 1,000 × 10 ms / 8 ≈ 1.25 s.
+	if p99 > 250*time.Millisecond {
+		t.Errorf("light's worst wait is %v; want about a round of work, far below the backlog's 1.25 s", p99)
+	}
+	s.waitRuns(noisy, 60*time.Second)
+}
+
+// A tenant that was alone is not punished for it, and one that was idle
+// banks no credit: when a second tenant arrives, the two share from then
+// on.
+func TestNoBankedCredit(t *testing.T) {
+	s := newStack(t, generous)
+	s.startWorker(4, true)
+	early := s.enqueue("early", 400, 10*time.Millisecond)
+	time.Sleep(400 * time.Millisecond) // early runs alone
+	arrived := time.Now()
+	late := s.enqueue("late", 200, 10*time.Millisecond)
+	time.Sleep(400 * time.Millisecond)
+	got := s.shares(arrived.Add(100*time.Millisecond), time.Now())
+	t.Logf("after late arrived: early %.2f, late %.2f", got["early"], got["late"])
+	if got["early"] < 0.35 || got["late"] < 0.35 {
+		t.Errorf("after the second tenant arrived, shares are early %.2f, late %.2f; want about half each", got["early"], got["late"])
+	}
+	s.waitRuns(append(early, late...), 60*time.Second)
+}
+
+var _ = admission.Quota{}

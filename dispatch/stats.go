@@ -1,0 +1,162 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// QueueStats is what the dispatcher holds for one queue.
+type QueueStats struct {
+	Queue string
+	// Now is the Redis time of the reading.
+	Now time.Time
+	// Workers is how many live workers with a gate serve the queue, and
+	// Concurrency the total of the fair ones among them.
+	Workers, Concurrency int
+	// Fair reports whether a live fair worker serves the queue.
+	Fair bool
+	// Tenants are the tenants with tasks waiting or in flight, by name.
+	Tenants []TenantStats
+}
+
+// TenantStats is one tenant's part of a dispatched queue.
+type TenantStats struct {
+	Tenant string
+	// Waiting is how many of its tasks wait their turn; OldestWaiting is
+	// when the first of them was parked (zero when none waits).
+	Waiting       int
+	OldestWaiting time.Time
+	// InFlight is how many of its tasks the dispatcher let in that asynq
+	// still holds (pending, active, or to be retried); Cap is its
+	// MaxInFlight (0: none), and AtCap reports InFlight >= Cap > 0.
+	InFlight, Cap int
+	AtCap         bool
+	// Weight is its share under contention (1 by default).
+	Weight float64
+	// WorkerTime is the worker time its tasks ran since it last went idle,
+	// and Share that time over the WorkerTime of every tenant listed.
+	WorkerTime time.Duration
+	Share      float64
+}
+
+// Stats reads queue's dispatch state. It reads only the tenants with
+// something waiting or in flight, so its cost follows the queue's
+// activity, not how many tenants ever used it.
+func (d *Dispatcher) Stats(ctx context.Context, queue string) (QueueStats, error) {
+	k := d.keysFor(queue)
+	var now *redis.TimeCmd
+	var vt, sleep *redis.StringSliceCmd
+	var members *redis.ZSliceCmd
+	var run *redis.MapStringStringCmd
+	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		now = p.Time(ctx)
+		vt = p.ZRange(ctx, k.keys[0], 0, -1)
+		sleep = p.ZRange(ctx, k.keys[1], 0, -1)
+		run = p.HGetAll(ctx, k.keys[2])
+		members = p.ZRangeWithScores(ctx, k.keys[4], 0, -1)
+		return nil
+	})
+	if err != nil {
+		return QueueStats{}, fmt.Errorf("dispatch: reading queue %q: %w", queue, err)
+	}
+	qs := QueueStats{Queue: queue, Now: now.Val()}
+	for _, z := range members.Val() {
+		if int64(z.Score) < qs.Now.UnixMicro() {
+			continue
+		}
+		qs.Workers++
+		f := strings.Split(z.Member.(string), "|")
+		if len(f) == 3 && f[2] == "1" {
+			qs.Fair = true
+			c, _ := strconv.Atoi(f[1])
+			qs.Concurrency += c
+		}
+	}
+	names := append(vt.Val(), sleep.Val()...)
+	for _, r := range run.Val() {
+		if f := strings.SplitN(r, "|", 4); len(f) == 4 {
+			names = append(names, f[3])
+		}
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	if len(names) == 0 {
+		return qs, nil
+	}
+	hashes := make([]*redis.SliceCmd, len(names))
+	lens := make([]*redis.IntCmd, len(names))
+	heads := make([]*redis.StringCmd, len(names))
+	_, err = d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, t := range names {
+			hashes[i] = p.HMGet(ctx, k.p+"t:"+t, "n", "cap", "wt", "used")
+			lens[i] = p.LLen(ctx, k.p+"w:"+t)
+			heads[i] = p.LIndex(ctx, k.p+"w:"+t, 0)
+		}
+		return nil
+	})
+	if err != nil && err != redis.Nil {
+		return QueueStats{}, fmt.Errorf("dispatch: reading queue %q's tenants: %w", queue, err)
+	}
+	var total time.Duration
+	for i, t := range names {
+		h := hashes[i].Val()
+		ts := TenantStats{Tenant: t, Waiting: int(lens[i].Val()), Weight: 1}
+		ts.InFlight = int(toInt(h[0]))
+		ts.Cap = int(toInt(h[1]))
+		if s, ok := h[2].(string); ok {
+			ts.Weight, _ = strconv.ParseFloat(s, 64)
+		}
+		if s, ok := h[3].(string); ok {
+			used, _ := strconv.ParseFloat(s, 64)
+			ts.WorkerTime = time.Duration(used) * time.Microsecond
+		}
+		ts.AtCap = ts.Cap > 0 && ts.InFlight >= ts.Cap
+		if f := strings.SplitN(heads[i].Val(), "|", 4); len(f) == 4 {
+			if us, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+				ts.OldestWaiting = time.UnixMicro(us)
+			}
+		}
+		total += ts.WorkerTime
+		qs.Tenants = append(qs.Tenants, ts)
+	}
+	if total > 0 {
+		for i := range qs.Tenants {
+			qs.Tenants[i].Share = float64(qs.Tenants[i].WorkerTime) / float64(total)
+		}
+	}
+	return qs, nil
+}
+
+// Queues lists the asynq queues that the dispatcher has state for: a
+// worker with a gate serves them now or did.
+func (d *Dispatcher) Queues(ctx context.Context) ([]string, error) {
+	all, err := d.rdb.SMembers(ctx, "asynq:queues").Result()
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: listing asynq's queues: %w", err)
+	}
+	cmds := make([]*redis.IntCmd, len(all))
+	_, err = d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, q := range all {
+			k := d.keysFor(q)
+			cmds[i] = p.Exists(ctx, k.keys[4])
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: listing queues: %w", err)
+	}
+	var qs []string
+	for i, q := range all {
+		if cmds[i].Val() > 0 {
+			qs = append(qs, q)
+		}
+	}
+	slices.Sort(qs)
+	return qs, nil
+}

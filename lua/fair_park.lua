@@ -1,0 +1,49 @@
+-- fair_park.lua: a producer's task in a dispatched queue: it goes straight
+-- in, waits its turn, or finds the tenant's waiting backlog full. Runs
+-- after fair.lua (KEYS and the first two ARGV are its).
+--
+-- ARGV[3]  tenant
+-- ARGV[4]  task ID
+-- ARGV[5]  not-before µs (0 for none)
+-- ARGV[6]  the task's asynq.Unique TTL in ms (0 for none)
+-- ARGV[7]  the tenant's MaxInFlight (0: no cap)
+-- ARGV[8]  the tenant's MaxParked
+-- ARGV[9]  the tenant's weight (> 0)
+-- Returns  {code, now µs, tasks the tenant has waiting}, code:
+--          0 wait: the entry is stored, the caller writes the task parked
+--          1 in: granted (state f), the caller admits and writes it
+--          2 full: nothing stored, the backlog is at MaxParked
+--          3 direct: no live worker with a gate serves the queue (or none
+--            is fair and the tenant has no cap): nothing stored
+--
+-- A task goes straight in only when its tenant has nothing waiting, is
+-- under its cap and awake, and the queue has space: then nothing waiting
+-- could have gone first. A retried ID already in run is in again.
+local T, id, nb, uttl = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local cap, maxParked, wt = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+
+local live, fair, total = capacity()
+if not live or (not fair and cap == 0) then
+  return {3, now, 0}
+end
+if call('HEXISTS', run, id) == 1 then
+  return {1, now, 0}
+end
+local th, w = P .. 't:' .. T, P .. 'w:' .. T
+call('HSET', th, 'cap', cap, 'wt', fmt(wt))
+local waiting = call('LLEN', w)
+local h = call('HMGET', th, 'tag', 'n')
+if waiting == 0 and not call('ZSCORE', sleep, T) and (cap == 0 or num(h[2], 0) < cap)
+    and room(fair, total) > 0 then
+  grant(T, id, nil, math.max(num(h[1], 0), floor))
+  call('HSET', meta, 'floor', fmt(floor))
+  return {1, now, 0}
+end
+if waiting >= maxParked then
+  settle(T)
+  return {2, now, waiting}
+end
+call('RPUSH', w, nb .. '|' .. nowS .. '|' .. uttl .. '|' .. id)
+call('PERSIST', th)
+eligible(T)
+return {0, now, waiting + 1}

@@ -1,0 +1,47 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/admitq/admitq/dispatch"
+)
+
+// finishing tells the dispatcher about every task the Worker finishes: how
+// long it ran (its tenant's charge of worker time) and whether it left
+// asynq's hands for good, which frees its tenant's place at once and grants
+// the next waiting task.
+type finishing struct {
+	next      asynq.Handler
+	disp      *dispatch.Server
+	isFailure func(error) bool // asynq's, as the Worker configured it
+}
+
+func (f finishing) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
+	start := time.Now()
+	defer func() {
+		id, _ := asynq.GetTaskID(ctx)
+		queue, _ := asynq.GetQueueName(ctx)
+		f.disp.Finished(queue, id, time.Since(start), ends(ctx, err, f.isFailure))
+	}()
+	return f.next.ProcessTask(ctx, t)
+}
+
+// ends reports whether asynq will be done with the task once the handler
+// returned err: it completes, is archived or revoked, rather than retried
+// (a retried task keeps its tenant's place, so a cap stays hard while it
+// waits to run again).
+func ends(ctx context.Context, err error, isFailure func(error) bool) bool {
+	switch {
+	case err == nil, errors.Is(err, asynq.SkipRetry), errors.Is(err, asynq.RevokeTask):
+		return true
+	case isFailure != nil && !isFailure(err):
+		return false // retried without counting
+	}
+	retried, _ := asynq.GetRetryCount(ctx)
+	most, _ := asynq.GetMaxRetry(ctx)
+	return retried >= most
+}
