@@ -158,7 +158,7 @@ func newWorker(ctx context.Context, cfg config, log *slog.Logger) (*service, err
 		Concurrency: cfg.concurrency,
 		Gate:        svc.gate,
 		Middleware:  []asynq.MiddlewareFunc{m.Middleware()},
-		OnDepth:     m.ObserveDepth,
+		OnDispatch:  m.ObserveDispatch,
 		Logger:      log,
 	})
 	return svc, nil

@@ -2,11 +2,8 @@ package dashboard
 
 import (
 	"errors"
-	"fmt"
-	"math"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/cmd/admitq/internal/quotainput"
@@ -22,36 +19,19 @@ func parseQuotaForm(r *http.Request) (admission.Quota, map[string]string, error)
 	for f, e := range errs {
 		out[f] = e.Message()
 	}
-	w, werr := parseWeight(r.PostFormValue("weight"))
+	w, werr := quotainput.ParseWeight(r.PostFormValue("weight"))
 	if werr != nil {
-		out["weight"] = werr.Error()
-		err = errors.Join(err, fmt.Errorf("weight %w", werr))
+		out["weight"] = werr.Message()
+		err = errors.Join(err, werr)
 	}
 	if err != nil {
 		return admission.Quota{}, out, err
 	}
-	q.Weight = w
-	if err := q.Validate(); err != nil {
+	q, err = quotainput.WithWeight(q, w)
+	if err != nil {
 		return admission.Quota{}, nil, err
 	}
 	return q, nil, nil
-}
-
-// parseWeight reads the weight field: empty means 0, which the quota reads
-// as 1.
-func parseWeight(s string) (float64, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return 0, nil
-	}
-	w, err := strconv.ParseFloat(s, 64)
-	switch {
-	case err != nil || math.IsNaN(w) || math.IsInf(w, 0):
-		return 0, fmt.Errorf("%s: want a number", strconv.Quote(s))
-	case w < 0 || w > admission.MaxWeight:
-		return 0, fmt.Errorf("%s: want 0 (meaning 1) up to %d", s, admission.MaxWeight)
-	}
-	return w, nil
 }
 
 // formatWeight is a quota's weight for its field: "" for 0 (meaning 1).

@@ -206,7 +206,7 @@ func (s *Server) handleQuota(w http.ResponseWriter, r *http.Request) {
 	tenant := r.PostFormValue("tenant")
 	action := r.PostFormValue("action")
 	back := func(status int, p formPage) {
-		for _, f := range append(quotainput.Fields(), "weight") {
+		for _, f := range quotainput.Fields() {
 			p.Values[f] = r.PostFormValue(f)
 		}
 		s.render(w, status, "tenant.html", p)
