@@ -499,3 +499,24 @@ func TestATenantNamedLikeTheDefaultRowIsItsOwn(t *testing.T) {
 		t.Errorf("log:\n%s", log)
 	}
 }
+
+// TestASubSecondMaxDelayIsWarnedAbout: the form, like admitq quota set,
+// says that a MaxDelay under a second rarely defers.
+func TestASubSecondMaxDelayIsWarnedAbout(t *testing.T) {
+	st := newStack(t)
+	st.setQuota(t, "acme", admission.Quota{Limit: 5, Window: time.Second, MaxDelay: 500 * time.Millisecond})
+	st.setQuota(t, "fine", admission.Quota{Limit: 5, Window: time.Second, MaxDelay: 2 * time.Second})
+	_, hs := st.dashboard(t, Config{})
+	for tenant, want := range map[string]bool{"acme": true, "fine": false} {
+		resp, err := http.Get(hs.URL + "/tenants/" + tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got := strings.Contains(string(b), `id="warning">Max delay 500ms is under a second`)
+		if got != want {
+			t.Errorf("%s's page warns: %v, want %v", tenant, got, want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,6 +32,7 @@ type formPage struct {
 	Errors    map[string]string
 	Error     string
 	Saved     string
+	Warning   string // what the quota shown does that its setter may not expect
 	CSRF      string
 	ReadOnly  bool
 	Token     bool
@@ -50,6 +52,9 @@ func (s *Server) formPage(w http.ResponseWriter, r *http.Request, tenant string,
 	if def, err := s.quotas.GetDefault(ctx); err == nil {
 		p.Default = def.String()
 		p.Values = quotaValues(def)
+		if isDefault {
+			p.Warning = quotaWarning(def)
+		}
 	} else if !errors.Is(err, admission.ErrNoQuota) {
 		p.Error = errorText(err)
 	}
@@ -58,11 +63,18 @@ func (s *Server) formPage(w http.ResponseWriter, r *http.Request, tenant string,
 		case err == nil:
 			p.Own = q.String()
 			p.Values = quotaValues(q)
+			p.Warning = quotaWarning(q)
 		case !errors.Is(err, admission.ErrNoQuota):
 			p.Error = errorText(err)
 		}
 	}
 	return p
+}
+
+// quotaWarning is the command's warning about q (quotainput.Warning), with
+// the form's field name for the flag's.
+func quotaWarning(q admission.Quota) string {
+	return strings.Replace(quotainput.Warning(q), "--max-delay ", "Max delay ", 1)
 }
 
 func quotaValues(q admission.Quota) map[string]string {
