@@ -62,7 +62,7 @@ func TestTheBrowserShowsEveryTenantAndOutcome(t *testing.T) {
 		if n := evalJS[float64](t, ctx, `document.querySelectorAll("#rows tr[data-tenant]").length`); n != 1 {
 			t.Errorf("%v rows for q=visit, want 1", n)
 		}
-		if got := evalJS[string](t, ctx, `document.querySelector("tr[data-default] [data-k=others]").textContent`); got != "1 tenant on it listed below" {
+		if got := evalJS[string](t, ctx, `document.querySelector("tr[data-default] [data-k=others]").textContent`); got != "1 tenant on it, marked default" {
 			t.Errorf("the default row says %q", got)
 		}
 		shot(t, ctx, "tenants-default.png")

@@ -77,7 +77,7 @@
       c.mode.textContent = r.mode;
       if (isDef) {
         c.in_window.textContent = c.reserved.textContent = c.next_free.textContent = "";
-        c.others.textContent = r.others ? A.plural(r.others, "tenant") + " on it listed below" : "";
+        c.others.textContent = r.others ? A.plural(r.others, "tenant") + " on it, marked default" : "";
       } else if (r.error) {
         c.in_window.textContent = "";
         c.reserved.textContent = "";
