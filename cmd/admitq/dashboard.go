@@ -25,7 +25,7 @@ const dashboardTokenEnv = "ADMITQ_DASHBOARD_TOKEN"
 func (a *app) newDashboardCmd() *cobra.Command {
 	var (
 		addr, token, queue, metricsURLs string
-		readOnly                        bool
+		readOnly, trustProxy            bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dashboard [--addr 127.0.0.1:8080] [--read-only] [--auth-token T]",
@@ -40,7 +40,10 @@ producers and workers (--metrics; admitq worker serves them at
 
 It binds to loopback by default. Any other address needs a token, from
 --auth-token or ` + dashboardTokenEnv + ` (better: it stays out of ps); with a
-token, every page and every write needs it.`,
+token, every page and every write needs it. A sign-in lasts 12 hours on the
+server and ends at sign-out; sign-in attempts are limited per address. Behind
+a proxy that ends TLS, --trust-proxy makes cookies Secure when the proxy
+sends X-Forwarded-Proto: https.`,
 		Example: `  admitq dashboard
   ADMITQ_DASHBOARD_TOKEN=$(openssl rand -hex 16) admitq dashboard --addr :8080
   admitq dashboard --metrics http://10.0.0.5:9464/metrics,http://10.0.0.6:9464/metrics`,
@@ -72,7 +75,7 @@ token, every page and every write needs it.`,
 			}
 			srv, err := dashboard.New(dashboard.Config{
 				Redis: rdb, Asynq: connOpt{cfg}, Queue: queue, Prefix: a.prefix, Timeout: a.timeout,
-				Token: token, ReadOnly: readOnly, Sources: sources,
+				Token: token, TrustProxy: trustProxy, ReadOnly: readOnly, Sources: sources,
 				Logger: slog.New(slog.NewTextHandler(a.stderr, nil)),
 			})
 			if err != nil {
@@ -88,6 +91,7 @@ token, every page and every write needs it.`,
 	fs.StringVar(&addr, "addr", "127.0.0.1:8080", "address to serve on; one that is not loopback needs a token")
 	fs.BoolVar(&readOnly, "read-only", false, "refuse every write: quota changes here and task actions in asynqmon")
 	fs.StringVar(&token, "auth-token", "", "token every page and write needs (env "+dashboardTokenEnv+")")
+	fs.BoolVar(&trustProxy, "trust-proxy", false, "believe X-Forwarded-Proto: https from a TLS-terminating proxy in front, so cookies are Secure; set only when every request comes through it")
 	fs.StringVar(&queue, "queue", "default", "asynq queue of the tenants' tasks, for links to them in asynqmon")
 	fs.StringVar(&metricsURLs, "metrics", "http://"+defaultMetricsAddr+"/metrics", "Prometheus /metrics URLs of producers and workers, comma-separated; \"\" reads none")
 	return cmd
@@ -126,9 +130,30 @@ func dashboardURL(addr net.Addr) string {
 	return "http://" + addr.String() + "/"
 }
 
+// The dashboard's HTTP timeouts: its requests are small and quick, so a
+// connection that is slow to send, slow to read or idle is let go.
+const (
+	dashboardReadHeaderTimeout = 10 * time.Second
+	dashboardReadTimeout       = 30 * time.Second
+	dashboardWriteTimeout      = time.Minute
+	dashboardIdleTimeout       = 2 * time.Minute
+)
+
+// dashboardServer is the http.Server the dashboard runs in.
+func dashboardServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: dashboardReadHeaderTimeout,
+		ReadTimeout:       dashboardReadTimeout,
+		WriteTimeout:      dashboardWriteTimeout,
+		IdleTimeout:       dashboardIdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
 // serveDashboard serves h on ln until ctx is done, then shuts down.
 func serveDashboard(ctx context.Context, ln net.Listener, h http.Handler) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := dashboardServer(h)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -141,3 +141,27 @@ func TestDemoServesTheDashboardWhileItRuns(t *testing.T) {
 		return strings.Join(names, ",") == "noisy,small,steady"
 	})
 }
+
+// TestTheDashboardLetsSlowAndIdleConnectionsGo: without Read, Write and
+// Idle timeouts a client holds a connection (and its goroutine) for ever.
+func TestTheDashboardLetsSlowAndIdleConnectionsGo(t *testing.T) {
+	srv := dashboardServer(http.NotFoundHandler())
+	for name, d := range map[string]time.Duration{
+		"ReadHeaderTimeout": srv.ReadHeaderTimeout, "ReadTimeout": srv.ReadTimeout,
+		"WriteTimeout": srv.WriteTimeout, "IdleTimeout": srv.IdleTimeout,
+	} {
+		if d <= 0 || d > 5*time.Minute {
+			t.Errorf("%s is %v, want between 0 and 5m", name, d)
+		}
+	}
+	if srv.MaxHeaderBytes == 0 || srv.MaxHeaderBytes > 1<<20 {
+		t.Errorf("MaxHeaderBytes is %d", srv.MaxHeaderBytes)
+	}
+}
+
+func TestDashboardHasATrustProxyFlag(t *testing.T) {
+	r := admitq(t, "dashboard", "--help")
+	if r.code != 0 || !strings.Contains(r.stdout+r.stderr, "--trust-proxy") || !strings.Contains(r.stdout+r.stderr, "X-Forwarded-Proto") {
+		t.Errorf("dashboard --help:\n%v", r)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -80,9 +81,9 @@ func parseRedis(rawURL, urlSource, rawCluster, caFile string, timeout time.Durat
 		cfg.display = scheme + "://" + strings.Join(co.Addrs, ",")
 		co.DialTimeout, co.ReadTimeout, co.WriteTimeout = orDefault(co.DialTimeout, timeout), orDefault(co.ReadTimeout, timeout), orDefault(co.WriteTimeout, timeout)
 	default:
-		o, err := redis.ParseURL(redisURLOf(rawURL))
+		o, err := parseRedisURL(redisURLOf(rawURL))
 		if err != nil {
-			return redisConfig{}, fmt.Errorf("%s %s: %s (want redis://[user:password@]host:port[/db], rediss://… or host:port)", urlSource, redactURL(rawURL), urlErrorReason(err))
+			return redisConfig{}, fmt.Errorf("%s %s: %s (want redis://[user:password@]host:port[/db], rediss://… or host:port)", urlSource, redactURL(rawURL), err)
 		}
 		cfg.single = o
 		tlsOn = o.TLSConfig != nil
@@ -195,20 +196,60 @@ func displayURL(o *redis.Options) string {
 	return s
 }
 
-// redactURL hides the user information of a URL that may not even parse.
+// userInfo splits raw at the user information: what lies between "://"
+// (or the start, for host:port) and the last '@'. The last, since a
+// password may hold an unescaped '@', '/', '?' or '#' that a URL parser
+// would read as the end of it. ok is false when there is no '@'.
+func userInfo(raw string) (head, info, tail string, ok bool) {
+	if scheme, rest, found := strings.Cut(raw, "://"); found {
+		head, raw = scheme+"://", rest
+	}
+	i := strings.LastIndex(raw, "@")
+	if i < 0 {
+		return head, "", raw, false
+	}
+	return head, raw[:i], raw[i:], true
+}
+
+// redactURL is raw with its user information, as userInfo finds it,
+// replaced by xxxxx: a URL that may not even parse.
 func redactURL(raw string) string {
-	scheme, rest, ok := strings.Cut(raw, "://")
+	head, _, tail, ok := userInfo(raw)
 	if !ok {
-		if strings.Contains(raw, "@") {
-			return "xxxxx@" + raw[strings.LastIndex(raw, "@")+1:]
-		}
 		return raw
 	}
-	// The last '@' anywhere, as in urlSecrets.
-	if i := strings.LastIndex(rest, "@"); i >= 0 {
-		rest = "xxxxx" + rest[i:]
+	return head + "xxxxx" + tail
+}
+
+// parseRedisURL is redis.ParseURL with errors that hold no byte of the user
+// information. The parsers quote what they could not read ("invalid port
+// \":AlicePw\" after host"), which for a password with an unescaped '#'
+// is part of it; so the reason comes from the URL with its user
+// information redacted, and a URL whose trouble is only there says so.
+func parseRedisURL(raw string) (*redis.Options, error) {
+	o, err := redis.ParseURL(raw)
+	_, info, _, hasInfo := userInfo(raw)
+	if err == nil && (!hasInfo || parsedUserInfo(o, info)) {
+		return o, nil
 	}
-	return scheme + "://" + rest
+	if !hasInfo {
+		return nil, errors.New(urlErrorReason(err))
+	}
+	if _, rerr := redis.ParseURL(redactURL(raw)); rerr != nil {
+		return nil, errors.New(urlErrorReason(rerr))
+	}
+	return nil, errors.New("the user name or password does not parse: percent-encode each '@', ':', '/', '?', '#' and '%' in it (%40 %3A %2F %3F %23 %25)")
+}
+
+// parsedUserInfo reports whether o's credentials are the whole of info,
+// as userInfo found it: when a password holds an unescaped '/', '?' or
+// '#', a URL parser reads a shorter one, and the rest as a path, a query or
+// a fragment.
+func parsedUserInfo(o *redis.Options, info string) bool {
+	user, pass, _ := strings.Cut(info, ":")
+	u, err1 := url.PathUnescape(user)
+	p, err2 := url.PathUnescape(pass)
+	return err1 == nil && err2 == nil && u == o.Username && p == o.Password
 }
 
 // urlErrorReason drops the URL that url.Parse puts in its errors, because
@@ -221,27 +262,37 @@ func urlErrorReason(err error) string {
 	return strings.TrimPrefix(err.Error(), "redis: ")
 }
 
-// urlSecrets returns the password in a URL, whether or not it parses, so
-// that it can be scrubbed from any message.
+// urlSecrets returns what must not show in any message about a URL,
+// whether or not it parses: its whole user information as userInfo finds
+// it, the password in it, escaped and not, and the password a URL parser
+// reads, which differs when the password holds an unescaped '/', '?' or
+// '#'.
 func urlSecrets(raw string) []string {
-	_, rest, ok := strings.Cut(raw, "://")
+	_, info, _, ok := userInfo(raw)
 	if !ok {
-		rest = raw
-	}
-	// The last '@' anywhere: a password with an unescaped '/' must not
-	// escape scrubbing, and over-scrubbing costs nothing.
-	i := strings.LastIndex(rest, "@")
-	if i < 0 {
 		return nil
 	}
-	_, pass, ok := strings.Cut(rest[:i], ":")
-	if !ok || pass == "" {
-		return nil
+	var out []string
+	add := func(s string) {
+		if s != "" && !slices.Contains(out, s) {
+			out = append(out, s)
+		}
 	}
-	out := []string{pass}
-	if u, err := url.PathUnescape(pass); err == nil && u != pass {
-		out = append(out, u)
+	if _, pass, found := strings.Cut(info, ":"); found {
+		add(info)
+		add(pass)
+		if u, err := url.PathUnescape(pass); err == nil {
+			add(u)
+		}
 	}
+	if u, err := url.Parse(redisURLOf(raw)); err == nil && u.User != nil {
+		if p, set := u.User.Password(); set {
+			add(p)
+		}
+	}
+	// Longest first, so that scrubbing the password does not leave a
+	// shorter secret's remains.
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
 	return out
 }
 

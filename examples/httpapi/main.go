@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -28,11 +29,14 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/enqueue"
 	"github.com/admitq/admitq/examples/internal/redisaddr"
+	"github.com/admitq/admitq/metrics"
 )
 
 func main() {
@@ -66,23 +70,56 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.SetOutput(stderr)
 	var cfg config
 	fs.StringVar(&cfg.redis, "redis", envOr(getenv, "ADMITQ_REDIS", redisaddr.Default), "Redis: host:port or redis://[user:password@]host:port[/db] (env ADMITQ_REDIS)")
-	fs.StringVar(&cfg.addr, "addr", envOr(getenv, "ADMITQ_HTTP", "127.0.0.1:8080"), "address to listen on (env ADMITQ_HTTP)")
-	fs.IntVar(&cfg.quota.Limit, "limit", 10, "jobs each tenant may start in any window")
-	fs.DurationVar(&cfg.quota.Window, "window", time.Second, "length of the sliding window")
-	fs.DurationVar(&cfg.quota.MaxDelay, "max-delay", 5*time.Second, "how far ahead a job may be deferred before it is refused")
-	if err := fs.Parse(args); err != nil {
+	fs.StringVar(&cfg.addr, "addr", envOr(getenv, "ADMITQ_HTTP", defaultAddr), "address to listen on (env ADMITQ_HTTP); it serves /metrics too")
+	fs.IntVar(&cfg.quota.Limit, "limit", 10, "jobs a tenant may start in any window, when Redis holds no quota for it (admitq quota set)")
+	fs.DurationVar(&cfg.quota.Window, "window", time.Second, "length of the sliding window, when Redis holds no quota for the tenant")
+	fs.DurationVar(&cfg.quota.MaxDelay, "max-delay", 5*time.Second, "how far ahead a job may be deferred before it is refused, when Redis holds no quota for the tenant")
+	fail := func(err error) (config, error) {
+		fmt.Fprintln(fs.Output(), "httpapi:", err)
 		return config{}, err
 	}
-	if err := redisaddr.CheckFlag(fs, cfg.redis); err != nil {
-		fmt.Fprintln(fs.Output(), err)
-		return config{}, err
-	}
-	if err := cfg.quota.Validate(); err != nil {
-		fmt.Fprintln(fs.Output(), err)
+	// The flag package's own errors get the program's prefix too.
+	out := fs.Output()
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(out, "httpapi:", err)
+		}
 		fs.Usage()
 		return config{}, err
 	}
+	if err := redisaddr.CheckFlag(fs, cfg.redis); err != nil {
+		return fail(err)
+	}
+	if err := cfg.quota.Validate(); err != nil {
+		return fail(err)
+	}
+	if fs.NArg() > 0 {
+		return fail(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	}
 	return cfg, nil
+}
+
+// defaultAddr is where the API listens by default: not 8080, where
+// admitq dashboard does.
+const defaultAddr = "127.0.0.1:8090"
+
+// quotas reads each tenant's quota from Redis, so that admitq quota set
+// (and the dashboard) apply here as they do to every producer; a tenant
+// with none there, and no default there either, gets the flags' quota.
+type quotas struct {
+	redis *admission.RedisQuotas
+	flags admission.Quota
+}
+
+func (q quotas) Quota(ctx context.Context, tenant string) (admission.Quota, error) {
+	got, err := q.redis.Quota(ctx, tenant)
+	if errors.Is(err, admission.ErrNoQuota) {
+		return q.flags, nil
+	}
+	return got, err
 }
 
 func envOr(getenv func(string) string, key, def string) string {
@@ -129,14 +166,27 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
-	gate := admission.New(rdb, admission.StaticQuotas{Default: &cfg.quota})
+	gate := admission.New(rdb, quotas{redis: admission.NewRedisQuotas(rdb), flags: cfg.quota})
 	defer gate.Close()
 	client := enqueue.NewFromRedis(rdb, gate)
 
-	srv := newServer(cfg.addr, newHandler(client, asynq.NewInspectorFromRedisClient(rdb), log))
+	// Decisions per tenant and outcome, for admitq dashboard --metrics.
+	m := metrics.New()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/", newAPI(client, asynq.NewInspectorFromRedisClient(rdb), m, log))
+
+	// Listen first, so that "listening" is said only once it is true.
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return fmt.Errorf("-addr: %w", err)
+	}
+	srv := newServer(cfg.addr, mux)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	log.Info("httpapi listening", "addr", cfg.addr, "redis", opts.Addr, "quota", cfg.quota.String())
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("httpapi listening", "addr", ln.Addr().String(), "redis", opts.Addr, "quota_without_one_in_redis", cfg.quota.String())
 	select {
 	case err := <-errc:
 		return err
@@ -157,7 +207,12 @@ const queue = "default"
 // whose Idempotency-Key is taken with insp, and logging failures other than
 // the caller's to log.
 func newHandler(client *enqueue.Client, insp *asynq.Inspector, log *slog.Logger) http.Handler {
-	a := &api{client: client, insp: insp, log: log}
+	return newAPI(client, insp, nil, log)
+}
+
+// newAPI is newHandler counting each decision in m; nil counts none.
+func newAPI(client *enqueue.Client, insp *asynq.Inspector, m *metrics.Metrics, log *slog.Logger) http.Handler {
+	a := &api{client: client, insp: insp, metrics: m, log: log}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /tenants/{tenant}/jobs", a.createJob)
 	return rejectUncleanPaths(mux)
@@ -182,9 +237,10 @@ func rejectUncleanPaths(next http.Handler) http.Handler {
 }
 
 type api struct {
-	client *enqueue.Client
-	insp   *asynq.Inspector
-	log    *slog.Logger
+	client  *enqueue.Client
+	insp    *asynq.Inspector
+	metrics *metrics.Metrics // nil counts nothing
+	log     *slog.Logger
 }
 
 // jobRequest is the body of POST /tenants/{tenant}/jobs.
@@ -198,7 +254,7 @@ type jobRequest struct {
 // jobResponse is the body of a 202.
 type jobResponse struct {
 	ID    string    `json:"id"`
-	State string    `json:"state"` // "admitted" or "deferred"
+	State string    `json:"state"` // "admitted", "deferred" or "parked" (behind the tenant's in-flight cap)
 	RunAt time.Time `json:"run_at"`
 }
 
@@ -228,12 +284,19 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusBadRequest, errorResponse{Error: "Idempotency-Key must be one non-empty value"})
 			return
 		}
+		if err := checkIdempotencyKey(key[0]); err != nil {
+			writeJSON(w, http.StatusBadRequest, errorResponse{Error: err.Error()})
+			return
+		}
 		opts = append(opts, asynq.TaskID(jobID(tenant, key[0])))
 	}
 
 	task := asynq.NewTask(req.Type, req.Payload)
 	info, d, err := a.client.Enqueue(r.Context(), tenant, task, append(opts, asynq.Queue(queue))...)
 	var rej *enqueue.RejectedError
+	if a.metrics != nil && (err == nil || errors.As(err, &rej)) {
+		a.metrics.ObserveDecision(d)
+	}
 	switch {
 	case err == nil:
 		writeJSON(w, http.StatusAccepted, jobResponse{ID: info.ID, State: d.Outcome.String(), RunAt: d.At.UTC()})
@@ -309,6 +372,24 @@ func (a *api) existingJob(w http.ResponseWriter, task *asynq.Task, d admission.D
 		return
 	}
 	writeJSON(w, http.StatusConflict, errorResponse{Error: "a job with this Idempotency-Key already exists"})
+}
+
+// maxIdempotencyKey bounds an Idempotency-Key: it becomes a task ID and a
+// gate entry, kept in Redis for as long as the job.
+const maxIdempotencyKey = 200
+
+// checkIdempotencyKey allows at most maxIdempotencyKey bytes of printable
+// ASCII, as the IETF draft's keys (a UUID, an order number) are.
+func checkIdempotencyKey(k string) error {
+	if len(k) > maxIdempotencyKey {
+		return fmt.Errorf("Idempotency-Key is %d bytes, want at most %d", len(k), maxIdempotencyKey)
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x20 || k[i] > 0x7e {
+			return fmt.Errorf("Idempotency-Key holds byte 0x%02x at %d, want printable ASCII", k[i], i)
+		}
+	}
+	return nil
 }
 
 // jobID turns a tenant's idempotency key into a task ID. asynq task IDs are

@@ -265,7 +265,7 @@ func TestParseFlags(t *testing.T) {
 	}{
 		{
 			desc: "defaults",
-			want: config{redis: "127.0.0.1:6379", addr: "127.0.0.1:8080", quota: admission.Quota{Limit: 10, Window: time.Second, MaxDelay: 5 * time.Second}},
+			want: config{redis: "127.0.0.1:6379", addr: "127.0.0.1:8090", quota: admission.Quota{Limit: 10, Window: time.Second, MaxDelay: 5 * time.Second}},
 		},
 		{
 			desc: "the environment sets the defaults",
@@ -275,13 +275,13 @@ func TestParseFlags(t *testing.T) {
 		{
 			desc: "ADMITQ_REDIS may be a URL",
 			env:  map[string]string{"ADMITQ_REDIS": "rediss://u:p@redis:6380/1"},
-			want: config{redis: "rediss://u:p@redis:6380/1", addr: "127.0.0.1:8080", quota: admission.Quota{Limit: 10, Window: time.Second, MaxDelay: 5 * time.Second}},
+			want: config{redis: "rediss://u:p@redis:6380/1", addr: "127.0.0.1:8090", quota: admission.Quota{Limit: 10, Window: time.Second, MaxDelay: 5 * time.Second}},
 		},
 		{
 			desc: "flags win over the environment",
 			args: []string{"-redis", "10.0.0.1:6379", "-limit", "3", "-window", "1m", "-max-delay", "0"},
 			env:  map[string]string{"ADMITQ_REDIS": "redis:6380"},
-			want: config{redis: "10.0.0.1:6379", addr: "127.0.0.1:8080", quota: admission.Quota{Limit: 3, Window: time.Minute}},
+			want: config{redis: "10.0.0.1:6379", addr: "127.0.0.1:8090", quota: admission.Quota{Limit: 3, Window: time.Minute}},
 		},
 	}
 	for _, tc := range tests {
@@ -299,7 +299,7 @@ func TestParseFlags(t *testing.T) {
 		t.Error("parseFlags(-limit 0) succeeded, want an error")
 	}
 	var stderr strings.Builder
-	if _, err := parseFlags(nil, func(string) string { return "a:b:c" }, &stderr); err == nil || !strings.HasPrefix(stderr.String(), "ADMITQ_REDIS: ") {
+	if _, err := parseFlags(nil, func(string) string { return "a:b:c" }, &stderr); err == nil || !strings.HasPrefix(stderr.String(), "httpapi: ADMITQ_REDIS a:b:c: ") {
 		t.Errorf("parseFlags with ADMITQ_REDIS=a:b:c: %v, stderr %q; want an error naming ADMITQ_REDIS", err, stderr.String())
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,7 +44,7 @@ func TestRun(t *testing.T) {
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("outcomes mismatch (-want,+got):\n%s\noutput:\n%s", diff, out.String())
 			}
-			if summary := lines[len(lines)-1]; !strings.Contains(summary, "3 admitted, 3 deferred, 2 rejected, 0 failed") {
+			if summary := lines[len(lines)-1]; !strings.Contains(summary, "3 admitted, 3 deferred, 0 parked, 2 rejected, 0 failed") {
 				t.Errorf("summary = %q", summary)
 			}
 			in := asynq.NewInspectorFromRedisClient(srv.Client(t))
@@ -116,6 +118,8 @@ func TestParseFlags(t *testing.T) {
 		{desc: "an invalid quota", args: []string{"-window", "0s"}, wantErr: true},
 		{desc: "a bad address from the environment", env: map[string]string{"ADMITQ_REDIS": "a:b:c"}, wantErr: true},
 		{desc: "a negative count", args: []string{"-n", "-1"}, wantErr: true},
+		{desc: "an empty tenant", args: []string{"-tenant", ""}, wantErr: true},
+		{desc: "an extra argument", args: []string{"acme"}, wantErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -128,4 +132,95 @@ func TestParseFlags(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTheQuotaInRedisWins: admitq quota set applies to the producer; the
+// flags' quota is for tenants Redis has none for.
+func TestTheQuotaInRedisWins(t *testing.T) {
+	srv := redistest.Start(t)
+	if err := admission.NewRedisQuotas(srv.Client(t)).Set(t.Context(), "acme", admission.Quota{Limit: 2, Window: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	cfg := config{redis: srv.Addr(), tenant: "acme", taskType: "t", n: 4, quota: admission.Quota{Limit: 100, Window: time.Second}}
+	if err := run(t.Context(), cfg, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "(quota 2/1m0s): 2 admitted, 0 deferred, 0 parked, 2 rejected") {
+		t.Errorf("Redis's quota did not apply:\n%s", out.String())
+	}
+	out.Reset()
+	cfg.tenant = "globex"
+	if err := run(t.Context(), cfg, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "4 admitted") {
+		t.Errorf("a tenant without a quota in Redis did not get the flags':\n%s", out.String())
+	}
+}
+
+// TestTheProducerServesItsDecisions: with -metrics-addr the decisions are
+// at /metrics, parked ones included, for admitq dashboard to chart.
+func TestTheProducerServesItsDecisions(t *testing.T) {
+	srv := redistest.Start(t)
+	if err := admission.NewRedisQuotas(srv.Client(t)).Set(t.Context(), "noisy", admission.Quota{Limit: 100, Window: time.Second, MaxInFlight: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	out := &syncWriter{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, config{redis: srv.Addr(), tenant: "noisy", taskType: "t", n: 3, quota: admission.Quota{Limit: 1, Window: time.Second}, metricsAddr: addr}, out)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), "metrics at") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no metrics line:\n%s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run: %v", err)
+	}
+	// Parked when a worker with a gate serves the queue, else admitted:
+	// either way /metrics says what the output says.
+	wants := []string{`admitq_gate_decisions_total{outcome="admitted",tenant="noisy"} 1`, `admitq_gate_decisions_total{outcome="parked",tenant="noisy"} 2`}
+	if !strings.Contains(out.String(), "1 admitted, 0 deferred, 2 parked") {
+		wants = []string{`admitq_gate_decisions_total{outcome="admitted",tenant="noisy"} 3`}
+	}
+	for _, want := range wants {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s:\n%s\noutput:\n%s", want, body, out.String())
+		}
+	}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }

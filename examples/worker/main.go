@@ -1,5 +1,7 @@
 // Command worker processes the tasks that the producer and httpapi examples
-// enqueue through admitq. Each handler knows its task's tenant
+// enqueue through admitq, with a gate, so that a capped tenant's parked
+// tasks move to the queue as its running ones end, and Prometheus metrics
+// at /metrics for admitq dashboard. Each handler knows its task's tenant
 // (worker.Tenant), so it can log it, bill it or pick the tenant's
 // credentials for a downstream call.
 //
@@ -13,12 +15,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
+	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/examples/internal/redisaddr"
+	"github.com/admitq/admitq/metrics"
 	"github.com/admitq/admitq/worker"
 )
 
@@ -32,15 +41,17 @@ func main() {
 	}
 	redis.SetLogger(redisaddr.QuietLog{})
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	w, err := newWorker(context.Background(), cfg, log)
+	svc, err := newWorker(context.Background(), cfg, log)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}
-	log.Info("worker running; Ctrl-C stops it", "redis", mustRedisOptions(cfg.redis).Addr, "concurrency", cfg.concurrency)
+	defer svc.Close()
+	log.Info("worker running; Ctrl-C stops it", "redis", svc.redisAddr, "concurrency", cfg.concurrency, "metrics", svc.metricsURL)
 	// Run blocks until SIGINT or SIGTERM, then lets running tasks finish.
-	if err := w.Run(newHandler(log)); err != nil {
-		log.Error("worker", "err", err)
+	if err := svc.Run(newHandler(log)); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		svc.Close()
 		os.Exit(1)
 	}
 }
@@ -48,7 +59,12 @@ func main() {
 type config struct {
 	redis       string
 	concurrency int
+	metricsAddr string
 }
+
+// defaultMetricsAddr is where the admitq command's worker serves its
+// metrics too, and where admitq dashboard reads them by default.
+const defaultMetricsAddr = "127.0.0.1:9464"
 
 // parseFlags reads the command line, with defaults from the environment.
 // Errors and usage go to stderr.
@@ -62,19 +78,45 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	var cfg config
 	fs.StringVar(&cfg.redis, "redis", redisAddr, "Redis: host:port or redis://[user:password@]host:port[/db] (env ADMITQ_REDIS)")
 	fs.IntVar(&cfg.concurrency, "concurrency", 10, "tasks handled at once")
-	if err := fs.Parse(args); err != nil {
+	fs.StringVar(&cfg.metricsAddr, "metrics-addr", defaultMetricsAddr, `address to serve Prometheus metrics on, at /metrics; "" serves none`)
+	// The flag package's own errors get the program's prefix too.
+	out := fs.Output()
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(out, "worker:", err)
+		}
+		fs.Usage()
 		return config{}, err
 	}
 	if err := redisaddr.CheckFlag(fs, cfg.redis); err != nil {
-		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(stderr, "worker:", err)
 		return config{}, err
 	}
 	if cfg.concurrency < 1 {
-		err := fmt.Errorf("-concurrency is %d, want 1 or more", cfg.concurrency)
-		fmt.Fprintln(stderr, err)
+		err := fmt.Errorf("-concurrency %d: want 1 or more", cfg.concurrency)
+		fmt.Fprintln(stderr, "worker:", err)
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		err := fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		fmt.Fprintln(stderr, "worker:", err)
 		return config{}, err
 	}
 	return cfg, nil
+}
+
+// service is the worker and what it runs with: the gate that keeps
+// capped tenants' MaxInFlight, its Redis client, and the metrics endpoint.
+type service struct {
+	*worker.Worker
+	gate       *admission.Gate
+	rdb        *redis.Client
+	metrics    *http.Server // nil without -metrics-addr
+	redisAddr  string
+	metricsURL string
 }
 
 // newWorker checks that the Redis at cfg.redis answers, then returns a
@@ -82,25 +124,61 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 // ever, logging each failure. worker.Config's zero values are sane: queue
 // "default", and deferred tasks promoted every second, the resolution of
 // their slots.
-func newWorker(ctx context.Context, cfg config, log *slog.Logger) (*worker.Worker, error) {
-	o := mustRedisOptions(cfg.redis)
+//
+// The worker has a gate, with the quotas admitq quota set writes: without
+// one, a capped tenant's (Quota.MaxInFlight) parked tasks would never
+// move to the queue.
+func newWorker(ctx context.Context, cfg config, log *slog.Logger) (*service, error) {
+	o, err := redisaddr.Options(cfg.redis)
+	if err != nil {
+		return nil, err
+	}
 	if err := redisaddr.Ping(ctx, o); err != nil {
 		return nil, err
 	}
+	svc := &service{rdb: redis.NewClient(o), redisAddr: o.Addr}
+	svc.gate = admission.New(svc.rdb, admission.NewRedisQuotas(svc.rdb))
+	m := metrics.New()
+	if cfg.metricsAddr != "" {
+		ln, err := net.Listen("tcp", cfg.metricsAddr)
+		if err != nil {
+			svc.Close()
+			return nil, fmt.Errorf("-metrics-addr: %w", err)
+		}
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(m)
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		svc.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+		svc.metricsURL = "http://" + ln.Addr().String() + "/metrics"
+		go func() { _ = svc.metrics.Serve(ln) }()
+	}
 	opt := asynq.RedisClientOpt{Network: o.Network, Addr: o.Addr, Username: o.Username, Password: o.Password, DB: o.DB, TLSConfig: o.TLSConfig}
-	return worker.New(opt, worker.Config{
+	svc.Worker = worker.New(opt, worker.Config{
 		Concurrency: cfg.concurrency,
+		Gate:        svc.gate,
+		Middleware:  []asynq.MiddlewareFunc{m.Middleware()},
+		OnDispatch:  m.ObserveDispatch,
 		Logger:      log,
-	}), nil
+	})
+	return svc, nil
 }
 
-// mustRedisOptions is redisaddr.Options for an address parseFlags has checked.
-func mustRedisOptions(s string) *redis.Options {
-	o, err := redisaddr.Options(s)
-	if err != nil {
-		panic(err)
+// Close stops the metrics endpoint and closes the gate and the Redis
+// client, after the worker has stopped (Run returned, or Shutdown).
+func (s *service) Close() {
+	if s.metrics != nil {
+		_ = s.metrics.Close()
+		s.metrics = nil
 	}
-	return o
+	if s.gate != nil {
+		_ = s.gate.Close()
+		s.gate = nil
+	}
+	if s.rdb != nil {
+		_ = s.rdb.Close()
+		s.rdb = nil
+	}
 }
 
 // newHandler returns the handler for every task type: it logs the task with

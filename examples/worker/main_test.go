@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -65,7 +67,7 @@ func TestHandlerLogsTheTenant(t *testing.T) {
 	if err := w.Start(newHandler(log)); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	defer w.Shutdown()
+	defer func() { w.Shutdown(); w.Close() }()
 
 	want := `msg=task tenant=globex type=example:hello id=` + info.ID + ` payload="{\"n\":1}"`
 	deadline := time.Now().Add(10 * time.Second)
@@ -103,13 +105,14 @@ func TestParseFlagsNamesTheBadAddress(t *testing.T) {
 		env  string
 		want string
 	}{
-		{nil, "a:b:c", "ADMITQ_REDIS: "},
-		{[]string{"-redis", "redis://a:b:c"}, "", "-redis: "},
-		{[]string{"-redis", "nocolon"}, "127.0.0.1:6379", "-redis: "},
+		{nil, "a:b:c", "worker: ADMITQ_REDIS a:b:c: "},
+		{[]string{"-redis", "redis://a:b:c"}, "", "worker: -redis redis://a:b:c: "},
+		{[]string{"-redis", "host:port"}, "127.0.0.1:6379", "worker: -redis host:port: "},
+		{nil, "alice:AlicePw%2342@host:port", "worker: ADMITQ_REDIS xxxxx@host:port: "},
 	} {
 		var stderr strings.Builder
 		_, err := parseFlags(c.args, func(string) string { return c.env }, &stderr)
-		if err == nil || !strings.HasPrefix(stderr.String(), c.want) {
+		if err == nil || !strings.HasPrefix(stderr.String(), c.want) || strings.Contains(stderr.String(), "AlicePw") {
 			t.Errorf("parseFlags(%q) with ADMITQ_REDIS=%q: err %v, stderr %q; want it to start %q", c.args, c.env, err, stderr.String(), c.want)
 		}
 	}
@@ -123,10 +126,10 @@ func TestParseFlags(t *testing.T) {
 		want    config
 		wantErr bool
 	}{
-		{desc: "defaults", want: config{redis: "127.0.0.1:6379", concurrency: 10}},
-		{desc: "ADMITQ_REDIS sets the address", env: map[string]string{"ADMITQ_REDIS": "r:1"}, want: config{redis: "r:1", concurrency: 10}},
-		{desc: "flags win", args: []string{"-redis", "s:2", "-concurrency", "3"}, env: map[string]string{"ADMITQ_REDIS": "r:1"}, want: config{redis: "s:2", concurrency: 3}},
-		{desc: "ADMITQ_REDIS may be a URL", env: map[string]string{"ADMITQ_REDIS": "redis://r:1/2"}, want: config{redis: "redis://r:1/2", concurrency: 10}},
+		{desc: "defaults", want: config{redis: "127.0.0.1:6379", concurrency: 10, metricsAddr: defaultMetricsAddr}},
+		{desc: "ADMITQ_REDIS sets the address", env: map[string]string{"ADMITQ_REDIS": "r:1"}, want: config{redis: "r:1", concurrency: 10, metricsAddr: defaultMetricsAddr}},
+		{desc: "flags win", args: []string{"-redis", "s:2", "-concurrency", "3"}, env: map[string]string{"ADMITQ_REDIS": "r:1"}, want: config{redis: "s:2", concurrency: 3, metricsAddr: defaultMetricsAddr}},
+		{desc: "ADMITQ_REDIS may be a URL", env: map[string]string{"ADMITQ_REDIS": "redis://r:1/2"}, want: config{redis: "redis://r:1/2", concurrency: 10, metricsAddr: defaultMetricsAddr}},
 		{desc: "no concurrency", args: []string{"-concurrency", "0"}, wantErr: true},
 		{desc: "a bad address", args: []string{"-redis", "redis://a:b:c"}, wantErr: true},
 	}
@@ -140,5 +143,68 @@ func TestParseFlags(t *testing.T) {
 				t.Errorf("config mismatch (-want,+got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestACappedTenantsParkedTasksAllRun: the worker has a gate, so a tenant
+// capped at 2 in flight (set as admitq quota set does, in Redis) has its
+// tasks past the cap wait and then run, all of them, and /metrics counts
+// their starts.
+func TestACappedTenantsParkedTasksAllRun(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	quotas := admission.NewRedisQuotas(rdb)
+	if err := quotas.Set(t.Context(), "noisy", admission.Quota{Limit: 100, Window: time.Second, MaxInFlight: 2, MaxParked: 5}); err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	w, err := newWorker(t.Context(), config{redis: srv.URL(), concurrency: 4, metricsAddr: "127.0.0.1:0"}, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Slow tasks, so that the cap is reached.
+	slow := asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		time.Sleep(200 * time.Millisecond)
+		return newHandler(log).ProcessTask(ctx, task)
+	})
+	if err := w.Start(slow); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer func() { w.Shutdown(); w.Close() }()
+
+	gate := admission.New(rdb, quotas, admission.WithTimeout(5*time.Second))
+	defer gate.Close()
+	client := enqueue.New(asynq.NewClientFromRedisClient(rdb), gate)
+	// The producer sees a worker with a gate within a second of its start.
+	time.Sleep(1500 * time.Millisecond)
+	parked := 0
+	for i := range 5 {
+		_, d, err := client.Enqueue(t.Context(), "noisy", asynq.NewTask("example:hello", fmt.Appendf(nil, `{"n":%d}`, i)))
+		if err != nil {
+			t.Fatalf("Enqueue %d: %v", i, err)
+		}
+		if d.Outcome == admission.Parked {
+			parked++
+		}
+	}
+	if parked == 0 {
+		t.Error("no task waited behind the cap: the worker's gate is not seen")
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for strings.Count(out.String(), "tenant=noisy") < 5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 5 tasks ran in 15s (%d were parked); log:\n%s", strings.Count(out.String(), "tenant=noisy"), parked, out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resp, err := http.Get(w.metricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `admitq_tasks_started_total{tenant="noisy"} 5`) {
+		t.Errorf("/metrics does not count 5 starts for noisy:\n%s", body)
 	}
 }

@@ -26,13 +26,36 @@
 // the tab is hidden, costs nothing once the tab is closed, needs no
 // goroutine per viewer and passes any proxy.
 //
+// # Which tenants are listed
+//
+// Every tenant with a quota of its own, and the tenants on the default that
+// were active recently: those whose window is in Redis (found with
+// admission.Gate.ScanTenants, as admitq status finds them, at most every
+// 30 seconds) and those the metrics counted within the charts' history.
+// Rates are each source's increase divided by the time since its last
+// successful read.
+//
 // # Access
 //
 // Without a token the dashboard answers only requests whose Host is a
 // loopback name (against DNS rebinding); the command binds it to loopback.
-// With a token every page and write needs it: a sign-in form sets an
-// HttpOnly, SameSite=Strict cookie derived from the token (never the token
-// itself), or a client sends "Authorization: Bearer TOKEN". Forms carry a
-// CSRF token checked against a SameSite cookie, and cross-origin writes are
-// refused (net/http.CrossOriginProtection).
+// With a token every page and write needs it: a client sends
+// "Authorization: Bearer TOKEN", or signs in through a form, which sets an
+// HttpOnly, SameSite=Strict cookie holding a random session ID. The server
+// keeps the sessions: one ends at sign-out or after SessionTTL, whatever
+// the browser keeps. Sign-in attempts are limited per client address (a
+// burst of 5, then one every 2 seconds; a right token costs nothing), with
+// 429 and Retry-After past that. Cookies are Secure when the request came
+// over TLS, or through a proxy that says so in X-Forwarded-Proto when
+// Config.TrustProxy is set.
+//
+// Forms carry a CSRF token checked against a SameSite cookie, are read
+// only as application/x-www-form-urlencoded of at most 64 KB (multipart is
+// refused with 415), and cross-origin writes are refused
+// (net/http.CrossOriginProtection). Other bodies are bounded at 1 MB. Every
+// response, asynqmon's included, carries Content-Security-Policy:
+// frame-ancestors 'none' and X-Frame-Options: DENY, so no other site can
+// frame a page and click in it. The page to go to after sign-in must be a
+// path on this host: no scheme, host, backslash or control character,
+// encoded or not.
 package dashboard

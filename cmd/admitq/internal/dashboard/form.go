@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 
@@ -14,14 +15,31 @@ import (
 func parseQuotaForm(r *http.Request) (admission.Quota, map[string]string, error) {
 	q, errs, err := quotainput.Parse(r.PostFormValue("limit"), r.PostFormValue("window"), r.PostFormValue("max-delay"), r.PostFormValue("mode"),
 		r.PostFormValue("max-in-flight"), r.PostFormValue("max-parked"))
+	out := map[string]string{}
+	for f, e := range errs {
+		out[f] = e.Message()
+	}
+	w, werr := quotainput.ParseWeight(r.PostFormValue("weight"))
+	if werr != nil {
+		out["weight"] = werr.Message()
+		err = errors.Join(err, werr)
+	}
 	if err != nil {
-		out := map[string]string{}
-		for f, e := range errs {
-			out[f] = e.Message()
-		}
 		return admission.Quota{}, out, err
 	}
+	q, err = quotainput.WithWeight(q, w)
+	if err != nil {
+		return admission.Quota{}, nil, err
+	}
 	return q, nil, nil
+}
+
+// formatWeight is a quota's weight for its field: "" for 0 (meaning 1).
+func formatWeight(w float64) string {
+	if w == 0 {
+		return ""
+	}
+	return strconv.FormatFloat(w, 'g', -1, 64)
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

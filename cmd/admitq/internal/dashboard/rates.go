@@ -34,22 +34,27 @@ func (s gathererSource) Name() string { return s.name }
 
 func (s gathererSource) Gather(context.Context) ([]*dto.MetricFamily, error) { return s.g.Gather() }
 
-// counters are one tenant's running totals in one source.
+// counters are one tenant's running totals in one source, or their
+// increase per second over an interval.
 type counters struct {
-	admitted, deferred, rejected, started, busy float64
+	admitted, deferred, parked, rejected, started, busy float64
 }
 
 func (c counters) minus(p counters) counters {
-	d := counters{c.admitted - p.admitted, c.deferred - p.deferred, c.rejected - p.rejected, c.started - p.started, c.busy - p.busy}
+	d := counters{c.admitted - p.admitted, c.deferred - p.deferred, c.parked - p.parked, c.rejected - p.rejected, c.started - p.started, c.busy - p.busy}
 	// A counter that went down is a restarted process: it counted c since.
-	if d.admitted < 0 || d.deferred < 0 || d.rejected < 0 || d.started < 0 || d.busy < 0 {
+	if d.admitted < 0 || d.deferred < 0 || d.parked < 0 || d.rejected < 0 || d.started < 0 || d.busy < 0 {
 		return c
 	}
 	return d
 }
 
 func (c counters) plus(o counters) counters {
-	return counters{c.admitted + o.admitted, c.deferred + o.deferred, c.rejected + o.rejected, c.started + o.started, c.busy + o.busy}
+	return counters{c.admitted + o.admitted, c.deferred + o.deferred, c.parked + o.parked, c.rejected + o.rejected, c.started + o.started, c.busy + o.busy}
+}
+
+func (c counters) per(secs float64) counters {
+	return counters{c.admitted / secs, c.deferred / secs, c.parked / secs, c.rejected / secs, c.started / secs, c.busy / secs}
 }
 
 // readCounters sums the families of admitq's metrics by tenant.
@@ -78,6 +83,8 @@ func readCounters(fams []*dto.MetricFamily) map[string]counters {
 					c.admitted += v
 				case "deferred":
 					c.deferred += v
+				case "parked":
+					c.parked += v
 				case "rejected":
 					c.rejected += v
 				}
@@ -95,7 +102,10 @@ func readCounters(fams []*dto.MetricFamily) map[string]counters {
 }
 
 // rates samples the sources every interval and keeps, per tenant, the
-// rates of the last history: a ring of points shared by all tenants.
+// rates of the last history: a ring of points shared by all tenants. A
+// point is each source's increase divided by the time since that source's
+// last successful read, not by the interval: a read that failed, or one
+// that came late, would otherwise make the next point too high.
 type rates struct {
 	sources  []Source
 	every    time.Duration
@@ -104,8 +114,9 @@ type rates struct {
 
 	mu     sync.Mutex
 	times  []time.Time           // end of each interval, oldest first
-	series map[string][]counters // per tenant, per interval: the increase, aligned with times
+	series map[string][]counters // per tenant, per interval: the increase per second, aligned with times
 	prev   []map[string]counters // per source: the totals last read
+	prevAt []time.Time           // per source: when they were read
 	errs   map[string]string     // per source name: the last error, if any
 }
 
@@ -117,6 +128,7 @@ func newRates(sources []Source, every, history time.Duration) *rates {
 		now:      time.Now,
 		series:   map[string][]counters{},
 		prev:     make([]map[string]counters, len(sources)),
+		prevAt:   make([]time.Time, len(sources)),
 		errs:     map[string]string{},
 	}
 }
@@ -140,6 +152,7 @@ func (r *rates) run(ctx context.Context) {
 func (r *rates) sample(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, r.every)
 	defer cancel()
+	at := r.now() // when the sources are read: each counts up to about then
 	read := make([]map[string]counters, len(r.sources))
 	errs := make([]error, len(r.sources))
 	var wg sync.WaitGroup
@@ -161,6 +174,14 @@ func (r *rates) sample(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delta := map[string]counters{}
+	// A source read again after failed reads spans the points appended
+	// meanwhile without it: they get its rate too, so that every point holds
+	// each source's rate and rate × time adds up to what it counted.
+	type span struct {
+		after time.Time
+		rates map[string]counters
+	}
+	var spans []span
 	for i, cur := range read {
 		name := r.sources[i].Name()
 		if errs[i] != nil {
@@ -169,16 +190,25 @@ func (r *rates) sample(ctx context.Context) {
 		}
 		delete(r.errs, name)
 		if r.prev[i] != nil { // the first read only sets the baseline
+			secs := at.Sub(r.prevAt[i]).Seconds()
+			if secs <= 0 {
+				secs = r.every.Seconds()
+			}
+			sr := make(map[string]counters, len(cur))
 			for t, c := range cur {
-				delta[t] = delta[t].plus(c.minus(r.prev[i][t]))
+				sr[t] = c.minus(r.prev[i][t]).per(secs)
+				delta[t] = delta[t].plus(sr[t])
+			}
+			if n := len(r.times); n > 0 && r.times[n-1].After(r.prevAt[i]) {
+				spans = append(spans, span{r.prevAt[i], sr})
 			}
 		}
-		r.prev[i] = cur
+		r.prev[i], r.prevAt[i] = cur, at
 	}
 	first := len(r.times) == 0 && len(delta) == 0
 	if first {
 		// Nothing to plot yet; keep the baseline only.
-		r.times = append(r.times, r.now())
+		r.times = append(r.times, at)
 		for t := range r.series {
 			r.series[t] = append(r.series[t], counters{})
 		}
@@ -186,7 +216,7 @@ func (r *rates) sample(ctx context.Context) {
 		return
 	}
 	n := len(r.times)
-	r.times = append(r.times, r.now())
+	r.times = append(r.times, at)
 	for t, s := range r.series {
 		r.series[t] = append(s, delta[t])
 	}
@@ -195,6 +225,15 @@ func (r *rates) sample(ctx context.Context) {
 			s := make([]counters, n+1)
 			s[n] = d
 			r.series[t] = s
+		}
+	}
+	for _, sp := range spans {
+		for j := n - 1; j >= 0 && r.times[j].After(sp.after); j-- {
+			for t, c := range sp.rates {
+				if c != (counters{}) {
+					r.series[t][j] = r.series[t][j].plus(c)
+				}
+			}
 		}
 	}
 	r.trim()
@@ -225,6 +264,7 @@ func (r *rates) trim() {
 type ratePoints struct {
 	Admitted []float64 `json:"admitted"`
 	Deferred []float64 `json:"deferred"`
+	Parked   []float64 `json:"parked"`
 	Rejected []float64 `json:"rejected"`
 	Started  []float64 `json:"started"`
 }
@@ -278,18 +318,18 @@ func (r *rates) view(tenants []string, since int64, rest bool, exclude map[strin
 	for _, t := range r.times[from:] {
 		v.Times = append(v.Times, t.UnixMilli())
 	}
-	secs := r.every.Seconds()
 	toPoints := func(s []counters) ratePoints {
+		n := len(r.times) - from
 		p := ratePoints{
-			Admitted: make([]float64, len(r.times)-from), Deferred: make([]float64, len(r.times)-from),
-			Rejected: make([]float64, len(r.times)-from), Started: make([]float64, len(r.times)-from),
+			Admitted: make([]float64, n), Deferred: make([]float64, n), Parked: make([]float64, n),
+			Rejected: make([]float64, n), Started: make([]float64, n),
 		}
 		for i := from; i < len(r.times); i++ {
 			if i >= len(s) {
 				break
 			}
 			c := s[i]
-			p.Admitted[i-from], p.Deferred[i-from], p.Rejected[i-from], p.Started[i-from] = c.admitted/secs, c.deferred/secs, c.rejected/secs, c.started/secs
+			p.Admitted[i-from], p.Deferred[i-from], p.Parked[i-from], p.Rejected[i-from], p.Started[i-from] = c.admitted, c.deferred, c.parked, c.rejected, c.started
 		}
 		return p
 	}
@@ -324,7 +364,7 @@ func flagsOf(s []counters, totalBusy float64, busyTenants int) flags {
 	busy := 0.0
 	for _, c := range s {
 		busy += c.busy
-		if c.admitted+c.deferred+c.rejected > 0 {
+		if c.admitted+c.deferred+c.parked+c.rejected > 0 {
 			withDecisions++
 			if c.deferred+c.rejected > 0 {
 				limited++
@@ -357,18 +397,18 @@ func (r *rates) flagged() map[string]bool {
 	return out
 }
 
-// countOthers counts the tenants in the history that are not in own: those
-// on the default quota, or with none.
-func (r *rates) countOthers(own map[string]bool) int {
+// tenantsNotIn returns the tenants in the history that are not in own:
+// those on the default quota, or with none.
+func (r *rates) tenantsNotIn(own map[string]bool) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := 0
+	var out []string
 	for t := range r.series {
 		if !own[t] {
-			n++
+			out = append(out, t)
 		}
 	}
-	return n
+	return out
 }
 
 // busyTotals returns the worker seconds of every tenant in the history,

@@ -31,6 +31,10 @@ const (
 	// listTTL is how long the list of tenants with a quota is reused: the
 	// one read that grows with every tenant, not only those shown.
 	listTTL = 5 * time.Second
+	// activeTTL is how long the tenants with a window in Redis are reused:
+	// finding them SCANs every key, asynq's included, so less often than
+	// the quotas. The metrics name the tenants active since meanwhile.
+	activeTTL = 30 * time.Second
 )
 
 // depth is a capped tenant's share of the worker queues: its tasks pending
@@ -74,6 +78,10 @@ type Config struct {
 	Timeout time.Duration
 	// Token, when not "", is needed for every page and every write.
 	Token string
+	// TrustProxy believes a proxy's X-Forwarded-Proto: https, so that
+	// cookies are Secure behind a proxy that ends TLS. Set it only when
+	// every request comes through such a proxy.
+	TrustProxy bool
 	// ReadOnly refuses every write, here and in asynqmon.
 	ReadOnly bool
 	// Sources are where decisions and task starts per tenant are counted.
@@ -93,16 +101,17 @@ type Config struct {
 
 // Server is the dashboard's http.Handler. Close it to stop its sampling.
 type Server struct {
-	cfg     Config
-	mux     *http.ServeMux
-	handler http.Handler
-	tmpl    *template.Template
-	quotas  *admission.RedisQuotas
-	gate    *admission.Gate
-	rates   *rates
-	mon     *asynqmon.HTTPHandler
-	session string
-	log     *slog.Logger
+	cfg      Config
+	mux      *http.ServeMux
+	handler  http.Handler
+	tmpl     *template.Template
+	quotas   *admission.RedisQuotas
+	gate     *admission.Gate
+	rates    *rates
+	mon      *asynqmon.HTTPHandler
+	sessions *sessions
+	logins   *loginLimiter
+	log      *slog.Logger
 
 	listMu      sync.Mutex
 	list        *tenantList
@@ -157,9 +166,9 @@ func New(cfg Config) (*Server, error) {
 		log:     log,
 		done:    make(chan struct{}),
 		listTTL: listTTL,
-	}
-	if cfg.Token != "" {
-		s.session = sessionValue(cfg.Token)
+
+		sessions: newSessions(SessionTTL),
+		logins:   newLoginLimiter(loginBurst, loginEvery),
 	}
 	// The gate reads quotas from the list the page already holds, so that a
 	// row costs Redis one script call and no quota lookup.
@@ -217,5 +226,3 @@ func (s *Server) render(w http.ResponseWriter, status int, name string, data any
 		s.log.Error("dashboard: rendering a page", "page", name, "err", err)
 	}
 }
-
-func urlQueryEscape(s string) string { return url.QueryEscape(s) }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -396,11 +397,17 @@ func TestATenantNamedLikeTheDefaultRowIsItsOwn(t *testing.T) {
 	// The tenants page: both rows, each with its own rates. The rates are
 	// sampled every 300 ms: wait until both sums are in.
 	var p tenantsPage
-	sum := func(s []float64) (n float64) {
-		for _, x := range s {
-			n += x
+	// What a series adds up to: each point's rate times the time since the
+	// point before, about Every.
+	sum := func(times []int64, s []float64) (n float64) {
+		for i, x := range s {
+			dt := d.cfg.Every.Seconds()
+			if i > 0 {
+				dt = float64(times[i]-times[i-1]) / 1000
+			}
+			n += x * dt
 		}
-		return n * d.cfg.Every.Seconds()
+		return math.Round(n)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -408,19 +415,25 @@ func TestATenantNamedLikeTheDefaultRowIsItsOwn(t *testing.T) {
 		if p, err = d.tenantsPage(t.Context(), "", 1, false, 0); err != nil {
 			t.Fatal(err)
 		}
-		if sum(p.Rates.Series[name].Admitted) >= 2 && sum(p.Rates.Series[defaultKey].Admitted) >= 1 || time.Now().After(deadline) {
+		// stranger is listed once the metrics or a scan of the windows
+		// have seen it.
+		if sum(p.Rates.Times, p.Rates.Series[name].Admitted) >= 2 && sum(p.Rates.Times, p.Rates.Series[defaultKey].Admitted) >= 1 && len(p.Rows) == 2 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if len(p.Rows) != 1 || p.Rows[0].Tenant != name || p.Rows[0].Key != name || p.Rows[0].Quota != own.String() ||
-		p.Rows[0].InWindow != 2 || p.Rows[0].Link != "/tenants/"+url.PathEscape(name) {
-		t.Errorf("rows: %+v, want %q's own, on %v with 2 in its window", p.Rows, name, own)
+	if len(p.Rows) != 2 || p.Rows[0].Tenant != name || p.Rows[0].Key != name || p.Rows[0].Quota != own.String() || p.Rows[0].OnDefault ||
+		p.Rows[0].InWindow != 2 || p.Rows[0].Link != "/tenants/"+url.PathEscape(name) || p.Rows[0].Shown != `"(default)"` {
+		t.Errorf("rows: %+v, want %q's own, on %v with 2 in its window, shown quoted", p.Rows, name, own)
+	}
+	// The tenant on the default is listed too, as such.
+	if len(p.Rows) == 2 && (p.Rows[1].Tenant != "stranger" || !p.Rows[1].OnDefault || p.Rows[1].Quota != def.String()+" (default)" || p.Rows[1].InWindow != 1) {
+		t.Errorf("second row: %+v, want stranger on the default with 1 in its window", p.Rows[1])
 	}
 	if p.Default == nil || p.Default.Key == name || p.Default.Quota != def.String() || p.Default.Link != "/default" {
 		t.Errorf("default row: %+v, want the default's, keyed apart from the tenant", p.Default)
 	}
-	if got, want := [2]float64{sum(p.Rates.Series[name].Admitted), sum(p.Rates.Series[defaultKey].Admitted)}, [2]float64{2, 1}; got != want {
+	if got, want := [2]float64{sum(p.Rates.Times, p.Rates.Series[name].Admitted), sum(p.Rates.Times, p.Rates.Series[defaultKey].Admitted)}, [2]float64{2, 1}; got != want {
 		t.Errorf("admitted (tenant %q, default) = %v, want %v: the rates are mixed up", name, got, want)
 	}
 
@@ -453,7 +466,7 @@ func TestATenantNamedLikeTheDefaultRowIsItsOwn(t *testing.T) {
 	if err := json.Unmarshal([]byte(get("/api/tenant?default=1")), &v); err != nil {
 		t.Fatal(err)
 	}
-	if v.Tenant != defaultKey || v.Quota != "" || v.Error != "" || sum(v.Rates.Series[defaultKey].Admitted) != 1 {
+	if v.Tenant != defaultKey || v.Quota != "" || v.Error != "" || sum(v.Rates.Times, v.Rates.Series[defaultKey].Admitted) != 1 {
 		t.Errorf("/api/tenant?default=1: %+v, want the default's rates, 1 admitted", v)
 	}
 	if page := get("/tenants/" + url.PathEscape(name)); !strings.Contains(page, `data-tenant="(default)"`) || strings.Contains(page, "data-default") ||
@@ -484,5 +497,26 @@ func TestATenantNamedLikeTheDefaultRowIsItsOwn(t *testing.T) {
 	}
 	if log := st.log.String(); !strings.Contains(log, `msg="dashboard: quota set" tenant=(default) quota=7/1m0s`) || !strings.Contains(log, `msg="dashboard: quota deleted" tenant=(default)`) || strings.Contains(log, "default=true") {
 		t.Errorf("log:\n%s", log)
+	}
+}
+
+// TestASubSecondMaxDelayIsWarnedAbout: the form, like admitq quota set,
+// says that a MaxDelay under a second rarely defers.
+func TestASubSecondMaxDelayIsWarnedAbout(t *testing.T) {
+	st := newStack(t)
+	st.setQuota(t, "acme", admission.Quota{Limit: 5, Window: time.Second, MaxDelay: 500 * time.Millisecond})
+	st.setQuota(t, "fine", admission.Quota{Limit: 5, Window: time.Second, MaxDelay: 2 * time.Second})
+	_, hs := st.dashboard(t, Config{})
+	for tenant, want := range map[string]bool{"acme": true, "fine": false} {
+		resp, err := http.Get(hs.URL + "/tenants/" + tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got := strings.Contains(string(b), `id="warning">Max delay 500ms is under a second`)
+		if got != want {
+			t.Errorf("%s's page warns: %v, want %v", tenant, got, want)
+		}
 	}
 }

@@ -32,6 +32,7 @@ type formPage struct {
 	Errors    map[string]string
 	Error     string
 	Saved     string
+	Warning   string // what the quota shown does that its setter may not expect
 	CSRF      string
 	ReadOnly  bool
 	Token     bool
@@ -42,7 +43,7 @@ type formPage struct {
 
 func (s *Server) formPage(w http.ResponseWriter, r *http.Request, tenant string, isDefault bool) formPage {
 	p := formPage{
-		Tenant: tenant, IsDefault: isDefault, CSRF: csrfToken(w, r), ReadOnly: s.cfg.ReadOnly, Token: s.cfg.Token != "",
+		Tenant: tenant, IsDefault: isDefault, CSRF: s.csrfToken(w, r), ReadOnly: s.cfg.ReadOnly, Token: s.cfg.Token != "",
 		Asynq: s.mon != nil, Queue: s.cfg.Queue, Every: s.cfg.Every.Milliseconds(),
 		Values: map[string]string{"mode": "log", "max-delay": "0s", "max-in-flight": "0", "max-parked": "0"}, Errors: map[string]string{},
 		Saved: r.URL.Query().Get("saved"),
@@ -51,6 +52,9 @@ func (s *Server) formPage(w http.ResponseWriter, r *http.Request, tenant string,
 	if def, err := s.quotas.GetDefault(ctx); err == nil {
 		p.Default = def.String()
 		p.Values = quotaValues(def)
+		if isDefault {
+			p.Warning = quotaWarning(def)
+		}
 	} else if !errors.Is(err, admission.ErrNoQuota) {
 		p.Error = errorText(err)
 	}
@@ -59,6 +63,7 @@ func (s *Server) formPage(w http.ResponseWriter, r *http.Request, tenant string,
 		case err == nil:
 			p.Own = q.String()
 			p.Values = quotaValues(q)
+			p.Warning = quotaWarning(q)
 		case !errors.Is(err, admission.ErrNoQuota):
 			p.Error = errorText(err)
 		}
@@ -66,10 +71,16 @@ func (s *Server) formPage(w http.ResponseWriter, r *http.Request, tenant string,
 	return p
 }
 
+// quotaWarning is the command's warning about q (quotainput.Warning), with
+// the form's field name for the flag's.
+func quotaWarning(q admission.Quota) string {
+	return strings.Replace(quotainput.Warning(q), "--max-delay ", "Max delay ", 1)
+}
+
 func quotaValues(q admission.Quota) map[string]string {
 	return map[string]string{
 		"limit": itoa(q.Limit), "window": q.Window.String(), "max-delay": q.MaxDelay.String(), "mode": q.Mode.String(),
-		"max-in-flight": itoa(q.MaxInFlight), "max-parked": itoa(q.MaxParked),
+		"max-in-flight": itoa(q.MaxInFlight), "max-parked": itoa(q.MaxParked), "weight": formatWeight(q.Weight),
 	}
 }
 
@@ -125,11 +136,7 @@ func (s *Server) handleTenantAPI(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			v.Error = errorText(err)
 		} else {
-			own := make(map[string]bool, len(list.names))
-			for _, t := range list.names {
-				own[t] = true
-			}
-			v.Rates = s.rates.view(nil, since, true, own)
+			v.Rates = s.rates.view(nil, since, true, list.own)
 		}
 		writeJSON(w, v)
 		return
@@ -199,7 +206,11 @@ func (s *Server) handleQuota(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "this dashboard is read-only (--read-only)", http.StatusForbidden)
 		return
 	}
-	if err := r.ParseForm(); err != nil || !csrfOK(r) {
+	if status, err := parseForm(w, r); err != nil {
+		http.Error(w, err.Error(), status)
+		return
+	}
+	if !csrfOK(r) {
 		http.Error(w, "the form's CSRF token is missing or stale: reload the page and try again", http.StatusForbidden)
 		return
 	}
@@ -293,32 +304,42 @@ func (s *Server) handleLoginForm(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
-	next := safeNext(r.PostFormValue("next"))
+	if status, err := parseForm(w, r); err != nil {
+		http.Error(w, err.Error(), status)
+		return
+	}
+	next := safeNext(r.PostForm.Get("next"))
 	if s.cfg.Token == "" {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
-	if !equal(r.PostFormValue("token"), s.cfg.Token) {
+	if ok, wait := s.logins.take(clientAddr(r), time.Now()); !ok {
+		s.log.Warn("dashboard: sign-in attempts over the limit", "from", r.RemoteAddr)
+		w.Header().Set("Retry-After", retryAfter(wait))
+		s.render(w, http.StatusTooManyRequests, "login.html", map[string]any{"Next": next, "Token": true,
+			"Error": "Too many sign-in attempts from your address: try again in " + retryAfter(wait) + " s."})
+		return
+	}
+	if !equal(r.PostForm.Get("token"), s.cfg.Token) {
 		s.log.Warn("dashboard: sign-in with a wrong token", "from", r.RemoteAddr)
 		s.render(w, http.StatusUnauthorized, "login.html", map[string]any{"Next": next, "Token": true, "Error": "That is not the dashboard's token."})
 		return
 	}
+	s.logins.refund(clientAddr(r))
+	id, exp := s.sessions.create(time.Now())
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: s.session, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
-		SameSite: http.SameSiteStrictMode, Expires: time.Now().Add(12 * time.Hour),
+		Name: sessionCookie, Value: id, Path: "/", HttpOnly: true, Secure: s.secure(r),
+		SameSite: http.SameSiteStrictMode, Expires: exp, MaxAge: int(s.sessions.ttl.Seconds()),
 	})
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
+// handleLogout ends the session on the server, so that a copy of the
+// cookie kept elsewhere is worth nothing either.
 func (s *Server) handleLogout(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
-	http.Redirect(w, r, "/login", http.StatusSeeOther)
-}
-
-// safeNext keeps a redirect on this site.
-func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
-		return "/"
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		s.sessions.end(c.Value)
 	}
-	return next
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: s.secure(r), SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }

@@ -11,8 +11,10 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/metrics"
 )
 
 // DefaultRow is the label of the default quota's row, which shows the sum
@@ -27,13 +29,19 @@ const DefaultRow = "(default)"
 // the default under the same name.
 const defaultKey = ""
 
-// tenantList is every quota, read by RedisQuotas.List (HSCAN pages) and
-// reused for listTTL.
+// tenantList is every quota, read by RedisQuotas.List (HSCAN pages), and
+// the tenants on the default with a window in Redis (Gate.ScanTenants, as
+// admitq status lists them), reused for listTTL.
 type tenantList struct {
-	read   time.Time
-	names  []string // tenants with a quota of their own, sorted
-	quotas admission.StaticQuotas
-	capped bool // some quota, or the default, has a MaxInFlight
+	read    time.Time
+	scanned time.Time       // when windows was read
+	windows map[string]bool // tenants with a window in Redis
+	names   []string        // tenants with a quota of their own, sorted
+	own     map[string]bool // the same, as a set
+	active  []string        // tenants without a quota of their own whose window is in Redis, sorted
+	listed  []string        // names and active, sorted
+	quotas  admission.StaticQuotas
+	capped  bool // some quota, or the default, has a MaxInFlight
 }
 
 // tenantsList returns the quotas. The first call reads them; later ones get
@@ -64,21 +72,59 @@ func (s *Server) tenantsList(ctx context.Context) (*tenantList, error) {
 func (s *Server) readList(ctx context.Context) (*tenantList, error) {
 	s.listMu.Lock()
 	gen := s.listGen
+	var windows map[string]bool
+	var scanned time.Time
+	if s.list != nil && time.Since(s.list.scanned) < activeTTL {
+		windows, scanned = s.list.windows, s.list.scanned
+	}
 	s.listMu.Unlock()
-	all, err := s.quotas.List(ctx)
+	var all admission.StaticQuotas
+	var qerr, kerr error
+	var wg sync.WaitGroup
+	wg.Go(func() { all, qerr = s.quotas.List(ctx) })
+	if windows == nil {
+		windows, scanned = map[string]bool{}, time.Now()
+		wg.Go(func() {
+			var mu sync.Mutex // ScanTenants calls fn from a goroutine per cluster master
+			kerr = s.gate.ScanTenants(ctx, "*", func(t string) error {
+				mu.Lock()
+				windows[t] = true
+				mu.Unlock()
+				return nil
+			})
+		})
+	}
+	wg.Wait()
 	s.listMu.Lock()
 	defer s.listMu.Unlock()
 	s.listReading = false
-	if err != nil {
-		return nil, err
+	if qerr != nil {
+		return nil, qerr
 	}
-	l := &tenantList{read: time.Now(), quotas: all, names: make([]string, 0, len(all.Tenants))}
+	if kerr != nil {
+		// The quotas are the page; tenants on the default are a bonus, and
+		// the metrics still name the active ones. Try again in activeTTL.
+		s.log.Warn("dashboard: finding the tenants with a window in Redis", "err", kerr)
+	}
+	l := &tenantList{read: time.Now(), scanned: scanned, windows: windows, quotas: all, names: make([]string, 0, len(all.Tenants)), own: make(map[string]bool, len(all.Tenants))}
 	l.capped = all.Default != nil && all.Default.MaxInFlight > 0
 	for t, q := range all.Tenants {
 		l.names = append(l.names, t)
+		l.own[t] = true
 		l.capped = l.capped || q.MaxInFlight > 0
 	}
 	slices.Sort(l.names)
+	for t := range windows {
+		if !l.own[t] {
+			l.active = append(l.active, t)
+		}
+	}
+	slices.Sort(l.active)
+	l.listed = l.names
+	if len(l.active) > 0 {
+		l.listed = append(slices.Clone(l.names), l.active...)
+		slices.Sort(l.listed)
+	}
 	if gen == s.listGen {
 		s.list = l
 	}
@@ -106,20 +152,22 @@ func (l listQuotas) Quota(ctx context.Context, tenant string) (admission.Quota, 
 
 // row is one tenant's line on the tenants page.
 type row struct {
-	Tenant   string  `json:"tenant"` // the name shown: DefaultRow for the default's row
-	Key      string  `json:"key"`    // the tenant, or defaultKey: the row's key in Rates.Series
-	Quota    string  `json:"quota"`
-	Limit    int     `json:"limit"`
-	Mode     string  `json:"mode"`
-	InWindow int     `json:"in_window"`
-	Reserved int     `json:"reserved"`
-	NextFree int64   `json:"next_free_ms"`    // after now; 0 when a request would be admitted now
-	Depth    *depth  `json:"depth,omitempty"` // nil without a cap
-	Flags    flags   `json:"flags"`
-	Error    string  `json:"error,omitempty"`
-	Others   int     `json:"others,omitempty"` // default row: tenants without a quota seen in the rates
-	Link     string  `json:"link"`
-	Usage    float64 `json:"usage"` // in window / limit
+	Tenant    string  `json:"tenant"` // DefaultRow for the default's row
+	Shown     string  `json:"shown"`  // the name as the table shows it: see shownTenant
+	Key       string  `json:"key"`    // the tenant, or defaultKey: the row's key in Rates.Series
+	OnDefault bool    `json:"on_default,omitempty"`
+	Quota     string  `json:"quota"`
+	Limit     int     `json:"limit"`
+	Mode      string  `json:"mode"`
+	InWindow  int     `json:"in_window"`
+	Reserved  int     `json:"reserved"`
+	NextFree  int64   `json:"next_free_ms"`    // after now; 0 when a request would be admitted now
+	Depth     *depth  `json:"depth,omitempty"` // nil without a cap
+	Flags     flags   `json:"flags"`
+	Error     string  `json:"error,omitempty"`
+	Others    int     `json:"others,omitempty"` // default row: tenants without a quota seen in the rates
+	Link      string  `json:"link"`
+	Usage     float64 `json:"usage"` // in window / limit
 }
 
 // tenantsPage is the data of the tenants page and of each refresh.
@@ -129,8 +177,9 @@ type tenantsPage struct {
 	Flagged  bool   `json:"flagged"`
 	Page     int    `json:"page"` // from 1
 	Pages    int    `json:"pages"`
-	Total    int    `json:"total"` // tenants matching the query
-	All      int    `json:"all"`   // tenants with a quota of their own
+	Total    int    `json:"total"`      // tenants matching the query
+	All      int    `json:"all"`        // tenants with a quota of their own
+	Others   int    `json:"on_default"` // tenants listed without one: a window in Redis, or seen in the rates
 	PageSize int    `json:"page_size"`
 	Every    int64  `json:"every_ms"`
 	HasDepth bool   `json:"has_depth"` // some tenant is capped: show the depth columns
@@ -163,11 +212,34 @@ func (s *Server) tenantsPage(ctx context.Context, query string, page int, flagge
 	if flagged {
 		hot = s.rates.flagged()
 	}
-	matches := list.names
+	// Tenants on the default are listed too: those with a window in Redis,
+	// and those the metrics saw in the charts' history.
+	listed := list.listed
+	others := len(list.active)
+	if seen := s.rates.tenantsNotIn(list.own); len(seen) > 0 {
+		inList := make(map[string]bool, len(list.active))
+		for _, t := range list.active {
+			inList[t] = true
+		}
+		var extra []string
+		for _, t := range seen {
+			// OtherTenant counts the tenants past the metrics' bound: no one's.
+			if !inList[t] && t != metrics.OtherTenant && admission.ValidateTenant(t) == nil {
+				extra = append(extra, t)
+			}
+		}
+		if len(extra) > 0 {
+			listed = append(slices.Clone(listed), extra...)
+			slices.Sort(listed)
+			others += len(extra)
+		}
+	}
+	p.Others = others
+	matches := listed
 	if query != "" || flagged {
 		q := strings.ToLower(query)
 		matches = nil
-		for _, t := range list.names {
+		for _, t := range listed {
 			if (q == "" || strings.Contains(strings.ToLower(t), q)) && (!flagged || hot[t]) {
 				matches = append(matches, t)
 			}
@@ -184,8 +256,16 @@ func (s *Server) tenantsPage(ctx context.Context, query string, page int, flagge
 	sem := make(chan struct{}, usageParallel)
 	var nowMu sync.Mutex
 	for i, t := range shown {
-		q := list.quotas.Tenants[t]
-		p.Rows[i] = row{Tenant: t, Key: t, Quota: q.String(), Limit: q.Limit, Mode: q.Mode.String(), Link: "/tenants/" + pathEscape(t)}
+		r := row{Tenant: t, Shown: shownTenant(t), Key: t, Link: "/tenants/" + pathEscape(t)}
+		if q, own := list.quotas.Tenants[t]; own {
+			r.Quota, r.Limit, r.Mode = q.String(), q.Limit, q.Mode.String()
+		} else if d := list.quotas.Default; d != nil {
+			r.OnDefault = true
+			r.Quota, r.Limit, r.Mode = d.String()+" (default)", d.Limit, d.Mode.String()
+		} else {
+			r.Quota = "no quota"
+		}
+		p.Rows[i] = r
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
@@ -213,22 +293,34 @@ func (s *Server) tenantsPage(ctx context.Context, query string, page int, flagge
 		}
 	}
 
-	own := make(map[string]bool, len(list.names))
-	for _, t := range list.names {
-		own[t] = true
-	}
 	d := list.quotas.Default
 	if d != nil {
-		p.Default = &row{Tenant: DefaultRow, Key: defaultKey, Quota: d.String(), Limit: d.Limit, Mode: d.Mode.String(), Link: "/default"}
+		p.Default = &row{Tenant: DefaultRow, Shown: DefaultRow, Key: defaultKey, Quota: d.String(), Limit: d.Limit, Mode: d.Mode.String(), Link: "/default", Others: others}
 	}
-	p.Rates = s.rates.view(shown, since, d != nil, own)
+	p.Rates = s.rates.view(shown, since, d != nil, list.own)
 	for i := range p.Rows {
 		p.Rows[i].Flags = p.Rates.Flags[p.Rows[i].Tenant]
 	}
-	if p.Default != nil {
-		p.Default.Others = s.rates.countOthers(own)
-	}
 	return p, nil
+}
+
+// tableTenantWidth is the widest a tenant name is shown in the table, as
+// in the command's tables: a name may be 256 bytes long.
+const tableTenantWidth = 40
+
+// shownTenant is a tenant's name as the tenants table shows it, as admitq
+// quota list does: quoted (Go syntax) when it begins with "(" or a double
+// quote, so that no tenant reads as the default's row, "(default)", then
+// shortened to tableTenantWidth characters with an ellipsis. The page and
+// the JSON carry the whole name.
+func shownTenant(tenant string) string {
+	if strings.HasPrefix(tenant, "(") || strings.HasPrefix(tenant, `"`) {
+		tenant = strconv.Quote(tenant)
+	}
+	if utf8.RuneCountInString(tenant) <= tableTenantWidth {
+		return tenant
+	}
+	return string([]rune(tenant)[:tableTenantWidth-1]) + "…"
 }
 
 func (s *Server) pageParams(r *http.Request) (query string, page int, flagged bool, since int64) {
@@ -245,7 +337,7 @@ func (s *Server) handleTenants(w http.ResponseWriter, r *http.Request) {
 		p.Error = errorText(err)
 	}
 	s.render(w, http.StatusOK, "tenants.html", map[string]any{
-		"Page": p, "CSRF": csrfToken(w, r), "Rules": flagRules(s.cfg.Every),
+		"Page": p, "CSRF": s.csrfToken(w, r), "Rules": flagRules(s.cfg.Every),
 		"Form": map[string]any{"Values": map[string]string{"mode": "log", "max-delay": "0s", "max-in-flight": "0", "max-parked": "0"}, "Errors": map[string]string{}},
 	})
 }

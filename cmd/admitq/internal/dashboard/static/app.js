@@ -1,7 +1,11 @@
 // Shared by the dashboard's pages: formatting and small uPlot charts.
 "use strict";
 window.admitq = (function () {
-  const colors = { admitted: "#2ca02c", deferred: "#e8a317", rejected: "#d62728", started: "#1f77b4" };
+  const colors = { admitted: "#2ca02c", deferred: "#e8a317", parked: "#9467bd", rejected: "#d62728", started: "#1f77b4" };
+  const outcomes = ["admitted", "deferred", "parked", "rejected"];
+
+  // plural is "1 tenant", "2 tenants".
+  function plural(n, one, many) { return n.toLocaleString() + " " + (n === 1 ? one : (many || one + "s")); }
 
   function fmtRate(v) {
     if (v == null || isNaN(v)) return "–";
@@ -47,7 +51,7 @@ window.admitq = (function () {
   }
 
   function decisionsChart(el, w, h, small) {
-    return rateChart(el, [["admitted", colors.admitted], ["deferred", colors.deferred], ["rejected", colors.rejected]], w, h, small);
+    return rateChart(el, outcomes.map(o => [o, colors[o]]), w, h, small);
   }
   function startedChart(el, w, h, small) {
     return rateChart(el, [["started", colors.started, true]], w, h, small);
@@ -57,7 +61,7 @@ window.admitq = (function () {
   function Buffer(keepMs) { this.keep = keepMs; this.t = []; this.s = {}; }
   Buffer.prototype.reset = function () { this.t = []; this.s = {}; };
   Buffer.prototype.add = function (times, pts) {
-    for (const k of ["admitted", "deferred", "rejected", "started"]) {
+    for (const k of outcomes.concat(["started"])) {
       this.s[k] = (this.s[k] || []).concat((pts && pts[k]) || times.map(() => 0));
     }
     this.t = this.t.concat(times);
@@ -70,10 +74,18 @@ window.admitq = (function () {
     }
   };
   Buffer.prototype.decisions = function () {
-    return [this.t.map(x => x / 1000), this.s.admitted || [], this.s.deferred || [], this.s.rejected || []];
+    return [this.t.map(x => x / 1000)].concat(outcomes.map(o => this.s[o] || []));
   };
   Buffer.prototype.started = function () { return [this.t.map(x => x / 1000), this.s.started || []]; };
   Buffer.prototype.lastTime = function () { return this.t.length ? this.t[this.t.length - 1] : 0; };
+  // count is what a series adds up to: each point's rate times the time
+  // since the point before (everyMs for the first).
+  Buffer.prototype.count = function (k, everyMs) {
+    const s = this.s[k] || [];
+    let n = 0;
+    for (let i = 0; i < s.length; i++) n += s[i] * (i ? this.t[i] - this.t[i - 1] : everyMs) / 1000;
+    return n;
+  };
 
   function el(tag, attrs, text) {
     const e = document.createElement(tag);
@@ -95,5 +107,18 @@ window.admitq = (function () {
     document.addEventListener("visibilitychange", tick);
   }
 
-  return { colors, fmtRate, fmtDelay, fmtDepth, fmtParked, last, decisionsChart, startedChart, Buffer, el, poll };
+  // decisionsNow is the newest rate of each outcome: "1.0 · 0 · 0 · 0".
+  function decisionsNow(b) { return outcomes.map(o => fmtRate(last(b.s[o]))).join(" · "); }
+
+  // uniqueTicks formats axis ticks with as few decimals as keep them apart:
+  // a 1 s window's ticks read -0.9, -0.85, -0.8, not -0.9, -0.9, -0.8.
+  function uniqueTicks(ts, fmt) {
+    for (let d = 0; d <= 4; d++) {
+      const out = ts.map(t => fmt(t, d));
+      if (new Set(out).size === out.length) return out;
+    }
+    return ts.map(t => fmt(t, 4));
+  }
+
+  return { colors, outcomes, plural, decisionsNow, uniqueTicks, fmtRate, fmtDelay, fmtDepth, fmtParked, last, decisionsChart, startedChart, Buffer, el, poll };
 })();

@@ -43,7 +43,11 @@
       tl = new uPlot({
         width: width, height: 200,
         scales: { x: { time: false }, y: { range: (u, lo, hi) => [0, Math.max(1, hi * 1.15)] } },
-        axes: [{ label: "seconds from now", values: (u, ts) => ts.map(t => (t > 0 ? "+" : "") + t.toFixed(Math.abs(t) < 10 ? 1 : 0)) }, { size: 40, label: "slots" }],
+        axes: [{ label: "seconds from now", values: (u, ts) => {
+          const out = A.uniqueTicks(ts, (t, d) => (t > 0 ? "+" : "") + t.toFixed(d));
+          tlEl.dataset.ticks = out.join(" "); // what the axis shows: the browser tests read it
+          return out;
+        } }, { size: 40, label: "slots" }],
         series: [{ label: "s from now", value: (u, v) => v == null ? "" : v.toFixed(2) },
           { label: "in window", fill: A.colors.admitted + "cc", stroke: A.colors.admitted, paths: bars, points: { show: false } },
           { label: "reserved ahead", fill: A.colors.deferred + "cc", stroke: A.colors.deferred, paths: bars, points: { show: false } }],
@@ -57,7 +61,7 @@
     } else {
       tl.setData(data);
     }
-    note.textContent = v.slots.length + " slots shown" + (v.cut ? " (the newest " + v.slots.length + ")" : "") + "; bucket " + (step / 1000).toFixed(2) + " s.";
+    note.textContent = A.plural(v.slots.length, "slot") + " shown" + (v.cut ? " (the newest " + v.slots.length + ")" : "") + "; bucket " + (step / 1000).toFixed(2) + " s.";
   }
 
   function set(id, text) { const e = document.getElementById(id); if (e) e.textContent = text; }
@@ -85,7 +89,7 @@
     buf.add((v.rates && v.rates.times) || [], pts);
     dec.setData(buf.decisions());
     st.setData(buf.started());
-    set("st-dec", A.fmtRate(A.last(buf.s.admitted)) + " · " + A.fmtRate(A.last(buf.s.deferred)) + " · " + A.fmtRate(A.last(buf.s.rejected)));
+    set("st-dec", A.decisionsNow(buf));
     set("st-started", A.fmtRate(A.last(buf.s.started)));
     const tb = document.getElementById("entries");
     if (tb) {

@@ -28,7 +28,7 @@
     const all = (p.default ? [p.default] : []).concat(p.rows);
     if (!all.length) {
       const tr = A.el("tr");
-      const td = A.el("td", { colspan: 20, class: "empty" }, p.query || p.flagged ? "No tenant matches." : "No tenant has a quota of its own yet.");
+      const td = A.el("td", { colspan: 20, class: "empty" }, p.query || p.flagged ? "No tenant matches." : "No tenant has a quota of its own or a window in Redis yet.");
       tr.appendChild(td);
       tbody.appendChild(tr);
     }
@@ -37,8 +37,11 @@
       const tr = A.el("tr", isDef ? { "data-default": "1", class: "default" } : { "data-tenant": r.tenant });
       const c = {};
       c.tenant = cell(tr, "tenant", "mono");
-      const a = A.el("a", { href: r.link }, r.tenant);
+      // The name as admitq quota list shows it: quoted when it could read
+      // as the default's row, shortened when long; the whole in the title.
+      const a = A.el("a", { href: r.link, title: r.tenant }, r.shown || r.tenant);
       c.tenant.appendChild(a);
+      if (r.on_default) c.tenant.appendChild(A.el("span", { class: "badge def", title: "no quota of its own: the default applies" }, "default"));
       if (isDef) c.others = c.tenant.appendChild(A.el("div", { class: "sub", "data-k": "others" }));
       c.quota = cell(tr, "quota");
       c.mode = cell(tr, "mode");
@@ -74,7 +77,7 @@
       c.mode.textContent = r.mode;
       if (isDef) {
         c.in_window.textContent = c.reserved.textContent = c.next_free.textContent = "";
-        c.others.textContent = r.others ? r.others + " tenant" + (r.others === 1 ? "" : "s") + " without a quota of their own seen" : "";
+        c.others.textContent = r.others ? A.plural(r.others, "tenant") + " on it, marked default" : "";
       } else if (r.error) {
         c.in_window.textContent = "";
         c.reserved.textContent = "";
@@ -102,11 +105,10 @@
       x.st.setData(x.buf.started());
       const d = x.buf.s;
       // What the charts hold, as counts: the browser tests read these.
-      const secs = p.every_ms / 1000;
-      for (const k of ["admitted", "deferred", "rejected", "started"]) {
-        x.tr.dataset[k] = String(Math.round((d[k] || []).reduce((a, b) => a + b, 0) * secs));
+      for (const k of A.outcomes.concat(["started"])) {
+        x.tr.dataset[k] = String(Math.round(x.buf.count(k, p.every_ms)));
       }
-      c.dnow.textContent = p.sources ? A.fmtRate(A.last(d.admitted)) + " · " + A.fmtRate(A.last(d.deferred)) + " · " + A.fmtRate(A.last(d.rejected)) + " /s now" : "no metrics source";
+      c.dnow.textContent = p.sources ? A.decisionsNow(x.buf) + " /s now" : "no metrics source";
       c.snow.textContent = p.sources ? A.fmtRate(A.last(d.started)) + " /s now" : "";
       c.flags.textContent = "";
       const f = r.flags || {};
@@ -115,8 +117,9 @@
     }
     const sum = document.getElementById("summary");
     const from = p.total ? (p.page - 1) * p.page_size + 1 : 0;
-    sum.textContent = p.all.toLocaleString() + " tenants with a quota of their own" +
-      (p.query || p.flagged ? ", " + p.total.toLocaleString() + " match" : "") +
+    sum.textContent = A.plural(p.all, "tenant") + (p.all === 1 ? " with a quota of its own" : " with a quota of their own") +
+      (p.on_default ? ", " + p.on_default.toLocaleString() + " on the default" : "") +
+      (p.query || p.flagged ? ", " + p.total.toLocaleString() + (p.total === 1 ? " matches" : " match") : "") +
       (p.total ? " · " + from.toLocaleString() + "–" + Math.min(p.total, from + p.page_size - 1).toLocaleString() : "");
     const pager = document.getElementById("pager");
     pager.textContent = "";
