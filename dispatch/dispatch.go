@@ -85,7 +85,7 @@ func (d *Dispatcher) keysFor(queue string) queueKeys {
 	a := "asynq:{" + queue + "}:"
 	return queueKeys{
 		keys: []string{p + "vt", p + "sleep", p + "run", p + "meta", p + "workers",
-			a + "pending", a + "active", a + "scheduled", p + "grants", p + "limbo"},
+			a + "pending", a + "active", a + "scheduled", p + "grants", p + "limbo", p + "fresh"},
 		args: []any{p, a + "t:"},
 		p:    p,
 	}

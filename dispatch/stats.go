@@ -134,7 +134,7 @@ func (d *Dispatcher) Stats(ctx context.Context, queue string) (QueueStats, error
 }
 
 // Queues lists the asynq queues that the dispatcher has state for: a
-// worker with a gate serves them now or did.
+// worker with a gate serves them, or tasks wait or run there.
 func (d *Dispatcher) Queues(ctx context.Context) ([]string, error) {
 	all, err := d.rdb.SMembers(ctx, "asynq:queues").Result()
 	if err != nil {
@@ -143,8 +143,8 @@ func (d *Dispatcher) Queues(ctx context.Context) ([]string, error) {
 	cmds := make([]*redis.IntCmd, len(all))
 	_, err = d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, q := range all {
-			k := d.keysFor(q)
-			cmds[i] = p.Exists(ctx, k.keys[4])
+			k := d.keysFor(q) // workers, vt, sleep, run: one slot
+			cmds[i] = p.Exists(ctx, k.keys[4], k.keys[0], k.keys[1], k.keys[2])
 		}
 		return nil
 	})

@@ -25,6 +25,9 @@
 -- KEYS[10] limbo: ZSET "<tenant>\n<waiting entry>" -> when to look again
 --          µs, for entries whose task asynq did not hold at their turn:
 --          deleted from outside, or not written yet by a slow producer
+-- KEYS[11] fresh: ZSET task ID -> µs, tasks that went straight in (state
+--          f) and are not seen in asynq yet: their producers are writing
+--          them, so they take space in the queue already
 -- ARGV[1]  the dispatcher's key prefix for the queue, <prefix>:fair:{<q>}:
 -- ARGV[2]  asynq's task key prefix, asynq:{<q>}:t:
 -- Each script's own ARGV starts at ARGV[3].
@@ -35,7 +38,7 @@
 -- run), cap (MaxInFlight, 0 none), wt (weight), est (run time µs, a moving
 -- mean), used (worker time µs charged in total).
 local vt, sleep, run, meta, workers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local pending, active, scheduled, grants, limbo = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local pending, active, scheduled, grants, limbo, fresh = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local P, TP = ARGV[1], ARGV[2]
 local call = redis.call
 local t = call('TIME')
@@ -77,13 +80,24 @@ local function capacity()
 end
 
 -- room is how many more tasks may go into the queue: a fair queue holds
--- at most twice its fair workers' concurrency, pending, active or granted.
+-- at most twice its fair workers' concurrency, pending, active, granted or
+-- being written.
 local function room(fair, total)
   if not fair then
     return math.huge
   end
-  local inq = call('LLEN', pending) + call('LLEN', active) + call('HLEN', grants)
+  local inq = call('LLEN', pending) + call('LLEN', active) + call('HLEN', grants) + call('ZCARD', fresh)
   return 2 * total - inq
+end
+
+-- seen takes the tasks that went straight in and are now in asynq out of
+-- fresh (they count in asynq's lists from now on).
+local function seen()
+  for _, id in ipairs(call('ZRANGE', fresh, 0, 63)) do
+    if call('EXISTS', TP .. id) == 1 then
+      call('ZREM', fresh, id)
+    end
+  end
 end
 
 -- eligible puts tenant T among those that may go in, at the later of its
@@ -140,6 +154,8 @@ local function grant(T, id, e, tag)
   call('PERSIST', th)
   if e then
     call('HSET', grants, id, e)
+  else
+    call('ZADD', fresh, nowS, id)
   end
 end
 
@@ -148,6 +164,7 @@ local function free(id, r)
   local T = string.match(r, '^%a|[^|]*|[^|]*|(.*)$')
   call('HDEL', run, id)
   call('HDEL', grants, id)
+  call('ZREM', fresh, id)
   local th = P .. 't:' .. T
   if call('HINCRBY', th, 'n', -1) < 0 then
     call('HSET', th, 'n', 0)

@@ -61,6 +61,7 @@ end
 
 wake()
 recall()
+seen()
 local out = {0}
 if most > 0 then
   local _, fair, total = capacity()

@@ -23,6 +23,7 @@ local T, id, nb, uttl = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local cap, maxParked, wt = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 
 local live, fair, total = capacity()
+seen()
 if not live or (not fair and cap == 0) then
   return {3, now, 0}
 end

@@ -34,6 +34,7 @@ for i = 1, #entries, 2 do
     else
       call('HSET', run, id, 'p' .. string.sub(r, 2))
       call('HDEL', grants, id)
+      call('ZREM', fresh, id)
     end
   end
 end

@@ -61,8 +61,10 @@ runs, and prints its URL.`,
 					d = duration
 				}
 				return a.runDepthDemo(cmd.Context(), d) // demodepth.go
+			case "fair":
+				return a.runFairDemo(cmd.Context()) // demodepth.go
 			default:
-				return usageErrorf("--scenario %q: want rate or depth", scenario)
+				return usageErrorf("--scenario %q: want rate, depth or fair", scenario)
 			}
 			var format string
 			if chart != "" {
@@ -94,7 +96,7 @@ runs, and prints its URL.`,
 	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address while the demo runs")
 	fs.BoolVar(&dash, "dashboard", false, "serve the dashboard while the demo runs")
 	fs.StringVar(&dashboardAddr, "dashboard-addr", "127.0.0.1:8080", "loopback address of --dashboard")
-	fs.StringVar(&scenario, "scenario", "rate", "rate: a noisy tenant flattened to its quota; depth: a slow worker pool meets a noisy tenant's backlog, capped by MaxInFlight")
+	fs.StringVar(&scenario, "scenario", "rate", "rate: a noisy tenant flattened to its quota; depth: a slow worker pool meets a noisy tenant's backlog, capped by MaxInFlight; fair: a fair pool filled by one tenant, then shared 3:1 by weight")
 	return cmd
 }
 

@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch"
 	"github.com/admitq/admitq/internal/redistest"
 )
 
@@ -80,6 +82,15 @@ func TestStatusShowsDepth(t *testing.T) {
 	base := []string{"--redis", srv.URL()}
 	mustRun(t, append(base, "quota", "set", "noisy", "--limit", "100", "--window", "1s", "--max-in-flight", "1", "--max-parked", "10")...)
 	mustRun(t, append(base, "quota", "set", "calm", "--limit", "5", "--window", "1s")...)
+	// A worker with a gate serves the queue (but runs nothing), so the
+	// noisy tenant's tasks over its cap park.
+	rdb := srv.Client(t)
+	g := admission.New(rdb, admission.NewRedisQuotas(rdb))
+	t.Cleanup(func() { g.Close() })
+	hold, err := dispatch.New(rdb, g, nil).Serve(dispatch.Worker{Queues: []string{"default"}, Concurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	mustRun(t, append(base, "enqueue", "--tenant", "noisy", "--type", "x")...)
 	for range 2 {
 		if out := mustRun(t, append(base, "enqueue", "--tenant", "noisy", "--type", "x")...).stdout; !strings.HasPrefix(out, "parked: task ") {
@@ -91,23 +102,37 @@ func TestStatusShowsDepth(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("status --json: %v\n%s", err, out)
 	}
-	byName := map[string]tenantStatus{}
-	for _, ts := range got.Tenants {
-		byName[ts.Tenant] = ts
+	if len(got.Dispatch) != 1 || got.Dispatch[0].Queue != "default" || len(got.Dispatch[0].Tenants) != 1 {
+		t.Fatalf("status --json: dispatch = %+v, want queue default with noisy", got.Dispatch)
 	}
-	calm, noisy := byName["calm"], byName["noisy"]
-	if len(byName) != 2 || calm.Tenant == "" || noisy.Tenant == "" {
-		t.Fatalf("status --json lists %d tenants, want calm and noisy:\n%s", len(got.Tenants), out)
-	}
-	if calm.InFlight != nil || calm.Parked != nil {
-		t.Errorf("calm, with no cap, shows depth: %+v", calm)
-	}
-	if noisy.InFlight == nil || *noisy.InFlight != 1 || noisy.Parked == nil || *noisy.Parked != 2 || noisy.OldestParkedAge == nil || *noisy.OldestParkedAge < 0 {
-		t.Errorf("noisy = %s; want 1 in flight, 2 parked, an oldest age", out)
+	noisy := got.Dispatch[0].Tenants[0]
+	if noisy.Tenant != "noisy" || noisy.InFlight != 1 || noisy.Parked != 2 || !noisy.AtCap || noisy.OldestParkedAge == nil {
+		t.Errorf("noisy = %+v; want 1 in flight (at cap), 2 parked, an oldest age", noisy)
 	}
 	text := mustRun(t, append(base, "status")...).stdout
-	if !strings.Contains(text, "TENANT  IN FLIGHT  PARKED  OLDEST PARKED\n") || !strings.Contains(text, "noisy   1/1        2/10    ") {
-		t.Errorf("status lacks the depth table:\n%s", text)
+	if !strings.Contains(text, "TENANT  PARKED  OLDEST PARKED  IN FLIGHT") || !strings.Contains(text, "1/1 (at cap)") {
+		t.Errorf("status lacks the dispatch table:\n%s", text)
+	}
+	// Once no worker with a gate serves the queue, status warns.
+	hold.Close()
+	text = mustRun(t, append(base, "status")...).stdout
+	if !strings.Contains(text, "no worker with a Gate serves it") {
+		t.Errorf("status does not warn of parked tasks no worker will move:\n%s", text)
+	}
+}
+
+// TestDemoFairScenario runs the fair demo on the embedded Redis: its
+// checks pass.
+func TestDemoFairScenario(t *testing.T) {
+	t.Parallel()
+	res := admitq(t, "demo", "--scenario", "fair")
+	if res.code != exitOK {
+		t.Fatalf("demo --scenario fair: %v", res)
+	}
+	for _, want := range []string{"ok   work-conserving", "ok   weighted", "ok   nothing lost"} {
+		if !strings.Contains(res.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, res.stdout)
+		}
 	}
 }
 

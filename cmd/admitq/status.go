@@ -172,6 +172,8 @@ type statusReport struct {
 	// were named.
 	Total  int           `json:"total"`
 	Queues []queueStatus `json:"queues"`
+	// Dispatch are the queues that workers with a gate serve, or did.
+	Dispatch []dispatchStatus `json:"dispatch"`
 }
 
 type tenantStatus struct {
@@ -182,7 +184,6 @@ type tenantStatus struct {
 	Reserved    int        `json:"reserved"`  // reservations after now
 	NextFree    *time.Time `json:"next_free"` // when a request arriving now would get a slot
 	Error       string     `json:"error,omitempty"`
-	depthStatus            // depth.go: in flight and parked, for capped tenants
 
 	now time.Time // Redis server time of this tenant's read
 }
@@ -231,7 +232,7 @@ func (s *statusReader) readNamed(ctx context.Context, named []string) (statusRep
 	defer gate.Close()
 	rows := s.collect(ctx, sq, gate.UsageBatch(ctx, read), idle, bad)
 	r := statusReport{Time: rows.time, Total: len(named), Tenants: rows.inOrder(named)}
-	return s.finish(r, rows, len(named))
+	return s.finish(ctx, r, rows, len(named))
 }
 
 // readListing reads the tenants the listing finds: matched by --match,
@@ -258,7 +259,7 @@ func (s *statusReader) readListing(ctx context.Context) (statusReport, error) {
 		r.Tenants = rows.inOrder(shown)
 	}
 	r.Time = rows.time
-	return s.finish(r, rows, len(read)+len(idle)+len(bad))
+	return s.finish(ctx, r, rows, len(read)+len(idle)+len(bad))
 }
 
 // split sorts tenants into those to read, those with nothing in Redis
@@ -358,13 +359,17 @@ func (tr tenantRows) inOrder(names []string) []tenantStatus {
 
 // finish adds asynq's queues to r, and joins what failed: the rows that
 // could not be read (of counted tenants) and the queues.
-func (s *statusReader) finish(r statusReport, tr tenantRows, counted int) (statusReport, error) {
+func (s *statusReader) finish(ctx context.Context, r statusReport, tr tenantRows, counted int) (statusReport, error) {
 	var errAll []error
 	if len(tr.errs) > 0 {
 		errAll = append(errAll, fmt.Errorf("%d of %d tenants could not be read; the first: %w", len(tr.errs), counted, tr.errs[0]))
 	}
 	queues, err := s.queues()
 	r.Queues = append([]queueStatus{}, queues...)
+	if err != nil {
+		errAll = append(errAll, err)
+	}
+	r.Dispatch, err = s.readDispatch(ctx) // depth.go
 	if err != nil {
 		errAll = append(errAll, err)
 	}
@@ -391,7 +396,6 @@ func (sq statusQuotas) row(u admission.UsageResult) (tenantStatus, error) {
 	_, own := sq.static.Tenants[ts.Tenant]
 	ts.Quota, ts.Default = &q, !own
 	ts.InWindow, ts.Reserved = u.Usage.InWindow, u.Usage.Reserved
-	ts.depthStatus = toDepthStatus(u.Usage)
 	next := u.Usage.NextFree
 	ts.NextFree, ts.now = &next, u.Usage.Now
 	return ts, nil
@@ -532,7 +536,7 @@ func writeStatus(w io.Writer, r statusReport) error {
 		fmt.Fprintf(tw, "… and %d more tenants (--limit 0 shows them all)\n", more)
 	}
 	fmt.Fprintln(tw)
-	writeDepth(tw, r)
+	writeDispatch(tw, r)
 	if len(r.Queues) == 0 {
 		fmt.Fprintln(tw, "no asynq queues")
 	} else {
