@@ -11,6 +11,8 @@ import (
 	"weak"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/internal/rediserr"
 )
 
 // causeMaxAge is how old a network error may be and still explain a call
@@ -164,3 +166,12 @@ func (e *causedError) Error() string {
 }
 
 func (e *causedError) Unwrap() []error { return []error{e.err, e.cause} }
+
+// unavailable reports whether err means Redis could not serve the call now
+// (rediserr.Unavailable): an OOM refusal, a wrong key type or a script
+// error is an answer, not an outage.
+func unavailable(err error) bool { return rediserr.Unavailable(err) }
+
+// isReply reports whether err is an error reply from Redis that says it
+// served the call or refused it for itself (rediserr.Answered).
+func isReply(err error) bool { return rediserr.Answered(err) }
