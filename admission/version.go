@@ -14,8 +14,10 @@ import (
 )
 
 // MinRedisVersion is the oldest Redis the gate's scripts run on: they use
-// PEXPIRETIME (Redis 7.0). On an older server a script fails halfway, after
-// its first writes, so the gate refuses it instead.
+// PEXPIRETIME and script flags (a "#!lua" first line, which makes Redis
+// refuse a script whole while it is out of memory), both Redis 7.0. On an
+// older server a script fails to compile, or halfway, after its first
+// writes, so the gate refuses the server instead.
 const MinRedisVersion = "7.0"
 
 // ErrRedisVersion is returned by a Gate whose Redis (on a cluster, any of
@@ -148,7 +150,7 @@ func tooOld(infos []string) error {
 		if addr != "" {
 			addr = " at " + addr
 		}
-		return fmt.Errorf("%w: Redis %s%s; admitq needs Redis %s or later (PEXPIRETIME)", ErrRedisVersion, version, addr, MinRedisVersion)
+		return fmt.Errorf("%w: Redis %s%s; admitq needs Redis %s or later (PEXPIRETIME, script flags)", ErrRedisVersion, version, addr, MinRedisVersion)
 	}
 	return nil
 }
