@@ -95,6 +95,100 @@ func (g *Gate) settleVersion(ch chan struct{}) {
 	v.running = nil
 	v.mu.Unlock()
 	close(ch)
+	if answered && err == nil {
+		g.warnEviction()
+	}
+}
+
+// NoEviction is the maxmemory-policy admitq needs. Under any other policy
+// Redis, once full, evicts keys to make room, a tenant's log or counter
+// among them, and every bound on that tenant breaks without an error:
+// an LRU policy sees a tenant the deny cache answers as idle, and a
+// volatile policy evicts only keys with an expiry, which admitq's logs
+// are. Redis's own default is noeviction; managed services often set
+// another.
+const NoEviction = "noeviction"
+
+// MaxmemoryPolicy returns rdb's maxmemory-policy, by server address (on a
+// cluster, each master's; on a ring, each shard's). It reads CONFIG GET,
+// or, where CONFIG is disabled or renamed, INFO memory. A server that
+// answers neither is left out, and the first such error is returned with
+// the policies of the others. Anything but NoEviction breaks admitq's
+// bounds silently once Redis is full; a Gate logs a warning for it at its
+// first call.
+func MaxmemoryPolicy(ctx context.Context, rdb redis.UniversalClient) (map[string]string, error) {
+	var (
+		mu       sync.Mutex
+		policies = map[string]string{}
+		first    error
+	)
+	read := func(ctx context.Context, c redis.Cmdable, addr string) error {
+		p, err := readPolicy(ctx, c)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err == nil:
+			policies[addr] = p
+		case first == nil:
+			first = fmt.Errorf("admitq: maxmemory-policy of %s: %w", addr, err)
+		}
+		return nil
+	}
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			return read(ctx, m, m.Options().Addr)
+		})
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, func(ctx context.Context, m *redis.Client) error {
+			return read(ctx, m, m.Options().Addr)
+		})
+	case *redis.Client:
+		err = read(ctx, c, c.Options().Addr)
+	default:
+		err = read(ctx, rdb, "redis")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if err == nil {
+		err = first
+	}
+	return policies, err
+}
+
+// readPolicy reads one server's maxmemory-policy.
+func readPolicy(ctx context.Context, c redis.Cmdable) (string, error) {
+	m, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+	if p, ok := m["maxmemory-policy"]; err == nil && ok {
+		return p, nil
+	}
+	if err != nil && unavailable(err) {
+		return "", err
+	}
+	info, err := c.Info(ctx, "memory").Result()
+	if err != nil {
+		return "", err
+	}
+	if p := infoField(info, "maxmemory_policy"); p != "" {
+		return p, nil
+	}
+	return "", errors.New("neither CONFIG GET nor INFO memory names it")
+}
+
+// warnEviction logs a warning for each server whose maxmemory-policy is
+// not NoEviction.
+func (g *Gate) warnEviction() {
+	ctx, cancel := context.WithTimeout(context.Background(), g.opts.timeout)
+	defer cancel()
+	policies, _ := MaxmemoryPolicy(ctx, g.rdb)
+	for addr, p := range policies {
+		if p != NoEviction {
+			g.opts.logger.Warn("admitq: Redis maxmemory-policy is "+p+", it should be "+NoEviction+
+				": once Redis is full it evicts keys, tenants' logs among them, and every bound on those tenants breaks without an error",
+				"addr", addr, "maxmemory_policy", p)
+		}
+	}
 }
 
 // askVersion asks Redis (every master of a cluster) for its version. It
