@@ -131,3 +131,41 @@ func usedMemory(t *testing.T, rdb *redis.Client) int64 {
 	t.Fatal("INFO memory has no used_memory")
 	return 0
 }
+
+// TestOutOfMemoryWriteGivesItsSlotBack admits on one Redis and writes the
+// tasks to another that is full (noeviction): asynq's write is refused
+// with OOM after the gate admitted it, so the task is certainly not in
+// asynq; the error is not ambiguous and the slot goes back.
+func TestOutOfMemoryWriteGivesItsSlotBack(t *testing.T) {
+	gateRDB := redistest.Start(t).Client(t)
+	asynqRDB := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	q := admission.Quota{Limit: 100, Window: time.Minute, MaxDelay: time.Hour}
+	gate := admission.New(gateRDB, admission.StaticQuotas{Default: &q})
+	defer gate.Close()
+	client := enqueue.NewFromRedis(asynqRDB, gate)
+	// asynq registers the queue's name first: let it in before memory runs out.
+	if _, _, err := client.Enqueue(ctx, "warm", asynq.NewTask("oom", nil)); err != nil {
+		t.Fatal(err)
+	}
+	asynqRDB.ConfigSet(ctx, "maxmemory-policy", "noeviction")
+	if err := asynqRDB.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		_, d, err := client.Enqueue(ctx, "t", asynq.NewTask("oom", []byte("payload")))
+		switch {
+		case err == nil:
+			t.Fatalf("enqueue %d into a full Redis succeeded", i)
+		case enqueue.IsAmbiguous(err):
+			t.Fatalf("enqueue %d: %v is ambiguous; an OOM refusal wrote nothing", i, err)
+		case !strings.Contains(err.Error(), "OOM"):
+			t.Fatalf("enqueue %d: %v, want asynq's OOM", i, err)
+		case d.Outcome != admission.Admitted:
+			t.Fatalf("enqueue %d: the gate decided %v, want admitted", i, d.Outcome)
+		}
+	}
+	if n := gateRDB.ZCard(ctx, "admitq:{t}:log").Val(); n != 0 {
+		t.Errorf("the log holds %d slots for no task, want 0", n)
+	}
+}
