@@ -87,6 +87,9 @@ func TestAdmitIsRefusedWholeOutOfMemory(t *testing.T) {
 		if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
 			t.Fatal(err)
 		}
+		if ok, _ := rdb.ScriptExists(ctx, flagged.Hash()).Result(); len(ok) != 1 || !ok[0] {
+			t.Fatal("Redis does not know admit.lua by the hash go-redis sends (EVALSHA)")
+		}
 		err := tc.script.Run(ctx, rdb, []string{key}, admitArgs(3, 200_000, "c")...).Err()
 		if gotOOM := err != nil && strings.HasPrefix(err.Error(), "OOM "); gotOOM != tc.wantOOM {
 			t.Errorf("%s: err = %v, want OOM %v", tc.desc, err, tc.wantOOM)
