@@ -83,7 +83,7 @@ func (g *Gate) checkVersion(ctx context.Context) error {
 // settleVersion asks the version and records the answer, or when to ask
 // again; then it closes ch.
 func (g *Gate) settleVersion(ch chan struct{}) {
-	answered, err := g.askVersion(context.Background())
+	answered, policies, err := g.askVersion(context.Background())
 	v := g.version
 	v.mu.Lock()
 	if answered {
@@ -96,7 +96,7 @@ func (g *Gate) settleVersion(ch chan struct{}) {
 	v.mu.Unlock()
 	close(ch)
 	if answered && err == nil {
-		g.warnEviction()
+		g.warnEviction(policies)
 	}
 }
 
@@ -110,8 +110,9 @@ func (g *Gate) settleVersion(ch chan struct{}) {
 const NoEviction = "noeviction"
 
 // MaxmemoryPolicy returns rdb's maxmemory-policy, by server address (on a
-// cluster, each master's; on a ring, each shard's). It reads CONFIG GET,
-// or, where CONFIG is disabled or renamed, INFO memory. A server that
+// cluster, each master's; on a ring, each shard's). It reads INFO memory
+// (which works where CONFIG is disabled or renamed), or CONFIG GET where
+// INFO does not name the policy. A server that
 // answers neither is left out, and the first such error is returned with
 // the policies of the others. Anything but NoEviction breaks admitq's
 // bounds silently once Redis is full; a Gate logs a warning for it at its
@@ -157,32 +158,39 @@ func MaxmemoryPolicy(ctx context.Context, rdb redis.UniversalClient) (map[string
 	return policies, err
 }
 
-// readPolicy reads one server's maxmemory-policy.
+// readPolicy reads one server's maxmemory-policy: from INFO memory, which
+// every Redis answers (even where CONFIG is disabled or renamed), or from
+// CONFIG GET on a server whose INFO does not name it.
 func readPolicy(ctx context.Context, c redis.Cmdable) (string, error) {
-	m, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
-	if p, ok := m["maxmemory-policy"]; err == nil && ok {
+	info, err := c.Info(ctx, "memory").Result()
+	if p := infoField(info, "maxmemory_policy"); err == nil && p != "" {
 		return p, nil
 	}
 	if err != nil && unavailable(err) {
 		return "", err
 	}
-	info, err := c.Info(ctx, "memory").Result()
+	return configPolicy(ctx, c)
+}
+
+// configPolicy reads one server's maxmemory-policy with CONFIG GET.
+func configPolicy(ctx context.Context, c redis.Cmdable) (string, error) {
+	m, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
 	if err != nil {
 		return "", err
 	}
-	if p := infoField(info, "maxmemory_policy"); p != "" {
+	if p, ok := m["maxmemory-policy"]; ok {
 		return p, nil
 	}
-	return "", errors.New("neither CONFIG GET nor INFO memory names it")
+	return "", errors.New("neither INFO memory nor CONFIG GET names it")
 }
 
 // warnEviction logs a warning for each server whose maxmemory-policy is
 // not NoEviction.
-func (g *Gate) warnEviction() {
-	ctx, cancel := context.WithTimeout(context.Background(), g.opts.timeout)
-	defer cancel()
-	policies, _ := MaxmemoryPolicy(ctx, g.rdb)
+func (g *Gate) warnEviction(policies map[string]string) {
 	for addr, p := range policies {
+		if c, ok := g.rdb.(*redis.Client); ok && addr == "" {
+			addr = c.Options().Addr
+		}
 		if p != NoEviction {
 			g.opts.logger.Warn("admitq: Redis maxmemory-policy is "+p+", it should be "+NoEviction+
 				": once Redis is full it evicts keys, tenants' logs among them, and every bound on those tenants breaks without an error",
@@ -191,10 +199,12 @@ func (g *Gate) warnEviction() {
 	}
 }
 
-// askVersion asks Redis (every master of a cluster) for its version. It
+// askVersion asks Redis (every master of a cluster) for its version, and
+// its maxmemory-policy, in one INFO (its default sections hold both). It
 // reports whether the question is settled: every server answered, or one
-// answered too old a version, which err then names.
-func (g *Gate) askVersion(ctx context.Context) (answered bool, err error) {
+// answered too old a version, which err then names; and the policies,
+// by address.
+func (g *Gate) askVersion(ctx context.Context) (answered bool, policies map[string]string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
 	defer cancel()
 	var (
@@ -202,13 +212,21 @@ func (g *Gate) askVersion(ctx context.Context) (answered bool, err error) {
 		infos  []string // each prefixed with its server's address and a newline
 		silent bool     // a server did not answer
 	)
+	policies = map[string]string{}
 	ask := func(ctx context.Context, c redis.Cmdable, addr string) error {
-		info, err := c.Info(ctx, "server").Result()
+		info, err := c.Info(ctx).Result()
+		policy := infoField(info, "maxmemory_policy")
+		if err == nil && policy == "" {
+			policy, _ = configPolicy(ctx, c)
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
 		case err == nil:
 			infos = append(infos, addr+"\n"+info)
+			if policy != "" {
+				policies[addr] = policy
+			}
 		case unavailable(err) || ctx.Err() != nil:
 			silent = true
 		}
@@ -226,9 +244,9 @@ func (g *Gate) askVersion(ctx context.Context) (answered bool, err error) {
 	mu.Lock()
 	defer mu.Unlock()
 	if err := tooOld(infos); err != nil {
-		return true, err
+		return true, nil, err
 	}
-	return cerr == nil && !silent, nil
+	return cerr == nil && !silent, policies, nil
 }
 
 // tooOld returns an error for the first INFO reply, each prefixed with its
