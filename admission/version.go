@@ -112,11 +112,10 @@ const NoEviction = "noeviction"
 // MaxmemoryPolicy returns rdb's maxmemory-policy, by server address (on a
 // cluster, each master's; on a ring, each shard's). It reads INFO memory
 // (which works where CONFIG is disabled or renamed), or CONFIG GET where
-// INFO does not name the policy. A server that
-// answers neither is left out, and the first such error is returned with
-// the policies of the others. Anything but NoEviction breaks admitq's
-// bounds silently once Redis is full; a Gate logs a warning for it at its
-// first call.
+// INFO does not name the policy. A server that answers neither is left
+// out, and the first such error is returned with the policies of the
+// others. Anything but NoEviction breaks admitq's bounds silently once
+// Redis is full; a Gate logs a warning for it at its first call.
 func MaxmemoryPolicy(ctx context.Context, rdb redis.UniversalClient) (map[string]string, error) {
 	var (
 		mu       sync.Mutex

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,11 +31,7 @@ type flagFallback struct {
 }
 
 // DialHook implements redis.Hook.
-func (h *flagFallback) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return next(ctx, network, addr)
-	}
-}
+func (h *flagFallback) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 // ProcessHook implements redis.Hook.
 func (h *flagFallback) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
