@@ -11,6 +11,9 @@ import (
 	"weak"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/internal/rediserr"
+	"github.com/admitq/admitq/lua"
 )
 
 // causeMaxAge is how old a network error may be and still explain a call
@@ -77,12 +80,15 @@ func sharedCauses[T any](p *T, rdb redis.UniversalClient) *causes {
 	return c
 }
 
-// watch adds c to rdb, and on a cluster to each node client it makes.
+// watch adds c to rdb, and on a cluster to each node client it makes. It
+// adds lua.FlagFallback too, once per client as c is, so that the scripts
+// run on a server that does not know script flags (miniredis).
 func (c *causes) watch(rdb redis.UniversalClient) {
 	if rdb == nil {
 		return
 	}
 	rdb.AddHook(c)
+	rdb.AddHook(lua.FlagFallback())
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		// A cluster client's own hooks see a command's last error, not the
 		// dials of the node clients it makes, where a refusal shows.
@@ -164,3 +170,16 @@ func (e *causedError) Error() string {
 }
 
 func (e *causedError) Unwrap() []error { return []error{e.err, e.cause} }
+
+// unavailable reports whether err means Redis could not serve the call now
+// (rediserr.Unavailable): an OOM refusal, a wrong key type or a script
+// error is an answer, not an outage.
+func unavailable(err error) bool { return rediserr.Unavailable(err) }
+
+// isReply reports whether err is an error reply from Redis that says it
+// served the call or refused it for itself (rediserr.Answered).
+func isReply(err error) bool { return rediserr.Answered(err) }
+
+// outOfMemory reports whether err is Redis's OOM refusal: the server's
+// state, not the call's, so splitting the call would only repeat it.
+func outOfMemory(err error) bool { return rediserr.IsOOM(err) }

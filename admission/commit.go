@@ -490,7 +490,7 @@ func (c *committer) run(ctx context.Context, taken int64, calls [][]*group, forg
 				c.deliver(call, res[i], nil, forget)
 			case isNoScript(err) && !eval:
 				again = append(again, call)
-			case len(call) > 1 && !unavailable(err):
+			case len(call) > 1 && !unavailable(err) && !outOfMemory(err): // OOM is the server's, not a key's
 				for _, g := range call {
 					again = append(again, []*group{g})
 				}

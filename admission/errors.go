@@ -8,8 +8,10 @@ var (
 	// Nothing is written to Redis.
 	ErrInvalidTenant = errors.New("admitq: invalid tenant")
 
-	// ErrInvalidQuota is returned for a quota whose Limit, Window or MaxDelay
-	// is out of range, and for a stored quota that cannot be decoded. The
+	// ErrInvalidQuota is returned for a quota with a field out of range
+	// (below its least value, or past MaxLimit, MaxWindow, MaxMaxDelay,
+	// MaxInFlightCap or MaxParkedCap), for a Log-mode quota whose log could
+	// pass MaxLogEntries, and for a stored quota that cannot be decoded. The
 	// error's text names the field and the value. Nothing is written to Redis.
 	ErrInvalidQuota = errors.New("admitq: invalid quota")
 

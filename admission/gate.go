@@ -4,11 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"runtime"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -616,36 +612,6 @@ func callError(ctx context.Context, op, tenant string, err error) error {
 		return fmt.Errorf("%w: %s %q: %w", ErrUnavailable, op, tenant, err)
 	}
 	return fmt.Errorf("admitq: %s %q: %w", op, tenant, err)
-}
-
-// unavailable reports whether err means Redis could not serve the call now:
-// it could not be reached, did not answer in time, or said it cannot serve
-// (loading, read-only replica, cluster down). Anything else, such as a
-// wrong key type or a script error, is an answer, not an outage.
-func unavailable(err error) bool {
-	var nerr net.Error
-	var rerr redis.Error
-	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &nerr),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout):
-		return true
-	case errors.As(err, &rerr):
-		for _, p := range []string{"LOADING", "READONLY", "CLUSTERDOWN", "MASTERDOWN", "TRYAGAIN", "BUSY"} {
-			if strings.HasPrefix(rerr.Error(), p) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// isReply reports whether err is an error reply from Redis that says it
-// served the call (a wrong key type, say), not that it could not.
-func isReply(err error) bool {
-	var rerr redis.Error
-	return errors.As(err, &rerr) && !unavailable(err)
 }
 
 // notBeforeµs is the scripts' not-before argument for t: 0 for none, and

@@ -16,12 +16,15 @@ import (
 // deferred to its slot if that slot is at most MaxDelay ahead, and rejected
 // otherwise.
 type Quota struct {
-	// Limit is the number of admissions allowed in any Window; at least 1.
+	// Limit is the number of admissions allowed in any Window; 1 to
+	// MaxLimit. In Log mode, Limit × (1 + MaxDelay/Window) is at most
+	// MaxLogEntries.
 	Limit int
-	// Window is the length of the sliding window; at least 1ms.
+	// Window is the length of the sliding window; 1ms to MaxWindow.
 	Window time.Duration
 	// MaxDelay is how far ahead a request that finds the window full may be
-	// deferred. 0 means never defer: such a request is rejected.
+	// deferred, up to MaxMaxDelay. 0 means never defer: such a request is
+	// rejected.
 	MaxDelay time.Duration
 	// Mode chooses how the window is kept: Log (the zero value) or Counter.
 	Mode Mode
@@ -38,6 +41,36 @@ type Quota struct {
 	// weight 3 gets three times the worker time of one of weight 1. 0 means
 	// 1. Only fair queues (worker.Config.Fair) read it.
 	Weight float64
+}
+
+// Upper bounds on a Quota's fields. They keep every number the scripts
+// compute exact (Redis runs Lua on doubles, exact to 2^53) and free of
+// overflow, and every Redis call of a decision short.
+const (
+	// MaxLimit is the largest Limit.
+	MaxLimit = 1_000_000_000
+	// MaxWindow is the largest Window, and MaxMaxDelay the largest MaxDelay.
+	MaxWindow   = 366 * 24 * time.Hour
+	MaxMaxDelay = 366 * 24 * time.Hour
+	// MaxInFlightCap is the largest MaxInFlight, and MaxParkedCap the
+	// largest MaxParked.
+	MaxInFlightCap = 1 << 30
+	MaxParkedCap   = 1 << 30
+	// MaxLogEntries is the most entries a tenant's log may hold in Log
+	// mode, Limit × (1 + MaxDelay/Window, rounded up): every call on the
+	// log, its trim and its expiry included, then deletes or walks at most
+	// that many, in tens of milliseconds, well within the gate's timeout.
+	// Larger quotas want Counter mode, whose memory and cost do not grow
+	// with Limit.
+	MaxLogEntries = 100_000
+)
+
+// logEntries reports whether a log under q can hold more than
+// MaxLogEntries entries, and how many windows it spans (1 + MaxDelay /
+// Window, rounded up), without overflow.
+func logEntries(q Quota) (windows int64, over bool) {
+	windows = 1 + int64((q.MaxDelay+q.Window-1)/q.Window)
+	return windows, int64(q.Limit) > MaxLogEntries/windows
 }
 
 // DefaultMaxParked is the parked backlog of a capped tenant whose quota
@@ -110,24 +143,30 @@ func ParseMode(s string) (Mode, error) {
 // names the field and the value that are wrong.
 func (q Quota) Validate() error {
 	switch {
-	case q.Limit < 1:
-		return fmt.Errorf("%w: Limit is %d, want at least 1", ErrInvalidQuota, q.Limit)
-	case q.Window < time.Millisecond:
-		return fmt.Errorf("%w: Window is %v, want at least 1ms", ErrInvalidQuota, q.Window)
-	case q.MaxDelay < 0:
-		return fmt.Errorf("%w: MaxDelay is %v, want 0 or more", ErrInvalidQuota, q.MaxDelay)
+	case q.Limit < 1 || q.Limit > MaxLimit:
+		return fmt.Errorf("%w: Limit is %d, want 1 to %d", ErrInvalidQuota, q.Limit, MaxLimit)
+	case q.Window < time.Millisecond || q.Window > MaxWindow:
+		return fmt.Errorf("%w: Window is %v, want 1ms to %v", ErrInvalidQuota, q.Window, MaxWindow)
+	case q.MaxDelay < 0 || q.MaxDelay > MaxMaxDelay:
+		return fmt.Errorf("%w: MaxDelay is %v, want 0 to %v", ErrInvalidQuota, q.MaxDelay, MaxMaxDelay)
 	case q.Mode != Log && q.Mode != Counter:
 		return fmt.Errorf("%w: Mode is %d, want Log or Counter", ErrInvalidQuota, q.Mode)
-	case q.MaxInFlight < 0:
-		return fmt.Errorf("%w: MaxInFlight is %d, want 0 (no cap) or more", ErrInvalidQuota, q.MaxInFlight)
-	case q.MaxParked < 0:
-		return fmt.Errorf("%w: MaxParked is %d, want 0 (the default) or more", ErrInvalidQuota, q.MaxParked)
+	case q.MaxInFlight < 0 || q.MaxInFlight > MaxInFlightCap:
+		return fmt.Errorf("%w: MaxInFlight is %d, want 0 (no cap) to %d", ErrInvalidQuota, q.MaxInFlight, MaxInFlightCap)
+	case q.MaxParked < 0 || q.MaxParked > MaxParkedCap:
+		return fmt.Errorf("%w: MaxParked is %d, want 0 (the default) to %d", ErrInvalidQuota, q.MaxParked, MaxParkedCap)
 	case q.MaxParked > 0 && q.MaxInFlight == 0:
 		return fmt.Errorf("%w: MaxParked is %d without MaxInFlight; only capped tenants park", ErrInvalidQuota, q.MaxParked)
 	case q.Weight < 0 || math.IsNaN(q.Weight) || math.IsInf(q.Weight, 0) || q.Weight > MaxWeight:
 		return fmt.Errorf("%w: Weight is %v, want 0 (meaning 1) up to %d", ErrInvalidQuota, q.Weight, MaxWeight)
 	case q.MaxInFlight > 0 && q.Mode == Counter:
 		return fmt.Errorf("%w: MaxInFlight is %d in counter mode; the cap needs the log's entry IDs", ErrInvalidQuota, q.MaxInFlight)
+	}
+	if q.Mode == Log {
+		if windows, over := logEntries(q); over {
+			return fmt.Errorf("%w: log size: Limit %d × %d windows (1 + MaxDelay %v / Window %v) is more than MaxLogEntries (%d) a tenant's log may hold; use Counter mode for a quota this large",
+				ErrInvalidQuota, q.Limit, windows, q.MaxDelay, q.Window, MaxLogEntries)
+		}
 	}
 	return nil
 }

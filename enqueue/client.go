@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/dispatch"
 	"github.com/admitq/admitq/internal/freshid"
+	"github.com/admitq/admitq/internal/rediserr"
 )
 
 // releaseTimeout bounds the Release that follows a failed enqueue. It runs
@@ -474,6 +474,10 @@ func (c *Client) write(cc *callContext, p prepared, d admission.Decision) (*asyn
 //     asynq's script wrote nothing. When go-redis retries a write whose
 //     reply was lost, the retry finds the lock its own first attempt took,
 //     and the task is there.
+//   - Redis refused the script call with OOM, and no task with p's ID is
+//     in asynq (NewFromRedis): Redis raises OOM in a script only before
+//     its first write, so that attempt wrote nothing, and an earlier
+//     attempt go-redis retried would have left the task there.
 //   - a Redis error reply (New): asynq keeps one only from the SADD of the
 //     queue's name, which goes before the task's write and, failing, stops
 //     it. The write itself is asynq's Lua script, and asynq flattens the
@@ -489,21 +493,12 @@ func (c *Client) fateOf(p prepared, tr *writeTrace, err error) fate {
 	switch {
 	case c.rdb != nil && !tr.sent.Load():
 		return unwritten
-	case c.rdb != nil && errors.Is(err, asynq.ErrDuplicateTask):
+	case c.rdb != nil && (errors.Is(err, asynq.ErrDuplicateTask) || tr.oom.Load()):
 		return c.duplicate(p)
-	case c.rdb == nil && isRedisReply(err):
+	case c.rdb == nil && rediserr.IsReply(err):
 		return unwritten
 	}
 	return maybe
-}
-
-// isRedisReply reports whether err holds a Redis error reply, not a
-// connection or timeout problem.
-func isRedisReply(err error) bool {
-	var rerr redis.Error
-	var nerr net.Error
-	return errors.As(err, &rerr) && !errors.As(err, &nerr) &&
-		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // settle ends a call that failed with err, or wrote its task (f is

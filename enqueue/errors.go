@@ -54,14 +54,16 @@ func (e *RejectedError) RetryAfter() time.Duration { return e.Decision.Delay() }
 // another with the ID); asynq.ErrDuplicateTask when a task with the ID is
 // in the queue (the retry of a write that ran finds its own lock); a
 // timeout, a network error or ctx done while the write was out; and any
-// Redis error reply to asynq's write, such as LOADING or OOM, since it may
-// answer a retry of an attempt that ran.
+// Redis error reply to asynq's write, such as LOADING, since it may answer
+// a retry of an attempt that ran.
 //
 // Every other error is definite: the task was not enqueued by this call,
 // and the caller still holds it. That covers a rejection (ErrRejected),
 // invalid input, the gate's errors (admission.ErrUnavailable among them),
-// ctx done before the write was sent, and asynq.ErrDuplicateTask for
-// another task's lock. A Client made by New cannot see what its
+// ctx done before the write was sent, asynq.ErrDuplicateTask for another
+// task's lock, and Redis's OOM reply to the write when the task is not in
+// asynq (Redis refuses a script for memory only before its first write),
+// whose slot goes back. A Client made by New cannot see what its
 // asynq.Client sent, so every failure after it called asynq is ambiguous
 // but a Redis error reply before the write.
 func IsAmbiguous(err error) bool {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/internal/rediserr"
 )
 
 // Group commit of asynq's writes. asynq writes each task with one script
@@ -103,7 +105,9 @@ func (p *pipelined) Eval(ctx context.Context, script string, keys []string, args
 	traceSent(ctx)
 	sctx, cancel := sendContext(ctx)
 	defer cancel()
-	return p.UniversalClient.Eval(sctx, script, keys, args...)
+	cmd := p.UniversalClient.Eval(sctx, script, keys, args...)
+	traceOOM(ctx, cmd)
+	return cmd
 }
 
 // Script call states: the caller who leaves and the pipeline that sends
@@ -157,7 +161,9 @@ func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args
 		traceSent(ctx)
 		sctx, cancel := sendContext(ctx)
 		defer cancel()
-		return p.UniversalClient.EvalSha(sctx, sha, keys, args...)
+		cmd := p.UniversalClient.EvalSha(sctx, sha, keys, args...)
+		traceOOM(ctx, cmd)
+		return cmd
 	}
 	c := p.newCall(ctx, sha, keys, args)
 	p.mu.Lock()
@@ -193,10 +199,11 @@ func unsent(ctx context.Context, sha string, err error) *redis.Cmd {
 }
 
 // writeTrace travels with one Enqueue's write, in its context under
-// writeTraceKey{}, and is set once a script call of it (asynq's write of
-// the task) has been sent: asynq flattens the errors of its script calls
-// into text, and a failure with none sent certainly wrote nothing.
-type writeTrace struct{ sent atomic.Bool }
+// writeTraceKey{}. sent is set once a script call of it (asynq's write of
+// the task) has been sent, oom once one was refused with Redis's OOM
+// reply: asynq flattens the errors of its script calls into text, and a
+// failure with none sent certainly wrote nothing.
+type writeTrace struct{ sent, oom atomic.Bool }
 
 type writeTraceKey struct{}
 
@@ -205,6 +212,16 @@ type writeTraceKey struct{}
 func traceSent(ctx context.Context) {
 	if tr, ok := ctx.Value(writeTraceKey{}).(*writeTrace); ok {
 		tr.sent.Store(true)
+	}
+}
+
+// traceOOM records, in the writeTrace of ctx if any, that cmd, a script
+// call of it, was refused for memory (rediserr.OOM).
+func traceOOM(ctx context.Context, cmd *redis.Cmd) {
+	if err := cmd.Err(); err != nil && rediserr.IsOOM(err) {
+		if tr, ok := ctx.Value(writeTraceKey{}).(*writeTrace); ok {
+			tr.oom.Store(true)
+		}
 	}
 }
 
@@ -279,6 +296,7 @@ func (p *pipelined) flush(batch []*scriptCall) {
 	}
 	for i, c := range calls {
 		c.cmd = cmds[i]
+		traceOOM(c.ctx, c.cmd)
 		c.done <- struct{}{} // c is its caller's again from here on
 	}
 }

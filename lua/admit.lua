@@ -1,5 +1,10 @@
+#!lua
 -- admit.lua: the slot rule, for one or more tenants' sliding-window logs.
 --
+-- Flags    the first line declares the script (Redis 7), without allow-oom:
+--          while Redis is over maxmemory it refuses the call whole with OOM,
+--          where a script without flags would trim (a deletion, which Redis
+--          allows) and then record its entries past maxmemory.
 -- KEYS[k]  the log of the k-th tenant: a ZSET of entry ID -> slot (Redis time, µs)
 -- ARGV     nq, then nq quotas of four numbers each: limit, window µs,
 --          max delay µs, granularity µs (1 = none); then for each key k, in
