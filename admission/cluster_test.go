@@ -293,7 +293,7 @@ func testClusterMasterDown(t *testing.T, c *redistest.Cluster) {
 	for _, tenant := range tenants {
 		onDead[tenant] = master(tenant) == node.Addr()
 	}
-	q := admission.Quota{Limit: 1_000_000, Window: time.Second}
+	q := admission.Quota{Limit: 100_000, Window: time.Second}
 	type tally struct {
 		healthyRemote, healthyLocal, healthyErr, healthySlow atomic.Int64
 		deadErr, deadLocal, deadRemote                       atomic.Int64

@@ -576,7 +576,7 @@ func TestShortDeadlinesOpenTheBreaker(t *testing.T) {
 // decision after the stall is made without Redis.
 func TestStallShorterThanTimeoutOpensNothing(t *testing.T) {
 	srv := redistest.Start(t)
-	q := Quota{Limit: 1_000_000, Window: time.Second}
+	q := Quota{Limit: 100_000, Window: time.Second}
 	g := New(srv.Client(t), StaticQuotas{Default: &q}, WithFailurePolicy(FailOpen))
 	defer g.Close()
 	if _, err := g.Admit(t.Context(), "warm"); err != nil {

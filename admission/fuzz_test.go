@@ -214,6 +214,7 @@ func FuzzScriptMatchesModel(f *testing.F) {
 	mr := miniredis.RunT(f)
 	mr.ClockTTL(true) // expiry follows SetTime, as in Redis: admit.lua reads it back
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	rdb.AddHook(lua.FlagFallback()) // miniredis does not know script flags
 	f.Cleanup(func() { rdb.Close() })
 	script := lua.Admit()
 

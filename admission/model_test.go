@@ -153,6 +153,7 @@ func mapValues(m map[string]int64) func(func(int64) bool) {
 // it and admit.lua.
 func onMiniredis(t *testing.T) (*miniredis.Miniredis, *redis.Client, *redis.Script) {
 	mr, rdb := onMini(t)
+	rdb.AddHook(lua.FlagFallback()) // miniredis does not know script flags
 	// Expiry follows SetTime, as in Redis: admit.lua reads it back.
 	mr.ClockTTL(true)
 	return mr, rdb, lua.Admit()

@@ -13,7 +13,7 @@ import (
 )
 
 // capped1 is a tenant capped at one task in flight.
-var capped1 = admission.Quota{Limit: 1_000_000, Window: time.Second, MaxInFlight: 1}
+var capped1 = admission.Quota{Limit: 100_000, Window: time.Second, MaxInFlight: 1}
 
 // A worker cut off from Redis while its task runs keeps the task's place:
 // asynq still holds the task (its lease is good), so no other worker's

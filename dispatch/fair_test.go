@@ -9,7 +9,7 @@ import (
 
 // generous admits everything at once: these tests are about shares, not
 // the rate.
-var generous = admission.Quota{Limit: 1_000_000, Window: time.Second}
+var generous = admission.Quota{Limit: 100_000, Window: time.Second}
 
 func TestLoneTenantFillsThePool(t *testing.T) {
 	s := newStack(t, generous)

@@ -399,7 +399,7 @@ func TestShortDeadlinesLeaveNoSlotWithoutTask(t *testing.T) {
 	} {
 		deadline := c.deadline
 		t.Run(c.name, func(t *testing.T) {
-			l := newLive(t, liveConfig{quota: admission.Quota{Limit: 1_000_000, Window: time.Minute, MaxInFlight: c.cap}})
+			l := newLive(t, liveConfig{quota: admission.Quota{Limit: 100_000, Window: time.Minute, MaxInFlight: c.cap}})
 			bg := context.Background()
 			var ok, failed atomic.Int64
 			stop := time.Now().Add(600 * time.Millisecond)

@@ -77,7 +77,7 @@ func RunFair(ctx context.Context, cfg FairConfig) (FairResult, error) {
 		cfg.OnPhase = func(string) {}
 	}
 	bg := context.WithoutCancel(ctx)
-	def := admission.Quota{Limit: 1_000_000, Window: time.Second}
+	def := admission.Quota{Limit: 100_000, Window: time.Second}
 	gold := def
 	gold.Weight = 3
 	quotas := admission.StaticQuotas{Default: &def, Tenants: map[string]admission.Quota{"gold": gold}}
