@@ -32,9 +32,10 @@ func (a *app) newWorkerCmd() *cobra.Command {
 		queues      string
 		metricsAddr string
 		sleep       time.Duration
+		fair        bool
 	)
 	cmd := &cobra.Command{
-		Use:   "worker [--concurrency N] [--queues q=w,...] [--metrics-addr ADDR] [--sleep D]",
+		Use:   "worker [--concurrency N] [--queues q=w,...] [--fair] [--metrics-addr ADDR] [--sleep D]",
 		Short: "Run a worker that logs every task, to try admitq end to end",
 		Long: `Runs an asynq worker (package worker) that handles every task type by logging
 it, optionally after sleeping to simulate work, until interrupted. It serves
@@ -84,8 +85,9 @@ Prometheus metrics (package metrics) at http://ADDR/metrics.`,
 				}()
 			}
 
-			// The gate gives back capped tenants' permits and releases
-			// their parked tasks (Quota.MaxInFlight).
+			// With the gate the worker serves its queues for the
+			// dispatcher: capped tenants' parked tasks go in as theirs
+			// finish, and with --fair the queues are shared by weight.
 			rdb, _, err := a.dial(cmd.Context())
 			if err != nil {
 				return err
@@ -99,6 +101,7 @@ Prometheus metrics (package metrics) at http://ADDR/metrics.`,
 				Logger:      log,
 				Middleware:  []asynq.MiddlewareFunc{m.Middleware()},
 				Gate:        gate,
+				Fair:        fair,
 				OnDispatch:  m.ObserveDispatch,
 			})
 			if err := w.Start(logHandler(log, sleep)); err != nil {
@@ -117,6 +120,7 @@ Prometheus metrics (package metrics) at http://ADDR/metrics.`,
 	fs.StringVar(&queues, "queues", "default=1", "asynq queues and their weights, queue=weight,…")
 	fs.StringVar(&metricsAddr, "metrics-addr", defaultMetricsAddr, `address to serve /metrics on; "" serves none`)
 	fs.DurationVar(&sleep, "sleep", 0, "how long each task pretends to work")
+	fs.BoolVar(&fair, "fair", false, "share the queues' workers among tenants by weight and worker time (fair dispatch)")
 	return cmd
 }
 
