@@ -47,10 +47,9 @@ type committer struct {
 
 	timers sync.Pool // *time.Timer, stopped: one per waiting caller
 
-	mu        sync.Mutex
-	pending   []*request
-	inflight  int
-	quotaArgs map[groupKey][]any // each quota's four ARGV numbers, boxed; see argsFor
+	mu       sync.Mutex
+	pending  []*request
+	inflight int
 	// out holds when each batch that is out was taken (UnixNano), until
 	// all of it is answered or has failed, and answered when Redis last
 	// answered a pipeline: together with failed they tell since when Redis
@@ -76,6 +75,8 @@ const (
 	abandoned
 )
 
+// request is one decision's call on Redis: built once by the gate, read by
+// every step of the decision, and answered by the pipeline that sends it.
 type request struct {
 	tenant string
 	key    string
@@ -88,7 +89,7 @@ type request struct {
 	// decided in groups of their own.
 	notBefore int64
 	// permit, for a capped tenant's tasks, is the request's part of a
-	// permit.lua call: a group of its own, never merged.
+	// permit.lua call: a group of its own, never merged. (capped)
 	permit *permitCall
 
 	state atomic.Int32
@@ -98,7 +99,7 @@ type request struct {
 	// caller returned an error, so it writes nothing (admitCapped). A
 	// caller whose wait the gate's timer ended may instead fall back to a
 	// decision made without Redis, and write its tasks. The side that
-	// comes second gives back.
+	// comes second gives back. (capped)
 	unused atomic.Int32
 	sent   atomic.Int64  // UnixNano when a pipeline took it, to send it; 0 before
 	budget time.Duration // how long Redis has to answer it from then
@@ -396,7 +397,7 @@ func (st *flushState) group(batch []*request) []*group {
 			continue // its caller left before it was sent
 		}
 		k := groupKey{r.key, r.q, r.gran, r.notBefore}
-		if g := st.byKey[k]; g != nil && r.permit == nil {
+		if g := st.byKey[k]; g != nil && r.permit == nil { // capped: never merged
 			g.ids = append(g.ids[:len(g.ids):len(g.ids)], r.ids...) // copies: never the caller's
 			g.reqs = append(g.reqs, r)
 			continue
@@ -405,7 +406,7 @@ func (st *flushState) group(batch []*request) []*group {
 		g := &all[len(all)-1]
 		g.one[0] = r
 		g.reqs = g.one[:]
-		if r.permit == nil {
+		if r.permit == nil { // capped: never merged
 			st.byKey[k] = g
 		}
 		groups = append(groups, g)
@@ -464,7 +465,7 @@ func (c *committer) plan(groups []*group) [][]*group {
 	var logs, counters, permits []*group
 	for _, g := range groups {
 		switch {
-		case g.permit() != nil:
+		case g.permit() != nil: // capped
 			permits = append(permits, g)
 		case g.q.Mode == Log:
 			logs = append(logs, g)
@@ -757,8 +758,7 @@ func appendCounterCallArgs(args []any, call []*group) []any {
 func (c *committer) appendAdmitArgs(args []any, call []*group) []any {
 	var quotas []groupKey // usually one; searched while few, then mapped
 	var byQuota map[groupKey]int
-	var small [64]int
-	index := small[:0]
+	index := make([]int, 0, len(call))
 	for _, g := range call {
 		k := groupKey{q: g.q, gran: g.gran}
 		i, ok := -1, false
@@ -783,7 +783,7 @@ func (c *committer) appendAdmitArgs(args []any, call []*group) []any {
 	}
 	args = append(args, len(quotas)) // ints under 256 box without allocating
 	for _, k := range quotas {
-		args = append(args, c.argsFor(k)...)
+		args = append(args, k.q.Limit, k.q.Window.Microseconds(), k.q.MaxDelay.Microseconds(), k.gran)
 	}
 	for j, g := range call {
 		args = append(args, index[j]+1, g.nb, len(g.ids)) // nb is 0 but for scheduled work: no allocation
@@ -792,22 +792,6 @@ func (c *committer) appendAdmitArgs(args []any, call []*group) []any {
 		}
 	}
 	return args
-}
-
-// argsFor returns admit.lua's four numbers for a quota and granularity,
-// boxed once: boxing a large int allocates, and there are few quotas.
-func (c *committer) argsFor(k groupKey) []any {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	a, ok := c.quotaArgs[k]
-	if !ok {
-		if c.quotaArgs == nil || len(c.quotaArgs) >= 1024 {
-			c.quotaArgs = make(map[groupKey][]any)
-		}
-		a = []any{k.q.Limit, k.q.Window.Microseconds(), k.q.MaxDelay.Microseconds(), k.gran}
-		c.quotaArgs[k] = a
-	}
-	return a
 }
 
 func isNoScript(err error) bool {
