@@ -189,17 +189,13 @@ func (c *committer) finished() {
 // caller's path, for a request whose generated IDs may hold slots nobody
 // will use.
 //
-// The gate's timeout is charged only for time spent waiting on Redis: do
-// fails with context.DeadlineExceeded once budget (what the decision's
-// other Redis calls left of the timeout) has passed since a pipeline took
-// r to send it, or once Redis has answered nothing for the timeout since
-// a batch was taken that is still out or found it unavailable (r may wait
-// its turn behind it). Time the producer's goroutines spend waiting for a
-// processor before r is taken is not Redis's, so a starved producer does
-// not report a healthy Redis unavailable; a real outage is still reported
-// a timeout after the first batch that met it was taken. The wait never
-// depends on the Redis connection, so it is bounded even for a client that
-// ignores context deadlines.
+// The timeout counts only time spent waiting on Redis: do fails with
+// context.DeadlineExceeded once budget has passed since a pipeline took r
+// to send it, or once Redis has answered nothing for the timeout since a
+// batch still out, or one that found it unavailable, was taken (see due).
+// Time spent waiting for a processor before r is taken is the producer's.
+// The wait never depends on the Redis connection, so it is bounded even
+// for a client that ignores context deadlines.
 func (c *committer) do(ctx context.Context, r *request, budget time.Duration, forget func(*request)) ([]Decision, error) {
 	if budget <= 0 {
 		return nil, context.DeadlineExceeded
@@ -383,9 +379,7 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 }
 
 // group gathers the requests of batch whose callers still wait into
-// groups: one per tenant key, quota, granularity and not-before time, in
-// arrival order. A capped request is a group of its own, never merged.
-// The groups live in st until reset.
+// groups, one per groupKey, in arrival order; they live in st until reset.
 func (st *flushState) group(batch []*request) []*group {
 	all := st.all[:0]
 	if cap(all) < len(batch) {
@@ -424,10 +418,8 @@ func (st *flushState) reset() {
 	st.all, st.groups = st.all[:0], st.groups[:0]
 }
 
-// take marks the requests of groups as sent and returns when. From then on
-// they wait on Redis: their timeouts run (see due), and so does the
-// batch's time out, until every part of it is answered or has failed
-// (returned).
+// take marks the requests of groups as sent, now, and returns when: from
+// then on they wait on Redis (see due), and the batch is out until returned.
 func (c *committer) take(groups []*group) int64 {
 	taken := time.Now().UnixNano()
 	for _, g := range groups {
@@ -565,6 +557,7 @@ func (c *committer) run(ctx context.Context, taken int64, calls [][]*group, forg
 	}
 }
 
+// groupKey is what the requests of one group share.
 type groupKey struct {
 	key  string
 	q    Quota
@@ -631,11 +624,9 @@ func (c *committer) queue(ctx context.Context, pipe redis.Pipeliner, call []*gro
 	return cmd
 }
 
-// reportLate has report hear of a pipeline sent at started that is still
-// unanswered at the timeout: without ContextTimeoutEnabled go-redis waits
-// for a frozen Redis until its ReadTimeout, seconds past ctx's deadline,
-// and the breaker must hear of the failure at the deadline, not then. It
-// returns nil when nothing hears reports.
+// reportLate reports a pipeline sent at started still unanswered at the
+// timeout, which go-redis without ContextTimeoutEnabled would end only at
+// its ReadTimeout, seconds later. Nil when nothing hears reports.
 func (c *committer) reportLate(key string, started time.Time) *time.Timer {
 	if c.report == nil {
 		return nil
@@ -645,10 +636,9 @@ func (c *committer) reportLate(key string, started time.Time) *time.Timer {
 	})
 }
 
-// heard records what the errors of a pipeline from the batch taken at
-// taken say of Redis (see due), and returns it: answered when any call got
-// an answer (a script error is one), else down, the first error that shows
-// Redis unavailable.
+// heard records, for due, what a pipeline's errors say of Redis: answered
+// when any call got an answer (a script error is one), else down, the
+// first error that shows Redis unavailable.
 func (c *committer) heard(taken int64, errs []error) (answered bool, down error) {
 	for _, err := range errs {
 		switch {
