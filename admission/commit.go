@@ -75,8 +75,8 @@ const (
 	abandoned
 )
 
-// request is one decision's call on Redis: built once by the gate, read by
-// every step of the decision, and answered by the pipeline that sends it.
+// request is one decision's call on Redis, answered by the pipeline that
+// sends it.
 type request struct {
 	tenant string
 	key    string

@@ -51,8 +51,6 @@ type denyKey struct {
 	gran   int64
 }
 
-func (r *request) denyKey() denyKey { return denyKey{r.tenant, r.q, r.gran} }
-
 // A denial is a rejection of every new request of a tenant until a time;
 // once that has passed, or for a tenant Redis found near full (until is
 // zero), it paces the tenant's requests to Redis.

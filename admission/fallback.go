@@ -291,23 +291,21 @@ func (l *localLimiter) replayed(tenant string, n int) {
 	}
 }
 
-// replay tells Redis of n admissions the fallback made for r's tenant that
+// replay tells Redis of n admissions the fallback made for a's tenant that
 // are still in their window: each takes a slot now, where there is room,
 // so that producers that stayed on Redis, or came back first, do not hand
 // those slots out again. Now, not when they happened, which keeps them
 // counted longer, never shorter. With no room they are only forgotten:
 // they ran already, and a deferred slot would only delay the tenant's
 // next work. A call that fails leaves them for the next one.
-func (g *Gate) replay(ctx context.Context, r *request, n int, budget time.Duration) {
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = g.ids.next(logBound(r.q))
+func (g *Gate) replay(ctx context.Context, a *ask, n int, budget time.Duration) {
+	back := ask{tenant: a.tenant, key: a.key, q: a.q, gran: a.gran, ids: make([]string, n), fresh: true}
+	back.q.MaxDelay = 0
+	for i := range back.ids {
+		back.ids[i] = g.ids.next(logBound(a.q))
 	}
-	q := r.q
-	q.MaxDelay = 0
-	back := &request{tenant: r.tenant, key: r.key, q: q, gran: r.gran, ids: ids, fresh: true}
-	if _, _, err := g.remote(ctx, back, budget); err == nil {
-		g.local.replayed(r.tenant, n)
+	if _, _, err := g.remote(ctx, &back, budget); err == nil {
+		g.local.replayed(a.tenant, n)
 	}
 }
 

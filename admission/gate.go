@@ -207,9 +207,29 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notB
 	if q.MaxInFlight > 0 {
 		return g.admitCapped(ctx, tenant, q, refsOf(ids), nb) // permit.go
 	}
-	r := &request{tenant: tenant, key: windowKey(g.opts.prefix, tenant, q), q: q, gran: g.gran, ids: ids, fresh: fresh, notBefore: nb}
-	return g.decide(ctx, r)
+	a := ask{tenant: tenant, key: windowKey(g.opts.prefix, tenant, q), q: q, gran: g.gran, ids: ids, fresh: fresh, notBefore: nb}
+	return g.decide(ctx, &a)
 }
+
+// ask is what one decision is asked, built once by admitBatch and read by
+// every step of decide. The request for the group commit is made from it
+// only when the decision goes to Redis: a cached rejection allocates none.
+type ask struct {
+	tenant    string
+	key       string // the tenant's log or counter (windowKey)
+	q         Quota
+	gran      int64
+	ids       []string
+	fresh     bool  // the gate generated ids: no one else can ask for them
+	notBefore int64 // Redis time µs; 0 when the work runs as soon as admitted
+}
+
+// request returns a new request of the group commit for a.
+func (a *ask) request() *request {
+	return &request{tenant: a.tenant, key: a.key, q: a.q, gran: a.gran, ids: a.ids, fresh: a.fresh, notBefore: a.notBefore}
+}
+
+func (a *ask) denyKey() denyKey { return denyKey{a.tenant, a.q, a.gran} }
 
 // validate checks a tenant and the entry IDs asked for it.
 func validate(tenant string, ids []string) error {
@@ -243,25 +263,25 @@ func (g *Gate) quota(ctx context.Context, tenant string) (Quota, error) {
 	return q, nil
 }
 
-// decide answers r locally when the FailOpen fallback's count or a cached
+// decide answers a locally when the FailOpen fallback's count or a cached
 // rejection says so, and otherwise asks Redis, whose retry hint goes to
 // the deny cache.
-func (g *Gate) decide(ctx context.Context, r *request) ([]Decision, error) {
+func (g *Gate) decide(ctx context.Context, a *ask) ([]Decision, error) {
 	now := time.Now()
-	brk := g.breakerFor(ctx, r.key)
+	brk := g.breakerFor(ctx, a.key)
 	if brk.isOpen() {
-		return g.withoutRedis(r.tenant, r.q, r.ids, now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, r.tenant))
+		return g.withoutRedis(a.tenant, a.q, a.ids, now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, a.tenant))
 	}
 	dl := deadline{timeout: g.opts.timeout}
-	if ds, ok := g.guard(ctx, r, now, &dl); ok {
+	if ds, ok := g.guard(ctx, a, now, &dl); ok {
 		return ds, nil
 	}
-	if ds, ok := g.cached(ctx, r, now, &dl); ok {
+	if ds, ok := g.cached(ctx, a, now, &dl); ok {
 		return ds, nil
 	}
-	gen := g.deny.generation(r.tenant)
-	ds, hint, err := g.remote(ctx, r, dl.left())
-	g.deny.put(r.denyKey(), ds, hint, time.Now(), gen)
+	gen := g.deny.generation(a.tenant)
+	ds, hint, err := g.remote(ctx, a, dl.left())
+	g.deny.put(a.denyKey(), ds, hint, time.Now(), gen)
 	if errors.Is(err, ErrUnavailable) {
 		// The gate's own timeout, not the caller's deadline (that error
 		// is the caller's, and its pipeline reports to the breaker, see
@@ -270,16 +290,16 @@ func (g *Gate) decide(ctx context.Context, r *request) ([]Decision, error) {
 		// decision began, so that decisions that overlap one failure
 		// count as one.
 		brk.failure(err, now)
-		return g.withoutRedis(r.tenant, r.q, r.ids, now, err)
+		return g.withoutRedis(a.tenant, a.q, a.ids, now, err)
 	}
 	if err != nil {
 		return nil, err
 	}
 	brk.success()
-	if g.opts.policy == FailOpen && r.notBefore == 0 {
+	if g.opts.policy == FailOpen && a.notBefore == 0 {
 		// What the fallback must not hand out again. A request that
 		// starts later says nothing of the window now.
-		g.local.observe(r.tenant, r.q, ds, time.Now())
+		g.local.observe(a.tenant, a.q, ds, time.Now())
 	}
 	return ds, nil
 }
@@ -312,37 +332,37 @@ func (d *deadline) left() time.Duration {
 
 // guard applies, under FailOpen, what the fallback admitted during an
 // outage: it counts until it leaves the window, and Redis is told of it
-// (replay). When r's batch does not fit whole it is rejected whole, which
+// (replay). When a's batch does not fit whole it is rejected whole, which
 // never admits too many, and guard returns those decisions and true.
-func (g *Gate) guard(ctx context.Context, r *request, now time.Time, dl *deadline) ([]Decision, bool) {
+func (g *Gate) guard(ctx context.Context, a *ask, now time.Time, dl *deadline) ([]Decision, bool) {
 	if g.opts.policy != FailOpen {
 		return nil, false
 	}
-	n, at, debt := g.local.guard(r.tenant, r.q, len(r.ids), now)
+	n, at, debt := g.local.guard(a.tenant, a.q, len(a.ids), now)
 	if debt > 0 {
 		dl.start(time.Now())
-		g.replay(ctx, r, debt, dl.left())
+		g.replay(ctx, a, debt, dl.left())
 	}
-	if n < len(r.ids) {
-		return rejectAll(r.tenant, r.ids, now, at), true
+	if n < len(a.ids) {
+		return rejectAll(a.tenant, a.ids, now, at), true
 	}
 	return nil, false
 }
 
-// cached answers r from the deny cache, when a rejection of its tenant
-// holds and none of r's IDs may already hold a slot. A request that
+// cached answers a from the deny cache, when a rejection of its tenant
+// holds and none of a's IDs may already hold a slot. A request that
 // starts later (notBefore set) may find its slot free, so it always asks
 // Redis, without touching the cache. A wait for another request's answer
 // (a probe) counts as the decision's own.
-func (g *Gate) cached(ctx context.Context, r *request, now time.Time, dl *deadline) ([]Decision, bool) {
-	if r.notBefore != 0 {
+func (g *Gate) cached(ctx context.Context, a *ask, now time.Time, dl *deadline) ([]Decision, bool) {
+	if a.notBefore != 0 {
 		return nil, false
 	}
-	d, ok, waited := g.deny.lookup(ctx, r.denyKey(), now)
+	d, ok, waited := g.deny.lookup(ctx, a.denyKey(), now)
 	if waited > 0 {
 		dl.start(now)
 	}
-	if !ok || !r.fresh && r.q.Mode != Counter && g.held(ctx, r, dl.start(time.Now())) {
+	if !ok || !a.fresh && a.q.Mode != Counter && g.held(ctx, a, dl.start(time.Now())) {
 		return nil, false
 	}
 	if waited == 0 { // a caller that waited for a probe has let the gate's replies in already
@@ -350,7 +370,7 @@ func (g *Gate) cached(ctx context.Context, r *request, now time.Time, dl *deadli
 	}
 	// now, not a fresh reading: on a busy producer time.Now is a sizeable
 	// part of a cached rejection's cost.
-	return d.decisions(r.tenant, r.ids, now.Add(waited)), true
+	return d.decisions(a.tenant, a.ids, now.Add(waited)), true
 }
 
 // breakerFor returns the breaker of the Redis that serves key: on a
@@ -363,16 +383,17 @@ func (g *Gate) breakerFor(ctx context.Context, key string) *breaker {
 	return g.brk
 }
 
-// held reports whether any of r's IDs may already hold a slot in its
+// held reports whether any of a's IDs may already hold a slot in its
 // tenant's log, in which case the deny cache must not answer: a retried
 // ID gets its original slot back. One ZMSCORE, far cheaper for Redis than
 // the script; when it fails, the script decides.
-func (g *Gate) held(ctx context.Context, r *request, deadline time.Time) bool {
+func (g *Gate) held(ctx context.Context, a *ask, deadline time.Time) bool {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	key, ids := logKey(g.opts.prefix, a.tenant), a.ids // not a: it stays on the caller's stack
 	var scores []float64
 	err := bounded(ctx, func(ctx context.Context) (err error) {
-		scores, err = g.rdb.ZMScore(ctx, logKey(g.opts.prefix, r.tenant), r.ids...).Result()
+		scores, err = g.rdb.ZMScore(ctx, key, ids...).Result()
 		return err
 	})
 	if err != nil {
@@ -409,15 +430,16 @@ func (g *Gate) withoutRedis(tenant string, q Quota, ids []string, now time.Time,
 	return nil, err
 }
 
-// remote decides r on Redis, through the group commit. Redis has budget
+// remote decides a on Redis, through the group commit. Redis has budget
 // to answer, from when the request is taken to be sent (see committer.do).
 //
 // Besides the decisions it returns the script's retry hint: zero, or the
 // Redis time until which every new request of the tenant will be rejected.
-func (g *Gate) remote(ctx context.Context, r *request, budget time.Duration) ([]Decision, time.Time, error) {
+func (g *Gate) remote(ctx context.Context, a *ask, budget time.Duration) ([]Decision, time.Time, error) {
+	r := a.request()
 	ds, err := g.commit.do(ctx, r, budget, g.forget)
 	if err != nil {
-		return nil, time.Time{}, callError(ctx, "admit", r.tenant, err)
+		return nil, time.Time{}, callError(ctx, "admit", a.tenant, err)
 	}
 	return ds, r.hint, nil
 }
