@@ -47,10 +47,9 @@ type committer struct {
 
 	timers sync.Pool // *time.Timer, stopped: one per waiting caller
 
-	mu        sync.Mutex
-	pending   []*request
-	inflight  int
-	quotaArgs map[groupKey][]any // each quota's four ARGV numbers, boxed; see argsFor
+	mu       sync.Mutex
+	pending  []*request
+	inflight int
 	// out holds when each batch that is out was taken (UnixNano), until
 	// all of it is answered or has failed, and answered when Redis last
 	// answered a pipeline: together with failed they tell since when Redis
@@ -76,6 +75,8 @@ const (
 	abandoned
 )
 
+// request is one decision's call on Redis, answered by the pipeline that
+// sends it.
 type request struct {
 	tenant string
 	key    string
@@ -88,7 +89,7 @@ type request struct {
 	// decided in groups of their own.
 	notBefore int64
 	// permit, for a capped tenant's tasks, is the request's part of a
-	// permit.lua call: a group of its own, never merged.
+	// permit.lua call: a group of its own, never merged. (capped)
 	permit *permitCall
 
 	state atomic.Int32
@@ -98,7 +99,7 @@ type request struct {
 	// caller returned an error, so it writes nothing (admitCapped). A
 	// caller whose wait the gate's timer ended may instead fall back to a
 	// decision made without Redis, and write its tasks. The side that
-	// comes second gives back.
+	// comes second gives back. (capped)
 	unused atomic.Int32
 	sent   atomic.Int64  // UnixNano when a pipeline took it, to send it; 0 before
 	budget time.Duration // how long Redis has to answer it from then
@@ -109,19 +110,39 @@ type request struct {
 	err    error
 }
 
-func newCommitter(rdb redis.UniversalClient, admit, counter, permit *redis.Script, timeout time.Duration, maxBatch, maxFlight int) *committer {
+// Group-commit bounds: requests per pipeline and pipelines in flight. With
+// batching off every request is a pipeline of its own.
+const (
+	maxBatch           = 256
+	maxFlight          = 2
+	maxFlightUnbatched = 64
+)
+
+// commitScripts are the scripts a committer calls.
+type commitScripts struct {
+	admit, counter *redis.Script
+	permit         *redis.Script // capped requests' (see permitCall)
+}
+
+// newCommitter returns a committer that sends to rdb, whose pipelines
+// Redis has timeout to answer. With batching off, each request is a
+// pipeline of its own.
+func newCommitter(rdb redis.UniversalClient, s commitScripts, timeout time.Duration, batching bool) *committer {
 	_, cluster := rdb.(*redis.ClusterClient)
 	_, ring := rdb.(*redis.Ring)
 	c := &committer{
 		rdb:       rdb,
-		admit:     admit,
-		counter:   counter,
-		permit:    permit,
+		admit:     s.admit,
+		counter:   s.counter,
+		permit:    s.permit,
 		crossKey:  !cluster && !ring,
 		perNode:   cluster,
 		maxBatch:  maxBatch,
 		maxFlight: maxFlight,
 		timeout:   timeout,
+	}
+	if !batching {
+		c.maxBatch, c.maxFlight = 1, maxFlightUnbatched
 	}
 	c.wcond = sync.NewCond(&c.wmu)
 	return c
@@ -168,18 +189,13 @@ func (c *committer) finished() {
 // caller's path, for a request whose generated IDs may hold slots nobody
 // will use.
 //
-// The gate's timeout is charged only for time spent waiting on Redis: do
-// fails with context.DeadlineExceeded once budget (the timeout, less what
-// the decision's other Redis calls took) has passed since a pipeline took
-// r to send it, or once Redis has answered nothing for the timeout since
-// a batch was taken that is still out or found it unavailable (r may wait
-// its turn behind it). Time the producer's goroutines spend waiting for a
-// processor before r is taken is not Redis's: under CPU starvation it ran
-// to 100-250 ms (TestBusyProducerIsNoOutage), and a deadline counted from
-// when the decision began reported a healthy Redis unavailable. A real
-// outage is still reported a timeout after the first batch that met it
-// was taken. The wait never depends on the Redis connection, so it is
-// bounded even for a client that ignores context deadlines.
+// The timeout counts only time spent waiting on Redis: do fails with
+// context.DeadlineExceeded once budget has passed since a pipeline took r
+// to send it, or once Redis has answered nothing for the timeout since a
+// batch still out, or one that found it unavailable, was taken (see due).
+// Time spent waiting for a processor before r is taken is the producer's.
+// The wait never depends on the Redis connection, so it is bounded even
+// for a client that ignores context deadlines.
 func (c *committer) do(ctx context.Context, r *request, budget time.Duration, forget func(*request)) ([]Decision, error) {
 	if budget <= 0 {
 		return nil, context.DeadlineExceeded
@@ -342,19 +358,40 @@ type flushState struct {
 
 var flushStates = sync.Pool{New: func() any { return &flushState{byKey: make(map[groupKey]*group)} }}
 
+// flush sends batch to Redis and delivers the replies, in three steps:
+// it groups the requests (flushState.group), plans the script calls
+// (plan) and sends them (send). On a single Redis it returns once every
+// reply is delivered.
 func (c *committer) flush(batch []*request, forget func(*request)) {
 	st := flushStates.Get().(*flushState)
+	groups := st.group(batch)
+	taken := c.take(groups)
+	done := func() {
+		c.returned(taken)
+		st.reset()
+		flushStates.Put(st)
+	}
+	if len(groups) == 0 {
+		done()
+		return
+	}
+	c.send(taken, c.plan(groups), forget, done)
+}
+
+// group gathers the requests of batch whose callers still wait into
+// groups, one per groupKey, in arrival order; they live in st until reset.
+func (st *flushState) group(batch []*request) []*group {
 	all := st.all[:0]
 	if cap(all) < len(batch) {
 		all = make([]group, 0, len(batch)) // never grows: the pointers below stay valid
 	}
-	groups, byKey := st.groups[:0], st.byKey
+	groups := st.groups[:0]
 	for _, r := range batch {
 		if r.state.Load() == abandoned {
 			continue // its caller left before it was sent
 		}
 		k := groupKey{r.key, r.q, r.gran, r.notBefore}
-		if g := byKey[k]; g != nil && r.permit == nil { // a capped request is never merged
+		if g := st.byKey[k]; g != nil && r.permit == nil { // capped: never merged
 			g.ids = append(g.ids[:len(g.ids):len(g.ids)], r.ids...) // copies: never the caller's
 			g.reqs = append(g.reqs, r)
 			continue
@@ -363,15 +400,27 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 		g := &all[len(all)-1]
 		g.one[0] = r
 		g.reqs = g.one[:]
-		if r.permit == nil {
-			byKey[k] = g
+		if r.permit == nil { // capped: never merged
+			st.byKey[k] = g
 		}
 		groups = append(groups, g)
 	}
-	clear(byKey)
-	// From here on the requests wait on Redis: their timeouts run from
-	// now (see due), and so does the batch's time out, until every part
-	// of it is answered or has failed.
+	clear(st.byKey)
+	st.all, st.groups = all, groups
+	return groups
+}
+
+// reset drops the requests st holds, for the collector, and keeps its
+// buffers.
+func (st *flushState) reset() {
+	clear(st.all)
+	clear(st.groups)
+	st.all, st.groups = st.all[:0], st.groups[:0]
+}
+
+// take marks the requests of groups as sent, now, and returns when: from
+// then on they wait on Redis (see due), and the batch is out until returned.
+func (c *committer) take(groups []*group) int64 {
 	taken := time.Now().UnixNano()
 	for _, g := range groups {
 		for _, r := range g.reqs {
@@ -381,34 +430,34 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 	c.mu.Lock()
 	c.out = append(c.out, taken)
 	c.mu.Unlock()
-	// done hands the state back once no call uses its groups any more.
-	done := func() {
-		c.mu.Lock()
-		if i := slices.Index(c.out, taken); i >= 0 {
-			c.out = slices.Delete(c.out, i, i+1)
-		}
-		c.mu.Unlock()
-		clear(all) // drop the requests, for the collector
-		clear(groups)
-		st.all, st.groups = all[:0], groups[:0]
-		flushStates.Put(st)
-	}
-	if len(groups) == 0 {
-		done()
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	return taken
+}
 
-	// Where keys may span slots, the Log groups share one call of
-	// admit.lua, the Counter groups one of counter.lua and the capped
-	// requests one of permit.lua.
+// returned notes that no part of the batch taken at taken is out any more.
+func (c *committer) returned(taken int64) {
+	c.mu.Lock()
+	if i := slices.Index(c.out, taken); i >= 0 {
+		c.out = slices.Delete(c.out, i, i+1)
+	}
+	c.mu.Unlock()
+}
+
+// plan returns the script calls that decide groups. Where keys may span
+// slots, the Log groups share one call of admit.lua, the Counter groups
+// one of counter.lua and the capped requests one of permit.lua; on a
+// cluster each group is a call of its own.
+func (c *committer) plan(groups []*group) [][]*group {
 	var calls [][]*group
+	if !c.crossKey {
+		for _, g := range groups {
+			calls = append(calls, []*group{g})
+		}
+		return calls
+	}
 	var logs, counters, permits []*group
 	for _, g := range groups {
 		switch {
-		case !c.crossKey:
-			calls = append(calls, []*group{g})
-		case g.permit() != nil:
+		case g.permit() != nil: // capped
 			permits = append(permits, g)
 		case g.q.Mode == Log:
 			logs = append(logs, g)
@@ -421,6 +470,17 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 			calls = append(calls, call)
 		}
 	}
+	return calls
+}
+
+// send runs calls and then calls done. On a single Redis it returns when
+// done has run. On a cluster each master's part goes out and is delivered
+// on its own, and send returns at once, even when the whole batch is one
+// master's: a master that is slow or down holds up only its own tenants
+// (until its breaker opens and they stop coming), never a flight that the
+// healthy masters' tenants wait for.
+func (c *committer) send(taken int64, calls [][]*group, forget func(*request), done func()) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	parts := c.byNode(ctx, calls)
 	if !c.perNode {
 		c.run(ctx, taken, parts[0], forget)
@@ -428,11 +488,6 @@ func (c *committer) flush(batch []*request, forget func(*request)) {
 		done()
 		return
 	}
-	// On a cluster each master's part goes out and is delivered on its
-	// own, and the flush loop moves on at once, even when the whole batch
-	// is one master's: a master that is slow or down holds up only its own
-	// tenants (until its breaker opens and they stop coming), never a
-	// flight that the healthy masters' tenants wait for.
 	var wg sync.WaitGroup
 	for _, part := range parts {
 		wg.Go(func() { c.run(ctx, taken, part, forget) })
@@ -502,6 +557,7 @@ func (c *committer) run(ctx context.Context, taken int64, calls [][]*group, forg
 	}
 }
 
+// groupKey is what the requests of one group share.
 type groupKey struct {
 	key  string
 	q    Quota
@@ -510,90 +566,98 @@ type groupKey struct {
 }
 
 // exec sends one script call per entry of calls in a single pipeline, by
-// EVALSHA, or by EVAL when eval is set. taken is when the batch was taken.
+// EVALSHA, or by EVAL when eval is set, and returns each call's reply.
+// taken is when the batch was taken.
 func (c *committer) exec(ctx context.Context, taken int64, calls [][]*group, eval bool) ([][]int64, []error) {
 	pipe := c.rdb.Pipeline()
 	cmds := make([]scriptCmd, len(calls))
 	for i, call := range calls {
-		if call[0].permit() != nil {
-			cmds[i] = c.permitCmd(ctx, pipe, call, eval)
-			continue
-		}
-		script := c.admit
-		if call[0].q.Mode == Counter {
-			script = c.counter
-		}
-		args := make([]any, 3, 4+len(call)+c.argsLen(call)) // EVALSHA, its hash, the keys, ARGV
-		for _, g := range call {
-			args = append(args, g.key)
-		}
-		switch {
-		case script == c.admit:
-			args = c.appendAdmitArgs(args, call)
-		case len(call) == 1:
-			args = appendCounterArgs(args, call[0].q, call[0].gran, len(call[0].ids), call[0].nb)
-		default: // a batch: each key's ARGV in turn
-			args = append(args, "batch")
-			for _, g := range call {
-				args = appendCounterArgs(args, g.q, g.gran, len(g.ids), g.nb)
-			}
-		}
-		if eval { // rare: Redis lost its scripts
-			keys := make([]string, len(call))
-			for j, g := range call {
-				keys[j] = g.key
-			}
-			cmds[i] = int64s{script.Eval(ctx, pipe, keys, args[3+len(call):]...)}
-			continue
-		}
-		// An IntSliceCmd reads the reply's numbers as they come, where a
-		// Cmd boxes each into an interface and copies them out again.
-		args[0], args[1], args[2] = "evalsha", script.Hash(), len(call)
-		cmd := redis.NewIntSliceCmd(ctx, args...)
-		_ = pipe.Process(ctx, cmd)
-		cmds[i] = cmd
+		cmds[i] = c.queue(ctx, pipe, call, eval)
 	}
-	started := time.Now()
-	var late *time.Timer
-	if c.report != nil {
-		// Without ContextTimeoutEnabled go-redis waits for a frozen Redis
-		// until its ReadTimeout, seconds past ctx's deadline: the breaker
-		// hears of the failure at the deadline, not then.
-		key := calls[0][0].key
-		late = time.AfterFunc(c.timeout, func() {
-			c.report(key, started, fmt.Errorf("%w: no reply within %v", context.DeadlineExceeded, c.timeout))
-		})
-	}
+	key, started := calls[0][0].key, time.Now()
+	late := c.reportLate(key, started)
 	_, _ = pipe.Exec(ctx) // errors are read per command below
 	reported := late != nil && !late.Stop()
 	res := make([][]int64, len(calls))
 	errs := make([]error, len(calls))
-	var down error // the first reply that says Redis is unavailable
-	answered := false
 	for i, cmd := range cmds {
 		res[i], errs[i] = cmd.Result()
+	}
+	answered, down := c.heard(taken, errs)
+	if c.report != nil && (answered || !reported) {
+		c.report(key, started, down)
+	}
+	return res, errs
+}
+
+// queue adds call's script call to pipe, by EVALSHA, or by EVAL when eval
+// is set.
+func (c *committer) queue(ctx context.Context, pipe redis.Pipeliner, call []*group, eval bool) scriptCmd {
+	if call[0].permit() != nil {
+		return c.permitCmd(ctx, pipe, call, eval) // capped
+	}
+	script := c.admit
+	if call[0].q.Mode == Counter {
+		script = c.counter
+	}
+	args := make([]any, 3, 4+len(call)+c.argsLen(call)) // EVALSHA, its hash, the keys, ARGV
+	for _, g := range call {
+		args = append(args, g.key)
+	}
+	if script == c.admit {
+		args = c.appendAdmitArgs(args, call)
+	} else {
+		args = appendCounterCallArgs(args, call)
+	}
+	if eval { // rare: Redis lost its scripts
+		keys := make([]string, len(call))
+		for j, g := range call {
+			keys[j] = g.key
+		}
+		return int64s{script.Eval(ctx, pipe, keys, args[3+len(call):]...)}
+	}
+	// An IntSliceCmd reads the reply's numbers as they come, where a Cmd
+	// boxes each into an interface and copies them out again.
+	args[0], args[1], args[2] = "evalsha", script.Hash(), len(call)
+	cmd := redis.NewIntSliceCmd(ctx, args...)
+	_ = pipe.Process(ctx, cmd)
+	return cmd
+}
+
+// reportLate reports a pipeline sent at started still unanswered at the
+// timeout, which go-redis without ContextTimeoutEnabled would end only at
+// its ReadTimeout, seconds later. Nil when nothing hears reports.
+func (c *committer) reportLate(key string, started time.Time) *time.Timer {
+	if c.report == nil {
+		return nil
+	}
+	return time.AfterFunc(c.timeout, func() {
+		c.report(key, started, fmt.Errorf("%w: no reply within %v", context.DeadlineExceeded, c.timeout))
+	})
+}
+
+// heard records, for due, what a pipeline's errors say of Redis: answered
+// when any call got an answer (a script error is one), else down, the
+// first error that shows Redis unavailable.
+func (c *committer) heard(taken int64, errs []error) (answered bool, down error) {
+	for _, err := range errs {
 		switch {
-		case errs[i] == nil || !unavailable(errs[i]):
+		case err == nil || !unavailable(err):
 			answered = true
 		case down == nil:
-			down = errs[i]
+			down = err
 		}
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	switch {
 	case answered:
 		c.answered = max(c.answered, time.Now().UnixNano())
+		return true, nil
 	case down != nil && taken > c.answered && (c.failed <= c.answered || taken < c.failed):
 		c.failed = taken
 	}
-	c.mu.Unlock()
-	if c.report != nil && (answered || !reported) {
-		if answered {
-			down = nil
-		}
-		c.report(calls[0][0].key, started, down)
-	}
-	return res, errs
+	return false, down
 }
 
 // scriptCmd is a script call in a pipeline, its reply read as numbers.
@@ -606,6 +670,131 @@ type scriptCmd interface {
 type int64s struct{ *redis.Cmd }
 
 func (c int64s) Result() ([]int64, error) { return c.Int64Slice() }
+
+// deliver splits one script reply among the requests of its groups.
+func (c *committer) deliver(call []*group, res []int64, err error, forget func(*request)) {
+	if call[0].permit() != nil {
+		deliverPermits(call, res, err, forget) // capped
+		return
+	}
+	off := 1
+	for _, g := range call {
+		if err == nil && len(res) < off+3*len(g.ids)+1 {
+			err = errors.New("admitq: admit script returned a short reply")
+		}
+		var hint int64
+		if err == nil {
+			hint = res[off+3*len(g.ids)]
+		}
+		for _, r := range g.reqs {
+			if err != nil {
+				r.err = err
+			} else {
+				// Each request's part, and the group's hint for every one:
+				// it speaks of the log after all of them, which each
+				// request's caller sees only once the call is done.
+				n := 3 * len(r.ids)
+				r.parse(res[0], res[off:off+n], hint)
+				off += n
+			}
+			// Slots Redis may have recorded for nobody: the caller left, or
+			// got an error although the script may have run. Only the
+			// gate's own IDs are given back; a caller's ID keeps its slot,
+			// which a retry with that ID gets back.
+			if abandoned := r.hand(); r.fresh && (abandoned || r.err != nil) {
+				forget(r)
+			}
+		}
+		off++ // the group's hint
+	}
+}
+
+// hand gives r's caller its answer, and reports whether the caller had
+// left instead.
+func (r *request) hand() (abandoned bool) {
+	if !r.state.CompareAndSwap(waiting, delivered) {
+		return true
+	}
+	close(r.done)
+	return false
+}
+
+// argsLen bounds the ARGV of call's script: admit.lua's when each group
+// has a quota of its own, which is more than counter.lua's, but for the
+// word that marks a batch.
+func (c *committer) argsLen(call []*group) int {
+	n := 1
+	for _, g := range call {
+		n += 4 + 3 + len(g.ids)
+	}
+	return n
+}
+
+// appendCounterCallArgs appends counter.lua's ARGV for call to args: its
+// one group's, or for a batch the word "batch" and each group's in turn.
+func appendCounterCallArgs(args []any, call []*group) []any {
+	if len(call) > 1 {
+		args = append(args, "batch")
+	}
+	for _, g := range call {
+		args = appendCounterArgs(args, g.q, g.gran, len(g.ids), g.nb)
+	}
+	return args
+}
+
+// appendAdmitArgs appends admit.lua's ARGV for call to args: the quotas its
+// groups use, each once, then each group's quota index, not-before time,
+// count and IDs.
+func (c *committer) appendAdmitArgs(args []any, call []*group) []any {
+	var quotas []groupKey // usually one; searched while few, then mapped
+	var byQuota map[groupKey]int
+	index := make([]int, 0, len(call))
+	for _, g := range call {
+		k := groupKey{q: g.q, gran: g.gran}
+		i, ok := -1, false
+		if byQuota != nil {
+			i, ok = byQuota[k]
+		} else if i = slices.Index(quotas, k); i >= 0 {
+			ok = true
+		}
+		if !ok {
+			i = len(quotas)
+			quotas = append(quotas, k)
+			if byQuota != nil {
+				byQuota[k] = i
+			} else if len(quotas) == 8 {
+				byQuota = make(map[groupKey]int, len(call))
+				for qi, qk := range quotas {
+					byQuota[qk] = qi
+				}
+			}
+		}
+		index = append(index, i)
+	}
+	args = append(args, len(quotas)) // ints under 256 box without allocating
+	for _, k := range quotas {
+		args = append(args, k.q.Limit, k.q.Window.Microseconds(), k.q.MaxDelay.Microseconds(), k.gran)
+	}
+	for j, g := range call {
+		args = append(args, index[j]+1, g.nb, len(g.ids)) // nb is 0 but for scheduled work: no allocation
+		for _, id := range g.ids {
+			args = append(args, id)
+		}
+	}
+	return args
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// Capped tenants (Quota.MaxInFlight, permit.lua). Everything below serves
+// only requests with a permit, and goes with permit.go; the other places
+// that know of them are marked "capped".
+
+// permit returns the permit.lua call of g's request, when it is a capped
+// one (and then g's only request).
+func (g *group) permit() *permitCall { return g.reqs[0].permit }
 
 // permitCmd queues call's permit.lua call in pipe, by EVALSHA, or by EVAL
 // when eval is set: one capped request's, or several as a batch.
@@ -631,149 +820,27 @@ func (c *committer) permitCmd(ctx context.Context, pipe redis.Pipeliner, call []
 	return cmd
 }
 
-// permit returns the permit.lua call of g's request, when it is a capped
-// one (and then g's only request).
-func (g *group) permit() *permitCall { return g.reqs[0].permit }
-
-// deliver splits one script reply among the requests of its groups.
-func (c *committer) deliver(call []*group, res []int64, err error, forget func(*request)) {
-	if call[0].permit() != nil {
-		off := 1
-		for _, g := range call {
-			p, r := g.permit(), g.reqs[0]
-			n := 1 + 3*len(p.tasks) // its flag and its tasks' decisions
-			switch {
-			case err != nil:
-				r.err = err
-			case len(res) < off+n:
-				r.err = errors.New("admitq: permit script returned a short reply")
-			default:
-				r.ds, r.err = p.parse(r.tenant, res[0], res[off:off+n])
-			}
-			off += n
-			abandoned := !r.state.CompareAndSwap(waiting, delivered)
-			if !abandoned {
-				close(r.done)
-			}
-			// As below, what the script may have taken for nobody, with
-			// the tasks' permits and parked places: but only once the
-			// caller is known to write nothing (request.unused).
-			if r.fresh && (abandoned || r.err != nil) && r.unused.Add(1) == 2 {
-				forget(r)
-			}
-		}
-		return
-	}
+// deliverPermits splits one permit.lua reply among the capped requests of
+// call, one a group.
+func deliverPermits(call []*group, res []int64, err error, forget func(*request)) {
 	off := 1
 	for _, g := range call {
-		if err == nil && len(res) < off+3*len(g.ids)+1 {
-			err = errors.New("admitq: admit script returned a short reply")
+		p, r := g.permit(), g.reqs[0]
+		n := 1 + 3*len(p.tasks) // its flag and its tasks' decisions
+		switch {
+		case err != nil:
+			r.err = err
+		case len(res) < off+n:
+			r.err = errors.New("admitq: permit script returned a short reply")
+		default:
+			r.ds, r.err = p.parse(r.tenant, res[0], res[off:off+n])
 		}
-		var hint int64
-		if err == nil {
-			hint = res[off+3*len(g.ids)]
-		}
-		for _, r := range g.reqs {
-			if err != nil {
-				r.err = err
-			} else {
-				// Each request's part, and the group's hint for every one:
-				// it speaks of the log after all of them, which each
-				// request's caller sees only once the call is done.
-				n, h := 3*len(r.ids), hint
-				var ds []Decision
-				if len(r.ids) == 1 {
-					ds = r.one[:]
-				}
-				r.ds, r.hint, r.err = parseDecisions(ds, r.tenant, r.ids, res[0], res[off:off+n], h)
-				off += n
-			}
-			abandoned := !r.state.CompareAndSwap(waiting, delivered)
-			if !abandoned {
-				close(r.done)
-			}
-			// Slots Redis may have recorded for nobody: the caller left, or
-			// got an error although the script may have run. Only the
-			// gate's own IDs are given back; a caller's ID keeps its slot,
-			// which a retry with that ID gets back.
-			if r.fresh && (abandoned || r.err != nil) {
-				forget(r)
-			}
-		}
-		off++ // the group's hint
-	}
-}
-
-// argsLen bounds the ARGV of call's script: admit.lua's when each group
-// has a quota of its own, which is more than counter.lua's, but for the
-// word that marks a batch.
-func (c *committer) argsLen(call []*group) int {
-	n := 1
-	for _, g := range call {
-		n += 4 + 3 + len(g.ids)
-	}
-	return n
-}
-
-// appendAdmitArgs appends admit.lua's ARGV for call to args: the quotas its
-// groups use, each once, then each group's quota index, not-before time,
-// count and IDs.
-func (c *committer) appendAdmitArgs(args []any, call []*group) []any {
-	var quotas []groupKey // usually one; searched while few, then mapped
-	var byQuota map[groupKey]int
-	var small [64]int
-	index := small[:0]
-	for _, g := range call {
-		k := groupKey{q: g.q, gran: g.gran}
-		i, ok := -1, false
-		if byQuota != nil {
-			i, ok = byQuota[k]
-		} else if i = slices.Index(quotas, k); i >= 0 {
-			ok = true
-		}
-		if !ok {
-			i = len(quotas)
-			quotas = append(quotas, k)
-			if byQuota != nil {
-				byQuota[k] = i
-			} else if len(quotas) == 8 {
-				byQuota = make(map[groupKey]int, len(call))
-				for qi, qk := range quotas {
-					byQuota[qk] = qi
-				}
-			}
-		}
-		index = append(index, i)
-	}
-	args = append(args, len(quotas)) // ints under 256 box without allocating
-	for _, k := range quotas {
-		args = append(args, c.argsFor(k)...)
-	}
-	for j, g := range call {
-		args = append(args, index[j]+1, g.nb, len(g.ids)) // nb is 0 but for scheduled work: no allocation
-		for _, id := range g.ids {
-			args = append(args, id)
+		off += n
+		// As deliver does, what the script may have taken for nobody, with
+		// the tasks' permits and parked places: but only once the caller
+		// is known to write nothing (request.unused).
+		if abandoned := r.hand(); r.fresh && (abandoned || r.err != nil) && r.unused.Add(1) == 2 {
+			forget(r)
 		}
 	}
-	return args
-}
-
-// argsFor returns admit.lua's four numbers for a quota and granularity,
-// boxed once: boxing a large int allocates, and there are few quotas.
-func (c *committer) argsFor(k groupKey) []any {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	a, ok := c.quotaArgs[k]
-	if !ok {
-		if c.quotaArgs == nil || len(c.quotaArgs) >= 1024 {
-			c.quotaArgs = make(map[groupKey][]any)
-		}
-		a = []any{k.q.Limit, k.q.Window.Microseconds(), k.q.MaxDelay.Microseconds(), k.gran}
-		c.quotaArgs[k] = a
-	}
-	return a
-}
-
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }

@@ -2,43 +2,35 @@ package admission
 
 import (
 	"context"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // denyCache remembers tenants whose every new request Redis will reject
-// until a known time: admit.lua returns that time (the retry hint) with a
-// rejection, and also with the admission that fills the window. Until
-// then the gate answers locally (slots only move forward), so a flood from
-// one tenant costs Redis about one script call per admission. An entry
-// holds for the quota and granularity it was made under (a request under
-// another goes to Redis); a Release through this gate, or a slot given
-// back for a caller that left, ends it.
+// until a known time: the retry hint admit.lua returns with a rejection,
+// and with the admission that fills the window. Until then the gate
+// answers locally (slots only move forward), so a flood from one tenant
+// costs Redis about one script call per admission. An entry holds for the
+// quota and granularity it was made under; a Release through this gate,
+// or a slot given back for a caller that left, ends it.
 //
-// Once the time passes, the first request to find it so goes to Redis:
-// the probe. It takes the slot that freed up and, the window full again,
-// brings back the next time. Requests that arrive during the probe's round
-// trip wait for its answer rather than race it to Redis, where they would
-// only be rejected; then they are answered by the new rejection.
+// Once the time passes, the first request to find it so goes to Redis as
+// the probe; requests that arrive during its round trip wait for its
+// answer rather than race it to Redis, where they would only be rejected.
+// A window frees slots one or a few at a time, so an answer that leaves a
+// tenant fewer than nearFull free slots paces its next requests: as many
+// go to Redis as the answer left room for, then one goes as the probe
+// while the others wait. A request waits only while one of its tenant's is
+// at Redis, and no longer than the gate's timeout; what an answer said
+// stops counting a window after it came.
 //
-// A window frees its slots one or a few at a time, so a probe can find
-// room left over, and then a tenant close to its limit has no rejection to
-// cache, only requests that race each other to Redis for the last slots.
-// So an answer that leaves a tenant fewer than nearFull free slots paces
-// its next requests: as many go to Redis as the answer left room for, and
-// then one goes as the probe while the others wait for its answer. Further
-// from full, a tenant's requests go as they come. So a flood's rejections
-// almost never reach Redis (TestDenyCacheFlood, TestDenyCacheProbe); a
-// request waits only while one of its tenant's is at Redis, and for no
-// longer than the gate's timeout; and what an answer said stops counting a
-// window after it came.
-//
-// A Release frees a slot that a call already in flight may not have seen:
-// its reply could then cache a rejection that no longer holds. So every
-// forget moves the tenant's generation on, and put drops a rejection from
-// a call that began in an older one. Generations are kept for 64 stripes
-// of tenants rather than for each: bounded, and a Release costs the other
+// A Release frees a slot that a call already in flight may not have seen,
+// whose reply could then cache a rejection that no longer holds. So forget
+// moves the tenant's generation on, and put drops a rejection from a call
+// that began in an older one. Generations are kept for 64 stripes of
+// tenants rather than for each: bounded, and a Release costs the other
 // tenants of its stripe at most a cached rejection now and then.
 //
 // A nil *denyCache is a cache that is off: it holds nothing.
@@ -46,9 +38,17 @@ type denyCache struct {
 	max  int
 	wait time.Duration     // longest a request waits for a probe's answer
 	gens [64]atomic.Uint64 // by stripe of tenant; moved on by forget, under mu
+	seed maphash.Seed      // of the stripes
 
 	mu      sync.RWMutex
 	entries map[string]denial
+}
+
+// denyKey is what a cached answer speaks for.
+type denyKey struct {
+	tenant string
+	q      Quota
+	gran   int64
 }
 
 // A denial is a rejection of every new request of a tenant until a time;
@@ -83,33 +83,31 @@ const trimEvery = nearFull
 // newDenyCache returns a cache of up to max tenants whose requests wait
 // up to wait for a probe.
 func newDenyCache(max int, wait time.Duration) *denyCache {
-	return &denyCache{max: max, wait: wait, entries: make(map[string]denial)}
+	return &denyCache{max: max, wait: wait, seed: maphash.MakeSeed(), entries: make(map[string]denial)}
 }
 
-// lookup returns the rejection that holds for tenant under q at gran at
-// the local time now, if any, and how long it waited. When one has just
-// run out and another request is at Redis for it, lookup waits for that
-// one's answer (or ctx) and looks again.
-//
-// A hint holds only at the granularity it was computed at: rounding moves
-// the slot a request could get, so gates that share the cache at another
-// granularity (Gate.AtGranularity) ask Redis instead.
-func (c *denyCache) lookup(ctx context.Context, tenant string, q Quota, gran int64, now time.Time) (denial, bool, time.Duration) {
+// lookup returns the rejection that holds for k at the local time now, if
+// any, and how long it waited. When one has just run out and another
+// request is at Redis for it, lookup waits for that one's answer (or ctx)
+// and looks again. A hint holds only at the granularity it was computed
+// at, since rounding moves the slot a request could get (see
+// Gate.AtGranularity).
+func (c *denyCache) lookup(ctx context.Context, k denyKey, now time.Time) (denial, bool, time.Duration) {
 	if c == nil {
 		return denial{}, false, 0
 	}
 	start := now
 	for {
 		c.mu.RLock()
-		d, ok := c.entries[tenant]
+		d, ok := c.entries[k.tenant]
 		c.mu.RUnlock()
-		if !ok || d.q != q || d.gran != gran || now.Sub(d.told) > q.Window {
+		if !ok || d.q != k.q || d.gran != k.gran || now.Sub(d.told) > k.q.Window {
 			return denial{}, false, now.Sub(start)
 		}
 		if now.Before(d.until) {
 			return d, true, now.Sub(start)
 		}
-		probe, by := c.pace(tenant, now)
+		probe, by := c.pace(k.tenant, now)
 		if probe == nil {
 			return denial{}, false, now.Sub(start) // this request goes
 		}
@@ -177,21 +175,17 @@ func (c *denyCache) generation(tenant string) uint64 {
 	if c == nil {
 		return 0
 	}
-	return c.gens[stripe(tenant)].Load()
+	return c.gen(tenant).Load()
 }
 
-// stripe hashes tenant (FNV-1a) to one of the generation stripes.
-func stripe(tenant string) int {
-	h := uint32(2166136261)
-	for i := 0; i < len(tenant); i++ {
-		h = (h ^ uint32(tenant[i])) * 16777619
-	}
-	return int(h % 64)
+// gen returns the generation of tenant's stripe.
+func (c *denyCache) gen(tenant string) *atomic.Uint64 {
+	return &c.gens[stripe(c.seed, tenant, len(c.gens))]
 }
 
-// put records what a call that went to Redis for tenant learned: its
+// put records what a call that went to Redis for k learned: its
 // decisions ds (nil when it got no answer) and the retry hint, the time
-// until which Redis will reject every new request of tenant (zero for
+// until which Redis will reject every new request of k's tenant (zero for
 // none), unless the call began before the generation gen ended. now is
 // the local time the reply arrived. Every call that went to Redis ends
 // with a put, which ends its probe if it was one (see denyCache).
@@ -203,19 +197,19 @@ func stripe(tenant string) int {
 // difference between the two trips and the delivery of the reply, well
 // under a round trip. (Mapping from the send time instead would send
 // requests early, and each would cost a script call Redis only rejects.)
-func (c *denyCache) put(tenant string, q Quota, gran int64, ds []Decision, hint, now time.Time, gen uint64) {
+func (c *denyCache) put(k denyKey, ds []Decision, hint, now time.Time, gen uint64) {
 	if c == nil {
 		return
 	}
 	if hint.IsZero() {
-		c.room(tenant, q, gran, ds, now)
+		c.room(k, ds, now)
 		return
 	}
 	serverNow := ds[0].Now
-	d := denial{q: q, gran: gran, until: now.Add(hint.Sub(serverNow)), now: serverNow, at: hint, told: now}
+	d := denial{q: k.q, gran: k.gran, until: now.Add(hint.Sub(serverNow)), now: serverNow, at: hint, told: now}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.gens[stripe(tenant)].Load() != gen {
+	if c.gen(k.tenant).Load() != gen {
 		return // a Release may have freed a slot the call did not see; forget woke the waiters
 	}
 	if len(c.entries) >= c.max {
@@ -230,7 +224,7 @@ func (c *denyCache) put(tenant string, q Quota, gran int64, ds []Decision, hint,
 			}
 		}
 	}
-	c.set(tenant, d)
+	c.set(k.tenant, d)
 }
 
 // set stores d as tenant's entry, waking the requests waiting for the
@@ -242,13 +236,14 @@ func (c *denyCache) set(tenant string, d denial) {
 	c.entries[tenant] = d
 }
 
-// room records an answer ds for tenant that holds no rejection to cache:
+// room records an answer ds for k that holds no rejection to cache:
 // the room it left paces the tenant's next requests when it is short, and
 // ends any pacing when it is not, or is unknown (the call got no answer,
 // or its last request was not admitted now). Either way the requests
 // waiting for the probe look again. The common path, a tenant with room
 // and no entry, takes no write lock.
-func (c *denyCache) room(tenant string, q Quota, gran int64, ds []Decision, now time.Time) {
+func (c *denyCache) room(k denyKey, ds []Decision, now time.Time) {
+	tenant := k.tenant
 	room := nearFull // unknown: a deferral or an older ID's slot says nothing of the room now
 	if len(ds) > 0 && ds[len(ds)-1].Outcome == Admitted {
 		room = ds[len(ds)-1].Remaining
@@ -278,7 +273,7 @@ func (c *denyCache) room(tenant string, q Quota, gran int64, ds []Decision, now 
 	case !ok && len(c.entries) >= c.max:
 		// Pacing is only an economy: no room for it.
 	default:
-		c.set(tenant, denial{q: q, gran: gran, told: now, room: room, inflight: inflight})
+		c.set(tenant, denial{q: k.q, gran: k.gran, told: now, room: room, inflight: inflight})
 	}
 }
 
@@ -292,7 +287,7 @@ func (c *denyCache) forget(tenant string) {
 	if d, ok := c.entries[tenant]; ok {
 		c.drop(tenant, d)
 	}
-	c.gens[stripe(tenant)].Add(1)
+	c.gen(tenant).Add(1)
 	c.mu.Unlock()
 }
 
@@ -309,9 +304,5 @@ func (c *denyCache) drop(tenant string, d denial) {
 // that passed locally since Redis decided.
 func (d denial) decisions(tenant string, ids []string, now time.Time) []Decision {
 	elapsed := now.Sub(d.until.Add(-d.at.Sub(d.now)))
-	ds := make([]Decision, len(ids))
-	for i := range ids {
-		ds[i] = Decision{Tenant: tenant, Outcome: Rejected, Now: d.now.Add(elapsed), At: d.at, Local: true}
-	}
-	return ds
+	return rejectAll(tenant, ids, d.now.Add(elapsed), d.at)
 }

@@ -20,12 +20,12 @@ func TestDenyCacheProbe(t *testing.T) {
 	ranOut := func(t *testing.T, c *denyCache) {
 		t.Helper()
 		srv := time.Now()
-		c.put(tenant, q, 1, []Decision{{Now: srv}}, srv.Add(time.Millisecond), time.Now(), c.generation(tenant))
-		if _, ok, _ := c.lookup(t.Context(), tenant, q, 1, time.Now()); !ok {
+		c.put(denyKey{tenant, q, 1}, []Decision{{Now: srv}}, srv.Add(time.Millisecond), time.Now(), c.generation(tenant))
+		if _, ok, _ := c.lookup(t.Context(), denyKey{tenant, q, 1}, time.Now()); !ok {
 			t.Fatal("a fresh rejection was not answered from the cache")
 		}
 		time.Sleep(2 * time.Millisecond)
-		if _, ok, _ := c.lookup(t.Context(), tenant, q, 1, time.Now()); ok {
+		if _, ok, _ := c.lookup(t.Context(), denyKey{tenant, q, 1}, time.Now()); ok {
 			t.Fatal("a rejection that ran out still answered")
 		}
 	}
@@ -39,7 +39,7 @@ func TestDenyCacheProbe(t *testing.T) {
 		t.Helper()
 		ch := make(chan answer, 1)
 		go func() {
-			d, ok, _ := c.lookup(ctx, tenant, q, 1, time.Now())
+			d, ok, _ := c.lookup(ctx, denyKey{tenant, q, 1}, time.Now())
 			ch <- answer{d, ok}
 		}()
 		select {
@@ -55,7 +55,7 @@ func TestDenyCacheProbe(t *testing.T) {
 		ranOut(t, c)
 		ch := waiter(t, t.Context(), c)
 		srv := time.Now()
-		c.put(tenant, q, 1, []Decision{{Now: srv}}, srv.Add(time.Minute), time.Now(), c.generation(tenant))
+		c.put(denyKey{tenant, q, 1}, []Decision{{Now: srv}}, srv.Add(time.Minute), time.Now(), c.generation(tenant))
 		if a := <-ch; !a.ok || !a.d.at.Equal(srv.Add(time.Minute)) {
 			t.Fatalf("waiter = %+v, want the probe's rejection", a)
 		}
@@ -64,11 +64,11 @@ func TestDenyCacheProbe(t *testing.T) {
 		c := newDenyCache(10, time.Minute)
 		ranOut(t, c)
 		ch := waiter(t, t.Context(), c)
-		c.put(tenant, q, 1, []Decision{{Now: time.Now(), Outcome: Admitted, Remaining: 2}}, time.Time{}, time.Now(), c.generation(tenant))
+		c.put(denyKey{tenant, q, 1}, []Decision{{Now: time.Now(), Outcome: Admitted, Remaining: 2}}, time.Time{}, time.Now(), c.generation(tenant))
 		if a := <-ch; a.ok {
 			t.Fatalf("waiter = %+v, want it sent to Redis", a)
 		}
-		if _, ok, _ := c.lookup(t.Context(), tenant, q, 1, time.Now()); ok {
+		if _, ok, _ := c.lookup(t.Context(), denyKey{tenant, q, 1}, time.Now()); ok {
 			t.Fatal("the run-out rejection outlived the probe")
 		}
 	})
@@ -76,7 +76,7 @@ func TestDenyCacheProbe(t *testing.T) {
 		c := newDenyCache(10, time.Minute)
 		ranOut(t, c)
 		ch := waiter(t, t.Context(), c)
-		c.put(tenant, q, 1, nil, time.Time{}, time.Now(), c.generation(tenant))
+		c.put(denyKey{tenant, q, 1}, nil, time.Time{}, time.Now(), c.generation(tenant))
 		if a := <-ch; a.ok {
 			t.Fatalf("waiter = %+v, want it sent to Redis", a)
 		}
@@ -86,7 +86,7 @@ func TestDenyCacheProbe(t *testing.T) {
 		ranOut(t, c)
 		first, second := waiter(t, t.Context(), c), waiter(t, t.Context(), c)
 		// Room for one more, two waiting: one goes as the next probe.
-		c.put(tenant, q, 1, []Decision{{Now: time.Now(), Outcome: Admitted, Remaining: 1}}, time.Time{}, time.Now(), c.generation(tenant))
+		c.put(denyKey{tenant, q, 1}, []Decision{{Now: time.Now(), Outcome: Admitted, Remaining: 1}}, time.Time{}, time.Now(), c.generation(tenant))
 		var still chan answer
 		select {
 		case a := <-first:
@@ -109,7 +109,7 @@ func TestDenyCacheProbe(t *testing.T) {
 		}
 		// The next probe fills the window: the other is answered by it.
 		srv := time.Now()
-		c.put(tenant, q, 1, []Decision{{Now: srv}}, srv.Add(time.Minute), time.Now(), c.generation(tenant))
+		c.put(denyKey{tenant, q, 1}, []Decision{{Now: srv}}, srv.Add(time.Minute), time.Now(), c.generation(tenant))
 		if a := <-still; !a.ok {
 			t.Fatalf("waiter = %+v, want the next probe's rejection", a)
 		}
@@ -118,23 +118,23 @@ func TestDenyCacheProbe(t *testing.T) {
 		c := newDenyCache(10, time.Minute)
 		// Room for one more, and nothing cached: the next request goes,
 		// and the one after waits for its answer.
-		c.put(tenant, q, 1, []Decision{{Now: time.Now(), Outcome: Admitted, Remaining: 1}}, time.Time{}, time.Now(), c.generation(tenant))
-		if _, ok, _ := c.lookup(t.Context(), tenant, q, 1, time.Now()); ok {
+		c.put(denyKey{tenant, q, 1}, []Decision{{Now: time.Now(), Outcome: Admitted, Remaining: 1}}, time.Time{}, time.Now(), c.generation(tenant))
+		if _, ok, _ := c.lookup(t.Context(), denyKey{tenant, q, 1}, time.Now()); ok {
 			t.Fatal("a request with room was answered locally")
 		}
 		ch := waiter(t, t.Context(), c)
 		srv := time.Now()
-		c.put(tenant, q, 1, []Decision{{Now: srv, Outcome: Admitted}}, srv.Add(time.Minute), time.Now(), c.generation(tenant))
+		c.put(denyKey{tenant, q, 1}, []Decision{{Now: srv, Outcome: Admitted}}, srv.Add(time.Minute), time.Now(), c.generation(tenant))
 		if a := <-ch; !a.ok {
 			t.Fatalf("waiter = %+v, want the rejection the last slot brought", a)
 		}
 	})
 	t.Run("a tenant far from full is not", func(t *testing.T) {
 		c := newDenyCache(10, time.Minute)
-		c.put(tenant, q, 1, []Decision{{Now: time.Now(), Outcome: Admitted, Remaining: 1}}, time.Time{}, time.Now(), c.generation(tenant))
-		c.put(tenant, q, 1, []Decision{{Now: time.Now(), Outcome: Admitted, Remaining: nearFull}}, time.Time{}, time.Now(), c.generation(tenant))
+		c.put(denyKey{tenant, q, 1}, []Decision{{Now: time.Now(), Outcome: Admitted, Remaining: 1}}, time.Time{}, time.Now(), c.generation(tenant))
+		c.put(denyKey{tenant, q, 1}, []Decision{{Now: time.Now(), Outcome: Admitted, Remaining: nearFull}}, time.Time{}, time.Now(), c.generation(tenant))
 		for range 3 {
-			if _, ok, _ := c.lookup(t.Context(), tenant, q, 1, time.Now()); ok {
+			if _, ok, _ := c.lookup(t.Context(), denyKey{tenant, q, 1}, time.Now()); ok {
 				t.Fatal("a request with room was answered locally")
 			}
 		}

@@ -58,7 +58,6 @@ const defaultLocalTenants = 100_000
 
 // localTenantBytes bounds the memory of one tracked tenant, its name
 // aside: its counter (128 bytes) and its share of the map.
-// TestLocalLimiterMemory measures it.
 const localTenantBytes = 256
 
 type localShard struct {
@@ -152,7 +151,7 @@ func (l *localLimiter) share(q Quota, used int) int32 {
 }
 
 func (l *localLimiter) shard(tenant string) *localShard {
-	return &l.shards[maphash.String(l.seed, tenant)%localShards]
+	return &l.shards[stripe(l.seed, tenant, localShards)]
 }
 
 // now returns the limiter's clock, or at if that is later. Decisions are
@@ -292,21 +291,21 @@ func (l *localLimiter) replayed(tenant string, n int) {
 	}
 }
 
-// replay tells Redis of n admissions the fallback made for tenant that
+// replay tells Redis of n admissions the fallback made for a's tenant that
 // are still in their window: each takes a slot now, where there is room,
 // so that producers that stayed on Redis, or came back first, do not hand
 // those slots out again. Now, not when they happened, which keeps them
 // counted longer, never shorter. With no room they are only forgotten:
 // they ran already, and a deferred slot would only delay the tenant's
 // next work. A call that fails leaves them for the next one.
-func (g *Gate) replay(ctx context.Context, tenant, key string, q Quota, n int, budget time.Duration) {
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = g.ids.next(logBound(q))
+func (g *Gate) replay(ctx context.Context, a *ask, n int, budget time.Duration) {
+	back := ask{tenant: a.tenant, key: a.key, q: a.q, gran: a.gran, ids: make([]string, n), fresh: true}
+	back.q.MaxDelay = 0
+	for i := range back.ids {
+		back.ids[i] = g.ids.next(logBound(a.q))
 	}
-	q.MaxDelay = 0
-	if _, _, err := g.remote(ctx, tenant, key, q, ids, 0, true, budget); err == nil {
-		g.local.replayed(tenant, n)
+	if _, _, err := g.remote(ctx, &back, budget); err == nil {
+		g.local.replayed(a.tenant, n)
 	}
 }
 

@@ -45,14 +45,6 @@ type Gate struct {
 	version *versionCheck
 }
 
-// Group-commit bounds: requests per pipeline and pipelines in flight. With
-// batching off every request is a pipeline of its own.
-const (
-	maxBatch           = 256
-	maxFlight          = 2
-	maxFlightUnbatched = 64
-)
-
 // New returns a Gate that keeps its logs in rdb and looks quotas up in
 // quotas. rdb may be a plain, failover or cluster client; the caller owns it
 // and closes it.
@@ -76,11 +68,7 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 	// pipeline: its callers wait on their context, not on the connection,
 	// so a frozen Redis cannot hold them past the timeout even when the
 	// client ignores context deadlines (ContextTimeoutEnabled unset).
-	if o.batching {
-		g.commit = newCommitter(rdb, g.admit, g.counter, g.depth.permit, o.timeout, maxBatch, maxFlight)
-	} else {
-		g.commit = newCommitter(rdb, g.admit, g.counter, g.depth.permit, o.timeout, 1, maxFlightUnbatched)
-	}
+	g.commit = newCommitter(rdb, commitScripts{g.admit, g.counter, g.depth.permit}, o.timeout, o.batching)
 	if o.denyCache {
 		g.deny = newDenyCache(100_000, o.timeout)
 	}
@@ -190,18 +178,12 @@ func (g *Gate) AdmitBatchAt(ctx context.Context, tenant string, ids []string, no
 // says what form of it the log keeps best (idGen.next).
 func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notBefore time.Time, fresh bool) (_ []Decision, err error) {
 	defer func() { err = g.causes.explain(err) }()
-	if err := ValidateTenant(tenant); err != nil {
+	if err := validate(tenant, ids); err != nil {
 		return nil, err
-	}
-	for _, id := range ids {
-		if id == "" {
-			return nil, fmt.Errorf("%w: empty entry ID", ErrInvalidID)
-		}
 	}
 	if ids != nil && len(ids) == 0 {
 		return nil, nil
 	}
-	began := time.Now()
 	if err := g.checkVersion(ctx); err != nil {
 		return nil, err
 	}
@@ -217,7 +199,42 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notB
 		return nil, err
 	}
 	ids = orNew(ids, g.ids, q)
-	return g.decide(ctx, tenant, q, ids, notBeforeµs(notBefore), fresh, began)
+	nb := notBeforeµs(notBefore)
+	a := ask{tenant: tenant, key: windowKey(g.opts.prefix, tenant, q), q: q, gran: g.gran, ids: ids, fresh: fresh, notBefore: nb}
+	return g.decide(ctx, &a)
+}
+
+// ask is what one decision is asked, built once by admitBatch and read by
+// every step of decide. The request for the group commit is made from it
+// only when the decision goes to Redis: a cached rejection allocates none.
+type ask struct {
+	tenant    string
+	key       string // the tenant's log or counter (windowKey)
+	q         Quota
+	gran      int64
+	ids       []string
+	fresh     bool  // the gate generated ids: no one else can ask for them
+	notBefore int64 // Redis time µs; 0 when the work runs as soon as admitted
+}
+
+// request returns a new request of the group commit for a.
+func (a *ask) request() *request {
+	return &request{tenant: a.tenant, key: a.key, q: a.q, gran: a.gran, ids: a.ids, fresh: a.fresh, notBefore: a.notBefore}
+}
+
+func (a *ask) denyKey() denyKey { return denyKey{a.tenant, a.q, a.gran} }
+
+// validate checks a tenant and the entry IDs asked for it.
+func validate(tenant string, ids []string) error {
+	if err := ValidateTenant(tenant); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if id == "" {
+			return fmt.Errorf("%w: empty entry ID", ErrInvalidID)
+		}
+	}
+	return nil
 }
 
 // orNew returns ids, or for nil one new ID from gen for a log of q.
@@ -239,62 +256,25 @@ func (g *Gate) quota(ctx context.Context, tenant string) (Quota, error) {
 	return q, nil
 }
 
-// decide answers ids from the deny cache when a rejection of tenant
-// holds, and otherwise asks Redis, whose retry hint goes to the cache. nb
-// is the requests' not-before time (µs, 0 for now). checked is when the
-// call began, before the first call's version check (checkVersion), which
-// counts against the timeout like a Redis call.
-func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string, nb int64, fresh bool, checked time.Time) ([]Decision, error) {
+// decide answers a locally when the FailOpen fallback's count or a cached
+// rejection says so, and otherwise asks Redis, whose retry hint goes to
+// the deny cache.
+func (g *Gate) decide(ctx context.Context, a *ask) ([]Decision, error) {
 	now := time.Now()
-	// One timeout for the decision's Redis calls, however many it takes:
-	// deadline bounds those made directly, and the group commit's request
-	// gets what the others have not spent, counted from when it is taken
-	// to be sent (committer.do).
-	deadline := checked.Add(g.opts.timeout)
-	var spent time.Duration
-	key := windowKey(g.opts.prefix, tenant, q)
-	brk := g.breakerFor(ctx, key)
+	brk := g.breakerFor(ctx, a.key)
 	if brk.isOpen() {
-		return g.withoutRedis(tenant, q, ids, now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, tenant))
+		return g.withoutRedis(a.tenant, a.q, a.ids, now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, a.tenant))
 	}
-	if g.opts.policy == FailOpen {
-		// Back from an outage: what the fallback admitted still counts
-		// until it leaves the window, and Redis is told of it. A batch
-		// that does not fit whole is rejected whole, which never admits
-		// too many.
-		n, at, debt := g.local.guard(tenant, q, len(ids), now)
-		if debt > 0 {
-			t0 := time.Now()
-			g.replay(ctx, tenant, key, q, debt, g.opts.timeout)
-			spent += time.Since(t0)
-		}
-		if n < len(ids) {
-			return rejectAll(tenant, ids, now, at), nil
-		}
+	dl := deadline{timeout: g.opts.timeout}
+	if ds, ok := g.guard(ctx, a, now, &dl); ok {
+		return ds, nil
 	}
-	// The deny cache may hold the caller for another request's answer
-	// from Redis (a probe): that wait counts as the decision's own. (The
-	// local path reads the clock no more than it must: on a busy producer
-	// time.Now is a sizeable part of a cached rejection's cost.)
-	d, ok, waited := g.denied(ctx, tenant, q, nb, now)
-	spent += waited
-	if ok {
-		answer := fresh || q.Mode == Counter
-		if !answer {
-			t0 := time.Now()
-			answer = !g.held(ctx, tenant, ids, deadline)
-			spent += time.Since(t0)
-		}
-		if answer {
-			if waited == 0 { // a caller that waited for a probe has let the gate's replies in already
-				g.yieldLocal()
-			}
-			return d.decisions(tenant, ids, now.Add(waited)), nil
-		}
+	if ds, ok := g.cached(ctx, a, now, &dl); ok {
+		return ds, nil
 	}
-	gen := g.deny.generation(tenant)
-	ds, hint, err := g.remote(ctx, tenant, key, q, ids, nb, fresh, g.opts.timeout-spent)
-	g.deny.put(tenant, q, g.gran, ds, hint, time.Now(), gen)
+	gen := g.deny.generation(a.tenant)
+	ds, hint, err := g.remote(ctx, a, dl.left())
+	g.deny.put(a.denyKey(), ds, hint, time.Now(), gen)
 	if errors.Is(err, ErrUnavailable) {
 		// The gate's own timeout, not the caller's deadline (that error
 		// is the caller's, and its pipeline reports to the breaker, see
@@ -303,18 +283,87 @@ func (g *Gate) decide(ctx context.Context, tenant string, q Quota, ids []string,
 		// decision began, so that decisions that overlap one failure
 		// count as one.
 		brk.failure(err, now)
-		return g.withoutRedis(tenant, q, ids, now, err)
+		return g.withoutRedis(a.tenant, a.q, a.ids, now, err)
 	}
 	if err != nil {
 		return nil, err
 	}
 	brk.success()
-	if g.opts.policy == FailOpen && nb == 0 {
+	if g.opts.policy == FailOpen && a.notBefore == 0 {
 		// What the fallback must not hand out again. A request that
 		// starts later says nothing of the window now.
-		g.local.observe(tenant, q, ds, time.Now())
+		g.local.observe(a.tenant, a.q, ds, time.Now())
 	}
 	return ds, nil
+}
+
+// deadline bounds a decision's Redis calls and waits together: one
+// timeout, however many there are, from when the first began. The group
+// commit's request gets what is left, counted from when it is taken to be
+// sent (committer.do). Time before the first wait is the producer's, not
+// Redis's, and is not counted.
+type deadline struct {
+	timeout time.Duration
+	at      time.Time // zero until the first call or wait begins
+}
+
+// start starts d at t, unless an earlier call started it, and returns it.
+func (d *deadline) start(t time.Time) time.Time {
+	if d.at.IsZero() {
+		d.at = t.Add(d.timeout)
+	}
+	return d.at
+}
+
+// left returns how long the decision's calls have left.
+func (d *deadline) left() time.Duration {
+	if d.at.IsZero() {
+		return d.timeout
+	}
+	return time.Until(d.at)
+}
+
+// guard applies, under FailOpen, what the fallback admitted during an
+// outage: it counts until it leaves the window, and Redis is told of it
+// (replay). When a's batch does not fit whole it is rejected whole, which
+// never admits too many, and guard returns those decisions and true.
+func (g *Gate) guard(ctx context.Context, a *ask, now time.Time, dl *deadline) ([]Decision, bool) {
+	if g.opts.policy != FailOpen {
+		return nil, false
+	}
+	n, at, debt := g.local.guard(a.tenant, a.q, len(a.ids), now)
+	if debt > 0 {
+		dl.start(time.Now())
+		g.replay(ctx, a, debt, dl.left())
+	}
+	if n < len(a.ids) {
+		return rejectAll(a.tenant, a.ids, now, at), true
+	}
+	return nil, false
+}
+
+// cached answers a from the deny cache, when a rejection of its tenant
+// holds and none of a's IDs may already hold a slot. A request that
+// starts later (notBefore set) may find its slot free, so it always asks
+// Redis, without touching the cache. A wait for another request's answer
+// (a probe) counts as the decision's own.
+func (g *Gate) cached(ctx context.Context, a *ask, now time.Time, dl *deadline) ([]Decision, bool) {
+	if a.notBefore != 0 {
+		return nil, false
+	}
+	d, ok, waited := g.deny.lookup(ctx, a.denyKey(), now)
+	if waited > 0 {
+		dl.start(now)
+	}
+	if !ok || !a.fresh && a.q.Mode != Counter && g.held(ctx, a, dl.start(time.Now())) {
+		return nil, false
+	}
+	if waited == 0 { // a caller that waited for a probe has let the gate's replies in already
+		g.yieldLocal()
+	}
+	// now, not a fresh reading: on a busy producer time.Now is a sizeable
+	// part of a cached rejection's cost.
+	return d.decisions(a.tenant, a.ids, now.Add(waited)), true
 }
 
 // breakerFor returns the breaker of the Redis that serves key: on a
@@ -327,16 +376,17 @@ func (g *Gate) breakerFor(ctx context.Context, key string) *breaker {
 	return g.brk
 }
 
-// held reports whether any of the caller's ids may already hold a slot in
-// tenant's log, in which case the deny cache must not answer: a retried ID
-// gets its original slot back. One ZMSCORE, far cheaper for Redis than the
-// script; when it fails, the script decides.
-func (g *Gate) held(ctx context.Context, tenant string, ids []string, deadline time.Time) bool {
+// held reports whether any of a's IDs may already hold a slot in its
+// tenant's log, in which case the deny cache must not answer: a retried
+// ID gets its original slot back. One ZMSCORE, far cheaper for Redis than
+// the script; when it fails, the script decides.
+func (g *Gate) held(ctx context.Context, a *ask, deadline time.Time) bool {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	key, ids := logKey(g.opts.prefix, a.tenant), a.ids // not a: it stays on the caller's stack
 	var scores []float64
 	err := bounded(ctx, func(ctx context.Context) (err error) {
-		scores, err = g.rdb.ZMScore(ctx, logKey(g.opts.prefix, tenant), ids...).Result()
+		scores, err = g.rdb.ZMScore(ctx, key, ids...).Result()
 		return err
 	})
 	if err != nil {
@@ -350,21 +400,13 @@ func (g *Gate) held(ctx context.Context, tenant string, ids []string, deadline t
 	return false
 }
 
-// yieldLocal lets the goroutines that send and read Redis calls run,
-// before a decision made without Redis returns. Such a decision takes a
-// microsecond, and callers that loop on them (a tenant flooding its cached
-// rejection, every caller while the breaker is open) would otherwise run
-// until the scheduler preempts them, 10 ms at a time, while the goroutines
-// that send and read Redis calls wait their turn behind them: with 144
-// such callers on 2 cores, a reply from a healthy Redis went unread for
-// 250-430 ms, past the timeout, and the gate reported Redis unavailable.
-//
-// A caller answered by the deny cache, which Redis has just told to
-// reject, waits for one of the gate's requests now out to finish
-// (committer.yield): Redis answers them, so the wait is a round trip, and
-// a caller that waits takes no processor. Without Redis (withoutRedis:
-// the breaker is open, or the caller's own call failed) it only yields its
-// processor: a wait there would add the timeouts of other calls to its own.
+// yieldLocal lets the goroutines that send and read Redis calls run
+// before a decision made without Redis returns: callers that loop on such
+// decisions, a microsecond each, would otherwise hold the processors while
+// Redis's replies wait unread past the timeout. A caller the deny cache
+// answered waits for one of the gate's requests now out (committer.yield);
+// without Redis (withoutRedis) it only yields, since a wait there would add
+// other calls' timeouts to its own.
 func (g *Gate) yieldLocal() {
 	if !g.commit.yield() {
 		runtime.Gosched()
@@ -381,16 +423,16 @@ func (g *Gate) withoutRedis(tenant string, q Quota, ids []string, now time.Time,
 	return nil, err
 }
 
-// remote decides on Redis, through the group commit. Redis has budget to
-// answer, from when the request is taken to be sent (see committer.do).
+// remote decides a on Redis, through the group commit. Redis has budget
+// to answer, from when the request is taken to be sent (see committer.do).
 //
 // Besides the decisions it returns the script's retry hint: zero, or the
-// Redis time until which every new request of tenant will be rejected.
-func (g *Gate) remote(ctx context.Context, tenant, key string, q Quota, ids []string, nb int64, fresh bool, budget time.Duration) ([]Decision, time.Time, error) {
-	r := &request{tenant: tenant, key: key, q: q, gran: g.gran, ids: ids, fresh: fresh, notBefore: nb}
+// Redis time until which every new request of the tenant will be rejected.
+func (g *Gate) remote(ctx context.Context, a *ask, budget time.Duration) ([]Decision, time.Time, error) {
+	r := a.request()
 	ds, err := g.commit.do(ctx, r, budget, g.forget)
 	if err != nil {
-		return nil, time.Time{}, callError(ctx, "admit", tenant, err)
+		return nil, time.Time{}, callError(ctx, "admit", a.tenant, err)
 	}
 	return ds, r.hint, nil
 }
@@ -401,30 +443,33 @@ func appendCounterArgs(args []any, q Quota, gran int64, n int, nb int64) []any {
 	return append(args, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), gran, counterBuckets, n, nb)
 }
 
-// parseDecisions reads a script reply for ids: the server time nowµs; res,
-// which holds outcome, slot and remaining for each ID; and the retry hint
-// (see admit.lua), 0 for none. It fills ds when it has room for every ID.
-func parseDecisions(ds []Decision, tenant string, ids []string, nowµs int64, res []int64, hintµs int64) ([]Decision, time.Time, error) {
-	if len(res) != 3*len(ids) {
-		return nil, time.Time{}, fmt.Errorf("admitq: admit script returned %d values for %d IDs", len(res), len(ids))
+// parse reads r's part of a script reply: the server time nowµs; res,
+// which holds outcome, slot and remaining for each of r's IDs; and the
+// retry hint (see admit.lua), 0 for none. It sets r.ds, r.hint and r.err.
+func (r *request) parse(nowµs int64, res []int64, hintµs int64) {
+	r.ds, r.hint, r.err = nil, time.Time{}, nil
+	if len(res) != 3*len(r.ids) {
+		r.err = fmt.Errorf("admitq: admit script returned %d values for %d IDs", len(res), len(r.ids))
+		return
 	}
-	var hint time.Time
-	if hintµs > 0 {
-		hint = time.UnixMicro(hintµs)
+	ds := r.one[:]
+	if len(r.ids) != 1 {
+		ds = make([]Decision, len(r.ids))
 	}
 	now := time.UnixMicro(nowµs)
-	if len(ds) != len(ids) {
-		ds = make([]Decision, len(ids))
-	}
-	for i, id := range ids {
+	for i, id := range r.ids {
 		code, at, remaining := res[3*i], res[3*i+1], res[3*i+2]
-		d := Decision{Tenant: tenant, ID: id, Now: now, At: time.UnixMicro(at), Remaining: int(remaining)}
+		d := Decision{Tenant: r.tenant, ID: id, Now: now, At: time.UnixMicro(at), Remaining: int(remaining)}
 		if code > 4 || !setOutcome(&d, code) {
-			return nil, time.Time{}, fmt.Errorf("admitq: admit script returned outcome %d", code)
+			r.err = fmt.Errorf("admitq: admit script returned outcome %d", code)
+			return
 		}
 		ds[i] = d
 	}
-	return ds, hint, nil
+	r.ds = ds
+	if hintµs > 0 {
+		r.hint = time.UnixMicro(hintµs)
+	}
 }
 
 // forget gives back r's fresh IDs (see giveBack): the script may have
@@ -622,14 +667,4 @@ func notBeforeµs(t time.Time) int64 {
 		return 0
 	}
 	return t.UnixMicro()
-}
-
-// denied returns the deny cache's answer for requests that start now. One
-// that starts later (nb > 0) may find its slot free, so it always asks
-// Redis, without touching the cache.
-func (g *Gate) denied(ctx context.Context, tenant string, q Quota, nb int64, now time.Time) (denial, bool, time.Duration) {
-	if nb != 0 {
-		return denial{}, false, 0
-	}
-	return g.deny.lookup(ctx, tenant, q, g.gran, now)
 }

@@ -50,14 +50,11 @@ func newIDGen() *idGen {
 
 // next returns a new ID for a log of at most bound entries (logBound). A
 // log that stays a listpack gets a counter from g's random start, in
-// decimal below 2^63, which the listpack keeps as an 8-byte integer (10
-// bytes with its header): 24 bytes a log entry at Limit 100, against 29
-// for the base-36 string. A log that can grow larger may become a
+// decimal below 2^63, which the listpack keeps as an 8-byte integer,
+// smaller than any string. A log that can grow larger may become a
 // skiplist, which keeps every ID as a string, so it gets the shorter
-// string, g's prefix and the counter in base 36 (19 decimal digits cost
-// up to 15% more per entry there: 103 against 119 bytes at Limit 1000).
-// The random start and prefix keep producers that share Redis from
-// colliding.
+// string: g's prefix and the counter in base 36. The random start and
+// prefix keep producers that share Redis from colliding.
 func (g *idGen) next(bound int) string {
 	n := g.n.Add(1)
 	var b [32]byte // prefix (at most 9) and counter (at most 13): one allocation, the string

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"fmt"
+	"hash/maphash"
 	"unicode"
 	"unicode/utf8"
 )
@@ -27,4 +28,10 @@ func ValidateTenant(tenant string) error {
 		}
 	}
 	return nil
+}
+
+// stripe spreads tenants over n locks or counters, by a hash under seed.
+// The spread is this process's own: never stored or shared.
+func stripe(seed maphash.Seed, tenant string, n int) int {
+	return int(maphash.String(seed, tenant) % uint64(n))
 }
