@@ -26,14 +26,11 @@ import (
 // requests; on a plain client (one Redis server) one script call decides
 // the whole batch across tenants, with every key declared. A cluster client
 // keeps one call per tenant, since a script's keys must share a hash slot,
-// and go-redis splits the pipeline per node. Capped tenants' requests
-// (permit.lua, see permitCall) are never merged: each is a group of its
-// own, and on one Redis they share a call of permit.lua as a batch.
+// and go-redis splits the pipeline per node.
 type committer struct {
 	rdb       redis.UniversalClient
 	admit     *redis.Script
 	counter   *redis.Script
-	permit    *redis.Script // capped requests' (see permitCall)
 	crossKey  bool
 	perNode   bool // a cluster: each master's part of a batch goes out on its own
 	maxBatch  int
@@ -88,19 +85,8 @@ type request struct {
 	// it runs as soon as admitted. Requests with different ones are
 	// decided in groups of their own.
 	notBefore int64
-	// permit, for a capped tenant's tasks, is the request's part of a
-	// permit.lua call: a group of its own, never merged. (capped)
-	permit *permitCall
 
-	state atomic.Int32
-	// unused counts, for a capped request, the two sides that must agree
-	// before what its script may have taken is given back (forget): the
-	// reply is in, and found the caller gone or brought an error; and the
-	// caller returned an error, so it writes nothing (admitCapped). A
-	// caller whose wait the gate's timer ended may instead fall back to a
-	// decision made without Redis, and write its tasks. The side that
-	// comes second gives back. (capped)
-	unused atomic.Int32
+	state  atomic.Int32
 	sent   atomic.Int64  // UnixNano when a pipeline took it, to send it; 0 before
 	budget time.Duration // how long Redis has to answer it from then
 	done   chan struct{}
@@ -121,7 +107,6 @@ const (
 // commitScripts are the scripts a committer calls.
 type commitScripts struct {
 	admit, counter *redis.Script
-	permit         *redis.Script // capped requests' (see permitCall)
 }
 
 // newCommitter returns a committer that sends to rdb, whose pipelines
@@ -134,7 +119,6 @@ func newCommitter(rdb redis.UniversalClient, s commitScripts, timeout time.Durat
 		rdb:       rdb,
 		admit:     s.admit,
 		counter:   s.counter,
-		permit:    s.permit,
 		crossKey:  !cluster && !ring,
 		perNode:   cluster,
 		maxBatch:  maxBatch,
@@ -391,7 +375,7 @@ func (st *flushState) group(batch []*request) []*group {
 			continue // its caller left before it was sent
 		}
 		k := groupKey{r.key, r.q, r.gran, r.notBefore}
-		if g := st.byKey[k]; g != nil && r.permit == nil { // capped: never merged
+		if g := st.byKey[k]; g != nil {
 			g.ids = append(g.ids[:len(g.ids):len(g.ids)], r.ids...) // copies: never the caller's
 			g.reqs = append(g.reqs, r)
 			continue
@@ -400,9 +384,7 @@ func (st *flushState) group(batch []*request) []*group {
 		g := &all[len(all)-1]
 		g.one[0] = r
 		g.reqs = g.one[:]
-		if r.permit == nil { // capped: never merged
-			st.byKey[k] = g
-		}
+		st.byKey[k] = g
 		groups = append(groups, g)
 	}
 	clear(st.byKey)
@@ -443,9 +425,8 @@ func (c *committer) returned(taken int64) {
 }
 
 // plan returns the script calls that decide groups. Where keys may span
-// slots, the Log groups share one call of admit.lua, the Counter groups
-// one of counter.lua and the capped requests one of permit.lua; on a
-// cluster each group is a call of its own.
+// slots, the Log groups share one call of admit.lua and the Counter
+// groups one of counter.lua; on a cluster each group is a call of its own.
 func (c *committer) plan(groups []*group) [][]*group {
 	var calls [][]*group
 	if !c.crossKey {
@@ -454,18 +435,15 @@ func (c *committer) plan(groups []*group) [][]*group {
 		}
 		return calls
 	}
-	var logs, counters, permits []*group
+	var logs, counters []*group
 	for _, g := range groups {
-		switch {
-		case g.permit() != nil: // capped
-			permits = append(permits, g)
-		case g.q.Mode == Log:
+		if g.q.Mode == Log {
 			logs = append(logs, g)
-		default:
+		} else {
 			counters = append(counters, g)
 		}
 	}
-	for _, call := range [][]*group{logs, counters, permits} {
+	for _, call := range [][]*group{logs, counters} {
 		if len(call) > 0 {
 			calls = append(calls, call)
 		}
@@ -531,8 +509,8 @@ func (c *committer) byNode(ctx context.Context, calls [][]*group) [][][]*group {
 // also caches the source again for the next EVALSHA; and each group of a
 // call that failed with a script error, which may be one tenant's key (of
 // the wrong type, say) and must not fail the others. Slots already
-// recorded then come back as Existing, since IDs are idempotent, and
-// permits and parked tasks as decided earlier. A call that met no script
+// recorded then come back as Existing, since IDs are idempotent. A call
+// that met no script
 // and then failed by EVAL is split too; a group alone is never sent a
 // third time.
 func (c *committer) run(ctx context.Context, taken int64, calls [][]*group, forget func(*request)) {
@@ -593,9 +571,6 @@ func (c *committer) exec(ctx context.Context, taken int64, calls [][]*group, eva
 // queue adds call's script call to pipe, by EVALSHA, or by EVAL when eval
 // is set.
 func (c *committer) queue(ctx context.Context, pipe redis.Pipeliner, call []*group, eval bool) scriptCmd {
-	if call[0].permit() != nil {
-		return c.permitCmd(ctx, pipe, call, eval) // capped
-	}
 	script := c.admit
 	if call[0].q.Mode == Counter {
 		script = c.counter
@@ -673,10 +648,6 @@ func (c int64s) Result() ([]int64, error) { return c.Int64Slice() }
 
 // deliver splits one script reply among the requests of its groups.
 func (c *committer) deliver(call []*group, res []int64, err error, forget func(*request)) {
-	if call[0].permit() != nil {
-		deliverPermits(call, res, err, forget) // capped
-		return
-	}
 	off := 1
 	for _, g := range call {
 		if err == nil && len(res) < off+3*len(g.ids)+1 {
@@ -786,61 +757,4 @@ func (c *committer) appendAdmitArgs(args []any, call []*group) []any {
 
 func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
-}
-
-// Capped tenants (Quota.MaxInFlight, permit.lua). Everything below serves
-// only requests with a permit, and goes with permit.go; the other places
-// that know of them are marked "capped".
-
-// permit returns the permit.lua call of g's request, when it is a capped
-// one (and then g's only request).
-func (g *group) permit() *permitCall { return g.reqs[0].permit }
-
-// permitCmd queues call's permit.lua call in pipe, by EVALSHA, or by EVAL
-// when eval is set: one capped request's, or several as a batch.
-func (c *committer) permitCmd(ctx context.Context, pipe redis.Pipeliner, call []*group, eval bool) scriptCmd {
-	p := call[0].permit()
-	keys, argv := p.keys, p.args
-	if len(call) > 1 {
-		keys, argv = nil, []any{"batch"}
-		for _, g := range call {
-			keys, argv = append(keys, g.permit().keys...), append(argv, g.permit().args...)
-		}
-	}
-	if eval {
-		return int64s{c.permit.Eval(ctx, pipe, keys, argv...)}
-	}
-	args := make([]any, 0, 3+len(keys)+len(argv))
-	args = append(args, "evalsha", c.permit.Hash(), len(keys))
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	cmd := redis.NewIntSliceCmd(ctx, append(args, argv...)...)
-	_ = pipe.Process(ctx, cmd)
-	return cmd
-}
-
-// deliverPermits splits one permit.lua reply among the capped requests of
-// call, one a group.
-func deliverPermits(call []*group, res []int64, err error, forget func(*request)) {
-	off := 1
-	for _, g := range call {
-		p, r := g.permit(), g.reqs[0]
-		n := 1 + 3*len(p.tasks) // its flag and its tasks' decisions
-		switch {
-		case err != nil:
-			r.err = err
-		case len(res) < off+n:
-			r.err = errors.New("admitq: permit script returned a short reply")
-		default:
-			r.ds, r.err = p.parse(r.tenant, res[0], res[off:off+n])
-		}
-		off += n
-		// As deliver does, what the script may have taken for nobody, with
-		// the tasks' permits and parked places: but only once the caller
-		// is known to write nothing (request.unused).
-		if abandoned := r.hand(); r.fresh && (abandoned || r.err != nil) && r.unused.Add(1) == 2 {
-			forget(r)
-		}
-	}
 }

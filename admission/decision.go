@@ -19,10 +19,11 @@ const (
 	// at its MaxParked. Nothing was recorded; Decision.At says when a retry
 	// could succeed.
 	Rejected
-	// Parked means the tenant has Quota.MaxInFlight tasks in the worker
-	// queues already (or older tasks parked): the request waits, durably
-	// and in order, and gets a permit and a slot as the tenant's own tasks
-	// finish. Decision.At is when it was parked.
+	// Parked means the task waits its turn in a dispatched queue (package
+	// dispatch): its tenant is at Quota.MaxInFlight, has older tasks
+	// waiting, or the fair queue is full. It is stored durably, in order,
+	// and goes in, charged its slot then, as the tenant's turn comes.
+	// Decision.At is when it was parked. Only package enqueue gives it.
 	Parked
 )
 
@@ -77,9 +78,8 @@ func (d Decision) Delay() time.Duration {
 }
 
 // setOutcome sets d's outcome from a script's outcome code: admit.lua's 0
-// admitted, 1 deferred, 2 rejected, 3 admitted earlier, 4 deferred earlier,
-// and permit.lua's 5 parked, 6 parked earlier, 7 rejected for a full
-// parked backlog. It reports false for a code it does not know.
+// admitted, 1 deferred, 2 rejected, 3 admitted earlier, 4 deferred
+// earlier. It reports false for a code it does not know.
 func setOutcome(d *Decision, code int64) bool {
 	switch code {
 	case 0:
@@ -92,12 +92,6 @@ func setOutcome(d *Decision, code int64) bool {
 		d.Outcome, d.Existing = Admitted, true
 	case 4:
 		d.Outcome, d.Existing = Deferred, true
-	case 5:
-		d.Outcome = Parked
-	case 6:
-		d.Outcome, d.Existing = Parked, true
-	case 7:
-		d.Outcome, d.ID, d.Full = Rejected, "", true
 	default:
 		return false
 	}

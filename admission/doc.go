@@ -1,6 +1,6 @@
 // Package admission is per-tenant admission control on Redis: a
 // sliding-window log per tenant that decides whether a piece of work runs
-// now, waits for a reserved slot, waits for a permit, or is refused.
+// now, waits for a reserved slot, waits its turn, or is refused.
 //
 // Each tenant's log is a sorted set of entry IDs scored by their slot, in
 // Redis server time. One atomic Lua script trims it, finds the next free
@@ -8,9 +8,10 @@
 // no interval of length Window ever holds more than Limit slots. A request
 // that finds the window full gets the slot at which the oldest entry
 // blocking it leaves the window (Deferred), unless that is further ahead
-// than MaxDelay (Rejected, with the time a retry could succeed). A tenant
-// whose quota caps its tasks in flight (MaxInFlight) has the rest Parked:
-// they wait, durably and in order, for one of its tasks to finish.
+// than MaxDelay (Rejected, with the time a retry could succeed). In a
+// queue that package dispatch serves, a task that must wait its turn (its
+// tenant at MaxInFlight, or a fair queue full) is Parked: it waits, durably
+// and in order, and is charged its slot when it goes in.
 //
 // So every decision has one of four outcomes: Admitted, Deferred, Parked or
 // Rejected. Admit, AdmitID and AdmitBatch give the first two and Rejected;
@@ -29,7 +30,7 @@
 //	case d.Outcome == admission.Deferred:
 //		// run at d.At, not before
 //	case d.Outcome == admission.Parked:
-//		// waits for a permit (capped tenants' tasks, through package enqueue)
+//		// waits its turn in a dispatched queue (through package enqueue)
 //	case d.Outcome == admission.Rejected:
 //		// refused: retry after d.At, e.g. answer 429 with Retry-After
 //	}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -252,8 +251,7 @@ func blackHole(t *testing.T) string {
 // TestUnreachable: a gate whose Redis refuses or swallows connections.
 // FailClosed returns errors wrapping ErrUnavailable; FailOpen decides
 // locally. Either way, after the breaker opens no call waits for Redis,
-// for uncapped tenants (Admit) and capped ones (AdmitTasks, permit.lua)
-// alike.
+// for tenants with and without a cap alike.
 func TestUnreachable(t *testing.T) {
 	// Long enough to tell a call that waits for Redis from one that does
 	// not, through the scheduling noise of a busy machine.
@@ -291,14 +289,7 @@ func TestUnreachable(t *testing.T) {
 							start := time.Now()
 							var d Decision
 							var err error
-							if capped {
-								var got []Decision
-								if got, err = g.AdmitTasks(ctx, "t", []Ref{{ID: strconv.Itoa(i), Queue: "q"}}); err == nil {
-									d = got[0]
-								}
-							} else {
-								d, err = g.Admit(ctx, "t")
-							}
+							d, err = g.Admit(ctx, "t")
 							took := time.Since(start)
 							worst = max(worst, took)
 							switch {

@@ -32,7 +32,6 @@ type Gate struct {
 	usage   *redis.Script
 	counter *redis.Script
 	ids     *idGen
-	depth   depthScripts // capped tenants' scripts (permit.go)
 
 	commit *committer // one request a pipeline when batching is off
 	deny   *denyCache // nil when the deny cache is off
@@ -59,7 +58,6 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 		usage:   lua.Usage(),
 		counter: lua.Counter(),
 		ids:     newIDGen(),
-		depth:   newDepthScripts(),
 		local:   newLocalLimiter(o.instances),
 		causes:  watchCauses(rdb),
 		version: &versionCheck{},
@@ -68,7 +66,7 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 	// pipeline: its callers wait on their context, not on the connection,
 	// so a frozen Redis cannot hold them past the timeout even when the
 	// client ignores context deadlines (ContextTimeoutEnabled unset).
-	g.commit = newCommitter(rdb, commitScripts{g.admit, g.counter, g.depth.permit}, o.timeout, o.batching)
+	g.commit = newCommitter(rdb, commitScripts{g.admit, g.counter}, o.timeout, o.batching)
 	if o.denyCache {
 		g.deny = newDenyCache(100_000, o.timeout)
 	}
@@ -475,13 +473,8 @@ func (r *request) parse(nowµs int64, res []int64, hintµs int64) {
 // forget gives back r's fresh IDs (see giveBack): the script may have
 // recorded them for a caller that left or got an error. Removing an ID
 // that is not there is harmless. Counter mode keeps no IDs, so such a slot
-// there idles until its window passes. A capped request's tasks also give
-// back their permits and parked places (forgetPermits).
+// there idles until its window passes.
 func (g *Gate) forget(r *request) {
-	if r.permit != nil {
-		g.forgetPermits(r) // permit.go
-		return
-	}
 	if r.q.Mode == Counter {
 		return
 	}
@@ -575,13 +568,6 @@ type Usage struct {
 	// NextFree is the slot a request arriving now would get (before
 	// rounding); Now when it would be admitted.
 	NextFree time.Time
-	// InFlight is the permits the tenant holds under Quota.MaxInFlight:
-	// its tasks in the worker queues. 0 when it has no cap.
-	InFlight int
-	// Parked is the tenant's tasks waiting for a permit, and OldestParked
-	// when the first of them was parked (zero when none is).
-	Parked       int
-	OldestParked time.Time
 }
 
 // Usage reports tenant's current use of its quota. It writes nothing.
@@ -621,11 +607,6 @@ func (g *Gate) Usage(ctx context.Context, tenant string) (_ Usage, err error) {
 		InWindow: int(res[1]),
 		Reserved: int(res[2]),
 		NextFree: time.UnixMicro(res[3]),
-	}
-	if q.MaxInFlight > 0 {
-		if err := g.depthUsage(ctx, &u); err != nil {
-			return Usage{}, err
-		}
 	}
 	return u, nil
 }

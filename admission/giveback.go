@@ -48,7 +48,6 @@ type giveBack struct {
 
 type giveBackKey struct {
 	tenant string
-	hash   bool                 // a hash whose fields go (HDEL), not a sorted set's members (ZREM)
 	until  map[string]time.Time // ID → when its slot surely left the window
 }
 
@@ -64,20 +63,8 @@ func newGiveBack(rdb redis.UniversalClient, timeout time.Duration, done func(str
 }
 
 // add queues ids of tenant's log key for removal, until (local clock)
-// their slots have surely left the window. Any of the tenant's sorted sets
-// can have members given back so: an abandoned capped request's permits
-// and parked tasks too (Gate.forgetPermits).
+// their slots have surely left the window.
 func (b *giveBack) add(tenant, key string, ids []string, until time.Time) {
-	b.queue(tenant, key, false, ids, until)
-}
-
-// addFields queues fields of the hash at key for removal (HDEL), as add
-// does members.
-func (b *giveBack) addFields(tenant, key string, fields []string, until time.Time) {
-	b.queue(tenant, key, true, fields, until)
-}
-
-func (b *giveBack) queue(tenant, key string, hash bool, ids []string, until time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -89,7 +76,7 @@ func (b *giveBack) queue(tenant, key string, hash bool, ids []string, until time
 			break
 		}
 		if k == nil {
-			k = &giveBackKey{tenant: tenant, hash: hash, until: make(map[string]time.Time)}
+			k = &giveBackKey{tenant: tenant, until: make(map[string]time.Time)}
 			b.keys[key] = k
 		}
 		if _, ok := k.until[id]; !ok {
@@ -129,8 +116,7 @@ func (b *giveBack) run() {
 
 // giveBackBatch is what one attempt removes from one key.
 type giveBackBatch struct {
-	hash bool
-	ids  []string
+	ids []string
 }
 
 // take returns a copy of what waits, after dropping the entries whose
@@ -149,7 +135,7 @@ func (b *giveBack) take() map[string]*giveBackBatch {
 				continue
 			}
 			if batch[key] == nil {
-				batch[key] = &giveBackBatch{hash: k.hash}
+				batch[key] = &giveBackBatch{}
 			}
 			batch[key].ids = append(batch[key].ids, id)
 		}
@@ -164,7 +150,7 @@ func (b *giveBack) take() map[string]*giveBackBatch {
 	return batch
 }
 
-// attempt sends one ZREM (HDEL for a hash) per key of batch in one
+// attempt sends one ZREM per key of batch in one
 // pipeline, forgets the entries Redis answered for, and reports whether
 // Redis answered every command. Like every call of the gate, it waits no longer than the
 // timeout, whether or not the client honours context deadlines; a
@@ -177,10 +163,6 @@ func (b *giveBack) attempt(batch map[string]*giveBackBatch) bool {
 	cmds := make([]*redis.IntCmd, 0, len(batch))
 	for key, kb := range batch {
 		keys = append(keys, key)
-		if kb.hash {
-			cmds = append(cmds, pipe.HDel(ctx, key, kb.ids...))
-			continue
-		}
 		members := make([]any, len(kb.ids))
 		for i, id := range kb.ids {
 			members[i] = id

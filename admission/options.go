@@ -29,7 +29,6 @@ type options struct {
 	// DefaultQuotaCacheSize (see WithQuotaCacheSize).
 	quotaCacheSize int
 	bulkTimeout    time.Duration
-	permitLease    time.Duration // see WithPermitLease (permit.go); 0 is the default
 }
 
 // DefaultTimeout is the deadline of one Redis call when WithTimeout is not

@@ -239,54 +239,6 @@ func TestReleaseAcrossModeChange(t *testing.T) {
 	}
 }
 
-// TestFIFOAcrossCapRemoval: a capped tenant's log is written by permit.lua
-// and release.lua, and read by admit.lua once an operator removes the
-// tenant's MaxInFlight. admit.lua learns from the log's expiry, by its
-// parity, whether a slot may lie ahead; so the capped scripts must keep
-// that parity too, or a request after the change could take a slot before
-// a capped task's reservation. The expiry's parity follows the clock, so
-// on miniredis the tenants start a millisecond apart; and a log first
-// written under a long window has an even expiry far past what the capped
-// script needs, which it must still make odd, whatever the clock: that case
-// runs on a real redis-server too.
-func TestFIFOAcrossCapRemoval(t *testing.T) {
-	ctx := context.Background()
-	for _, c := range []struct {
-		script      string
-		maxInFlight int
-		// reserve gives tenant's task a slot 100 s ahead, at now, and
-		// returns it.
-		reserve func(g *Gate, tenant string, now time.Time) (time.Time, error)
-	}{
-		{"permit.lua", 10, func(g *Gate, tenant string, now time.Time) (time.Time, error) {
-			ds, err := g.AdmitTasksAt(ctx, tenant, []Ref{{ID: "early", Queue: "q"}}, now.Add(100*time.Second))
-			if err != nil {
-				return time.Time{}, err
-			}
-			return ds[0].At, nil
-		}},
-		{"release.lua", 1, func(g *Gate, tenant string, now time.Time) (time.Time, error) {
-			first := Ref{ID: "first", Queue: "q"}
-			if _, err := g.AdmitTasks(ctx, tenant, []Ref{first}); err != nil {
-				return time.Time{}, err
-			}
-			ds, err := g.AdmitTasksAt(ctx, tenant, []Ref{{ID: "early", Queue: "q"}}, now.Add(100*time.Second))
-			if err != nil || ds[0].Outcome != Parked {
-				return time.Time{}, fmt.Errorf("the second task was not parked: %+v, %v", ds, err)
-			}
-			dep, err := g.Permits().Finish(ctx, tenant, first)
-			if err != nil || len(dep.Grants) != 1 {
-				return time.Time{}, fmt.Errorf("Finish granted %+v, %v; want the parked task", dep, err)
-			}
-			return dep.Grants[0].At, nil
-		}},
-	} {
-		t.Run(c.script+"/fresh log", func(t *testing.T) { testFIFOAcrossCapRemoval(t, c.maxInFlight, false, false, c.reserve) })
-		t.Run(c.script+"/after a 1h window", func(t *testing.T) { testFIFOAcrossCapRemoval(t, c.maxInFlight, true, false, c.reserve) })
-		t.Run(c.script+"/after a 1h window, on redis-server", func(t *testing.T) { testFIFOAcrossCapRemoval(t, c.maxInFlight, true, true, c.reserve) })
-	}
-}
-
 func testFIFOAcrossCapRemoval(t *testing.T, maxInFlight int, longFirst, server bool, reserve func(*Gate, string, time.Time) (time.Time, error)) {
 	ctx := context.Background()
 	capped := Quota{Limit: 5, Window: 10 * time.Second, MaxDelay: time.Hour, MaxInFlight: maxInFlight}

@@ -70,13 +70,6 @@ func (g *Gate) readUsage(ctx, bctx context.Context, res []UsageResult, idx []int
 	inParallel(slices.Collect(slices.Chunk(idx, usagePipeline)), func(chunk []int) {
 		g.usagePipeline(ctx, bctx, res, chunk)
 	})
-	// Capped tenants' permits and parked tasks: one more round trip each,
-	// and only for them (permit.go).
-	for _, i := range idx {
-		if r := &res[i]; r.Err == nil && r.Usage.Quota.MaxInFlight > 0 {
-			r.Err = g.depthUsage(bctx, &r.Usage)
-		}
-	}
 }
 
 // inParallel calls f with each chunk, usageFlight at a time.

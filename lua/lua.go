@@ -43,30 +43,3 @@ func Usage() *redis.Script { return redis.NewScript(usageSrc) }
 // that never admit more than the limit in any window, in memory that does
 // not grow with the limit.
 func Counter() *redis.Script { return redis.NewScript(counterSrc) }
-
-var (
-	//go:embed slot.lua
-	slotSrc string
-	//go:embed permit.lua
-	permitSrc string
-	//go:embed release.lua
-	releaseSrc string
-	//go:embed lease.lua
-	leaseSrc string
-)
-
-// Permit returns the script for tenants with an in-flight cap (permit.lua,
-// after the slot-rule fragment slot.lua): it gives each request a permit
-// and a slot, parks it in the tenant's FIFO when no permit is free, or
-// rejects it, atomically and on Redis server time.
-func Permit() *redis.Script { return redis.NewScript(slotSrc + permitSrc) }
-
-// Release returns the script (release.lua, after slot.lua) that gives back
-// a task's permit and hands free permits to the tenant's oldest parked
-// tasks, with the slot rule applied at that moment; it also lists lapsed
-// permits and granted tasks whose slot has come, for a reconciler.
-func Release() *redis.Script { return redis.NewScript(slotSrc + releaseSrc) }
-
-// Lease returns the script (lease.lua) that takes or renews a task's permit
-// for a time measured on Redis's clock.
-func Lease() *redis.Script { return redis.NewScript(leaseSrc) }

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch"
 )
 
 //go:embed static templates
@@ -37,29 +38,71 @@ const (
 	activeTTL = 30 * time.Second
 )
 
-// depth is a capped tenant's share of the worker queues: its tasks pending
-// or active against its cap, and those parked behind the cap.
+// depth is a tenant's part of the dispatched worker queues: its tasks
+// pending or active against its cap, those parked behind the cap or their
+// turn, and its share of worker time against its weight.
 type depth struct {
-	InFlight  int   `json:"in_flight"`
-	Cap       int   `json:"cap"`
-	Parked    int   `json:"parked"`
-	MaxParked int   `json:"max_parked"`                 // the effective bound
-	OldestAge int64 `json:"oldest_parked_ms,omitempty"` // how long the first parked task has waited; 0 when none is
+	InFlight  int     `json:"in_flight"`
+	Cap       int     `json:"cap"` // 0: no cap
+	AtCap     bool    `json:"at_cap"`
+	Parked    int     `json:"parked"`
+	MaxParked int     `json:"max_parked"`                 // the effective bound
+	OldestAge int64   `json:"oldest_parked_ms,omitempty"` // how long the first parked task has waited; 0 when none is
+	Weight    float64 `json:"weight"`
+	Share     float64 `json:"worker_share"` // of the worker time of the tenants active in its queues, 0 to 1
 }
 
-// depthOf is u's depth, nil when the tenant has no cap.
-func depthOf(u admission.Usage) *depth {
-	if u.Quota.MaxInFlight == 0 {
+// depthOf is the tenant of u's depth, from what the dispatcher holds (ts,
+// summed over its queues); nil when it has no cap and nothing there.
+func depthOf(u admission.Usage, ts dispatch.TenantStats, now time.Time) *depth {
+	active := ts.Waiting > 0 || ts.InFlight > 0
+	if u.Quota.MaxInFlight == 0 && !active {
 		return nil
 	}
-	d := &depth{InFlight: u.InFlight, Cap: u.Quota.MaxInFlight, Parked: u.Parked, MaxParked: u.Quota.MaxParked}
+	d := &depth{InFlight: ts.InFlight, Cap: u.Quota.MaxInFlight, Parked: ts.Waiting, MaxParked: u.Quota.MaxParked,
+		Weight: u.Quota.EffectiveWeight(), Share: ts.Share}
+	d.AtCap = d.Cap > 0 && d.InFlight >= d.Cap
 	if d.MaxParked == 0 {
 		d.MaxParked = admission.DefaultMaxParked
 	}
-	if !u.OldestParked.IsZero() {
-		d.OldestAge = max(u.Now.Sub(u.OldestParked).Milliseconds(), 1)
+	if !ts.OldestWaiting.IsZero() {
+		d.OldestAge = max(now.Sub(ts.OldestWaiting).Milliseconds(), 1)
 	}
 	return d
+}
+
+// dispatchState returns what the dispatcher holds per tenant, summed over
+// the dispatched queues, read at most once a second.
+func (s *Server) dispatchState(ctx context.Context) map[string]dispatch.TenantStats {
+	s.dispMu.Lock()
+	defer s.dispMu.Unlock()
+	if time.Since(s.dispRead) < time.Second {
+		return s.dispByTenant
+	}
+	by := map[string]dispatch.TenantStats{}
+	queues, err := s.disp.Queues(ctx)
+	if err != nil {
+		return s.dispByTenant
+	}
+	for _, q := range queues {
+		qs, err := s.disp.Stats(ctx, q)
+		if err != nil {
+			continue
+		}
+		for _, t := range qs.Tenants {
+			a := by[t.Tenant]
+			a.Tenant = t.Tenant
+			a.Waiting += t.Waiting
+			a.InFlight += t.InFlight
+			a.Share = max(a.Share, t.Share)
+			if a.OldestWaiting.IsZero() || !t.OldestWaiting.IsZero() && t.OldestWaiting.Before(a.OldestWaiting) {
+				a.OldestWaiting = t.OldestWaiting
+			}
+			by[t.Tenant] = a
+		}
+	}
+	s.dispByTenant, s.dispRead = by, time.Now()
+	return by
 }
 
 // Config says where the dashboard reads and what it allows.
@@ -107,6 +150,11 @@ type Server struct {
 	tmpl     *template.Template
 	quotas   *admission.RedisQuotas
 	gate     *admission.Gate
+	disp     *dispatch.Dispatcher
+
+	dispMu       sync.Mutex
+	dispRead     time.Time
+	dispByTenant map[string]dispatch.TenantStats
 	rates    *rates
 	mon      *asynqmon.HTTPHandler
 	sessions *sessions
@@ -173,6 +221,7 @@ func New(cfg Config) (*Server, error) {
 	// The gate reads quotas from the list the page already holds, so that a
 	// row costs Redis one script call and no quota lookup.
 	s.gate = admission.New(cfg.Redis, listQuotas{s}, opts...)
+	s.disp = dispatch.New(cfg.Redis, s.gate, nil)
 	static, _ := fs.Sub(assets, "static")
 	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	s.mux.HandleFunc("GET /{$}", s.handleTenants)

@@ -155,7 +155,7 @@ func (s *Server) handleTenantAPI(w http.ResponseWriter, r *http.Request) {
 	}
 	v.Now, v.Quota, v.Limit, v.WindowMs, v.Mode = u.Now.UnixMilli(), u.Quota.String(), u.Quota.Limit, u.Quota.Window.Milliseconds(), u.Quota.Mode.String()
 	v.InWindow, v.Reserved = u.InWindow, u.Reserved
-	v.Depth = depthOf(u)
+	v.Depth = depthOf(u, s.dispatchState(r.Context())[tenant], u.Now)
 	if d := u.NextFree.Sub(u.Now); d > 0 {
 		v.NextFree = max(d.Milliseconds(), 1)
 	}

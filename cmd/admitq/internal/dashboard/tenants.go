@@ -252,6 +252,7 @@ func (s *Server) tenantsPage(ctx context.Context, query string, page int, flagge
 	shown := matches[lo:min(lo+p.PageSize, len(matches))]
 
 	p.Rows = make([]row, len(shown))
+	disp := s.dispatchState(ctx)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, usageParallel)
 	var nowMu sync.Mutex
@@ -276,7 +277,7 @@ func (s *Server) tenantsPage(ctx context.Context, query string, page int, flagge
 				return
 			}
 			r.InWindow, r.Reserved = u.InWindow, u.Reserved
-			r.Depth = depthOf(u)
+			r.Depth = depthOf(u, disp[t], u.Now)
 			r.Usage = float64(u.InWindow) / float64(max(u.Quota.Limit, 1))
 			if d := u.NextFree.Sub(u.Now); d > 0 {
 				r.NextFree = max(d.Milliseconds(), 1)

@@ -25,7 +25,10 @@ window.admitq = (function () {
   // A capped tenant's depth (see depth in server.go): "3 / 4" in flight,
   // and "12 (oldest 4.1 s)" parked, or "12 / 10,000 (oldest 4.1 s)" with
   // the bound.
-  function fmtDepth(d) { return d.in_flight.toLocaleString() + " / " + d.cap.toLocaleString(); }
+  function fmtDepth(d) {
+    if (!d.cap) { return d.in_flight.toLocaleString(); }
+    return d.in_flight.toLocaleString() + " / " + d.cap.toLocaleString() + (d.at_cap ? " (at cap)" : "");
+  }
   function fmtParked(d, bound) {
     const s = d.parked.toLocaleString() + (bound ? " / " + d.max_parked.toLocaleString() : "");
     return d.oldest_parked_ms ? s + " (oldest " + fmtDelay(d.oldest_parked_ms).slice(3) + ")" : s;
