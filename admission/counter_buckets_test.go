@@ -21,7 +21,7 @@ import (
 //     recorded in its time, less those released. The script sets a bucket's
 //     new count rather than incrementing it, which is right only if no
 //     stored bucket lies after the newest slot's and the read saw the rest;
-//   - "w" is the width the buckets are named by, and "ws" the sum of the
+//   - "w" is the width the buckets are named by and the span, and "ws" the sum of the
 //     buckets of the window ending in bucket "wb", which decisions read
 //     instead of the buckets;
 //   - the hash stays small: a sweep starts once per window, so after a
@@ -120,8 +120,8 @@ func TestCounterBucketsHoldTheirSlots(t *testing.T) {
 						t.Fatalf("step %d: bucket %d is missing; %d were recorded in it", step, i, c)
 					}
 				}
-				if h["w"] != strconv.FormatInt(width, 10) {
-					t.Fatalf("step %d: a recording call left w %q, want %d", step, h["w"], width)
+				if want := fmt.Sprintf("%d:%d", width, span); h["w"] != want {
+					t.Fatalf("step %d: a recording call left w %q, want %q", step, h["w"], want)
 				}
 				ws, _ := strconv.ParseInt(h["ws"], 10, 64)
 				wb, _ := strconv.ParseInt(h["wb"], 10, 64)

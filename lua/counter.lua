@@ -35,10 +35,12 @@
 -- moved ones start. Dead buckets go by a sweep of SWEEP fields (HSCAN),
 -- started once per window of time: deletion never walks the whole hash.
 local SWEEP = 64
-local META = 8 -- the fields readMeta reads before the two buckets
 
+-- The fields every decision reads, in one HMGET: "w" is "<width>:<span>",
+-- so that a window of the same width but another span (whose sum would
+-- cover other buckets) reads as a change.
 local function readMeta(key, s)
-  return call('HMGET', key, 'w', 'last', 'ws', 'wb', 'wn', 'c', 's', 'x', s.gone, s.now)
+  return call('HMGET', key, 'w', 'last', 'ws', 'wb', 'c', 's', 'x', s.gone, s.now)
 end
 
 -- sweep deletes a chunk of buckets that no window from now on reaches,
@@ -47,10 +49,9 @@ local function sweep(key, cursor, widthS, oldest)
   local r = call('HSCAN', key, cursor, 'MATCH', '*:*', 'COUNT', SWEEP)
   local dead = {}
   for j = 1, #r[2], 2 do
-    local f = r[2][j]
-    local w, i = string.match(f, '^(%d+):(%-?%d+)$')
+    local w, i = string.match(r[2][j], '^(%d+):(%-?%d+)$')
     if w and (w ~= widthS or tonumber(i) < oldest) then
-      dead[#dead + 1] = f
+      dead[#dead + 1] = r[2][j]
     end
   end
   if #dead > 0 then
@@ -59,50 +60,86 @@ local function sweep(key, cursor, widthS, oldest)
   return r[1]
 end
 
-local function decide(key, a, meta)
+-- sweepDue says whether a sweep is due: once per window of time, and once
+-- per bucket of time while one is under way.
+local function sweepDue(meta, s)
+  local swept, cursor = tonumber(meta[6]), meta[5] or '0'
+  return not swept or s.cur < swept or (cursor == '0' and s.cur - swept > s.span) or (cursor ~= '0' and s.cur ~= swept)
+end
+
+-- expiryDue says whether the key's expiry falls short of newest's window.
+local function expiryDue(meta, s, window, newest)
+  return (tonumber(meta[7]) or -1) < math.ceil((newest + window + s.width) / 1000) + 1
+end
+
+-- write sets the fields in set, with the sweep and the expiry when they
+-- are due; the expiry goes on after the HSET that may create the key.
+local function write(key, set, meta, s, window, newest)
+  if sweepDue(meta, s) then
+    set[#set + 1], set[#set + 2] = 'c', sweep(key, meta[5] or '0', s.widthS, s.cur - s.span)
+    set[#set + 1], set[#set + 2] = 's', s.curS
+  end
+  local x = nil
+  if expiryDue(meta, s, window, newest) then
+    x = fmt(math.ceil((newest + 2 * window + s.width) / 1000) + 1) -- ms, a window to spare
+    set[#set + 1], set[#set + 2] = 'x', x
+  end
+  call('HSET', unpack(set))
+  if x then
+    call('PEXPIREAT', key, x)
+  end
+end
+
+-- decide appends to out the replies to the requests of key, whose ARGV
+-- start after a, and whose fields are meta when a batch read them.
+local function decide(out, key, a, meta)
   local limit, window, maxDelay = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local gran, n, start = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 6]), max(now, tonumber(ARGV[a + 7]))
   local s = shapeOf(ARGV[a + 2], ARGV[a + 5])
   local width, span, cur = s.width, s.span, s.cur
   meta = meta or readMeta(key, s)
-  local stored, last = tonumber(meta[1]), tonumber(meta[2]) or now
-  local ws, wb = meta[5] == s.spanS and tonumber(meta[3]), tonumber(meta[4])
-  local counts, fast, moved = {}, nil, false
-  local base = floor(max(start, last) / width) -- bucket of the first slot this call can give
+  local ours, last = meta[1] == s.shape, tonumber(meta[2]) or now
 
-  if stored and stored ~= width then
-    change(key, counts, stored, width, window, last, limit)
-    moved = true
-  elseif stored then
-    -- The sum serves when every slot is now and no bucket after wb holds
-    -- any (none after the newest slot's does): wb is now's bucket, the one
-    -- before (less the one that left), or more than a window ago.
+  -- Every slot is now, and the sum serves: no bucket after wb holds any
+  -- (a call that gave a slot ahead left last there), and wb is now's
+  -- bucket, the one before (less the one that left since), or more than a
+  -- window ago. "last" is left as it is: it is at most now.
+  local ws, wb = tonumber(meta[3]), tonumber(meta[4])
+  if ours and start == now and last <= now and ws and wb and wb <= cur and floor(last / width) <= wb then
     local sum = nil
-    if start == now and last <= now and ws and wb and wb <= cur and floor(last / width) <= wb then
-      if wb == cur then
-        sum = ws
-      elseif wb == cur - 1 then
-        sum = ws - (tonumber(meta[META + 1]) or 0)
-      elseif wb < cur - span then
-        sum = 0
-      end
+    if wb == cur then
+      sum = ws
+    elseif wb == cur - 1 then
+      sum = ws - (tonumber(meta[8]) or 0)
+    elseif wb < cur - span then
+      sum = 0
     end
     if sum and sum + n < limit then
-      fast = sum
-      counts[cur] = tonumber(meta[META + 2]) or 0
-    else
-      read(key, width, counts, base - span, min(base, floor(last / width)))
+      for k = 1, n do
+        out[#out + 1], out[#out + 2], out[#out + 3] = 0, now, limit - sum - k
+      end
+      out[#out + 1] = 0 -- the hint: the window has room
+      local c = (wb == cur and tonumber(meta[9]) or 0) + n
+      if sweepDue(meta, s) or expiryDue(meta, s, window, now) then
+        write(key, {key, s.now, fmt(c), 'ws', fmt(sum + n), 'wb', s.curS}, meta, s, window, now)
+      else
+        call('HSET', key, s.now, fmt(c), 'ws', fmt(sum + n), 'wb', s.curS)
+      end
+      return
     end
   end
 
-  local out, retryAt, added = {now}, nil, {}
-  if fast then
-    for k = 1, n do
-      out[3 * k - 1], out[3 * k], out[3 * k + 1] = 0, now, limit - fast - k
-    end
-    counts[cur], added[cur], last = counts[cur] + n, true, now
+  local counts, stored = {}, meta[1] and tonumber(string.match(meta[1], '^%d+'))
+  if stored and not ours then
+    change(key, counts, stored, width, window, max(last, now), limit)
+  elseif stored then
+    -- The buckets a window ending at the first slot this call can give
+    -- reaches; every later slot reaches fewer, and none lies after it.
+    local base = floor(max(start, last) / width)
+    read(key, width, counts, base - span, min(base, max(cur, floor(last / width))))
   end
-  for _ = 1, fast and 0 or n do
+  local retryAt, added = nil, {}
+  for _ = 1, n do
     local code, slot, raw = 2, retryAt, nil
     if not retryAt then
       slot, raw = slotFrom(max(start, last), counts, limit, width, span, gran)
@@ -118,7 +155,7 @@ local function decide(key, a, meta)
     local remaining = 0
     if code ~= 2 then
       local b = floor(slot / width)
-      counts[b], added[b], last = (counts[b] or 0) + 1, true, slot
+      counts[b], added[b], last = (counts[b] or 0) + 1, true, max(last, slot)
       if code == 0 then
         remaining = max(0, limit - load(counts, span, b))
       end
@@ -127,55 +164,32 @@ local function decide(key, a, meta)
   end
   -- The hint speaks of requests without a not-before time: a rejection
   -- with one may not hold for them, so ask afresh.
-  local hint = 0
-  if retryAt and start == now then
-    hint = retryAt
-  elseif not fast then
+  local hint = retryAt
+  if not (retryAt and start == now) then
     local free, raw = slotFrom(max(now, last), counts, limit, width, span, gran)
-    if free - now > maxDelay then
-      hint = min(raw, free - maxDelay)
-    end
+    hint = free - now > maxDelay and min(raw, free - maxDelay) or 0
   end
   out[#out + 1] = hint
   if not next(added) then
-    return out -- a call that records nothing writes nothing
-  end
-
-  local set = {key, 'last', last == now and nowS or fmt(last), 'wb', base == cur and s.curS or fmt(base),
-    'ws', fmt(fast and fast + n or load(counts, span, base))}
-  if meta[5] ~= s.spanS then
-    set[#set + 1], set[#set + 2] = 'wn', s.spanS
-  end
-  if stored ~= width then
-    set[#set + 1], set[#set + 2] = 'w', s.widthS
-  end
-  local swept, cursor = tonumber(meta[7]), meta[6] or '0'
-  if moved or not swept or cur < swept or (cursor == '0' and cur - swept > span) or (cursor ~= '0' and cur ~= swept) then
-    set[#set + 1], set[#set + 2] = 'c', sweep(key, cursor, s.widthS, cur - span)
-    set[#set + 1], set[#set + 2] = 's', s.curS
+    return -- a call that records nothing writes nothing
   end
   -- A bucket this call added to was read, or lies after every stored one:
-  -- its count is known, so it is set, not incremented.
-  for i in pairs(moved and counts or added) do
+  -- its count is known, so it is set, not incremented. After a change of
+  -- width every bucket counted is new.
+  local base = floor(max(start, tonumber(meta[2]) or now) / width)
+  local set = {key, 'last', fmt(last), 'wb', fmt(base), 'ws', fmt(load(counts, span, base)), 'w', s.shape}
+  for i in pairs(ours and added or counts) do
     if i >= cur - span and counts[i] > 0 then
-      set[#set + 1], set[#set + 2] = i == cur and s.now or bucket(width, i), fmt(counts[i])
+      set[#set + 1], set[#set + 2] = bucket(width, i), fmt(counts[i])
     end
   end
-  -- The expiry goes on after the HSET that may create the key.
-  local need, x = math.ceil((last + window + width) / 1000) + 1, nil -- ms
-  if (tonumber(meta[8]) or -1) < need then
-    x = fmt(need + floor(window / 8000))
-    set[#set + 1], set[#set + 2] = 'x', x
-  end
-  call('HSET', unpack(set))
-  if x then
-    call('PEXPIREAT', key, x)
-  end
-  return out
+  write(key, set, meta, s, window, max(last, now))
 end
 
 if ARGV[1] ~= 'batch' then
-  return decide(KEYS[1], 0)
+  local out = {now}
+  decide(out, KEYS[1], 0)
+  return out
 end
 
 -- Every key is read before any is written, so that a key of the wrong type
@@ -198,9 +212,6 @@ for k = 1, #KEYS do
 end
 local out = {now}
 for k = 1, #KEYS do
-  local r = decide(KEYS[k], 1 + 7 * (k - 1), metas[k])
-  for i = 2, #r do
-    out[#out + 1] = r[i]
-  end
+  decide(out, KEYS[k], 1 + 7 * (k - 1), metas[k])
 end
 return out

@@ -3,10 +3,13 @@
 -- script: package lua puts it after each one's shebang line at build time.
 --
 -- The tenant's counters are a HASH:
---   "w"         the width µs of the buckets it counts in
+--   "w"         "<w>:<span>": the width µs of the buckets it counts in,
+--               and how many buckets before the current one a window
+--               reaches
 --   "<w>:<i>"   the entries of bucket i at width w: slots in [i*w, (i+1)*w)
---   "last"      the newest slot handed out, µs
---   "ws", "wb", "wn"  the entries of buckets wb-wn..wb, which the last
+--   "last"      the newest slot handed out, µs, or an earlier one when
+--               that is at most now
+--   "ws", "wb"  the entries of buckets wb-span..wb, which the last
 --               recording call read or wrote: a window's sum, so that the
 --               next need not add the window up again
 --   "c", "s"    the cursor of the sweep that deletes dead buckets, and the
@@ -58,7 +61,7 @@ local function shapeOf(windowS, bucketsS)
   local cur = floor(now / width)
   lastWindow, lastBuckets = windowS, bucketsS
   lastShape = {width = width, span = span, cur = cur, widthS = fmt(width), spanS = fmt(span),
-    curS = fmt(cur), gone = bucket(width, cur - span - 1), now = bucket(width, cur)}
+    curS = fmt(cur), shape = fmt(width) .. ':' .. fmt(span), gone = bucket(width, cur - span - 1), now = bucket(width, cur)}
   return lastShape
 end
 

@@ -12,7 +12,7 @@
 -- below zero. The stored window sum may hold the entry: it is dropped,
 -- and the next decision reads the window.
 local key = KEYS[1]
-local width = tonumber(call('HGET', key, 'w'))
+local width = tonumber(string.match(call('HGET', key, 'w') or '', '^%d+'))
 if not width then
   return {now, 0}
 end

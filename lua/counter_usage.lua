@@ -16,12 +16,12 @@ local key, limit, window = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2])
 local s = shapeOf(ARGV[2], ARGV[5])
 local width, span, cur = s.width, s.span, s.cur
 local meta = call('HMGET', key, 'w', 'last')
-local stored, last = tonumber(meta[1]), tonumber(meta[2]) or now
+local stored, last = meta[1] and tonumber(string.match(meta[1], '^%d+')), tonumber(meta[2]) or now
 local counts = {}
 if stored and stored ~= width then
-  change(key, counts, stored, width, window, last, limit)
+  change(key, counts, stored, width, window, max(last, now), limit)
 elseif stored then
-  read(key, width, counts, cur - span, floor(last / width))
+  read(key, width, counts, cur - span, max(cur, floor(last / width)))
 end
 local ahead = 0
 for i, c in pairs(counts) do
