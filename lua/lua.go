@@ -12,8 +12,6 @@ var (
 	usageSrc string
 	//go:embed counter_prelude.lua
 	counterPreludeSrc string
-	//go:embed counter.lua
-	counterSrc string
 	//go:embed counter_usage.lua
 	counterUsageSrc string
 	//go:embed counter_release.lua
@@ -50,7 +48,15 @@ func Usage() *redis.Script { return redis.NewScript(usageSrc) }
 // counter_prelude.lua after its shebang line): bucketed counters that
 // never admit more than the limit in any window, in memory that does not
 // grow with the limit. Redis refuses it whole while over maxmemory.
-func Counter() *redis.Script { return redis.NewScript(withPrelude(counterSrc, counterPreludeSrc)) }
+func Counter() *redis.Script { return redis.NewScript(counterScript()) }
+
+// CounterStandIn names the floor a benchmark build carries in counter.lua's
+// place, or returns "" for counter.lua itself, as in every build without
+// the tag admitq_counterfloor. That floor, floor/counterfloor.lua, takes
+// counter.lua's KEYS and ARGV and admits everything, with the one read
+// and one write of a hash per decision that any bucketed counter in a hash
+// needs.
+func CounterStandIn() string { return counterStandIn }
 
 // CounterUsage returns the read-only script (counter_usage.lua, with the
 // prelude) that reports a Counter-mode tenant's window, its entries ahead
