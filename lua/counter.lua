@@ -74,14 +74,16 @@ end
 
 -- write sets the fields in set, with the sweep and the expiry when they
 -- are due; the expiry goes on after the HSET that may create the key.
-local function write(key, set, meta, s, window, newest)
+local function write(key, set, meta, s, window, maxDelay, newest)
   if sweepDue(meta, s) then
     set[#set + 1], set[#set + 2] = 'c', sweep(key, meta[5] or '0', s.widthS, s.cur - s.span)
     set[#set + 1], set[#set + 2] = 's', s.curS
   end
   local x = nil
   if expiryDue(meta, s, window, newest) then
-    x = fmt(math.ceil((newest + 2 * window + s.width) / 1000) + 1) -- ms, a window to spare
+    -- A window to spare, or an eighth of max delay, so that a backlog that
+    -- moves the newest slot a window a call moves the expiry seldom.
+    x = fmt(math.ceil((newest + window + max(window, floor(maxDelay / 8)) + s.width) / 1000) + 1) -- ms
     set[#set + 1], set[#set + 2] = 'x', x
   end
   call('HSET', unpack(set))
@@ -121,7 +123,7 @@ local function decide(out, key, a, meta)
       out[#out + 1] = 0 -- the hint: the window has room
       local c = (wb == cur and tonumber(meta[9]) or 0) + n
       if sweepDue(meta, s) or expiryDue(meta, s, window, now) then
-        write(key, {key, s.now, fmt(c), 'ws', fmt(sum + n), 'wb', s.curS}, meta, s, window, now)
+        write(key, {key, s.now, fmt(c), 'ws', fmt(sum + n), 'wb', s.curS}, meta, s, window, maxDelay, now)
       else
         call('HSET', key, s.now, fmt(c), 'ws', fmt(sum + n), 'wb', s.curS)
       end
@@ -165,7 +167,9 @@ local function decide(out, key, a, meta)
   -- The hint speaks of requests without a not-before time: a rejection
   -- with one may not hold for them, so ask afresh.
   local hint = retryAt
-  if not (retryAt and start == now) then
+  if not retryAt and max(now, last) + window + 2 * width + gran - now <= maxDelay then
+    hint = 0 -- the next free slot is at most a window and a bucket past the newest
+  elseif not (retryAt and start == now) then
     local free, raw = slotFrom(max(now, last), counts, limit, width, span, gran)
     hint = free - now > maxDelay and min(raw, free - maxDelay) or 0
   end
@@ -183,7 +187,7 @@ local function decide(out, key, a, meta)
       set[#set + 1], set[#set + 2] = bucket(width, i), fmt(counts[i])
     end
   end
-  write(key, set, meta, s, window, max(last, now))
+  write(key, set, meta, s, window, maxDelay, max(last, now))
 end
 
 if ARGV[1] ~= 'batch' then
