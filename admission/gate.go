@@ -31,7 +31,9 @@ type Gate struct {
 	admit   *redis.Script
 	usage   *redis.Script
 	counter *redis.Script
-	ids     *idGen
+	// counter mode's Usage and Release (counter_usage.lua, counter_release.lua)
+	counterUsage, counterRelease *redis.Script
+	ids                          *idGen
 
 	commit *committer // one request a pipeline when batching is off
 	deny   *denyCache // nil when the deny cache is off
@@ -50,17 +52,19 @@ type Gate struct {
 func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 	o := newOptions(opts)
 	g := &Gate{
-		rdb:     rdb,
-		quotas:  quotas,
-		opts:    o,
-		gran:    o.granularity.Microseconds(),
-		admit:   lua.Admit(),
-		usage:   lua.Usage(),
-		counter: lua.Counter(),
-		ids:     newIDGen(),
-		local:   newLocalLimiter(o.instances),
-		causes:  watchCauses(rdb),
-		version: &versionCheck{},
+		rdb:            rdb,
+		quotas:         quotas,
+		opts:           o,
+		gran:           o.granularity.Microseconds(),
+		admit:          lua.Admit(),
+		usage:          lua.Usage(),
+		counter:        lua.Counter(),
+		counterUsage:   lua.CounterUsage(),
+		counterRelease: lua.CounterRelease(),
+		ids:            newIDGen(),
+		local:          newLocalLimiter(o.instances),
+		causes:         watchCauses(rdb),
+		version:        &versionCheck{},
 	}
 	// Unbatched calls go through the committer too, one request a
 	// pipeline: its callers wait on their context, not on the connection,
@@ -538,8 +542,7 @@ func (g *Gate) Release(ctx context.Context, d Decision) (err error) {
 			}
 			// The script finds the bucket: it knows the width it counts
 			// with, which need not be the quota's any more.
-			args := append(appendCounterArgs(nil, q, 1, 1, 0), d.At.UnixMicro())
-			return g.counter.Run(ctx, g.rdb, []string{counterKey(g.opts.prefix, d.Tenant)}, args...).Err()
+			return g.counterRelease.Run(ctx, g.rdb, []string{counterKey(g.opts.prefix, d.Tenant)}, d.At.UnixMicro()).Err()
 		}
 		return g.rdb.ZRem(ctx, logKey(g.opts.prefix, d.Tenant), d.ID).Err()
 	})
@@ -587,7 +590,7 @@ func (g *Gate) Usage(ctx context.Context, tenant string) (_ Usage, err error) {
 	defer cancel()
 	script, args := g.usage, []any{q.Limit, q.Window.Microseconds()}
 	if q.Mode == Counter {
-		script, args = g.counter, appendCounterArgs(nil, q, 1, 0, 0)
+		script, args = g.counterUsage, appendCounterArgs(nil, q, 1, 0, 0)
 	}
 	var res []int64
 	err = bounded(cctx, func(ctx context.Context) (err error) {

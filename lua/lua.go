@@ -2,6 +2,7 @@ package lua
 
 import (
 	_ "embed"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -9,8 +10,12 @@ import (
 var (
 	//go:embed usage.lua
 	usageSrc string
-	//go:embed counter.lua
-	counterSrc string
+	//go:embed counter_prelude.lua
+	counterPreludeSrc string
+	//go:embed counter_usage.lua
+	counterUsageSrc string
+	//go:embed counter_release.lua
+	counterReleaseSrc string
 )
 
 // Admit returns the slot-rule script (admit.lua). It trims one or more
@@ -39,7 +44,36 @@ func AdmitStandIn() string { return admitStandIn }
 // entries in the window, its reservations ahead and its next free slot.
 func Usage() *redis.Script { return redis.NewScript(usageSrc) }
 
-// Counter returns the counter-mode script (counter.lua): bucketed counters
-// that never admit more than the limit in any window, in memory that does
-// not grow with the limit.
-func Counter() *redis.Script { return redis.NewScript(counterSrc) }
+// Counter returns the counter-mode script (counter.lua, with
+// counter_prelude.lua after its shebang line): bucketed counters that
+// never admit more than the limit in any window, in memory that does not
+// grow with the limit. Redis refuses it whole while over maxmemory.
+func Counter() *redis.Script { return redis.NewScript(counterScript()) }
+
+// CounterStandIn names the floor a benchmark build carries in counter.lua's
+// place, or returns "" for counter.lua itself, as in every build without
+// the tag admitq_counterfloor. That floor, floor/counterfloor.lua, takes
+// counter.lua's KEYS and ARGV and admits everything, with the one read
+// and one write of a hash per decision that any bucketed counter in a hash
+// needs.
+func CounterStandIn() string { return counterStandIn }
+
+// CounterUsage returns the read-only script (counter_usage.lua, with the
+// prelude) that reports a Counter-mode tenant's window, its entries ahead
+// and its next free slot.
+func CounterUsage() *redis.Script {
+	return redis.NewScript(withPrelude(counterUsageSrc, counterPreludeSrc))
+}
+
+// CounterRelease returns the script (counter_release.lua, with the
+// prelude) that gives back one Counter-mode entry.
+func CounterRelease() *redis.Script {
+	return redis.NewScript(withPrelude(counterReleaseSrc, counterPreludeSrc))
+}
+
+// withPrelude puts prelude after script's first line, its shebang, which
+// Redis reads only there.
+func withPrelude(script, prelude string) string {
+	shebang, body, _ := strings.Cut(script, "\n")
+	return shebang + "\n" + prelude + body
+}

@@ -22,13 +22,20 @@ func (a *app) newBenchCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--concurrency 64] [--tenants 1000] [--limit 100] [--duration 5s] [--json]",
-		Short: "Measure the gate side by side with the alternatives, on one Redis or a cluster",
+		Short: "Measure the gate side by side with the alternatives, at equal outcomes and at quota",
 		Long: `Runs, one after another on the same Redis and under the same per-tenant quota:
 the gate with group commit and without, and in Counter mode, the
 transaction-pipeline and plain Lua sliding windows of the design notes, a
 fixed-window counter, go-redis/redis_rate, bare asynq Enqueue and
-enqueue.Client.Enqueue. Then one tenant flooding at --flood times its quota,
-for the deny cache.
+enqueue.Client.Enqueue.
+
+It runs them twice. First at equal outcomes: a limit of 1,000,000 per
+--window (or --limit, if larger), which no tenant reaches, so every
+contender admits every call; the ratios against the gate, and Counter mode
+beside Log mode, come from this run. Then at --limit, where the gate defers
+and rejects (some of it locally, without Redis) while the others reject: a
+section of its own, whose outcomes differ. It ends with one tenant
+flooding at --flood times its quota, for the deny cache.
 
 Each is measured for --duration with --concurrency callers in a closed loop
 over --tenants tenants (uniform, or --zipf), in --rounds slices taken in turn
@@ -172,7 +179,7 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 	f.IntVar(&cfg.Concurrency, "concurrency", 64, "callers, each in a closed loop")
 	f.IntVar(&cfg.Tenants, "tenants", 1000, "tenants the callers spread over")
 	f.Float64Var(&cfg.Zipf, "zipf", 0, "pick tenants Zipf-distributed with this exponent (> 1); 0 picks them uniformly")
-	f.IntVar(&limit, "limit", 100, "quota: admissions per --window, per tenant, for every contender")
+	f.IntVar(&limit, "limit", 100, "quota of the at-quota run: admissions per --window, per tenant, for every contender")
 	f.DurationVar(&window, "window", time.Second, "quota: the window")
 	f.DurationVar(&maxWait, "max-delay", 0, "quota: how far ahead the gate may defer (the others can only reject)")
 	f.DurationVar(&cfg.Duration, "duration", 5*time.Second, "measured time per contender, in all")

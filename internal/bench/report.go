@@ -28,11 +28,21 @@ type Report struct {
 	Rounds      int           `json:"rounds"`
 	Warmup      time.Duration `json:"warmup_ns"`
 	FloodFactor int           `json:"flood_factor"`
+	// Outcomes says which run the rows are (OutcomesEqual at the top,
+	// OutcomesAtQuota in AtQuota); Quota.Limit is that run's.
+	Outcomes string `json:"outcomes"`
 	// Rows are the contenders in the order they ran.
 	Rows []Row `json:"rows"`
-	// Ratios compare each closed-loop row with the gate (batched).
+	// Ratios compare each closed-loop row with the gate (batched). At the
+	// top they come from the equal-outcome run, where they mean what they
+	// say; in AtQuota they mix outcomes.
 	Ratios []Ratio `json:"ratios"`
-	// Targets are admitq's performance targets, checked on this run.
+	// AtQuota is the run under the configured quota, with its own rows
+	// and ratios (and the flood); nil within itself.
+	AtQuota *Report `json:"at_quota,omitempty"`
+	// Targets are admitq's performance targets, checked on this run: the
+	// gate's ratios and Redis time on the equal-outcome rows, bytes per
+	// entry and the flood on the at-quota ones.
 	Targets []Target `json:"targets"`
 	// Spread is how many tenants hash to each master, on a cluster.
 	Spread []MasterTenants `json:"spread,omitempty"`
@@ -40,6 +50,9 @@ type Report struct {
 	// (lua.AdmitStandIn), for every contender that admits through a gate
 	// in Log mode; empty in a normal build.
 	AdmitStandIn string `json:"admit_stand_in,omitempty"`
+	// CounterStandIn names the floor this build runs in counter.lua's
+	// place (lua.CounterStandIn); empty in a normal build.
+	CounterStandIn string `json:"counter_stand_in,omitempty"`
 }
 
 // Server is the Redis the bench ran on.
@@ -157,19 +170,20 @@ func newReport(cfg Config, addr, version string, embedded bool) Report {
 		dist = fmt.Sprintf("zipf s=%g", cfg.Zipf)
 	}
 	return Report{
-		Started:      time.Now().UTC(),
-		Redis:        Server{Addr: addr, Version: version, Embedded: embedded},
-		Host:         hostInfo(),
-		Concurrency:  cfg.Concurrency,
-		Tenants:      cfg.Tenants,
-		Distribution: dist,
-		Quota:        QuotaInfo{Limit: cfg.Quota.Limit, Window: cfg.Quota.Window, MaxDelay: cfg.Quota.MaxDelay},
-		AdmitStandIn: lua.AdmitStandIn(),
-		Duration:     cfg.Duration,
-		Rounds:       cfg.Rounds,
-		Warmup:       cfg.Warmup,
-		FloodFactor:  cfg.FloodFactor,
-		Rows:         []Row{},
+		Started:        time.Now().UTC(),
+		Redis:          Server{Addr: addr, Version: version, Embedded: embedded},
+		Host:           hostInfo(),
+		Concurrency:    cfg.Concurrency,
+		Tenants:        cfg.Tenants,
+		Distribution:   dist,
+		Quota:          QuotaInfo{Limit: cfg.Quota.Limit, Window: cfg.Quota.Window, MaxDelay: cfg.Quota.MaxDelay},
+		AdmitStandIn:   lua.AdmitStandIn(),
+		CounterStandIn: lua.CounterStandIn(),
+		Duration:       cfg.Duration,
+		Rounds:         cfg.Rounds,
+		Warmup:         cfg.Warmup,
+		FloodFactor:    cfg.FloodFactor,
+		Rows:           []Row{},
 	}
 }
 
@@ -183,8 +197,19 @@ func (r *Report) Row(id string) (Row, bool) {
 	return Row{}, false
 }
 
-// finish works out the ratios and the targets from the rows.
+// finish works out the ratios of both runs and the targets.
 func (r *Report) finish() {
+	r.ratios()
+	at := r
+	if r.AtQuota != nil {
+		r.AtQuota.ratios()
+		at = r.AtQuota
+	}
+	r.targets(at)
+}
+
+// ratios works out the ceilings and the ratios from the rows.
+func (r *Report) ratios() {
 	r.Ratios, r.Targets = []Ratio{}, []Target{}
 	for i := range r.Rows {
 		r.Rows[i].RedisCeiling = r.Rows[i].ceiling()
@@ -208,7 +233,12 @@ func (r *Report) finish() {
 			r.Ratios = append(r.Ratios, rt)
 		}
 	}
+}
 
+// targets checks admitq's targets: the gate's on r's rows, bytes per entry
+// and the flood on at's.
+func (r *Report) targets(at *Report) {
+	gate, ok := r.Row("gate-batched")
 	faster := func(other string, want float64) {
 		o, ok2 := r.Row(other)
 		if !ok || !ok2 || o.PerSecond == 0 {
@@ -246,13 +276,14 @@ func (r *Report) finish() {
 			})
 		}
 	}
-	if ok && r.Quota.Limit <= 128 && gate.BytesPerEntry > 0 {
+	if ag, ok := at.Row("gate-batched"); ok && at.Quota.Limit <= 128 && ag.BytesPerEntry > 0 {
+		gate := ag
 		r.Targets = append(r.Targets, Target{
 			What: "gate (batched) bytes per log entry (Limit ≤ 128, generated IDs)",
 			Want: "≤ 32", Got: fmt.Sprintf("%.1f", gate.BytesPerEntry), Met: gate.BytesPerEntry <= 32,
 		})
 	}
-	if fl, ok := r.Row("gate-flood"); ok && fl.Decisions > 0 {
+	if fl, ok := at.Row("gate-flood"); ok && fl.Decisions > 0 {
 		// At F× the quota one request in F is admitted, and the log must
 		// record each: one call per admission is the floor (less when
 		// admissions share a call). The deny cache answers the rest, but
@@ -276,8 +307,9 @@ func (r *Report) finish() {
 	}
 }
 
-// WriteText writes the report as aligned tables: the setup, one row per
-// contender, the ratios against the gate and the targets.
+// WriteText writes the report as aligned tables: the setup; for the
+// equal-outcome run and then the at-quota run, one row per contender and
+// the ratios against the gate; and the targets.
 func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	where := r.Redis.Addr
@@ -290,22 +322,48 @@ func (r *Report) WriteText(w io.Writer) error {
 		where = "embedded redis-server at " + where
 	}
 	fmt.Fprintf(&b, "redis %s (%s); %d CPUs, GOMAXPROCS %d, %s\n", r.Redis.Version, where, r.Host.NumCPU, r.Host.GOMAXPROCS, r.Host.GoVersion)
-	q := fmt.Sprintf("%d per %v", r.Quota.Limit, r.Quota.Window)
+	q := fmt.Sprintf("a window of %v", r.Quota.Window)
 	if r.Quota.MaxDelay > 0 {
 		q += fmt.Sprintf(", max delay %v", r.Quota.MaxDelay)
 	}
-	fmt.Fprintf(&b, "%d callers, %d tenants (%s), quota %s per tenant\n", r.Concurrency, r.Tenants, r.Distribution, q)
+	fmt.Fprintf(&b, "%d callers, %d tenants (%s), quota per tenant: %s, the limit in each run's heading\n", r.Concurrency, r.Tenants, r.Distribution, q)
 	if r.AdmitStandIn != "" {
 		fmt.Fprintf(&b, "admit.lua replaced by %s: a floor, not a limiter\n", r.AdmitStandIn)
 	}
+	if r.CounterStandIn != "" {
+		fmt.Fprintf(&b, "counter.lua replaced by %s: a floor, not a limiter\n", r.CounterStandIn)
+	}
 	if r.Rounds > 1 {
-		fmt.Fprintf(&b, "%v measured per contender, round-robin in %d slices of %v, each after %v warmup on empty keys\n\n",
+		fmt.Fprintf(&b, "%v measured per contender and run, round-robin in %d slices of %v, each after %v warmup on empty keys\n",
 			r.Duration, r.Rounds, (r.Duration / time.Duration(r.Rounds)).Round(time.Millisecond), r.Warmup)
 	} else {
-		fmt.Fprintf(&b, "%v measured per contender, after %v warmup on empty keys\n\n", r.Duration, r.Warmup)
+		fmt.Fprintf(&b, "%v measured per contender and run, after %v warmup on empty keys\n", r.Duration, r.Warmup)
 	}
+	r.writeSection(&b)
+	if r.AtQuota != nil && len(r.AtQuota.Rows) > 0 {
+		r.AtQuota.writeSection(&b)
+	}
+	if len(r.Targets) > 0 {
+		b.WriteString("\ntargets\n")
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		for _, t := range r.Targets {
+			mark := "MET"
+			if !t.Met {
+				mark = "NOT MET"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\twant %s\t%s\n", t.What, t.Got, t.Want, mark)
+		}
+		tw.Flush()
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
 
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+// writeSection writes one run: its label and quota, its rows, Counter
+// mode next to Log mode, the ceilings and the ratios against the gate.
+func (r *Report) writeSection(b *strings.Builder) {
+	fmt.Fprintf(b, "\n== %s (limit %d per %v)\n", r.Outcomes, r.Quota.Limit, r.Quota.Window)
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "contender\tdecisions/s\tp50\tp99\tscript calls/dec\tscript µs/call\tredis CPU µs/dec\tclient CPU µs/dec\tB/entry\tadmit\tdefer\treject\tlocal\terrors\t")
 	for _, row := range r.Rows {
 		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n",
@@ -319,37 +377,21 @@ func (r *Report) WriteText(w io.Writer) error {
 	tw.Flush()
 	for _, row := range r.Rows {
 		if row.FirstError != "" {
-			fmt.Fprintf(&b, "%s: first error: %s\n", row.Name, row.FirstError)
+			fmt.Fprintf(b, "%s: first error: %s\n", row.Name, row.FirstError)
 		}
 	}
-
-	r.writeCounter(&b)
-	r.writeCeiling(&b)
-	r.writeCluster(&b)
-
+	r.writeCounter(b)
+	r.writeCeiling(b)
+	r.writeCluster(b)
 	if len(r.Ratios) > 0 {
-		b.WriteString("\nagainst the gate (batched), same run (CPU: Redis's and the client's together)\n")
-		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(b, "\nagainst the gate (batched), %s (CPU: Redis's and the client's together)\n", strings.SplitN(r.Outcomes, ":", 2)[0])
+		tw = tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "contender\tgate decisions/s ÷ its\tits p99 ÷ gate's\tits script calls ÷ gate's\tits CPU/dec ÷ gate's\t")
 		for _, rt := range r.Ratios {
 			fmt.Fprintf(tw, "%s\t%.2f×\t%.2f×\t%s\t%s\t\n", rt.Name, rt.Throughput, rt.P99, fmtX(rt.ScriptCalls), fmtX(rt.CPU))
 		}
 		tw.Flush()
 	}
-	if len(r.Targets) > 0 {
-		b.WriteString("\ntargets\n")
-		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-		for _, t := range r.Targets {
-			mark := "MET"
-			if !t.Met {
-				mark = "NOT MET"
-			}
-			fmt.Fprintf(tw, "  %s\t%s\twant %s\t%s\n", t.What, t.Got, t.Want, mark)
-		}
-		tw.Flush()
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
 }
 
 func fmtDur(d time.Duration) string {

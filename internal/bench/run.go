@@ -179,9 +179,43 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			share[m.Addr] = float64(m.Tenants) / float64(len(tenants))
 		}
 	}
+	// The equal-outcome run first: a quota no caller can reach, so every
+	// contender admits every call and the figures compare like with like.
+	// Then the configured quota, where the gate defers and rejects (some
+	// of it locally) and the others reject: its own section.
+	equal := cfg
+	equal.Quota.Limit = max(cfg.Quota.Limit, EqualLimit)
+	at := newReport(cfg, tg.addr, rep.Redis.Version, tg.embedded)
+	at.Redis.Cluster = rep.Redis.Cluster
+	rep.Quota.Limit = equal.Quota.Limit
+	rep.Outcomes, at.Outcomes = OutcomesEqual, OutcomesAtQuota
+	rep.AtQuota = &at
+	rep.Rows, err = measure(ctx, equal, tg, tenants, share, false)
+	if err == nil {
+		at.Rows, err = measure(ctx, cfg, tg, tenants, share, true)
+	}
+	rep.finish()
+	return rep, err
+}
+
+// EqualLimit is the per-window limit of the equal-outcome run (unless the
+// configured one is larger): more than any tenant can be asked for in a
+// window, so that every contender admits every call.
+const EqualLimit = 1_000_000
+
+// Outcomes label a report's section.
+const (
+	OutcomesEqual   = "equal outcomes: a quota no tenant reaches, every contender admits every call"
+	OutcomesAtQuota = "at quota: the gate defers and rejects (some locally), the others reject; outcomes differ"
+)
+
+// measure runs the contenders cfg selects (the flood only with flood) in
+// rounds, and returns their rows, with what it measured so far on an
+// error.
+func measure(ctx context.Context, cfg Config, tg *target, tenants []string, share map[string]float64, flood bool) ([]Row, error) {
 	var runners []*runner
 	for _, c := range contenders() {
-		if cfg.Only == nil || slices.Contains(cfg.Only, c.id) {
+		if (cfg.Only == nil || slices.Contains(cfg.Only, c.id)) && (flood || !c.flood) {
 			runners = append(runners, newRunner(cfg, tg, tenants, share, c))
 		}
 	}
@@ -190,8 +224,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			r.rdb.Close()
 		}
 	}()
-
-	err = func() error {
+	err := func() error {
 		for round := range cfg.Rounds {
 			for i, r := range runners {
 				if err := r.slice(ctx, round, i, len(runners)); err != nil {
@@ -199,20 +232,20 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 				}
 				// Every slice starts on empty keys, and asynq's tasks
 				// must not pile up over the run.
-				if err := cleanup(ctx, admin); err != nil {
+				if err := cleanup(ctx, tg.admin); err != nil {
 					return fmt.Errorf("bench: remove the keys of %s: %w", r.c.name, err)
 				}
 			}
 		}
 		return nil
 	}()
+	rows := []Row{}
 	for _, r := range runners {
 		if r.slices > 0 {
-			rep.Rows = append(rep.Rows, r.row())
+			rows = append(rows, r.row())
 		}
 	}
-	rep.finish()
-	return rep, err
+	return rows, err
 }
 
 // cleanup removes every key the bench wrote, even when ctx is done.

@@ -56,16 +56,30 @@ func TestRunReportsEveryContender(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var ids []string
+	if rep.AtQuota == nil {
+		t.Fatal("no at-quota run in the report")
+	}
+	at := *rep.AtQuota
+	var ids, equalIDs []string
 	for _, row := range rep.Rows {
+		equalIDs = append(equalIDs, row.ID)
+		t.Run("equal/"+row.ID, func(t *testing.T) { checkRow(t, rep, row) })
+	}
+	for _, row := range at.Rows {
 		ids = append(ids, row.ID)
-		t.Run(row.ID, func(t *testing.T) { checkRow(t, rep, row) })
+		t.Run("at-quota/"+row.ID, func(t *testing.T) { checkRow(t, at, row) })
 	}
 	if diff := cmp.Diff(Contenders(), ids); diff != "" {
-		t.Errorf("rows (-want,+got):\n%s", diff)
+		t.Errorf("at-quota rows (-want,+got):\n%s", diff)
 	}
-	if len(rep.Ratios) != len(rep.Rows)-2 { // not the gate itself, not the flood
-		t.Errorf("%d ratios for %d rows", len(rep.Ratios), len(rep.Rows))
+	if diff := cmp.Diff(slices.DeleteFunc(Contenders(), func(id string) bool { return id == "gate-flood" }), equalIDs); diff != "" {
+		t.Errorf("equal-outcome rows (-want,+got):\n%s", diff)
+	}
+	if len(rep.Ratios) != len(rep.Rows)-1 { // not the gate itself
+		t.Errorf("%d ratios for %d equal-outcome rows", len(rep.Ratios), len(rep.Rows))
+	}
+	if len(at.Ratios) != len(at.Rows)-2 { // not the gate itself, not the flood
+		t.Errorf("%d ratios for %d at-quota rows", len(at.Ratios), len(at.Rows))
 	}
 	if rep.AdmitStandIn != "" {
 		t.Errorf("a normal build measured %s, not admit.lua", rep.AdmitStandIn)
@@ -76,7 +90,7 @@ func TestRunReportsEveryContender(t *testing.T) {
 	if g, ok := rep.Row("gate-batched"); !ok || g.ZaddUsecPerRecorded <= 0 || g.ScriptUsecPerRecorded <= g.ZaddUsecPerRecorded {
 		t.Errorf("gate: %.2fµs of script per admitted decision, %.2fµs of it ZADD; want both, the ZADD a part", g.ScriptUsecPerRecorded, g.ZaddUsecPerRecorded)
 	}
-	if len(progress) == 0 || progress[len(progress)-1].Index != len(rep.Rows)-1 {
+	if len(progress) == 0 || progress[len(progress)-1].Index != len(at.Rows)-1 {
 		t.Errorf("progress reached %+v, want the last row", progress[len(progress)-1:])
 	}
 
@@ -103,7 +117,7 @@ func TestRunReportsEveryContender(t *testing.T) {
 	if err := rep.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"gate (batched)", "go-redis/redis_rate", "against the gate", "targets", "Counter mode: ", "Redis's ceiling", "3× its measured rate would take ≤ ", "Enqueue at its ceiling: "} {
+	for _, want := range []string{"gate (batched)", "go-redis/redis_rate", "against the gate", "targets", "Counter mode: ", "== " + OutcomesEqual, "== " + OutcomesAtQuota, "Redis's ceiling", "3× its measured rate would take ≤ ", "Enqueue at its ceiling: "} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text report lacks %q:\n%s", want, text.String())
 		}
@@ -176,6 +190,46 @@ func checkRow(t *testing.T, rep Report, row Row) {
 		if row.BytesPerEntry != 0 {
 			t.Errorf("%.1f bytes per entry for a contender that keeps no log", row.BytesPerEntry)
 		}
+	}
+}
+
+// TestEqualOutcomesAdmitEverything: in the equal-outcome run every
+// contender admits every call (the ratios compare like with like), and
+// the report labels both runs and gives Counter mode's Redis time per
+// decision beside Log mode's from the equal-outcome run.
+func TestEqualOutcomesAdmitEverything(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := shortConfig(srv.Options())
+	cfg.Only = []string{"gate-batched", "gate-counter", "plain-lua", "redis-rate", "fixed-window", "tx-pipeline", "asynq", "enqueue"}
+	cfg.Quota.Limit = 2 // so that the at-quota run meets it
+	rep, err := Run(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Outcomes != OutcomesEqual || rep.Quota.Limit < EqualLimit || rep.AtQuota == nil ||
+		rep.AtQuota.Outcomes != OutcomesAtQuota || rep.AtQuota.Quota.Limit != cfg.Quota.Limit {
+		t.Fatalf("runs: %q at limit %d, then %+v", rep.Outcomes, rep.Quota.Limit, rep.AtQuota)
+	}
+	if len(rep.Rows) != len(cfg.Only) {
+		t.Fatalf("%d equal-outcome rows, want %d", len(rep.Rows), len(cfg.Only))
+	}
+	for _, row := range rep.Rows {
+		if row.Decisions == 0 || row.Admitted != row.Decisions || row.Local != 0 {
+			t.Errorf("%s: %d of %d decisions admitted (%d local), want all, by Redis", row.ID, row.Admitted, row.Decisions, row.Local)
+		}
+	}
+	// The at-quota run is where outcomes differ: 8 callers over 300
+	// tenants at 2 per second each meet the quota.
+	if g, ok := rep.AtQuota.Row("gate-batched"); !ok || g.Admitted == g.Decisions {
+		t.Errorf("at quota the gate admitted %d of %d: the run did not reach the quota", g.Admitted, g.Decisions)
+	}
+	var text strings.Builder
+	if err := rep.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	eq, _, _ := strings.Cut(text.String(), "== "+OutcomesAtQuota)
+	if !strings.Contains(eq, "Counter mode: ") || !strings.Contains(eq, "Log mode (gate, batched)") {
+		t.Errorf("the equal-outcome section lacks Counter mode beside Log mode:\n%s", eq)
 	}
 }
 
