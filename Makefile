@@ -20,7 +20,7 @@ test: redis chromium
 	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_floor -run '^(TestStandIn|TestAdmitCarriesItsFile)$$' ./lua/ ./internal/bench/
 	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_free -run '^(TestStandIn|TestAdmitCarriesItsFile)$$' ./lua/ ./internal/bench/
 	$(GO) vet -tags admitq_counterfloor ./lua/ ./internal/bench/ ./cmd/admitq/
-	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_counterfloor -run '^(TestCounterStandIn|TestCounterCarriesItsFile)$$' ./lua/ ./internal/bench/
+	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_counterfloor -run '^(TestCounterStandIn|TestCounterScriptsCarryTheirFiles)$$' ./lua/ ./internal/bench/
 	$(GO) test -run '^$$' -fuzz '^FuzzTenant$$' -fuzztime $(FUZZTIME) ./admission/
 	$(GO) test -run '^$$' -fuzz '^FuzzQuota$$' -fuzztime $(FUZZTIME) ./admission/
 	$(GO) test -run '^$$' -fuzz '^FuzzRedisQuotas$$' -fuzztime $(FUZZTIME) ./admission/

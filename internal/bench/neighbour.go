@@ -97,6 +97,19 @@ type NeighbourRow struct {
 type NeighbourReport struct {
 	Config NeighbourConfig `json:"-"`
 	Rows   []NeighbourRow  `json:"rows"`
+	// Alone is one tenant's backlog drained by bare asynq and by a fair
+	// pool: tasks per second from the first start to the last end.
+	Alone struct {
+		Tasks int     `json:"tasks"`
+		Bare  float64 `json:"bare_per_second"`
+		Fair  float64 `json:"fair_per_second"`
+	} `json:"alone"`
+	// Weights is two tenants at weights 3 and 1 with a backlog each on a
+	// fair pool: the first's worker time over the second's while both wait.
+	Weights struct {
+		Tasks int     `json:"tasks"`
+		Ratio float64 `json:"ratio"`
+	} `json:"weights"`
 }
 
 // run is one task run, as the handler saw it.
@@ -110,7 +123,10 @@ type run struct {
 type neighbourContender struct {
 	name   string
 	quota  *admission.Quota // nil: bare asynq, no gate
-	capped bool
+	capped bool             // the workers run with the gate
+	fair   bool             // the workers' queue is fair (with the gate)
+	// light is the light tenants' quota, when not quota.
+	light *admission.Quota
 }
 
 // RunNeighbour runs the noisy-neighbour scenario for bare asynq, admitq
@@ -137,10 +153,14 @@ func RunNeighbour(ctx context.Context, cfg NeighbourConfig) (NeighbourReport, er
 	rate := admission.Quota{Limit: cfg.Rate, Window: time.Second, MaxDelay: time.Duration(cfg.Backlog/cfg.Rate+60) * time.Second}
 	capped := rate
 	capped.MaxInFlight, capped.MaxParked = cfg.MaxInFlight, cfg.Backlog+cfg.Light*1000
+	heavy := rate
+	heavy.Weight = 3
 	for _, c := range []neighbourContender{
 		{name: "asynq (bare)"},
 		{name: fmt.Sprintf("admitq, rate only (%d/s each)", cfg.Rate), quota: &rate},
 		{name: fmt.Sprintf("admitq, MaxInFlight %d", cfg.MaxInFlight), quota: &capped, capped: true},
+		{name: "admitq, fair", quota: &rate, capped: true, fair: true},
+		{name: "admitq, fair, light weight 3", quota: &rate, capped: true, fair: true, light: &heavy},
 	} {
 		if err := cleanup(ctx, admin); err != nil {
 			return rep, err
@@ -152,7 +172,168 @@ func RunNeighbour(ctx context.Context, cfg NeighbourConfig) (NeighbourReport, er
 		}
 		rep.Rows = append(rep.Rows, row)
 	}
+	n := min(cfg.Backlog, 2000)
+	rep.Alone.Tasks, rep.Weights.Tasks = n, n
+	for _, fair := range []bool{false, true} {
+		if err := cleanup(ctx, admin); err != nil {
+			return rep, err
+		}
+		cfg.Progress(fmt.Sprintf("a tenant alone (fair %v)", fair))
+		runs, err := runBacklogs(ctx, cfg, opts, map[string]float64{"solo": 1}, n, fair)
+		if err != nil {
+			return rep, fmt.Errorf("bench: alone: %w", err)
+		}
+		first, last := runs[0].started, runs[0].ended
+		for _, r := range runs {
+			first, last = minTime(first, r.started), maxTime(last, r.ended)
+		}
+		perSecond := float64(len(runs)) / last.Sub(first).Seconds()
+		if fair {
+			rep.Alone.Fair = perSecond
+		} else {
+			rep.Alone.Bare = perSecond
+		}
+	}
+	if err := cleanup(ctx, admin); err != nil {
+		return rep, err
+	}
+	cfg.Progress("weights 3:1")
+	runs, err := runBacklogs(ctx, cfg, opts, map[string]float64{"gold": 3, "basic": 1}, n, true)
+	if err != nil {
+		return rep, fmt.Errorf("bench: weights: %w", err)
+	}
+	rep.Weights.Ratio = workerRatio(runs, "gold", "basic")
 	return rep, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// workerRatio is a's worker time over b's while both had tasks to start:
+// from the first start to the earlier of their last starts.
+func workerRatio(runs []run, a, b string) float64 {
+	if len(runs) == 0 {
+		return 0
+	}
+	begin := runs[0].started
+	last := map[string]time.Time{}
+	for _, r := range runs {
+		begin = minTime(begin, r.started)
+		last[r.tenant] = maxTime(last[r.tenant], r.started)
+	}
+	until := minTime(last[a], last[b])
+	got := map[string]time.Duration{}
+	for _, r := range runs {
+		s, e := maxTime(r.started, begin), minTime(r.ended, until)
+		if e.After(s) {
+			got[r.tenant] += e.Sub(s)
+		}
+	}
+	if got[b] == 0 {
+		return 0
+	}
+	return float64(got[a]) / float64(got[b])
+}
+
+// runBacklogs starts a pool (fair with a gate, or bare asynq), enqueues n
+// tasks for each tenant at once (at the weights given; through the gate
+// for a fair pool), and returns every run once all have run.
+func runBacklogs(ctx context.Context, cfg NeighbourConfig, opts *redis.Options, weights map[string]float64, n int, fair bool) ([]run, error) {
+	rdb := redis.NewClient(withPool(opts, 64))
+	defer rdb.Close()
+	def := admission.Quota{Limit: 100_000, Window: time.Second, MaxParked: admission.MaxParkedCap}
+	quotas := admission.StaticQuotas{Default: &def, Tenants: map[string]admission.Quota{}}
+	for t, wt := range weights {
+		q := def
+		q.Weight = wt
+		quotas.Tenants[t] = q
+	}
+	gate := admission.New(rdb, quotas, admission.WithPrefix(Prefix), admission.WithTimeout(2*time.Second))
+	defer gate.Close()
+	var mu sync.Mutex
+	var runs []run
+	wcfg := aqworker.Config{
+		Concurrency: cfg.Concurrency, Queues: map[string]int{queue: 1},
+		TaskCheckInterval: 10 * time.Millisecond, ShutdownTimeout: time.Second,
+		Logger: slog.New(slog.DiscardHandler),
+	}
+	if fair {
+		wcfg.Gate, wcfg.Fair = gate, true
+	}
+	w := aqworker.NewFromRedis(rdb, wcfg)
+	if err := w.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		start := time.Now()
+		time.Sleep(cfg.Task)
+		mu.Lock()
+		runs = append(runs, run{tenant: aqworker.Tenant(ctx), started: start, ended: time.Now()})
+		mu.Unlock()
+		return nil
+	})); err != nil {
+		return nil, err
+	}
+	defer w.Shutdown()
+	if fair {
+		time.Sleep(1100 * time.Millisecond) // producers see the fair workers
+	}
+	client := enqueue.NewFromRedis(rdb, gate)
+	bare := asynq.NewClientFromRedisClient(rdb)
+	var wg sync.WaitGroup
+	errs := make(chan error, len(weights))
+	for tenant := range weights {
+		wg.Go(func() {
+			for range n {
+				t := asynq.NewTask("backlog", nil)
+				var err error
+				if fair {
+					_, _, err = client.Enqueue(ctx, tenant, t, asynq.Queue(queue))
+				} else {
+					_, err = bare.EnqueueContext(ctx, asynq.NewTaskWithHeaders("backlog", nil, map[string]string{enqueue.TenantHeader: tenant}), asynq.Queue(queue))
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return nil, err
+	default:
+	}
+	deadline := time.Now().Add(time.Duration(n*len(weights))*cfg.Task/time.Duration(cfg.Concurrency)*3 + 30*time.Second)
+	for {
+		mu.Lock()
+		done := len(runs) >= n*len(weights)
+		mu.Unlock()
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%d tasks never ran", n*len(weights)-len(runs))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	w.Shutdown()
+	mu.Lock()
+	defer mu.Unlock()
+	return slices.Clone(runs), nil
 }
 
 func runNeighbour(ctx context.Context, cfg NeighbourConfig, opts *redis.Options, c neighbourContender) (NeighbourRow, error) {
@@ -161,7 +342,14 @@ func runNeighbour(ctx context.Context, cfg NeighbourConfig, opts *redis.Options,
 	var gate *admission.Gate
 	var client *enqueue.Client
 	if c.quota != nil {
-		gate = admission.New(rdb, admission.StaticQuotas{Default: c.quota}, admission.WithPrefix(Prefix))
+		quotas := admission.StaticQuotas{Default: c.quota}
+		if c.light != nil {
+			quotas.Tenants = map[string]admission.Quota{}
+			for i := range cfg.Light {
+				quotas.Tenants["light"+strconv.Itoa(i)] = *c.light
+			}
+		}
+		gate = admission.New(rdb, quotas, admission.WithPrefix(Prefix))
 		defer gate.Close()
 		client = enqueue.NewFromRedis(rdb, gate)
 	}
@@ -191,6 +379,42 @@ func runNeighbour(ctx context.Context, cfg NeighbourConfig, opts *redis.Options,
 	}
 
 	// The noisy backlog, in batches, from a few goroutines at once.
+	var mu sync.Mutex
+	var runs []run
+	lightStarted := make(map[string]int)
+	handler := asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		start := time.Now()
+		time.Sleep(cfg.Task)
+		queued := time.Unix(0, int64(binary.BigEndian.Uint64(t.Payload())))
+		tenant := aqworker.Tenant(ctx)
+		mu.Lock()
+		runs = append(runs, run{tenant: tenant, queued: queued, started: start, ended: time.Now()})
+		if tenant != "noisy" {
+			lightStarted[tenant]++
+		}
+		mu.Unlock()
+		return nil
+	})
+	wcfg := aqworker.Config{
+		Concurrency:       cfg.Concurrency,
+		Queues:            map[string]int{queue: 1},
+		TaskCheckInterval: 10 * time.Millisecond, // the same for every row
+		ShutdownTimeout:   time.Second,
+		Logger:            slog.New(slog.DiscardHandler),
+	}
+	if c.capped {
+		wcfg.Gate, wcfg.Fair = gate, c.fair
+	}
+	w := aqworker.New(asynq.RedisClientOpt{Addr: opts.Addr, Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLSConfig}, wcfg)
+	if err := w.Start(handler); err != nil {
+		return NeighbourRow{}, err
+	}
+	defer w.Shutdown()
+	if c.capped {
+		// Producers see a queue's workers within a second.
+		time.Sleep(1100 * time.Millisecond)
+	}
+
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
 	const batch = 250
@@ -223,38 +447,6 @@ func runNeighbour(ctx context.Context, cfg NeighbourConfig, opts *redis.Options,
 		return NeighbourRow{}, fmt.Errorf("enqueueing the backlog: %w", err)
 	default:
 	}
-
-	var mu sync.Mutex
-	var runs []run
-	lightStarted := make(map[string]int)
-	handler := asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-		start := time.Now()
-		time.Sleep(cfg.Task)
-		queued := time.Unix(0, int64(binary.BigEndian.Uint64(t.Payload())))
-		tenant := aqworker.Tenant(ctx)
-		mu.Lock()
-		runs = append(runs, run{tenant: tenant, queued: queued, started: start, ended: time.Now()})
-		if tenant != "noisy" {
-			lightStarted[tenant]++
-		}
-		mu.Unlock()
-		return nil
-	})
-	wcfg := aqworker.Config{
-		Concurrency:       cfg.Concurrency,
-		Queues:            map[string]int{queue: 1},
-		TaskCheckInterval: 10 * time.Millisecond, // the same for every row
-		ShutdownTimeout:   time.Second,
-		Logger:            slog.New(slog.DiscardHandler),
-	}
-	if c.capped {
-		wcfg.Gate = gate
-	}
-	w := aqworker.New(asynq.RedisClientOpt{Addr: opts.Addr, Username: opts.Username, Password: opts.Password, DB: opts.DB, TLSConfig: opts.TLSConfig}, wcfg)
-	if err := w.Start(handler); err != nil {
-		return NeighbourRow{}, err
-	}
-	defer w.Shutdown()
 
 	// The light tenants, each a task every Every, staggered.
 	begin := time.Now()
@@ -395,15 +587,12 @@ func (r NeighbourReport) WriteText(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(r.Rows) == 3 {
-		target := 5 * c.Task
-		p99 := r.Rows[2].LightP99
-		met := "met"
-		if p99 > target {
-			met = "NOT met"
-		}
-		_, err := fmt.Fprintf(w, "\ntarget: with MaxInFlight, light p99 ≤ 5 × task time (%v): %s, %s\n", target, fmtDur(p99), met)
-		return err
+	if r.Alone.Bare > 0 {
+		fmt.Fprintf(w, "\na tenant alone, %d tasks on a fair pool: %.0f tasks/s against bare asynq's %.0f (%.2f×)\n",
+			r.Alone.Tasks, r.Alone.Fair, r.Alone.Bare, r.Alone.Fair/r.Alone.Bare)
+	}
+	if r.Weights.Ratio > 0 {
+		fmt.Fprintf(w, "weights 3:1, two tenants with %d tasks each on a fair pool: %.2f× the worker time\n", r.Weights.Tasks, r.Weights.Ratio)
 	}
 	return nil
 }
