@@ -460,6 +460,9 @@ func (c *Client) write(cc *callContext, p prepared, d admission.Decision) (*asyn
 		// cancellation visible to errors.Is.
 		err = fmt.Errorf("%w: %w", ctxError(ctx), err)
 	}
+	if f == unwritten && cc.trace.oom.Load() {
+		err = fmt.Errorf("%w: %w", ErrOutOfMemory, err)
+	}
 	return nil, f, fmt.Errorf("enqueue: tenant %q, task %q: %w", p.tenant, p.id, err)
 }
 

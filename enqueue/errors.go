@@ -13,6 +13,12 @@ import (
 // nothing was enqueued.
 var ErrRejected = errors.New("enqueue: rejected")
 
+// ErrOutOfMemory is matched, through errors.Is, by an Enqueue error whose
+// task asynq's Redis refused for want of memory (maxmemory, noeviction):
+// nothing was written and the task's slot went back, so the caller may
+// try again later. Only a Client made by NewFromRedis can tell.
+var ErrOutOfMemory = errors.New("enqueue: Redis is out of memory, nothing was written")
+
 // RejectedError is the error Enqueue returns, and EnqueueBatch puts in a
 // Result, for a task the gate rejected. Nothing was enqueued and no slot was
 // taken: the caller still holds the task and may try again after

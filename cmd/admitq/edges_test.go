@@ -59,6 +59,7 @@ func TestEnqueueSaysTheParkedBacklogIsFull(t *testing.T) {
 	srv := redistest.Start(t)
 	base := []string{"--redis", srv.URL()}
 	mustRun(t, append(base, "quota", "set", "noisy", "--limit", "100", "--window", "1ms", "--max-in-flight", "1", "--max-parked", "1")...)
+	serveQueue(t, srv)
 	send := append(base, "enqueue", "--tenant", "noisy", "--type", "x")
 	for _, want := range []string{"admitted: ", "parked: "} {
 		if res := mustRun(t, send...); !strings.HasPrefix(res.stdout, want) {

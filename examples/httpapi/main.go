@@ -319,6 +319,10 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, errorResponse{Error: "try again shortly", RetryAfter: 1})
 	case r.Context().Err() != nil:
 		// The client went away; nobody reads the answer.
+	case errors.Is(err, enqueue.ErrOutOfMemory):
+		a.log.Warn("httpapi: redis is out of memory", "tenant", tenant, "err", err)
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, errorResponse{Error: "not accepted: the queue's storage is full; try again shortly", RetryAfter: 1})
 	case enqueue.IsAmbiguous(err):
 		// The write may have reached Redis: the job may be queued, holding
 		// its slot. Only a retry under the same task ID can tell, and

@@ -201,7 +201,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 // EqualLimit is the per-window limit of the equal-outcome run (unless the
 // configured one is larger): more than any tenant can be asked for in a
 // window, so that every contender admits every call.
-const EqualLimit = 1_000_000
+const EqualLimit = 100_000
 
 // Outcomes label a report's section.
 const (

@@ -133,6 +133,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	// parker is capped at 1 in flight; its tasks go to a queue no worker
 	// reads, so 1 holds the permit and 2 stay parked.
 	st.setQuota(t, "parker", admission.Quota{Limit: 100, Window: time.Minute, MaxInFlight: 1, MaxParked: 10})
+	st.serve(t, "idle")
 	for range 3 {
 		if _, _, err := st.client.Enqueue(t.Context(), "parker", asynq.NewTask("job", nil), asynq.Queue("idle")); err != nil {
 			t.Fatal(err)
@@ -164,8 +165,8 @@ func TestDashboardInABrowser(t *testing.T) {
 		if got := evalJS[string](t, ctx, cellJS("acme", "quota")); got != hour.String() {
 			t.Errorf("quota: page %q, want %q", got, hour.String())
 		}
-		if got := evalJS[string](t, ctx, cellJS("parker", "in_flight")+` + " | " + `+cellJS("parker", "parked")); !strings.HasPrefix(got, "1 / 1 | 2 (oldest ") {
-			t.Errorf("parker's in flight | parked: page %q, want 1 / 1 | 2 (oldest …)", got)
+		if got := evalJS[string](t, ctx, cellJS("parker", "in_flight")+` + " | " + `+cellJS("parker", "parked")); !strings.HasPrefix(got, "1 / 1 (at cap) | 2 (oldest ") {
+			t.Errorf("parker's in flight | parked: page %q, want 1 / 1 (at cap) | 2 (oldest …)", got)
 		}
 		if got := evalJS[string](t, ctx, cellJS("acme", "in_flight")); got != "" {
 			t.Errorf("acme, uncapped, shows in flight %q", got)

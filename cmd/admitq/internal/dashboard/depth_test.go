@@ -23,6 +23,7 @@ func TestACappedTenantShowsItsDepth(t *testing.T) {
 		t.Fatalf("no tenant capped: HasDepth = %v, %v; want false", p.HasDepth, err)
 	}
 	st.setQuota(t, "noisy", admission.Quota{Limit: 100, Window: time.Minute, MaxInFlight: 1, MaxParked: 10})
+	st.serve(t, testQueue)
 	st.send(t, "noisy", 3)
 	d.forgetList()
 

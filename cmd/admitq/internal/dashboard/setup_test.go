@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch"
 	"github.com/admitq/admitq/enqueue"
 	"github.com/admitq/admitq/internal/redistest"
 	"github.com/admitq/admitq/metrics"
@@ -138,3 +139,14 @@ func (b *syncBuffer) String() string {
 }
 
 var _ http.Handler = (*Server)(nil)
+
+// serve makes queue dispatched, as a worker with a gate would, but runs no
+// task, until the test ends: producers then park capped tenants' tasks.
+func (s *stack) serve(t *testing.T, queue string) {
+	t.Helper()
+	hold, err := dispatch.New(s.rdb, s.gate, nil).Serve(dispatch.Worker{Queues: []string{queue}, Concurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hold.Close)
+}

@@ -137,6 +137,9 @@ func (s *Server) forgetList() {
 	s.list = nil
 	s.listGen++
 	s.listMu.Unlock()
+	s.dispMu.Lock()
+	s.dispRead = time.Time{}
+	s.dispMu.Unlock()
 }
 
 // listQuotas answers the gate's quota lookups from the tenant list.
