@@ -7,8 +7,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/admitq/admitq/internal/redistest"
 )
 
 // switchQuotas is a quota table of one quota that a test changes at will,
@@ -236,54 +234,5 @@ func TestReleaseAcrossModeChange(t *testing.T) {
 	}
 	if d, err := g.Admit(ctx, "m"); err != nil || d.Outcome != Rejected {
 		t.Fatalf("Admit in Counter mode after releasing the log's slot = %+v, %v; want rejected: the counter's own slot stays", d, err)
-	}
-}
-
-func testFIFOAcrossCapRemoval(t *testing.T, maxInFlight int, longFirst, server bool, reserve func(*Gate, string, time.Time) (time.Time, error)) {
-	ctx := context.Background()
-	capped := Quota{Limit: 5, Window: 10 * time.Second, MaxDelay: time.Hour, MaxInFlight: maxInFlight}
-	// now is the Redis time of tenant i's calls: on miniredis, ahead of
-	// the local clock, which decides whether a not-before time has passed.
-	var g *Gate
-	var sq *switchQuotas
-	var now func(i int) time.Time
-	if server {
-		sq = &switchQuotas{q: capped}
-		g = New(redistest.Start(t).Client(t), sq, WithTimeout(5*time.Second))
-		t.Cleanup(func() { g.Close() })
-		now = func(int) time.Time { return time.Now().Truncate(time.Microsecond) }
-	} else {
-		var setTime func(time.Time)
-		g, sq, setTime = switchedGate(t, capped)
-		t0 := time.Now().Add(time.Hour).Truncate(time.Second)
-		now = func(i int) time.Time {
-			at := t0.Add(time.Duration(i) * time.Millisecond)
-			setTime(at)
-			return at
-		}
-	}
-	for i := range 8 {
-		tenant := fmt.Sprintf("cap%d", i)
-		now := now(i)
-		if longFirst {
-			sq.set(Quota{Limit: 5, Window: time.Hour})
-			if d, err := g.AdmitID(ctx, tenant, "before"); err != nil || d.Outcome != Admitted {
-				t.Fatalf("%s: AdmitID under 1h = %+v, %v", tenant, d, err)
-			}
-		}
-		sq.set(capped)
-		reserved, err := reserve(g, tenant, now)
-		if err != nil || reserved.Before(now.Add(100*time.Second)) {
-			t.Fatalf("%s: the capped task's slot is %v ahead, %v; want 100 s", tenant, reserved.Sub(now), err)
-		}
-		sq.set(Quota{Limit: 5, Window: 10 * time.Second, MaxDelay: time.Hour})
-		d, err := g.AdmitID(ctx, tenant, "late")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.At.Before(reserved) {
-			t.Errorf("%s: after the cap went, a later request got %v ahead (%v), before the capped task's slot %v ahead: FIFO broken",
-				tenant, d.At.Sub(now), d.Outcome, reserved.Sub(now))
-		}
 	}
 }

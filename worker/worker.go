@@ -195,13 +195,6 @@ func NewFromRedis(rdb redis.UniversalClient, cfg Config) *Worker {
 	return w
 }
 
-func positiveOr(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
-}
-
 // asynqConfig maps cfg to the asynq.Config it runs with, defaults applied.
 // Defaults are spelled out here, not left to asynq, so that they are the
 // documented ones whatever asynq's defaults become.

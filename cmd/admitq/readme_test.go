@@ -95,6 +95,9 @@ var (
 // README shows compiles with this package's tests. The gate's output in
 // the README is admission's Example's (ExampleOutcome and Example check it
 // against a Redis).
+// The README's programs, held here so that they compile with the package.
+var _ = []any{readmeProducer, readmeWorker, readmeGate}
+
 func TestReadmeGoBlocksCompileHere(t *testing.T) {
 	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")

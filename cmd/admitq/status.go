@@ -177,13 +177,13 @@ type statusReport struct {
 }
 
 type tenantStatus struct {
-	Tenant      string     `json:"tenant"`
-	Quota       *quotaJSON `json:"quota"`     // null when the tenant has none
-	Default     bool       `json:"default"`   // the quota is the default
-	InWindow    int        `json:"in_window"` // entries in (now-window, now]
-	Reserved    int        `json:"reserved"`  // reservations after now
-	NextFree    *time.Time `json:"next_free"` // when a request arriving now would get a slot
-	Error       string     `json:"error,omitempty"`
+	Tenant   string     `json:"tenant"`
+	Quota    *quotaJSON `json:"quota"`     // null when the tenant has none
+	Default  bool       `json:"default"`   // the quota is the default
+	InWindow int        `json:"in_window"` // entries in (now-window, now]
+	Reserved int        `json:"reserved"`  // reservations after now
+	NextFree *time.Time `json:"next_free"` // when a request arriving now would get a slot
+	Error    string     `json:"error,omitempty"`
 
 	now time.Time // Redis server time of this tenant's read
 }

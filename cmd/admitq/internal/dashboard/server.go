@@ -144,22 +144,22 @@ type Config struct {
 
 // Server is the dashboard's http.Handler. Close it to stop its sampling.
 type Server struct {
-	cfg      Config
-	mux      *http.ServeMux
-	handler  http.Handler
-	tmpl     *template.Template
-	quotas   *admission.RedisQuotas
-	gate     *admission.Gate
-	disp     *dispatch.Dispatcher
+	cfg     Config
+	mux     *http.ServeMux
+	handler http.Handler
+	tmpl    *template.Template
+	quotas  *admission.RedisQuotas
+	gate    *admission.Gate
+	disp    *dispatch.Dispatcher
 
 	dispMu       sync.Mutex
 	dispRead     time.Time
 	dispByTenant map[string]dispatch.TenantStats
-	rates    *rates
-	mon      *asynqmon.HTTPHandler
-	sessions *sessions
-	logins   *loginLimiter
-	log      *slog.Logger
+	rates        *rates
+	mon          *asynqmon.HTTPHandler
+	sessions     *sessions
+	logins       *loginLimiter
+	log          *slog.Logger
 
 	listMu      sync.Mutex
 	list        *tenantList
