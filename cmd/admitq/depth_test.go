@@ -173,3 +173,24 @@ func serveQueue(t *testing.T, srv *redistest.Server) *dispatch.Server {
 	t.Cleanup(hold.Close)
 	return hold
 }
+
+// TestStatusWarnsOfAnEvictingRedis: a maxmemory-policy other than
+// noeviction is named in status, text and JSON.
+func TestStatusWarnsOfAnEvictingRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	base := []string{"--redis", srv.URL()}
+	if out := mustRun(t, append(base, "status")...).stdout; strings.Contains(out, "maxmemory-policy") {
+		t.Errorf("status warns of noeviction:\n%s", out)
+	}
+	if err := srv.Client(t).ConfigSet(t.Context(), "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustRun(t, append(base, "status")...).stdout; !strings.Contains(out, "has maxmemory-policy allkeys-lru") {
+		t.Errorf("status does not warn of allkeys-lru:\n%s", out)
+	}
+	var got statusReport
+	if err := json.Unmarshal([]byte(mustRun(t, append(base, "status", "--json")...).stdout), &got); err != nil || len(got.Eviction) != 1 {
+		t.Errorf("status --json eviction = %v, %v; want the server's allkeys-lru", got.Eviction, err)
+	}
+}

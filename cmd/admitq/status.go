@@ -174,6 +174,10 @@ type statusReport struct {
 	Queues []queueStatus `json:"queues"`
 	// Dispatch are the queues that workers with a gate serve, or did.
 	Dispatch []dispatchStatus `json:"dispatch"`
+	// Eviction holds each server's maxmemory-policy when one is not
+	// noeviction: such a Redis evicts tenants' logs once full, and every
+	// bound breaks silently.
+	Eviction map[string]string `json:"eviction,omitempty"`
 }
 
 type tenantStatus struct {
@@ -373,6 +377,16 @@ func (s *statusReader) finish(ctx context.Context, r statusReport, tr tenantRows
 	if err != nil {
 		errAll = append(errAll, err)
 	}
+	if policies, err := admission.MaxmemoryPolicy(ctx, s.rdb); err == nil {
+		for addr, p := range policies {
+			if p != admission.NoEviction {
+				if r.Eviction == nil {
+					r.Eviction = map[string]string{}
+				}
+				r.Eviction[addr] = p
+			}
+		}
+	}
 	return r, errors.Join(errAll...)
 }
 
@@ -537,6 +551,9 @@ func writeStatus(w io.Writer, r statusReport) error {
 	}
 	fmt.Fprintln(tw)
 	writeDispatch(tw, r)
+	for _, addr := range slices.Sorted(maps.Keys(r.Eviction)) {
+		fmt.Fprintf(tw, "warning: %s has maxmemory-policy %s: once full it evicts tenants' logs and every bound breaks silently; set it to noeviction\n", addr, r.Eviction[addr])
+	}
 	if len(r.Queues) == 0 {
 		fmt.Fprintln(tw, "no asynq queues")
 	} else {

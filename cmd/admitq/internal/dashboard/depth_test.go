@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch"
 )
 
 // TestACappedTenantShowsItsDepth: with no worker running, a tenant capped
@@ -118,5 +119,32 @@ func TestTheFormSetsTheCapWithTheCommandLinesChecks(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	if !strings.Contains(string(body), `name="max-in-flight" inputmode="numeric" value="4"`) || !strings.Contains(string(body), `name="max-parked" inputmode="numeric" value="50"`) {
 		t.Errorf("the tenant's form does not show its cap:\n%s", body)
+	}
+}
+
+// TestTheTenantsPageWarnsOfRedisAndQueues: an evicting maxmemory-policy,
+// and parked tasks in a queue no worker with a gate serves, are banners.
+func TestTheTenantsPageWarnsOfRedisAndQueues(t *testing.T) {
+	st := newStack(t)
+	st.setQuota(t, "noisy", admission.Quota{Limit: 100, Window: time.Minute, MaxInFlight: 1, MaxParked: 10})
+	hold, err := dispatch.New(st.rdb, st.gate, nil).Serve(dispatch.Worker{Queues: []string{testQueue}, Concurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.send(t, "noisy", 3)
+	hold.Close()
+	if err := st.rdb.ConfigSet(t.Context(), "maxmemory-policy", "volatile-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := st.dashboard(t, Config{})
+	p, err := d.tenantsPage(t.Context(), "", 1, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := strings.Join(p.Warnings, "\n")
+	for _, want := range []string{"maxmemory-policy volatile-lru", "2 parked tasks and no worker with a Gate"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("warnings %q lack %q", p.Warnings, want)
+		}
 	}
 }

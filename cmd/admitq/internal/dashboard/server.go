@@ -8,8 +8,10 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -71,6 +73,32 @@ func depthOf(u admission.Usage, ts dispatch.TenantStats, now time.Time) *depth {
 	return d
 }
 
+// warnings returns what an operator must know of Redis and the queues,
+// read with the dispatch state: a maxmemory-policy that evicts (read at
+// most once a minute), and queues where tasks are parked and no worker
+// with a gate serves.
+func (s *Server) warnings(ctx context.Context) []string {
+	s.dispMu.Lock()
+	unserved := slices.Clone(s.unserved)
+	if time.Since(s.policyRead) > time.Minute {
+		s.policyRead = time.Now()
+		s.evicting = s.evicting[:0]
+		if policies, err := admission.MaxmemoryPolicy(ctx, s.cfg.Redis); err == nil {
+			for _, addr := range slices.Sorted(maps.Keys(policies)) {
+				if p := policies[addr]; p != admission.NoEviction {
+					s.evicting = append(s.evicting, fmt.Sprintf("Redis %s has maxmemory-policy %s: once full it evicts tenants' logs and every bound breaks silently. Set it to noeviction.", addr, p))
+				}
+			}
+		}
+	}
+	out := append(slices.Clone(s.evicting), unserved...)
+	s.dispMu.Unlock()
+	if out == nil {
+		out = []string{}
+	}
+	return out
+}
+
 // dispatchState returns what the dispatcher holds per tenant, summed over
 // the dispatched queues, read at most once a second.
 func (s *Server) dispatchState(ctx context.Context) map[string]dispatch.TenantStats {
@@ -84,10 +112,18 @@ func (s *Server) dispatchState(ctx context.Context) map[string]dispatch.TenantSt
 	if err != nil {
 		return s.dispByTenant
 	}
+	s.unserved = s.unserved[:0]
 	for _, q := range queues {
 		qs, err := s.disp.Stats(ctx, q)
 		if err != nil {
 			continue
+		}
+		parked := 0
+		for _, t := range qs.Tenants {
+			parked += t.Waiting
+		}
+		if parked > 0 && qs.Workers == 0 {
+			s.unserved = append(s.unserved, fmt.Sprintf("Queue %q has %d parked tasks and no worker with a Gate serves it: none moves until one does.", q, parked))
 		}
 		for _, t := range qs.Tenants {
 			a := by[t.Tenant]
@@ -155,6 +191,9 @@ type Server struct {
 	dispMu       sync.Mutex
 	dispRead     time.Time
 	dispByTenant map[string]dispatch.TenantStats
+	unserved     []string  // warnings of queues with parked tasks and no worker with a gate
+	policyRead   time.Time // when evicting was read
+	evicting     []string  // warnings of servers whose maxmemory-policy evicts
 	rates        *rates
 	mon          *asynqmon.HTTPHandler
 	sessions     *sessions

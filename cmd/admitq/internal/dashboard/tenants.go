@@ -194,6 +194,9 @@ type tenantsPage struct {
 	Rows     []row  `json:"rows"`
 	Rates    view   `json:"rates"`
 	Error    string `json:"error,omitempty"`
+	// Warnings are about Redis and the queues, not a tenant: an evicting
+	// maxmemory-policy, tasks parked where no worker with a gate serves.
+	Warnings []string `json:"warnings"`
 }
 
 // usageParallel bounds the concurrent Usage calls of one refresh.
@@ -256,6 +259,7 @@ func (s *Server) tenantsPage(ctx context.Context, query string, page int, flagge
 
 	p.Rows = make([]row, len(shown))
 	disp := s.dispatchState(ctx)
+	p.Warnings = s.warnings(ctx)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, usageParallel)
 	var nowMu sync.Mutex

@@ -133,6 +133,8 @@
       pager.appendChild(A.el("span", {}, " page " + p.page + " of " + p.pages.toLocaleString() + " "));
       if (p.page < p.pages) pager.appendChild(link(p.page + 1, "next"));
     }
+    const ws = document.getElementById("warnings");
+    ws.replaceChildren(...(p.warnings || []).map(w => A.el("p", { class: "warn banner" }, w)));
     const pe = document.getElementById("page-error");
     pe.hidden = !p.error;
     pe.textContent = p.error || "";
