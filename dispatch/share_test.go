@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch"
 )
 
 // backlog enqueues n tasks of each tenant at once, from a goroutine each,
@@ -34,40 +35,69 @@ func (s *stack) enqueueAsync(tenant string, n int, d time.Duration) []string {
 	return s.backlog(n, map[string]time.Duration{tenant: d})
 }
 
+// backlogged sends each tenant's backlog while the queue is served but no
+// task runs, then starts a fair pool of concurrency workers and waits for
+// every task: so both tenants have a backlog from the first start on, and
+// the shares are the dispatcher's, not the producers' pace.
+func (s *stack) backlogged(concurrency, n int, runs map[string]time.Duration) {
+	s.t.Helper()
+	hold, err := dispatch.New(s.rdb, s.gate, nil).Serve(dispatch.Worker{Queues: []string{"default"}, Concurrency: concurrency, Fair: true})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	ids := s.backlog(n, runs)
+	s.startWorker(concurrency, true)
+	hold.Close()
+	s.waitRuns(ids, 60*time.Second)
+}
+
+// whileBoth returns each tenant's share of the worker time from the first
+// start until the first of a and b started its last task.
+func (s *stack) whileBoth(a, b string) map[string]float64 {
+	s.mu.Lock()
+	first := s.spans[0].start
+	last := map[string]time.Time{}
+	for _, sp := range s.spans {
+		first = minTime(first, sp.start)
+		last[sp.tenant] = maxTime(last[sp.tenant], sp.start)
+	}
+	s.mu.Unlock()
+	return s.shares(first, minTime(last[a], last[b]))
+}
+
 // Under contention, worker time goes by weight: 3:1.
 func TestWeightsShareWorkerTime(t *testing.T) {
 	s := newStack(t, generous)
 	heavy := generous
 	heavy.Weight = 3
 	s.setQuota("heavy", heavy)
-	s.startWorker(4, true)
-	start := time.Now()
-	ids := s.backlog(150, map[string]time.Duration{"heavy": 10 * time.Millisecond, "light": 10 * time.Millisecond})
-	time.Sleep(500 * time.Millisecond) // both stay backlogged throughout
-	got := s.shares(start.Add(100*time.Millisecond), time.Now())
+	s.backlogged(4, 150, map[string]time.Duration{"heavy": 10 * time.Millisecond, "light": 10 * time.Millisecond})
+	got := s.whileBoth("heavy", "light")
 	ratio := got["heavy"] / got["light"]
 	t.Logf("worker time at weights 3:1: %.2f×", ratio)
 	if ratio < 2.4 || ratio > 3.6 {
 		t.Errorf("heavy got %.2f× light's worker time at weights 3:1; want about 3", ratio)
 	}
-	s.waitRuns(ids, 30*time.Second)
 }
 
 // Shares are of worker time, not task counts: a tenant whose tasks run 4×
 // as long gets half the worker time at equal weight, not 4/5 of it.
 func TestSharesAreOfWorkerTime(t *testing.T) {
 	s := newStack(t, generous)
-	s.startWorker(4, true)
-	start := time.Now()
 	// Four seconds of worker time each, so both stay backlogged.
+	hold, err := dispatch.New(s.rdb, s.gate, nil).Serve(dispatch.Worker{Queues: []string{"default"}, Concurrency: 4, Fair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ids := append(s.enqueueAsync("long", 100, 40*time.Millisecond), s.enqueueAsync("short", 400, 10*time.Millisecond)...)
-	time.Sleep(800 * time.Millisecond)
-	got := s.shares(start.Add(200*time.Millisecond), time.Now())
+	s.startWorker(4, true)
+	hold.Close()
+	s.waitRuns(ids, 60*time.Second)
+	got := s.whileBoth("long", "short")
 	t.Logf("worker time, 40 ms against 10 ms tasks at equal weight: long %.2f, short %.2f", got["long"], got["short"])
 	if got["long"] < 0.38 || got["long"] > 0.62 {
 		t.Errorf("long's share of worker time is %.2f; want about 0.5", got["long"])
 	}
-	s.waitRuns(ids, 60*time.Second)
 }
 
 // A light tenant's task waits about a round of work behind a noisy
