@@ -51,18 +51,8 @@ func (g *Gate) ScanTenants(ctx context.Context, pattern string, fn func(tenant s
 				return bulkError(ctx, bctx, fmt.Sprintf("scan tenants %q", match), err)
 			}
 			for _, key := range keys {
-				tenant, ok := strings.CutPrefix(key, start)
+				tenant, ok := tenantOfKey(key, start)
 				if !ok {
-					continue
-				}
-				if t, ok := strings.CutSuffix(tenant, "}:log"); ok {
-					tenant = t
-				} else if t, ok := strings.CutSuffix(tenant, "}:ctr"); ok {
-					tenant = t
-				} else {
-					continue
-				}
-				if ValidateTenant(tenant) != nil {
 					continue
 				}
 				mu.Lock()
@@ -101,4 +91,21 @@ func globEscape(s string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// tenantOfKey returns the tenant of a log or counter key that begins with
+// start (the prefix and the hash tag's brace), if it is one.
+func tenantOfKey(key, start string) (string, bool) {
+	tenant, ok := strings.CutPrefix(key, start)
+	if !ok {
+		return "", false
+	}
+	if t, ok := strings.CutSuffix(tenant, "}:log"); ok {
+		tenant = t
+	} else if t, ok := strings.CutSuffix(tenant, "}:ctr"); ok {
+		tenant = t
+	} else {
+		return "", false
+	}
+	return tenant, ValidateTenant(tenant) == nil
 }

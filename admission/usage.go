@@ -72,6 +72,30 @@ func (g *Gate) readUsage(ctx, bctx context.Context, res []UsageResult, idx []int
 	})
 }
 
+// fullerFirst orders tenants (indexes of res) by held over limit, then by
+// held, fullest first; failures last; ties by index.
+func fullerFirst(res []UsageResult, held []int) func(i, j int) int {
+	return func(i, j int) int {
+		if fi, fj := res[i].Err != nil, res[j].Err != nil; fi != fj {
+			if fi {
+				return 1 // failures last
+			}
+			return -1
+		}
+		if res[i].Err == nil {
+			// held[i]/limit[i] against held[j]/limit[j], in integers.
+			li, lj := int64(res[i].Usage.Quota.Limit), int64(res[j].Usage.Quota.Limit)
+			if c := cmp.Compare(int64(held[j])*li, int64(held[i])*lj); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(held[j], held[i]); c != 0 {
+				return c
+			}
+		}
+		return cmp.Compare(i, j)
+	}
+}
+
 // inParallel calls f with each chunk, usageFlight at a time.
 func inParallel(chunks [][]int, f func([]int)) {
 	next := make(chan []int)
@@ -130,25 +154,7 @@ func (g *Gate) UsageTop(ctx context.Context, tenants []string, n int) []UsageRes
 	for i := range order {
 		order[i] = i
 	}
-	fuller := func(i, j int) int {
-		if fi, fj := res[i].Err != nil, res[j].Err != nil; fi != fj {
-			if fi {
-				return 1 // failures last
-			}
-			return -1
-		}
-		if res[i].Err == nil {
-			// held[i]/limit[i] against held[j]/limit[j], in integers.
-			li, lj := int64(res[i].Usage.Quota.Limit), int64(res[j].Usage.Quota.Limit)
-			if c := cmp.Compare(int64(held[j])*li, int64(held[i])*lj); c != 0 {
-				return c
-			}
-			if c := cmp.Compare(held[j], held[i]); c != 0 {
-				return c
-			}
-		}
-		return cmp.Compare(i, j)
-	}
+	fuller := fullerFirst(res, held)
 	slices.SortFunc(order, fuller)
 	if n <= 0 || n > len(order) {
 		n = len(order)

@@ -49,6 +49,29 @@ type TenantStats struct {
 // something waiting or in flight, so its cost follows the queue's
 // activity, not how many tenants ever used it.
 func (d *Dispatcher) Stats(ctx context.Context, queue string) (QueueStats, error) {
+	qs, names, err := d.readQueue(ctx, queue)
+	if err != nil || len(names) == 0 {
+		return qs, err
+	}
+	qs.Tenants, err = d.readTenants(ctx, queue, names)
+	if err != nil {
+		return QueueStats{}, err
+	}
+	var total time.Duration
+	for _, t := range qs.Tenants {
+		total += t.WorkerTime
+	}
+	if total > 0 {
+		for i := range qs.Tenants {
+			qs.Tenants[i].Share = float64(qs.Tenants[i].WorkerTime) / float64(total)
+		}
+	}
+	return qs, nil
+}
+
+// readQueue reads queue's workers and the names of its active tenants:
+// those eligible, asleep, or with tasks in flight.
+func (d *Dispatcher) readQueue(ctx context.Context, queue string) (QueueStats, []string, error) {
 	k := d.keysFor(queue)
 	var now *redis.TimeCmd
 	var vt, sleep *redis.StringSliceCmd
@@ -63,7 +86,7 @@ func (d *Dispatcher) Stats(ctx context.Context, queue string) (QueueStats, error
 		return nil
 	})
 	if err != nil {
-		return QueueStats{}, fmt.Errorf("dispatch: reading queue %q: %w", queue, err)
+		return QueueStats{}, nil, fmt.Errorf("dispatch: reading queue %q: %w", queue, err)
 	}
 	qs := QueueStats{Queue: queue, Now: now.Val()}
 	for _, z := range members.Val() {
@@ -85,14 +108,16 @@ func (d *Dispatcher) Stats(ctx context.Context, queue string) (QueueStats, error
 		}
 	}
 	slices.Sort(names)
-	names = slices.Compact(names)
-	if len(names) == 0 {
-		return qs, nil
-	}
+	return qs, slices.Compact(names), nil
+}
+
+// readTenants reads the named tenants' records and lines in queue.
+func (d *Dispatcher) readTenants(ctx context.Context, queue string, names []string) ([]TenantStats, error) {
+	k := d.keysFor(queue)
 	hashes := make([]*redis.SliceCmd, len(names))
 	lens := make([]*redis.IntCmd, len(names))
 	heads := make([]*redis.StringCmd, len(names))
-	_, err = d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, t := range names {
 			hashes[i] = p.HMGet(ctx, k.p+"t:"+t, "n", "cap", "wt", "used")
 			lens[i] = p.LLen(ctx, k.p+"w:"+t)
@@ -101,14 +126,13 @@ func (d *Dispatcher) Stats(ctx context.Context, queue string) (QueueStats, error
 		return nil
 	})
 	if err != nil && err != redis.Nil {
-		return QueueStats{}, fmt.Errorf("dispatch: reading queue %q's tenants: %w", queue, err)
+		return nil, fmt.Errorf("dispatch: reading queue %q's tenants: %w", queue, err)
 	}
-	var total time.Duration
+	out := make([]TenantStats, len(names))
 	for i, t := range names {
 		h := hashes[i].Val()
 		ts := TenantStats{Tenant: t, Waiting: int(lens[i].Val()), Weight: 1}
-		ts.InFlight = int(toInt(h[0]))
-		ts.Cap = int(toInt(h[1]))
+		ts.InFlight, ts.Cap = int(toInt(h[0])), int(toInt(h[1]))
 		if s, ok := h[2].(string); ok {
 			ts.Weight, _ = strconv.ParseFloat(s, 64)
 		}
@@ -122,15 +146,9 @@ func (d *Dispatcher) Stats(ctx context.Context, queue string) (QueueStats, error
 				ts.OldestWaiting = time.UnixMicro(us)
 			}
 		}
-		total += ts.WorkerTime
-		qs.Tenants = append(qs.Tenants, ts)
+		out[i] = ts
 	}
-	if total > 0 {
-		for i := range qs.Tenants {
-			qs.Tenants[i].Share = float64(qs.Tenants[i].WorkerTime) / float64(total)
-		}
-	}
-	return qs, nil
+	return out, nil
 }
 
 // Queues lists the asynq queues that the dispatcher has state for: a

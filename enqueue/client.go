@@ -144,67 +144,23 @@ func newClient(g *admission.Gate, opts []Option) *Client {
 	return c
 }
 
-// Enqueue admits task for tenant, then enqueues it with asynq:
+// Enqueue admits task for tenant, then enqueues it with asynq, as the
+// package doc describes: Admitted (runs now), Deferred (scheduled for its
+// slot, Decision.At), Parked (stored in asynq's scheduled set until
+// ParkedUntil, to go in at its turn) or Rejected (a *RejectedError, which
+// matches ErrRejected and says when to retry). Nothing else is enqueued.
 //
-//   - Admitted: the task is enqueued to run now.
-//   - Deferred: the task is scheduled (asynq.ProcessAt) for its slot,
-//     Decision.At, a whole second. It never becomes pending before it.
-//   - Rejected: nothing is enqueued and the error is a *RejectedError,
-//     which matches ErrRejected and says when to retry (Decision.Full: the
-//     tenant's parked backlog, Quota.MaxParked, is full).
-//   - Parked (a tenant with Quota.MaxInFlight tasks in the queue already,
-//     or tasks parked before it): the task is written to asynq's scheduled
-//     set until ParkedUntil, and a worker with a Gate moves it to pending,
-//     in order, when one of the tenant's tasks finishes and hands it a
-//     permit, at its slot under the rate rule at that moment, and not
-//     before its own ProcessAt or ProcessIn time, if it has one (to the
-//     second, as below). It holds the permit while it waits for that time,
-//     so the tenant's tasks parked after it wait behind it.
+// The task's ID is the tenant's log entry: an asynq.TaskID option (the
+// call's over the task's), or one Enqueue makes. A task with its own
+// asynq.ProcessAt or ProcessIn is charged for when it will run. Options
+// asynq would refuse are refused before admission, and the task itself is
+// not modified: the tenant goes in the enqueued copy's headers.
 //
-// The task's ID is the tenant's log entry. It comes from an asynq.TaskID
-// option, given to Enqueue or to asynq.NewTask (Enqueue's wins, as in
-// asynq); without one, Enqueue makes an ID and passes it on. Enqueueing the
-// same ID again while it is in the window takes no second slot: a retry
-// after a timeout keeps the original slot, and gets asynq.ErrTaskIDConflict
-// if the first attempt did reach the queue. asynq task IDs are unique per
-// queue, across tenants, while each tenant's log is its own: where tenants
-// pick IDs (say, from idempotency keys), put the tenant in the ID.
-//
-// A task with its own asynq.ProcessAt or asynq.ProcessIn is charged for the
-// time it will run, not for now (Gate.AdmitAt): its slot is the first free
-// one from that time (to the second, as asynq runs it) and after every slot
-// the tenant was given before, MaxDelay counts from that time, and it runs
-// at its slot. A parked task gets its slot when it is released, by the same
-// rule, without MaxDelay (it was accepted already). Tasks enqueued after it queue behind it: a task scheduled far
-// ahead holds the tenant's later tasks back until its slot, and rejects
-// those it would hold back by more than MaxDelay. The tenant is stored in
-// the task's headers under TenantHeader, next to the task's own headers and
-// options; the task itself is not modified. Options that asynq would refuse (a blank queue
-// name, task ID or group, a Unique TTL under a second) are refused before
-// admission.
-//
-// Every task in asynq's queues holds a slot. When the enqueue fails after
-// admission, the slot goes back only when no task can hold it: the write
-// certainly did not happen (ctx was done before it was sent, or asynq
-// refused it as a duplicate of another task's asynq.Unique lock), and no
-// other call with the task's ID is still in flight on this Client. Any
-// other failure is ambiguous (IsAmbiguous): the task may be in the queue,
-// so its slot stays, and a retry with the same ID finds it
-// (Decision.Existing). See IsAmbiguous for what that means to the caller.
-// Should ctx end while the gate decides, the slot of an ID Enqueue made
-// goes back once the decision arrives; a caller's own ID keeps it, for a
-// retry with that ID. When ctx is done, the error matches ctx.Err() and context.Cause(ctx) as
-// well as asynq's error. When the release itself fails, its error is
-// appended as text only, so that errors.Is finds asynq's error and not the
-// gate's.
-//
-// With a Client made by New, which cannot read asynq's Redis nor see what
-// its asynq.Client sends, every failure after asynq was called is
-// ambiguous but a Redis error reply to asynq's first command, which comes
-// before its write.
-//
-// The Decision is returned with any error from asynq, for logging; it is the
-// zero value when the gate was not asked or failed.
+// When the write fails after admission, the slot goes back only when no
+// task can hold it; any other failure is ambiguous (IsAmbiguous): retry
+// with the same ID. When ctx is done, the error matches ctx.Err() and
+// context.Cause(ctx). The Decision is returned with any error from asynq,
+// for logging; it is the zero value when the gate was not asked or failed.
 func (c *Client) Enqueue(ctx context.Context, tenant string, task *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, admission.Decision, error) {
 	p, err := c.prepare(tenant, task, opts)
 	if err != nil {
@@ -262,22 +218,9 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 		return nil, errors.New("enqueue: EnqueueBatch options hold an asynq.TaskID, which would give every task the same ID; set it on each task instead")
 	}
 	rs := make([]Result, len(tasks))
-	ps := make([]prepared, 0, len(tasks))
-	made := true // every ID is Enqueue's own
-	seen := make(map[string]int, len(tasks))
-	for i, t := range tasks {
-		p, err := c.prepare(tenant, t, opts)
-		if err != nil {
-			rs[i].Err = fmt.Errorf("task %d: %w", i, err)
-			continue
-		}
-		if first, ok := seen[p.id]; ok {
-			return nil, fmt.Errorf("enqueue: EnqueueBatch: tasks %d and %d have the same ID %q; a task ID is one task", first, i, p.id)
-		}
-		seen[p.id] = i
-		p.index = i
-		made = made && p.made
-		ps = append(ps, p)
+	ps, made, err := c.prepareAll(tenant, tasks, opts, rs)
+	if err != nil {
+		return nil, err
 	}
 	if len(ps) == 0 {
 		return rs, nil
@@ -318,6 +261,30 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 		r.Info, r.Err = info, c.settle(ctx, hs[j], ds[j], f, err)
 	}
 	return rs, nil
+}
+
+// prepareAll prepares tasks for EnqueueBatch, putting each invalid one's
+// error in its Result. made reports that every ID is Enqueue's own; err,
+// that two tasks have the same ID.
+func (c *Client) prepareAll(tenant string, tasks []*asynq.Task, opts []asynq.Option, rs []Result) (ps []prepared, made bool, err error) {
+	ps = make([]prepared, 0, len(tasks))
+	made = true
+	seen := make(map[string]int, len(tasks))
+	for i, t := range tasks {
+		p, err := c.prepare(tenant, t, opts)
+		if err != nil {
+			rs[i].Err = fmt.Errorf("task %d: %w", i, err)
+			continue
+		}
+		if first, ok := seen[p.id]; ok {
+			return nil, false, fmt.Errorf("enqueue: EnqueueBatch: tasks %d and %d have the same ID %q; a task ID is one task", first, i, p.id)
+		}
+		seen[p.id] = i
+		p.index = i
+		made = made && p.made
+		ps = append(ps, p)
+	}
+	return ps, made, nil
 }
 
 // prepared is a task ready to be admitted and enqueued.

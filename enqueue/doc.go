@@ -3,15 +3,18 @@
 // in any window, and a noisy tenant's surplus waits in asynq's scheduled set
 // instead of in front of every other tenant's work.
 //
-// For each task, Client.Enqueue asks the gate (package admission) and then:
+// For each task, Client.Enqueue asks the gate (package admission), or in a
+// queue that package dispatch serves, the dispatcher first, and then:
 //
 //   - Admitted: enqueues the task to run now;
 //   - Deferred: schedules it for its slot, a whole second, since asynq
-//     schedules whole seconds;
-//   - Parked: for a tenant whose quota caps its tasks in flight
-//     (MaxInFlight) and has that many in the queues, stores it durably in
-//     asynq's scheduled set, in order, until one of the tenant's tasks
-//     finishes and a worker with a gate moves it in;
+//     schedules whole seconds; it never becomes pending before it;
+//   - Parked: in a dispatched queue (a worker with a gate serves it), the
+//     tenant is at its cap (Quota.MaxInFlight), has tasks waiting already,
+//     or the fair queue is full: the task is stored durably in asynq's
+//     scheduled set until ParkedUntil, in its tenant's line, and a worker
+//     moves it in at its turn, charged its slot then (and not before its
+//     own ProcessAt);
 //   - Rejected: enqueues nothing and returns a *RejectedError, which
 //     matches ErrRejected and says when to retry (Decision.Full: the
 //     tenant's parked backlog is at its MaxParked).
@@ -19,19 +22,40 @@
 // Those are the four outcomes; every Enqueue that returns no other error
 // ends in exactly one of them.
 //
-// The task ID is the gate's entry ID, so a producer that retries after a
-// timeout takes no second slot. Every task in asynq's queues holds a slot:
-// if the asynq enqueue fails after admission, the slot is given back only
-// when no task can hold it (the write was never sent, or asynq refused it
-// as a duplicate of another task), and no other call on the Client with
-// the task's ID is still in flight. After an ambiguous failure (a timeout,
-// a network error, a Redis error reply to the write, ctx done while the
-// write was out, asynq.ErrTaskIDConflict) the task may be in the queue, so
-// its slot is kept, and IsAmbiguous reports it: retry with the same task
-// ID, never a new one. At most one slot per such failure idles until the
-// window passes, and the tenant is never admitted past its quota. The
-// tenant travels in the task's headers under TenantHeader; package worker
-// hands it to handlers.
+// Task IDs. The task ID is the gate's entry ID. It comes from an
+// asynq.TaskID option, given to Enqueue or to asynq.NewTask (Enqueue's
+// wins, as in asynq); without one, Enqueue makes an ID. Enqueueing the same
+// ID again while it is in the window takes no second slot: a retry after a
+// timeout keeps the original slot, and gets asynq.ErrTaskIDConflict if the
+// first attempt did reach the queue. asynq task IDs are unique per queue,
+// across tenants, while each tenant's log is its own: where tenants pick
+// IDs (say, from idempotency keys), put the tenant in the ID.
+//
+// Scheduled tasks. A task with its own asynq.ProcessAt or ProcessIn is
+// charged for the time it will run, not for now (Gate.AdmitAt): its slot
+// is the first free one from that time (to the second, as asynq runs it)
+// and after every slot the tenant was given before, MaxDelay counts from
+// that time, and it runs at its slot. Tasks enqueued after it queue behind
+// it: a task scheduled far ahead holds the tenant's later tasks back until
+// its slot, and rejects those it would hold back by more than MaxDelay.
+//
+// Failures. Every task in asynq's queues holds a slot. If the asynq
+// enqueue fails after admission, the slot is given back only when no task
+// can hold it: the write certainly did not happen (ctx was done before it
+// was sent, asynq refused it as a duplicate of another task's asynq.Unique
+// lock, or Redis refused it for want of memory, ErrOutOfMemory), and no
+// other call on the Client with the task's ID is still in flight. After any
+// other failure (a timeout, a network error, ctx done while the write was
+// out) the task may be in the queue, so its slot is kept, and IsAmbiguous
+// reports it: retry with the same task ID, never a new one. At most one
+// slot per such failure idles until the window passes, and the tenant is
+// never admitted past its quota. Should ctx end while the gate decides,
+// the slot of an ID Enqueue made goes back once the decision arrives; a
+// caller's own ID keeps it, for a retry with that ID. A Client made by New,
+// which cannot see what its asynq.Client sends, treats every failure after
+// asynq was called as ambiguous but a Redis error reply before the write.
+// The tenant travels in the task's headers under TenantHeader; package
+// worker hands it to handlers.
 //
 // NewFromRedis is the usual way to make a Client: it makes the asynq.Client
 // itself, on the Redis of the worker queues, and the task writes of
