@@ -33,18 +33,15 @@
 -- requests that share a rounded slot are judged on the same slot.
 -- Once one ID of a key is rejected, every later ID of that key is too.
 --
--- Cost. Each redis.call has a fixed cost, about as much as an extra ZADD's
--- work on a log of 50, so the common path (a log with room and no
--- reservation ahead) makes three per group: ZCARD, PEXPIRETIME and ZADD.
+-- Cost. Each redis.call has a fixed cost, so the common path (a log with
+-- room and no reservation ahead) makes three per group: ZCARD,
+-- PEXPIRETIME and ZADD.
 --   * The trim (ZREMRANGEBYSCORE) runs once every TRIM entries, or when the
 --     log nears its limit, not on every call: a count that still holds
 --     entries that have left the window only overstates the log, and it
 --     is exact whenever it could matter, so the decisions are those of a
 --     log trimmed every time. Remaining is then a lower bound when it is TRIM
 --     or more, and exact below (where the deny cache paces a tenant).
---     Trimming on every call cost about 10% more script time, side by
---     side; trimming only at the limit lets the log grow to it, and ZADD,
---     which walks the log twice, then cost more than the trim saved.
 -- The log's expiry says what else is needed:
 --   * its parity says whether a reservation may lie ahead: every call that
 --     leaves a slot after now sets an odd expiry, and one that leaves none
@@ -52,10 +49,8 @@
 --   * it is set a little (window / 8) past newest slot + window, so the
 --     PEXPIREAT that moves it is needed about once in that time, not on
 --     every admission. It never moves back.
--- A key whose expiry someone else set (PERSIST, EXPIRE, or an older admitq
--- that did not keep the parity) may hold a reservation under an even
--- expiry; an older admitq's reservations last at most its MaxDelay past
--- their not-before time.
+-- A key whose expiry someone else set (PERSIST, EXPIRE) may hold a
+-- reservation under an even expiry.
 --
 -- Numbers passed to redis.call are converted exactly: Redis formats them
 -- with enough digits for a 16-digit µs timestamp, at a cost; the bounds
