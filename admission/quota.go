@@ -28,13 +28,15 @@ type Quota struct {
 	MaxDelay time.Duration
 	// Mode chooses how the window is kept: Log (the zero value) or Counter.
 	Mode Mode
-	// MaxInFlight caps the tenant's tasks in the worker queues (pending or
-	// active) at once; a task over the cap is Parked and released in order
-	// as the tenant's own tasks finish. 0 means no cap. Needs Log mode.
+	// MaxInFlight caps the tenant's tasks in each worker queue (pending or
+	// active) at once, where a worker with a gate serves the queue (package
+	// dispatch); a task over the cap is Parked and goes in, in order, as the
+	// tenant's own tasks finish. 0 means no cap. Needs Log mode.
 	MaxInFlight int
-	// MaxParked bounds how many tasks the tenant may have parked; a task
-	// that finds the backlog full is rejected. 0 means DefaultMaxParked.
-	// Only meaningful with MaxInFlight.
+	// MaxParked bounds how many tasks the tenant may have parked in one
+	// dispatched queue (over its cap, or waiting its turn in a fair queue);
+	// a task that finds the backlog full is rejected. 0 means
+	// DefaultMaxParked.
 	MaxParked int
 	// Weight is the tenant's share of a fair queue's worker time under
 	// contention, relative to the other tenants waiting there: a tenant of
@@ -155,8 +157,6 @@ func (q Quota) Validate() error {
 		return fmt.Errorf("%w: MaxInFlight is %d, want 0 (no cap) to %d", ErrInvalidQuota, q.MaxInFlight, MaxInFlightCap)
 	case q.MaxParked < 0 || q.MaxParked > MaxParkedCap:
 		return fmt.Errorf("%w: MaxParked is %d, want 0 (the default) to %d", ErrInvalidQuota, q.MaxParked, MaxParkedCap)
-	case q.MaxParked > 0 && q.MaxInFlight == 0:
-		return fmt.Errorf("%w: MaxParked is %d without MaxInFlight; only capped tenants park", ErrInvalidQuota, q.MaxParked)
 	case q.Weight < 0 || math.IsNaN(q.Weight) || math.IsInf(q.Weight, 0) || q.Weight > MaxWeight:
 		return fmt.Errorf("%w: Weight is %v, want 0 (meaning 1) up to %d", ErrInvalidQuota, q.Weight, MaxWeight)
 	case q.MaxInFlight > 0 && q.Mode == Counter:

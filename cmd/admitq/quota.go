@@ -60,7 +60,7 @@ func (f *quotaFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&f.maxDelay, "max-delay", 0, "how far ahead a task over the limit may be deferred; 0 rejects it at once")
 	fs.StringVar(&f.mode, "mode", admission.Log.String(), "how the window is kept: log (exact), or counter for quotas too large to log")
 	fs.IntVar(&f.maxInFlight, "max-in-flight", 0, "tasks of the tenant pending or running in the worker queues at once; the rest are parked in order (0: no cap)")
-	fs.IntVar(&f.maxParked, "max-parked", 0, fmt.Sprintf("parked tasks the tenant may have before new ones are rejected (0: %d; needs --max-in-flight)", admission.DefaultMaxParked))
+	fs.IntVar(&f.maxParked, "max-parked", 0, fmt.Sprintf("parked tasks the tenant may have before new ones are rejected (0: %d)", admission.DefaultMaxParked))
 	fs.Float64Var(&f.weight, "weight", 0, "the tenant's share of a fair queue's worker time against other tenants waiting there, e.g. 3 for three times a weight-1 tenant's (0: 1)")
 }
 

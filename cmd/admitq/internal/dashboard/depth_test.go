@@ -90,7 +90,6 @@ func TestTheFormSetsTheCapWithTheCommandLinesChecks(t *testing.T) {
 	}{
 		{"negative cap", "-1", "", "log", "max-in-flight", "-1: want 0 (no cap) or more"},
 		{"negative parked bound", "2", "-5", "log", "max-parked", "-5: want 0 (the default) or more"},
-		{"parked bound without a cap", "0", "5", "log", "max-parked", "5: needs --max-in-flight: only capped tenants park"},
 		{"cap in counter mode", "2", "", "counter", "max-in-flight", "2: not in counter mode: the cap needs the log&#39;s entry IDs"},
 		{"not a number", "four", "", "log", "max-in-flight", `&#34;four&#34;: want a whole number`},
 	} {

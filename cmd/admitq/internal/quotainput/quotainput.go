@@ -96,8 +96,6 @@ func checkMaxParked(n, maxInFlight int) *FieldError {
 	switch {
 	case n < 0:
 		return &FieldError{"max-parked", strconv.Itoa(n), "want 0 (the default) or more"}
-	case n > 0 && maxInFlight == 0:
-		return &FieldError{"max-parked", strconv.Itoa(n), "needs --max-in-flight: only capped tenants park"}
 	}
 	return nil
 }
