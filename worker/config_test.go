@@ -164,3 +164,14 @@ func TestAsynqLoggerSkipsDisabledLevels(t *testing.T) {
 		t.Errorf("logged below the handler's level: %q", buf.String())
 	}
 }
+
+// Fair without a Gate is an error from Start, never a silent no-op: the
+// queues would not be fair.
+func TestFairWithoutGateIsAnError(t *testing.T) {
+	w := New(asynq.RedisClientOpt{Addr: "127.0.0.1:1"}, Config{Fair: true})
+	err := w.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }))
+	if err == nil || !strings.Contains(err.Error(), "Fair needs Config.Gate") {
+		t.Fatalf("Start with Fair and no Gate: %v; want an error naming Gate", err)
+	}
+	w.Shutdown()
+}
