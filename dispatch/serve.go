@@ -93,7 +93,7 @@ func (d *Dispatcher) Serve(w Worker) (*Server, error) {
 	for _, q := range queues {
 		l := &loop{s: s, queue: q, ch: make(chan finish, 4*concurrency)}
 		cctx, ccancel := context.WithTimeout(ctx, callTimeout)
-		_, _, _, err := l.turn(cctx, nil, heartbeat, 0)
+		_, _, _, err := l.turn(cctx, nil, nil, heartbeat, 0)
 		ccancel()
 		if err != nil {
 			cancel()
@@ -137,7 +137,7 @@ func (s *Server) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	for _, l := range s.loops {
-		_, _, _, _ = l.turn(ctx, l.drain(nil), 0, 0)
+		_, _, _, _ = l.turn(ctx, l.drain(nil), nil, 0, 0)
 	}
 }
 
@@ -152,15 +152,20 @@ func (l *loop) drain(fs []finish) []finish {
 	}
 }
 
+// run is the queue's loop. A turn hands in the finishes and the moves of
+// the last turn's grants, and grants more; the grants are admitted at once
+// and moved in by the next turn, which follows without a pause.
 func (l *loop) run(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	var fs []finish
+	var ops []any // the last grants' moves, for the next turn
 	repair := time.Now().Add(repairEvery)
 	for {
 		select {
 		case <-ctx.Done():
 			l.putBack(fs)
+			l.s.d.move(context.WithoutCancel(ctx), l.queue, ops)
 			return
 		case f := <-l.ch:
 			fs = append(fs, f)
@@ -168,11 +173,13 @@ func (l *loop) run(ctx context.Context) {
 		}
 		fs = l.drain(fs)
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
-		picks, waiting, later, err := l.turn(cctx, fs, heartbeat, l.s.most)
+		picks, waiting, later, err := l.turn(cctx, fs, ops, heartbeat, l.s.most)
 		if err == nil {
 			fs = later
-			l.s.d.admitAndMove(cctx, l.queue, picks)
+			ops = l.s.d.admit(cctx, l.queue, picks)
 		} else if ctx.Err() == nil {
+			// The ops are kept for the next turn; their grants wait in
+			// state g, where a repair pass would find them.
 			l.s.d.log.Warn("admitq: dispatch turn failed", "queue", l.queue, "err", err)
 		}
 		if time.Now().After(repair) {
@@ -187,6 +194,8 @@ func (l *loop) run(ctx context.Context) {
 		cancel()
 		next := idleTick
 		switch {
+		case len(ops) > 0:
+			next = 0 // move them in
 		case len(fs) > 0:
 			next = time.Millisecond // asynq is marking them done
 		case len(picks) >= l.s.most:
@@ -214,11 +223,11 @@ type pick struct {
 	tenant, entry string
 }
 
-// turn runs fair_dispatch.lua: heartbeat (ttl 0 leaves), finishes, and up
-// to most grants. It returns the grants, how many tenants wait, and the
-// finishes to hand in again.
-func (l *loop) turn(ctx context.Context, fs []finish, ttl time.Duration, most int) ([]pick, int, []finish, error) {
-	args := make([]any, 0, 4+5*len(fs))
+// turn runs fair_dispatch.lua: heartbeat (ttl 0 leaves), finishes, the
+// moves ops (admit's), and up to most grants. It returns the grants, how
+// many tenants wait, and the finishes to hand in again.
+func (l *loop) turn(ctx context.Context, fs []finish, ops []any, ttl time.Duration, most int) ([]pick, int, []finish, error) {
+	args := make([]any, 0, 5+5*len(fs)+len(ops))
 	args = append(args, l.s.member, ttl.Microseconds(), most, len(fs))
 	for _, f := range fs {
 		done, cap, weight := 0, -1, 1.0
@@ -230,6 +239,7 @@ func (l *loop) turn(ctx context.Context, fs []finish, ttl time.Duration, most in
 		}
 		args = append(args, f.id, f.ran.Microseconds(), done, cap, weight)
 	}
+	args = append(append(args, len(ops)/3), ops...)
 	res, err := l.s.d.run(ctx, l.s.d.scripts.dispatch, l.queue, args...)
 	if err != nil {
 		return nil, 0, nil, err
@@ -266,15 +276,22 @@ func readPicks(res []any) ([]pick, []any, error) {
 }
 
 // admitAndMove admits each granted task through the gate, at its own
-// not-before time, then moves them all in one fair_move.lua call: in now
+// not-before time, then moves them all in one fair_move.lua call (the
+// queue's loop moves them with its next turn instead): in now
 // when admitted now, else back at the head of their tenant's line, which
 // sleeps until the gate's slot. So a waiting task is charged the moment it
 // goes in, and the rate holds for start times. A tenant's grants are
 // admitted in one call, in order; the tenants' calls run together, so the
 // gate's group commit sends them as one pipeline.
 func (d *Dispatcher) admitAndMove(ctx context.Context, queue string, picks []pick) {
+	d.move(ctx, queue, d.admit(ctx, queue, picks))
+}
+
+// admit admits picks through the gate and returns their move ops (op,
+// task ID, µs), for fair_move.lua or the next dispatch turn.
+func (d *Dispatcher) admit(ctx context.Context, queue string, picks []pick) []any {
 	if len(picks) == 0 {
-		return
+		return nil
 	}
 	ops := make([]any, 3*len(picks))
 	var wg sync.WaitGroup
@@ -286,7 +303,17 @@ func (d *Dispatcher) admitAndMove(ctx context.Context, queue string, picks []pic
 		}()
 	}
 	wg.Wait()
-	if _, err := d.run(ctx, d.scripts.move, queue, append([]any{len(picks)}, ops...)...); err != nil {
+	return ops
+}
+
+// move runs fair_move.lua with ops.
+func (d *Dispatcher) move(ctx context.Context, queue string, ops []any) {
+	if len(ops) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	if _, err := d.run(ctx, d.scripts.move, queue, append([]any{len(ops) / 3}, ops...)...); err != nil {
 		// The grants stay in state g; a repair pass finishes them.
 		d.log.Warn("admitq: moving granted tasks failed; a repair pass will", "queue", queue, "err", err)
 	}

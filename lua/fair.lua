@@ -242,3 +242,57 @@ local function pick(most, space, out)
   end
   call('HSET', meta, 'floor', fmt(floor))
 end
+
+-- moveOps applies the n move ops (triples op, task ID, µs) in ARGV from
+-- ARGV[a], n first (see fair_move.lua), and returns how many tasks moved
+-- into the queue and the ARGV index after the ops.
+local function moveOps(a)
+  local moved = 0
+  local n = tonumber(ARGV[a])
+  a = a + 1
+  for _ = 1, n do
+    local op, id, us = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+    a = a + 3
+    local r = call('HGET', run, id)
+    local e = call('HGET', grants, id)
+    if op == 'free' then
+      if r then
+        free(id, r)
+      end
+    elseif r and e then
+      local T = string.match(r, '^%a|[^|]*|[^|]*|(.*)$')
+      local uttl = tonumber(string.match(e, '^%d+|%d+|(%d+)|'))
+      local tk = TP .. id
+      if op == 'back' then
+        call('HDEL', run, id)
+        call('HDEL', grants, id)
+        local th = P .. 't:' .. T
+        local h = call('HMGET', th, 'tag', 'wt')
+        local est = tonumber(string.match(r, '^%a|([^|]*)|'))
+        call('HSET', th, 'tag', fmt(num(h[1], 0) - est / num(h[2], 1)))
+        if call('HINCRBY', th, 'n', -1) < 0 then
+          call('HSET', th, 'n', 0)
+        end
+        call('LPUSH', P .. 'w:' .. T, e)
+        if us > 0 then
+          call('ZADD', sleep, fmt(now + us), T)
+        end
+        eligible(T)
+      elseif call('HGET', tk, 'state') == 'scheduled' and num(call('ZSCORE', scheduled, id), 0) == PARKED then
+        local lock = call('HGET', tk, 'unique_key')
+        call('ZREM', scheduled, id)
+        call('LPUSH', pending, id)
+        call('HSET', tk, 'state', 'pending', 'pending_since', string.format('%.0f', now * 1000))
+        if lock and uttl > 0 and call('GET', lock) == id then
+          call('PEXPIRE', lock, uttl)
+        end
+        call('HSET', run, id, 'p' .. string.sub(r, 2))
+        call('HDEL', grants, id)
+        moved = moved + 1
+      else
+        free(id, r)
+      end
+    end
+  end
+  return moved, a
+end

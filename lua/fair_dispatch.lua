@@ -1,5 +1,7 @@
 -- fair_dispatch.lua: a fair worker's turn for one queue: its heartbeat,
--- the tasks it finished, then grants while the queue has space. Runs after
+-- the tasks it finished, the moves of its last turn's grants, then grants
+-- while the queue has space. One call a turn: a grant is moved in by the
+-- next turn, which the worker runs at once. Runs after
 -- fair.lua (KEYS and the first two ARGV are its).
 --
 -- ARGV[3]  the worker's member "<id>|<concurrency>|<fair 0/1>"
@@ -8,6 +10,8 @@
 -- ARGV[6]  n, then n fives: task ID, run time µs, done (1: the task left
 --          asynq's hands or will, 0: it will be retried), and its tenant's
 --          MaxInFlight and weight now (cap -1: unknown, keep what is stored)
+-- then     m, then m move ops, as fair_move.lua takes them: the previous
+--          turn's grants, admitted since, go in (or back) here
 -- Returns  {n, then n pairs tenant, waiting entry granted (state g: the
 --          caller admits and moves them, fair_move.lua), tenants waiting,
 --          the earliest wake µs of a tenant asleep (0: none), then the
@@ -59,6 +63,7 @@ for i = 1, tonumber(ARGV[6]) do
   end
 end
 
+moveOps(a)
 wake()
 recall()
 seen()

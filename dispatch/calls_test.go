@@ -1,0 +1,71 @@
+package dispatch_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/dispatch"
+	"github.com/admitq/admitq/lua"
+)
+
+// scriptCounter counts the calls of some scripts, by SHA1, through a
+// client's hooks (pipelined or not).
+type scriptCounter struct {
+	shas map[string]bool
+	n    atomic.Int64
+}
+
+func (c *scriptCounter) count(cmd redis.Cmder) {
+	args := cmd.Args()
+	if len(args) > 1 && (cmd.Name() == "evalsha" || cmd.Name() == "eval") {
+		if sha, ok := args[1].(string); ok && c.shas[sha] {
+			c.n.Add(1)
+		}
+	}
+}
+
+func (c *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.count(cmd); return next(ctx, cmd) }
+}
+func (c *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			c.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// The workers' dispatch costs at most one script call per waiting task:
+// a turn hands in finishes and moves the last turn's grants in one call.
+func TestDispatchCostsAScriptCallPerTaskAtMost(t *testing.T) {
+	s := newStack(t, generous)
+	hold, err := dispatch.New(s.rdb, s.gate, nil).Serve(dispatch.Worker{Queues: []string{"default"}, Concurrency: 8, Fair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := s.backlog(200, map[string]time.Duration{"a": 5 * time.Millisecond, "b": 5 * time.Millisecond})
+	waiting := 0
+	for _, tn := range []string{"a", "b"} {
+		waiting += int(s.rdb.LLen(context.Background(), "admitq:fair:{default}:w:"+tn).Val())
+	}
+	c := &scriptCounter{shas: map[string]bool{}}
+	for _, fs := range []lua.FairScript{lua.FairDispatch(), lua.FairMove(), lua.FairRepair()} {
+		c.shas[fs.Flagged.Hash()], c.shas[fs.Plain.Hash()] = true, true
+	}
+	workers := s.srv.Client(t)
+	workers.AddHook(c)
+	s.startWorkerOn(workers, 8, true)
+	hold.Close()
+	s.waitRuns(ids, 60*time.Second)
+	per := float64(c.n.Load()) / float64(waiting)
+	t.Logf("%d waiting tasks went in with %d dispatcher script calls (%.2f a task)", waiting, c.n.Load(), per)
+	if per > 1 {
+		t.Errorf("%.2f dispatcher script calls per waiting task; want at most 1", per)
+	}
+}
