@@ -161,11 +161,23 @@ func (d *Dispatcher) warnDirect(queue, tenant string) {
 	}
 }
 
+// µs is t in Unix µs, 0 for the zero time or any time before 1970 (a
+// not-before time that has passed long ago).
 func µs(t time.Time) int64 {
 	if t.IsZero() {
 		return 0
 	}
-	return t.UnixMicro()
+	return max(t.UnixMicro(), 0)
+}
+
+// checkPrefix refuses a gate prefix with a brace: the dispatcher's keys
+// must hash on the queue's tag, {<queue>}, beside asynq's, and a brace in
+// the prefix would make an earlier tag.
+func (d *Dispatcher) checkPrefix() error {
+	if strings.ContainsAny(d.gate.Prefix(), "{}") {
+		return fmt.Errorf("dispatch: the gate's prefix %q has a brace; the dispatcher's keys must hash on the queue's {<queue>} tag, so use a prefix without braces", d.gate.Prefix())
+	}
+	return nil
 }
 
 func toInt(v any) int64 {

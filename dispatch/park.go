@@ -48,6 +48,9 @@ type Ticket struct {
 	// one included when it waits.
 	Waiting int
 	task    Task
+	// again: the ID was the dispatcher's already (a retry); Abandon must
+	// not give back what the first call holds.
+	again bool
 }
 
 // Park decides task's way into its queue under tenant quota q (which the
@@ -55,6 +58,9 @@ type Ticket struct {
 // fair, or a queue no live worker with a gate serves, is Direct without a
 // script call once the queue's mode is known.
 func (d *Dispatcher) Park(ctx context.Context, t Task, q admission.Quota) (Ticket, error) {
+	if err := d.checkPrefix(); err != nil {
+		return Ticket{}, err
+	}
 	served, fair, err := d.Mode(ctx, t.Queue)
 	if err != nil {
 		return Ticket{}, err
@@ -70,7 +76,7 @@ func (d *Dispatcher) Park(ctx context.Context, t Task, q admission.Quota) (Ticke
 		maxParked = admission.DefaultMaxParked
 	}
 	res, err := d.run(ctx, d.scripts.park, t.Queue, t.Tenant, t.ID, µs(t.NotBefore),
-		t.UniqueTTL.Milliseconds(), q.MaxInFlight, maxParked, q.EffectiveWeight())
+		max(t.UniqueTTL.Milliseconds(), 0), q.MaxInFlight, maxParked, q.EffectiveWeight())
 	if err != nil {
 		return Ticket{}, err
 	}
@@ -83,6 +89,8 @@ func (d *Dispatcher) Park(ctx context.Context, t Task, q admission.Quota) (Ticke
 		tk.Verdict = Wait
 	case 1:
 		tk.Verdict = Straight
+	case 4:
+		tk.Verdict, tk.again = Straight, true
 	case 2:
 		tk.Verdict = Full
 	default:
@@ -99,12 +107,15 @@ func (d *Dispatcher) Park(ctx context.Context, t Task, q admission.Quota) (Ticke
 // task was certainly not written, or the gate refused a Straight task.
 func (d *Dispatcher) Abandon(ctx context.Context, tk Ticket) error {
 	t := tk.task
+	if tk.again {
+		return nil // what the ID holds is the first call's
+	}
 	switch tk.Verdict {
 	case Straight:
 		_, err := d.run(ctx, d.scripts.move, t.Queue, 1, "free", t.ID, 0)
 		return err
 	case Wait:
-		e := entry(µs(t.NotBefore), tk.Now.UnixMicro(), t.UniqueTTL.Milliseconds(), t.ID)
+		e := entry(µs(t.NotBefore), tk.Now.UnixMicro(), max(t.UniqueTTL.Milliseconds(), 0), t.ID)
 		if err := d.rdb.LRem(ctx, d.keysFor(t.Queue).p+"w:"+t.Tenant, 1, e).Err(); err != nil {
 			return fmt.Errorf("dispatch: queue %q: %w", t.Queue, err)
 		}

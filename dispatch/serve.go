@@ -72,6 +72,9 @@ type Worker struct {
 // second), and starts a loop for each.
 func (d *Dispatcher) Serve(w Worker) (*Server, error) {
 	queues, concurrency, fair := w.Queues, w.Concurrency, w.Fair
+	if err := d.checkPrefix(); err != nil {
+		return nil, err
+	}
 	if concurrency < 1 {
 		return nil, fmt.Errorf("dispatch: concurrency %d, want at least 1", concurrency)
 	}

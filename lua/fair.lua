@@ -121,10 +121,12 @@ local function doze(T, wake)
 end
 
 -- settle forgets an idle tenant's hash after IDLE, and at once when it owes
--- nothing (its tag is behind the floor).
+-- nothing (its tag is behind the floor). A tenant with entries in limbo
+-- (field l) is not idle: its cap and weight must outlive them.
 local function settle(T)
   local th = P .. 't:' .. T
-  if num(call('HGET', th, 'n'), 0) > 0 or call('LLEN', P .. 'w:' .. T) > 0 then
+  local h = call('HMGET', th, 'n', 'l')
+  if num(h[1], 0) > 0 or num(h[2], 0) > 0 or call('LLEN', P .. 'w:' .. T) > 0 then
     call('PERSIST', th)
     return
   end
@@ -189,6 +191,26 @@ local function parked(id)
     and num(call('ZSCORE', scheduled, id), 0) == PARKED and call('HEXISTS', run, id) == 0
 end
 
+-- toLimbo sets tenant T's entry e aside until µs at.
+local function toLimbo(T, e, at)
+  if call('ZADD', limbo, fmt(at), T .. '\n' .. e) == 1 then
+    call('HINCRBY', P .. 't:' .. T, 'l', 1)
+  end
+end
+
+-- fromLimbo takes member m of tenant T out of limbo.
+local function fromLimbo(T, m)
+  if call('ZREM', limbo, m) == 1 and call('HINCRBY', P .. 't:' .. T, 'l', -1) <= 0 then
+    call('HDEL', P .. 't:' .. T, 'l')
+  end
+end
+
+-- entryID returns a waiting entry's task ID, or nil for one that does not
+-- parse.
+local function entryID(e)
+  return string.match(e, '^%d+|%d+|%d+|(.*)$')
+end
+
 -- recall looks again at the entries in limbo that are due: one whose task
 -- has appeared parked goes back to the head of its tenant's line; one
 -- still missing is looked at again after as long as it has been missing
@@ -196,15 +218,18 @@ end
 local function recall()
   for _, m in ipairs(call('ZRANGE', limbo, '-inf', nowS, 'BYSCORE', 'LIMIT', 0, 32)) do
     local T, e = string.match(m, '^(.-)\n(.*)$')
-    local at, id = string.match(e, '^%d+|(%d+)|%d+|(.*)$')
-    if call('EXISTS', TP .. id) == 1 then
+    local nb, at, id = string.match(e, '^(%d+)|(%d+)|%d+|(.*)$')
+    if not id then
       call('ZREM', limbo, m)
+    elseif call('EXISTS', TP .. id) == 1 then
+      fromLimbo(T, m)
       if parked(id) then
         call('LPUSH', P .. 'w:' .. T, e)
         eligible(T)
       end
-    elseif now - tonumber(at) > LIMBO then
-      call('ZREM', limbo, m)
+    elseif now - math.max(tonumber(at), tonumber(nb)) > LIMBO then
+      fromLimbo(T, m)
+      settle(T)
     else
       call('ZADD', limbo, fmt(now + math.max(50000, now - tonumber(at))), m)
     end
@@ -217,7 +242,8 @@ end
 -- outside) is dropped; one whose task is missing (deleted, or not written
 -- yet) goes to limbo. Neither holds its tenant back.
 local function pick(most, space, out)
-  while most > 0 and space > 0 do
+  local drops = 256 -- entries dropped a call at most: deleted backlogs cost in steps
+  while most > 0 and space > 0 and drops > 0 do
     local head = call('ZRANGE', vt, 0, 0, 'WITHSCORES')
     if #head == 0 then
       break
@@ -229,13 +255,16 @@ local function pick(most, space, out)
       call('ZREM', vt, T)
       settle(T)
     else
-      local id = string.match(e, '^%d+|%d+|%d+|(.*)$')
-      if parked(id) then
+      local id = entryID(e)
+      if id and parked(id) then
         grant(T, id, e, tag)
         out[#out + 1], out[#out + 2] = T, e
         most, space = most - 1, space - 1
-      elseif call('EXISTS', TP .. id) == 0 then
-        call('ZADD', limbo, fmt(now + 50000), T .. '\n' .. e)
+      else
+        drops = drops - 1
+        if id and call('EXISTS', TP .. id) == 0 then
+          toLimbo(T, e, now + 50000)
+        end
       end
       eligible(T)
     end

@@ -36,11 +36,15 @@ for i = 1, tonumber(ARGV[6]) do
   local cap, weight = tonumber(ARGV[a + 3]), ARGV[a + 4]
   a = a + 5
   local r = call('HGET', run, id)
-  if r and done and call('HGET', TP .. id, 'state') == 'active' then
+  local state = r and done and call('HGET', TP .. id, 'state')
+  if state == 'active' then
     -- The handler returned, asynq has still to mark the task done: until
     -- it does, the task counts as active, so its place stays taken.
     later[#later + 1] = i
   elseif r then
+    -- asynq will run it again after all (it counted a late return as a
+    -- failure): it keeps its place.
+    done = done and state ~= 'retry' and state ~= 'pending' and state ~= 'scheduled'
     local est, since, T = string.match(r, '^%a|([^|]*)|([^|]*)|(.*)$')
     local th = P .. 't:' .. T
     if cap >= 0 then

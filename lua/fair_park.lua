@@ -15,10 +15,15 @@
 --          2 full: nothing stored, the backlog is at MaxParked
 --          3 direct: no live worker with a gate serves the queue (or none
 --            is fair and the tenant has no cap): nothing stored
+--          4 in already: the ID is the dispatcher's (a retry), nothing
+--            changes; the caller admits and writes it, and gives nothing
+--            back
 --
 -- A task goes straight in only when its tenant has nothing waiting, is
 -- under its cap and awake, and the queue has space: then nothing waiting
--- could have gone first. A retried ID already in run is in again.
+-- could have gone first. A task that must not start for more than a
+-- second (its own ProcessAt) waits in limbo until then, holding no place
+-- and no one back, and then goes to the head of its tenant's line.
 local T, id, nb, uttl = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local cap, maxParked, wt = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 
@@ -28,13 +33,14 @@ if not live or (not fair and cap == 0) then
   return {3, now, 0}
 end
 if call('HEXISTS', run, id) == 1 then
-  return {1, now, 0}
+  return {4, now, 0}
 end
 local th, w = P .. 't:' .. T, P .. 'w:' .. T
 call('HSET', th, 'cap', cap, 'wt', fmt(wt))
 local waiting = call('LLEN', w)
 local h = call('HMGET', th, 'tag', 'n')
-if waiting == 0 and not call('ZSCORE', sleep, T) and (cap == 0 or num(h[2], 0) < cap)
+local later = tonumber(nb) > now + 1000000
+if waiting == 0 and not later and not call('ZSCORE', sleep, T) and (cap == 0 or num(h[2], 0) < cap)
     and room(fair, total) > 0 then
   grant(T, id, nil, math.max(num(h[1], 0), floor))
   call('HSET', meta, 'floor', fmt(floor))
@@ -44,7 +50,12 @@ if waiting >= maxParked then
   settle(T)
   return {2, now, waiting}
 end
-call('RPUSH', w, nb .. '|' .. nowS .. '|' .. uttl .. '|' .. id)
+local e = nb .. '|' .. nowS .. '|' .. uttl .. '|' .. id
 call('PERSIST', th)
+if later then
+  toLimbo(T, e, tonumber(nb))
+  return {0, now, waiting}
+end
+call('RPUSH', w, e)
 eligible(T)
 return {0, now, waiting + 1}

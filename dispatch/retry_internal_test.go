@@ -1,0 +1,135 @@
+package dispatch
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/internal/redistest"
+)
+
+func rig(t *testing.T, q admission.Quota) (*Dispatcher, *redis.Client, *asynq.Client) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	quotas := admission.NewRedisQuotas(rdb)
+	if err := quotas.SetDefault(context.Background(), q); err != nil {
+		t.Fatal(err)
+	}
+	g := admission.New(rdb, quotas)
+	t.Cleanup(func() { g.Close() })
+	d := New(rdb, g, nil)
+	return d, rdb, asynq.NewClientFromRedisClient(rdb)
+}
+
+// heartbeat + finishes + most grants, as a fake fair worker of concurrency c.
+func (d *Dispatcher) turnRaw(ctx context.Context, t *testing.T, most int, args ...any) []pick {
+	t.Helper()
+	a := append([]any{"fake|1|1", 3_000_000, most}, args...)
+	res, err := d.run(ctx, d.scripts.dispatch, "default", a...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := readPicks(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+var q1 = admission.Quota{Limit: 100000, Window: time.Second, MaxInFlight: 1}
+
+// A producer retrying an ID that the dispatcher has granted (state g) is
+// told it is in already; if that retry is abandoned (the gate refused it,
+// or ctx ended before the write), Abandon gives back nothing the first
+// call holds, and the grant still moves the task in.
+func TestARetryOfAGrantedIDGivesNothingBack(t *testing.T) {
+	ctx := context.Background()
+	d, rdb, ac := rig(t, q1)
+	d.turnRaw(ctx, t, 0, 0, 0) // register a fair worker
+	tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: "a"}, q1)
+	if err != nil || tk.Verdict != Straight {
+		t.Fatalf("a: %v %v", tk.Verdict, err)
+	}
+	if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID("a")); err != nil {
+		t.Fatal(err)
+	}
+	tk, err = d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: "b"}, q1)
+	if err != nil || tk.Verdict != Wait {
+		t.Fatalf("b: %v %v", tk.Verdict, err)
+	}
+	if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID("b"), asynq.ProcessAt(ParkedUntil)); err != nil {
+		t.Fatal(err)
+	}
+	// a finishes (done): b is granted.
+	rdb.Del(ctx, "asynq:{default}:t:a")
+	picks := d.turnRaw(ctx, t, 1, 1, "a", 1000, 1, 1, 1.0, 0)
+	if len(picks) != 1 {
+		t.Fatalf("picks %v", picks)
+	}
+	// The producer of b retries (its first call looked ambiguous).
+	tk2, err := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: "b"}, q1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("retry verdict %v", tk2.Verdict)
+	// ... and that retry is refused by the gate / ctx ends: abandon.
+	if err := d.Abandon(ctx, tk2); err != nil {
+		t.Fatal(err)
+	}
+	// Now the mover moves b in, as the next turn would.
+	ops := d.admit(ctx, "default", picks)
+	d.move(ctx, "default", ops)
+	for range 5 {
+		d.turnRaw(ctx, t, 2, 0, 0)
+		d.repairAll(ctx, "default")
+	}
+	z, _ := rdb.ZScore(ctx, "asynq:{default}:scheduled", "b").Result()
+	st, _ := rdb.HGet(ctx, "asynq:{default}:t:b", "state").Result()
+	run, _ := rdb.HGetAll(ctx, "admitq:fair:{default}:run").Result()
+	w, _ := rdb.LRange(ctx, "admitq:fair:{default}:w:t", 0, -1).Result()
+	t.Logf("b state=%s score=%v run=%v waiting=%v", st, z, run, w)
+	if st == "scheduled" && len(run) == 0 && len(w) == 0 {
+		t.Errorf("task b is lost: parked until 9999, in no line and not in run")
+	}
+}
+
+// A not-before time before 1970 (asynq.ProcessAt long past) is now: the
+// entry parses, and no dispatch turn of the queue breaks on it.
+func TestANotBeforeBefore1970IsNow(t *testing.T) {
+	ctx := context.Background()
+	d, _, ac := rig(t, q1)
+	d.turnRaw(ctx, t, 0, 0, 0)
+	tk, _ := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: "a"}, q1)
+	if tk.Verdict != Straight {
+		t.Fatal(tk.Verdict)
+	}
+	ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID("a"))
+	tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: "b", NotBefore: time.Unix(-5, 0)}, q1)
+	if err != nil || tk.Verdict != Wait {
+		t.Fatal(tk.Verdict, err)
+	}
+	ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID("b"), asynq.ProcessAt(ParkedUntil))
+	// a finishes: the next turn tries to grant b.
+	a := append([]any{"fake|1|1", 3_000_000, 2}, 1, "a", 1000, 1, 1, 1.0, 0)
+	_, err = d.run(ctx, d.scripts.dispatch, "default", a...)
+	t.Logf("turn: %v", err)
+	_, err = d.run(ctx, d.scripts.dispatch, "default", "fake|1|1", 3_000_000, 2, 0, 0)
+	t.Logf("second turn: %v", err)
+	for range 3 {
+		d.run(ctx, d.scripts.dispatch, "default", "fake|1|1", 3_000_000, 2, 0, 0)
+		d.repairAll(ctx, "default")
+	}
+	rdb := d.rdb
+	st, _ := rdb.HGet(ctx, "asynq:{default}:t:b", "state").Result()
+	run, _ := rdb.HGetAll(ctx, "admitq:fair:{default}:run").Result()
+	w, _ := rdb.LRange(ctx, "admitq:fair:{default}:w:t", 0, -1).Result()
+	lim, _ := rdb.ZRange(ctx, "admitq:fair:{default}:limbo", 0, -1).Result()
+	t.Logf("b state=%s run=%v w=%v limbo=%q", st, run, w, lim)
+	if st == "scheduled" && len(run) == 0 && len(w) == 0 && len(lim) == 0 {
+		t.Errorf("b lost: the script LPOPped its entry, then failed (no rollback)")
+	}
+}
