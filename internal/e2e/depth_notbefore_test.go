@@ -12,11 +12,10 @@ import (
 )
 
 // TestDepthParkedTaskKeepsItsProcessAt: a capped tenant's task enqueued
-// with its own asynq.ProcessAt while its only permit is taken is parked;
-// when the permit comes back before that time, the task takes it but
-// stays out of the queue (not pending, not run) until its time, and the
-// task parked after it, with no time of its own, waits behind it (FIFO).
-// pending+active never passes the cap meanwhile.
+// with its own asynq.ProcessAt (seconds ahead) while its only place is
+// taken is parked, and stays out of the queue (not pending, not run) until
+// its time, holding no place: the task parked after it, with no time of
+// its own, goes in first. pending+active never passes the cap meanwhile.
 func TestDepthParkedTaskKeepsItsProcessAt(t *testing.T) {
 	t.Parallel()
 	q := admission.Quota{Limit: 1000, Window: time.Second, MaxDelay: time.Minute, MaxInFlight: 1}
@@ -64,8 +63,7 @@ func TestDepthParkedTaskKeepsItsProcessAt(t *testing.T) {
 	stop := make(chan struct{})
 	most := sampleDepth(t, s, stop)
 	close(finishA)
-	// Until its time, b waits in the scheduled set however its permit
-	// went, and c stays parked behind it.
+	// Until its time, b waits in the scheduled set, and c goes ahead.
 	for {
 		info, err := s.inspector.GetTaskInfo(s.queue, "b")
 		seen := time.Now() // b was in this state at seen or before
@@ -92,13 +90,16 @@ func TestDepthParkedTaskKeepsItsProcessAt(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if starts[1].ID != "b" || starts[2].ID != "c" {
-		t.Fatalf("ran %s, %s, %s; want a, b, c", starts[0].ID, starts[1].ID, starts[2].ID)
+	if starts[1].ID != "c" || starts[2].ID != "b" {
+		t.Fatalf("ran %s, %s, %s; want a, c (no time of its own), then b at its time", starts[0].ID, starts[1].ID, starts[2].ID)
 	}
-	if starts[1].At.Before(at) {
-		t.Errorf("b ran at %v, before its ProcessAt %v", starts[1].At.Format(time.StampMilli), at.Format(time.StampMilli))
+	if starts[1].At.After(at) {
+		t.Errorf("c ran at %v, after b's ProcessAt %v: it waited behind b", starts[1].At.Format(time.StampMilli), at.Format(time.StampMilli))
 	}
-	t.Logf("b ran %v after its ProcessAt, c %v after b", starts[1].At.Sub(at), starts[2].At.Sub(starts[1].At))
+	if starts[2].At.Before(at) {
+		t.Errorf("b ran at %v, before its ProcessAt %v", starts[2].At.Format(time.StampMilli), at.Format(time.StampMilli))
+	}
+	t.Logf("b ran %v after its ProcessAt", starts[2].At.Sub(at))
 	poll(t, "permits given back", func() bool {
 		u := depthOf(t, s, "t")
 		return u.InFlight == 0 && u.Parked == 0
