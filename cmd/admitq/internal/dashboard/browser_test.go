@@ -168,6 +168,9 @@ func TestDashboardInABrowser(t *testing.T) {
 		if got := evalJS[string](t, ctx, cellJS("parker", "in_flight")+` + " | " + `+cellJS("parker", "parked")); !strings.HasPrefix(got, "1 / 1 (at cap) | 2 (oldest ") {
 			t.Errorf("parker's in flight | parked: page %q, want 1 / 1 (at cap) | 2 (oldest …)", got)
 		}
+		if got := evalJS[string](t, ctx, `(document.querySelector('tr[data-tenant="parker"] [data-k="in_flight"]') || {}).title`); got != "share of worker time 0% (weight 1)" {
+			t.Errorf("parker's in-flight cell's title %q, want its share of worker time and weight", got)
+		}
 		if got := evalJS[string](t, ctx, cellJS("acme", "in_flight")); got != "" {
 			t.Errorf("acme, uncapped, shows in flight %q", got)
 		}

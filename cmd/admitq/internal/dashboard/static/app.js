@@ -25,6 +25,10 @@ window.admitq = (function () {
   // A capped tenant's depth (see depth in server.go): "3 / 4" in flight,
   // and "12 (oldest 4.1 s)" parked, or "12 / 10,000 (oldest 4.1 s)" with
   // the bound.
+  // fmtShare is a tenant's share of its queues' worker time, and its weight.
+  function fmtShare(d) {
+    return Math.round(100 * (d.worker_share || 0)) + "% (weight " + (d.weight || 1).toLocaleString() + ")";
+  }
   function fmtDepth(d) {
     if (!d.cap) { return d.in_flight.toLocaleString(); }
     return d.in_flight.toLocaleString() + " / " + d.cap.toLocaleString() + (d.at_cap ? " (at cap)" : "");
@@ -123,5 +127,5 @@ window.admitq = (function () {
     return ts.map(t => fmt(t, 4));
   }
 
-  return { colors, outcomes, plural, decisionsNow, uniqueTicks, fmtRate, fmtDelay, fmtDepth, fmtParked, last, decisionsChart, startedChart, Buffer, el, poll };
+  return { colors, outcomes, plural, decisionsNow, uniqueTicks, fmtRate, fmtDelay, fmtDepth, fmtParked, fmtShare, last, decisionsChart, startedChart, Buffer, el, poll };
 })();

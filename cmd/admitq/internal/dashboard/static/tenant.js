@@ -81,6 +81,7 @@
       if (v.depth) {
         set("st-in-flight", A.fmtDepth(v.depth));
         set("st-parked", A.fmtParked(v.depth, true));
+        set("st-share", A.fmtShare(v.depth));
       }
       timeline(v);
     }

@@ -96,6 +96,7 @@
       }
       if (p.has_depth) {
         c.in_flight.textContent = r.depth ? A.fmtDepth(r.depth) : "";
+        c.in_flight.title = r.depth ? "share of worker time " + A.fmtShare(r.depth) : "";
         c.parked.textContent = r.depth ? A.fmtParked(r.depth) : "";
       }
       if (full) x.buf.reset();
