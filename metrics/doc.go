@@ -1,7 +1,7 @@
 // Package metrics exports Prometheus metrics for admitq producers and
 // workers.
 //
-// One Metrics value holds nine series:
+// One Metrics value holds twelve series:
 //
 //	admitq_gate_decisions_total{tenant,outcome}    counter: gate decisions, outcome = admitted|deferred|parked|rejected
 //	admitq_tasks_processed_total{tenant}            counter: handler runs that ended, failed or not (as asynq counts "processed")
@@ -9,13 +9,16 @@
 //	admitq_tasks_started_total{tenant}              counter: handler runs that started, retries included
 //	admitq_task_seconds_total{tenant}               counter: worker seconds spent in handler runs that ended
 //	admitq_queue_delay_seconds{tenant}              histogram: from a task's slot to the start of its first run
-//	admitq_tenant_in_flight{tenant}                 gauge: permits a tenant capped by MaxInFlight holds
-//	admitq_tenant_parked{tenant}                    gauge: a capped tenant's tasks parked, waiting for a permit
-//	admitq_tenant_oldest_parked_age_seconds{tenant} gauge: how long its oldest parked task has waited; 0 when none is
+//	admitq_tenant_in_flight{queue,tenant}                 gauge: tasks the dispatcher let in that asynq still holds
+//	admitq_tenant_parked{queue,tenant}                    gauge: tasks parked in a dispatched queue, waiting their turn
+//	admitq_tenant_oldest_parked_age_seconds{queue,tenant} gauge: how long its oldest parked task has waited; 0 when none is
+//	admitq_tenant_worker_seconds{queue,tenant}            gauge: worker time since the tenant was last idle there
+//	admitq_tenant_worker_share{queue,tenant}              gauge: its share of the worker time of the queue's active tenants
+//	admitq_tenant_weight{queue,tenant}                    gauge: its Quota.Weight (0 read as 1)
 //
 // The four outcomes are the gate's (admission.Outcome): admitted (runs
-// now), deferred (waits in asynq's scheduled set for its slot), parked (a
-// capped tenant's task waits for one of its tasks to finish) and rejected
+// now), deferred (waits in asynq's scheduled set for its slot), parked (the task
+// waits its turn in a dispatched queue: its tenant's cap, or a fair queue) and rejected
 // (not enqueued; the caller holds the task and a retry time).
 //
 // A producer reports each decision with ObserveDecision; a worker wraps its
@@ -41,7 +44,8 @@
 // Every series has a tenant label, so each tenant costs about 24 series
 // (3 decision counters, which start at zero, and a parked one once the
 // tenant has a task parked; 4 task counters; and a histogram of 14 buckets
-// plus +Inf, its sum and count), and a capped tenant 3 gauges more. Past WithMaxTenants distinct tenants (DefaultMaxTenants,
+// plus +Inf, its sum and count), and a tenant active in a dispatched queue
+// 6 gauges more per queue. Past WithMaxTenants distinct tenants (DefaultMaxTenants,
 // 1000) further tenants are counted under the label value OtherTenant, so a
 // flood of new tenant names cannot grow the registry without bound. To choose
 // the label yourself (a plan or a shard instead of the tenant, say), use

@@ -397,8 +397,8 @@ func (w *Worker) Shutdown() {
 
 // handler wraps h in the user's middleware, then in the Worker's own, which
 // is outermost so that the user's middleware sees the tenant (and
-// FirstStart works in it) and has its panics recovered too. dep, when set,
-// holds capped tenants' permits inside it (permits.go).
+// FirstStart works in it) and has its panics recovered too. disp, when
+// set, hears of every task that ends, outside all of it (finishing.go).
 func (w *Worker) handler(h asynq.Handler, rdb redis.UniversalClient, disp *dispatch.Server) asynq.Handler {
 	for i := len(w.mw) - 1; i >= 0; i-- {
 		h = w.mw[i](h)

@@ -69,15 +69,6 @@ func contenders() []contender {
 			build: func(e env) Limiter { return gateLimiter{newGate(e, admission.WithBatching(false))} },
 		},
 		{
-			// Every decision also takes a permit (a cap no tenant reaches):
-			// the Redis cost of MaxInFlight next to the uncapped rows.
-			id: "gate-capped", name: "gate, MaxInFlight set", logKey: gateLogKey,
-			build: func(e env) Limiter {
-				e.quota.MaxInFlight = 1 << 30
-				return gateLimiter{newGate(e)}
-			},
-		},
-		{
 			// The gate in Counter mode (counter.lua, bucketed counts instead
 			// of a log): the same tenants, limit and callers, one script
 			// call per tenant in each pipeline where Log mode shares one.

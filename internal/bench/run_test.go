@@ -181,7 +181,7 @@ func checkRow(t *testing.T, rep Report, row Row) {
 		t.Errorf("Redis ceiling %.0f decisions/s at %.2fµs per decision and %.0f measured", row.RedisCeiling, row.RedisCPUPerDecision, row.PerSecond)
 	}
 	switch row.ID {
-	case "gate-batched", "gate-unbatched", "gate-capped", "tx-pipeline", "plain-lua", "enqueue", "gate-flood":
+	case "gate-batched", "gate-unbatched", "tx-pipeline", "plain-lua", "enqueue", "gate-flood":
 		// A log entry costs more than its ID and less than a kilobyte.
 		if row.BytesPerEntry < 10 || row.BytesPerEntry > 1000 || row.LogKeysSampled == 0 {
 			t.Errorf("%.1f bytes per entry over %d keys", row.BytesPerEntry, row.LogKeysSampled)
