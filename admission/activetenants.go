@@ -35,7 +35,7 @@ func (g *Gate) ScanTenants(ctx context.Context, pattern string, fn func(tenant s
 	start := g.opts.prefix + ":{"
 	// The suffix after the pattern has a fixed length, so a key matches
 	// exactly when its tenant matches pattern, whatever the tenant holds.
-	match := globEscape(g.opts.prefix) + ":{" + pattern + "}:[lc][ot][gr]"
+	match := globEscape(g.opts.prefix) + ":{" + pattern + "}:[lc][on][gt]"
 	var mu sync.Mutex
 	var stopped error // fn's error, under mu: no more calls once it fails
 	scan := func(ctx context.Context, node redis.UniversalClient) error {
@@ -102,7 +102,7 @@ func tenantOfKey(key, start string) (string, bool) {
 	}
 	if t, ok := strings.CutSuffix(tenant, "}:log"); ok {
 		tenant = t
-	} else if t, ok := strings.CutSuffix(tenant, "}:ctr"); ok {
+	} else if t, ok := strings.CutSuffix(tenant, "}:cnt"); ok {
 		tenant = t
 	} else {
 		return "", false

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,18 +13,32 @@ import (
 	"github.com/admitq/admitq/internal/redistest"
 )
 
-// batchCheck holds a script called as a batch (ARGV "batch", then each
-// call's ARGV) to the same calls made one by one: two miniredis on one
-// clock, one for each, whose replies and keys must match.
+// batchCheck holds counter.lua called for several keys at once (a batch,
+// as the committer sends Counter-mode tenants on one Redis) to the same
+// calls made one by one: two miniredis on one clock, one for each, whose
+// replies and keys must match.
 type batchCheck struct {
 	t                 *testing.T
 	script            *redis.Script
 	batchMR, singleMR *miniredis.Miniredis
 	batch, single     *redis.Client
 
-	keys []string
-	args []any
-	want []int64
+	keys   []string
+	quotas []counterQuota // the batch's, each once
+	calls  []any          // each key's quota index, not-before time and count
+	want   []int64
+}
+
+// counterQuota is a quota and granularity as counter.lua takes them.
+type counterQuota struct {
+	q    Quota
+	gran int64
+}
+
+// counterArgs returns counter.lua's ARGV for one key: n requests under q
+// and gran that start at nb (µs, 0 for now).
+func counterArgs(q Quota, gran int64, n int, nb int64) []any {
+	return []any{1, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), gran, 1, nb, n}
 }
 
 // newBatchCheck returns a batchCheck for script; with clockTTL, keys
@@ -47,13 +62,13 @@ func (c *batchCheck) flush() {
 func (c *batchCheck) at(now time.Time) {
 	c.batchMR.SetTime(now)
 	c.singleMR.SetTime(now)
-	c.keys, c.args, c.want = nil, []any{"batch"}, nil
+	c.keys, c.quotas, c.calls, c.want = nil, nil, nil, nil
 }
 
-// add makes one call alone and adds it to the batch.
-func (c *batchCheck) add(keys []string, args []any) {
+// add makes one call alone, for key, and adds it to the batch.
+func (c *batchCheck) add(key string, q Quota, gran int64, n int, nb int64) {
 	c.t.Helper()
-	res, err := c.script.Run(c.t.Context(), c.single, keys, args...).Int64Slice()
+	res, err := c.script.Run(c.t.Context(), c.single, []string{key}, counterArgs(q, gran, n, nb)...).Int64Slice()
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -61,7 +76,12 @@ func (c *batchCheck) add(keys []string, args []any) {
 		c.want = res[:1] // now
 	}
 	c.want = append(c.want, res[1:]...)
-	c.keys, c.args = append(c.keys, keys...), append(c.args, args...)
+	i := slices.Index(c.quotas, counterQuota{q, gran})
+	if i < 0 {
+		i = len(c.quotas)
+		c.quotas = append(c.quotas, counterQuota{q, gran})
+	}
+	c.keys, c.calls = append(c.keys, key), append(c.calls, i+1, nb, n)
 }
 
 // check runs the batch and fails the test unless its reply is the calls'
@@ -70,7 +90,11 @@ func (c *batchCheck) add(keys []string, args []any) {
 func (c *batchCheck) check(desc string, keys []string) {
 	c.t.Helper()
 	ctx := c.t.Context()
-	got, err := c.script.Run(ctx, c.batch, c.keys, c.args...).Int64Slice()
+	args := []any{len(c.quotas)}
+	for _, cq := range c.quotas {
+		args = append(args, cq.q.Limit, cq.q.Window.Microseconds(), cq.q.MaxDelay.Microseconds(), cq.gran)
+	}
+	got, err := c.script.Run(ctx, c.batch, c.keys, append(args, c.calls...)...).Int64Slice()
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -88,8 +112,8 @@ func (c *batchCheck) check(desc string, keys []string) {
 	}
 }
 
-// dump returns what key holds: a sorted set's members and scores, or a
-// hash's fields.
+// dump returns what key holds: a sorted set's members and scores, a
+// hash's fields, a list's elements or a string.
 func dump(t *testing.T, rdb *redis.Client, key string) any {
 	ctx := t.Context()
 	switch rdb.Type(ctx, key).Val() {
@@ -97,6 +121,10 @@ func dump(t *testing.T, rdb *redis.Client, key string) any {
 		return rdb.ZRangeWithScores(ctx, key, 0, -1).Val()
 	case "hash":
 		return rdb.HGetAll(ctx, key).Val()
+	case "list":
+		return rdb.LRange(ctx, key, 0, -1).Val()
+	case "string":
+		return rdb.Get(ctx, key).Val()
 	}
 	return nil
 }

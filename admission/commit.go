@@ -579,11 +579,7 @@ func (c *committer) queue(ctx context.Context, pipe redis.Pipeliner, call []*gro
 	for _, g := range call {
 		args = append(args, g.key)
 	}
-	if script == c.admit {
-		args = c.appendAdmitArgs(args, call)
-	} else {
-		args = appendCounterCallArgs(args, call)
-	}
+	args = c.appendAdmitArgs(args, call, script == c.admit)
 	if eval { // rare: Redis lost its scripts
 		keys := make([]string, len(call))
 		for j, g := range call {
@@ -691,8 +687,7 @@ func (r *request) hand() (abandoned bool) {
 }
 
 // argsLen bounds the ARGV of call's script: admit.lua's when each group
-// has a quota of its own, which is more than counter.lua's, but for the
-// word that marks a batch.
+// has a quota of its own, which is more than counter.lua's.
 func (c *committer) argsLen(call []*group) int {
 	n := 1
 	for _, g := range call {
@@ -701,22 +696,10 @@ func (c *committer) argsLen(call []*group) int {
 	return n
 }
 
-// appendCounterCallArgs appends counter.lua's ARGV for call to args: its
-// one group's, or for a batch the word "batch" and each group's in turn.
-func appendCounterCallArgs(args []any, call []*group) []any {
-	if len(call) > 1 {
-		args = append(args, "batch")
-	}
-	for _, g := range call {
-		args = appendCounterArgs(args, g.q, g.gran, len(g.ids), g.nb)
-	}
-	return args
-}
-
 // appendAdmitArgs appends admit.lua's ARGV for call to args: the quotas its
 // groups use, each once, then each group's quota index, not-before time,
-// count and IDs.
-func (c *committer) appendAdmitArgs(args []any, call []*group) []any {
+// count and, with ids (counter.lua keeps none), IDs.
+func (c *committer) appendAdmitArgs(args []any, call []*group, ids bool) []any {
 	var quotas []groupKey // usually one; searched while few, then mapped
 	var byQuota map[groupKey]int
 	index := make([]int, 0, len(call))
@@ -748,6 +731,9 @@ func (c *committer) appendAdmitArgs(args []any, call []*group) []any {
 	}
 	for j, g := range call {
 		args = append(args, index[j]+1, g.nb, len(g.ids)) // nb is 0 but for scheduled work: no allocation
+		if !ids {
+			continue
+		}
 		for _, id := range g.ids {
 			args = append(args, id)
 		}

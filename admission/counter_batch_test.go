@@ -15,12 +15,12 @@ import (
 // TestCounterBatchMatchesSingles: counter.lua called with several keys (a
 // batch, as the committer sends Counter-mode tenants on one Redis) decides
 // each as a call of its own would, one after another at the same Redis
-// time, and leaves the same hashes and expiries. The batches repeat
+// time, and leaves the same windows, lists and expiries. The batches repeat
 // tenants, mix quotas, granularities and not-before times, and span
 // deferrals and rejections.
 func TestCounterBatchMatchesSingles(t *testing.T) {
 	c := newBatchCheck(t, lua.Counter(), false)
-	tenants := []string{"{a}:ctr", "{b}:ctr", "{c}:ctr"}
+	tenants := []string{"{a}:cnt", "{b}:cnt", "{c}:cnt"}
 	for seed := range uint64(20) {
 		r := rand.New(rand.NewPCG(seed, 23))
 		c.flush()
@@ -44,9 +44,9 @@ func TestCounterBatchMatchesSingles(t *testing.T) {
 				if r.IntN(4) == 0 {
 					nb = now.UnixMicro() + r.Int64N(q.Window.Microseconds())
 				}
-				c.add([]string{key}, appendCounterArgs(nil, q, gran, 1+r.IntN(3), nb))
+				c.add(key, q, gran, 1+r.IntN(3), nb)
 			}
-			c.check(fmt.Sprintf("seed %d step %d", seed, step), tenants)
+			c.check(fmt.Sprintf("seed %d step %d", seed, step), append(tenants, "{a}:cnt:o", "{b}:cnt:o", "{c}:cnt:o"))
 		}
 	}
 }
@@ -60,17 +60,16 @@ func TestCounterBatchWrongTypeWritesNothing(t *testing.T) {
 
 func testCounterBatchWrongType(t *testing.T, rdb *redis.Client) {
 	ctx := t.Context()
-	if err := rdb.Set(ctx, "{b}:ctr", "x", 0).Err(); err != nil {
+	if err := rdb.HSet(ctx, "{b}:cnt", "f", "x").Err(); err != nil {
 		t.Fatal(err)
 	}
 	q := Quota{Limit: 10, Window: time.Second, Mode: Counter}
-	args := append([]any{"batch"}, appendCounterArgs(nil, q, 1, 1, 0)...)
-	args = appendCounterArgs(args, q, 1, 1, 0)
-	err := lua.Counter().Run(ctx, rdb, []string{"{a}:ctr", "{b}:ctr"}, args...).Err()
-	if err == nil || !strings.Contains(err.Error(), "{b}:ctr holds a string") {
-		t.Fatalf("a batch with a string key: %v, want an error naming the key and its type", err)
+	args := append(counterArgs(q, 1, 1, 0), 1, 0, 1)
+	err := lua.Counter().Run(ctx, rdb, []string{"{a}:cnt", "{b}:cnt"}, args...).Err()
+	if err == nil || !strings.Contains(err.Error(), "{b}:cnt holds a hash") {
+		t.Fatalf("a batch with a hash key: %v, want an error naming the key and its type", err)
 	}
-	if n := rdb.Exists(ctx, "{a}:ctr").Val(); n != 0 {
-		t.Fatalf("the batch failed with %v but wrote {a}:ctr", err)
+	if n := rdb.Exists(ctx, "{a}:cnt").Val(); n != 0 {
+		t.Fatalf("the batch failed with %v but wrote {a}:cnt", err)
 	}
 }

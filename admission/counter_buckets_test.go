@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/admitq/admitq/lua"
 )
 
@@ -18,9 +20,8 @@ import (
 //   - an admission's remaining is the limit less the entries of the
 //     buckets of its window;
 //   - every bucket a window from now on reaches holds exactly the entries
-//     recorded in its time, less those released. The script sets a bucket's
-//     new count rather than incrementing it, which is right only if no
-//     stored bucket lies after the newest slot's and the read saw the rest;
+//     recorded in its time, less those released, in the ring or in the
+//     list of buckets that left it;
 //   - "w" is the width the buckets are named by and the span, and "ws" the sum of the
 //     buckets of the window ending in bucket "wb", which decisions read
 //     instead of the buckets;
@@ -39,7 +40,7 @@ func TestCounterBucketsHoldTheirSlots(t *testing.T) {
 			mr, rdb := onMini(t)
 			ctx := context.Background()
 			script, release := lua.Counter(), lua.CounterRelease()
-			const key = "b:{t}:ctr"
+			const key = "b:{t}:cnt"
 			width := q.Window.Microseconds() / counterBuckets
 			span := (q.Window.Microseconds() + width - 1) / width
 			recorded := map[int64]int64{} // bucket -> entries recorded, less released
@@ -71,7 +72,7 @@ func TestCounterBucketsHoldTheirSlots(t *testing.T) {
 					nb = now.Add(time.Duration(r.Int64N(int64(q.Window)))).UnixMicro()
 				}
 				n := 1 + r.IntN(3)
-				res, err := script.Run(ctx, rdb, []string{key}, appendCounterArgs(nil, q, 1, n, nb)...).Int64Slice()
+				res, err := script.Run(ctx, rdb, []string{key}, counterArgs(q, 1, n, nb)...).Int64Slice()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -95,46 +96,73 @@ func TestCounterBucketsHoldTheirSlots(t *testing.T) {
 				if !any {
 					continue
 				}
-				h, err := rdb.HGetAll(ctx, key).Result()
-				if err != nil {
-					t.Fatal(err)
+				w := readWindow(t, rdb, key)
+				if w.width != width || w.span != span {
+					t.Fatalf("step %d: a recording call left width %d and span %d, want %d and %d", step, w.width, w.span, width, span)
 				}
+				// Every bucket a window from now on reaches is in the ring
+				// or, when it left the ring, in the list.
 				cur := res[0] / width
-				prefix := strconv.FormatInt(width, 10) + ":"
-				for f, v := range h {
-					b, ok := strings.CutPrefix(f, prefix)
-					if !ok {
-						continue
+				var total int64
+				for i := w.top - span; i <= w.top; i++ {
+					total += w.ring[i%(span+1)]
+					if got := w.ring[i%(span+1)]; i >= cur-span && got != recorded[i] {
+						t.Fatalf("step %d: bucket %d holds %d in the ring, want the %d recorded in it", step, i, got, recorded[i])
 					}
-					i, _ := strconv.ParseInt(b, 10, 64)
-					c, _ := strconv.ParseInt(v, 10, 64)
-					if i < cur-2*span-1 {
-						t.Fatalf("step %d: bucket %d is %d buckets old, more than two windows", step, i, cur-i)
-					}
-					if i >= cur-span && c != recorded[i] {
-						t.Fatalf("step %d: bucket %d holds %d, want the %d recorded in it", step, i, c, recorded[i])
+				}
+				if total != w.total {
+					t.Fatalf("step %d: the ring holds %d, its total says %d", step, total, w.total)
+				}
+				for i := cur - span; i < w.top-span; i++ {
+					if got := w.listed[i]; got != recorded[i] {
+						t.Fatalf("step %d: bucket %d holds %d in the list, want the %d recorded in it", step, i, got, recorded[i])
 					}
 				}
 				for i, c := range recorded {
-					if _, ok := h[prefix+strconv.FormatInt(i, 10)]; !ok && i >= cur-span && c != 0 {
-						t.Fatalf("step %d: bucket %d is missing; %d were recorded in it", step, i, c)
+					if i > w.top && c != 0 {
+						t.Fatalf("step %d: bucket %d, after the ring's top %d, holds %d", step, i, w.top, c)
 					}
-				}
-				if want := fmt.Sprintf("%d:%d", width, span); h["w"] != want {
-					t.Fatalf("step %d: a recording call left w %q, want %q", step, h["w"], want)
-				}
-				ws, _ := strconv.ParseInt(h["ws"], 10, 64)
-				wb, _ := strconv.ParseInt(h["wb"], 10, 64)
-				var inWindow int64
-				for i := wb - span; i <= wb; i++ {
-					inWindow += recorded[i]
-				}
-				if ws != inWindow {
-					t.Fatalf("step %d: ws is %d for the window ending in bucket %d, which holds %d", step, ws, wb, inWindow)
 				}
 			}
 		})
 	}
+}
+
+// counterWindow is a Counter-mode window as counter.lua keeps it on
+// miniredis (as text: see counter_prelude.lua), and its list of buckets
+// that left the ring, by bucket.
+type counterWindow struct {
+	width, span, last, top, x, gone, total int64
+	ring                                   []int64
+	listed                                 map[int64]int64
+}
+
+func readWindow(t *testing.T, rdb *redis.Client, key string) counterWindow {
+	t.Helper()
+	v, err := rdb.Get(t.Context(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n []int64
+	for f := range strings.FieldsSeq(v) {
+		x, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			t.Fatalf("%s holds %q: %v", key, v, err)
+		}
+		n = append(n, x)
+	}
+	if len(n) < 8 || int64(len(n)) != 7+n[1]+1 {
+		t.Fatalf("%s holds %q: want 7 numbers and a ring of span+1", key, v)
+	}
+	w := counterWindow{width: n[0], span: n[1], last: n[2], top: n[3], x: n[4], gone: n[5], total: n[6], ring: n[7:], listed: map[int64]int64{}}
+	for _, e := range rdb.LRange(t.Context(), key+":o", 0, -1).Val() {
+		var at, c int64
+		if _, err := fmt.Sscanf(e, "%d %d", &at, &c); err != nil {
+			t.Fatalf("%s:o holds %q: %v", key, e, err)
+		}
+		w.listed[at/w.width] += c
+	}
+	return w
 }
 
 // TestCounterSumAcrossSpans: windows of one bucket width can span
@@ -147,14 +175,14 @@ func TestCounterSumAcrossSpans(t *testing.T) {
 	mr, rdb := onMini(t)
 	ctx := t.Context()
 	script := lua.Counter()
-	const key, w = "{sum}:ctr", 100_000 // µs, the width of both windows' buckets
+	const key, w = "{sum}:cnt", 100_000 // µs, the width of both windows' buckets
 	short := Quota{Limit: 10, Window: time.Second, Mode: Counter}
 	long := Quota{Limit: 10, Window: time.Second + 5*time.Microsecond, Mode: Counter}
 	var slots []int64
 	run := func(at int64, q Quota, n int) {
 		t.Helper()
 		mr.SetTime(time.UnixMicro(at))
-		res, err := script.Run(ctx, rdb, []string{key}, appendCounterArgs(nil, q, 1, n, 0)...).Int64Slice()
+		res, err := script.Run(ctx, rdb, []string{key}, counterArgs(q, 1, n, 0)...).Int64Slice()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -62,7 +62,7 @@ func TestCounterCostFlatWithBacklog(t *testing.T) {
 	}
 	q := Quota{Limit: 1, Window: time.Millisecond, MaxDelay: time.Minute, Mode: Counter}
 	const batch = 200
-	args := appendCounterArgs(nil, q, 1, batch, 0)
+	args := counterArgs(q, 1, batch, 0)
 	decide := func(key string) error {
 		res, err := script.EvalSha(ctx, rdb, []string{key}, args...).Int64Slice()
 		if err != nil {
@@ -78,10 +78,10 @@ func TestCounterCostFlatWithBacklog(t *testing.T) {
 	const runs = 5
 	empty := 1e18
 	for i := range runs {
-		key := fmt.Sprintf("cost:{empty%d}:ctr", i)
+		key := fmt.Sprintf("cost:{empty%d}:cnt", i)
 		empty = min(empty, scriptUsec(t, rdb, func() error { return decide(key) }))
 	}
-	const key = "cost:{backlog}:ctr"
+	const key = "cost:{backlog}:cnt"
 	for range 10_000 / batch {
 		if err := decide(key); err != nil {
 			t.Fatal(err)
@@ -111,28 +111,24 @@ func newGateOn(rdb *redis.Client, q Quota) *Gate {
 	return New(rdb, StaticQuotas{Default: &q}, WithPrefix("cost"), WithTimeout(5*time.Second))
 }
 
-// TestCounterManyDeadBuckets is issue 11's A2 regression: a hash that
-// holds thousands of buckets no window reaches any more once made every
-// call fail with "too many results to unpack", as it deleted them all in
-// one HDEL. They pile up after a quiet spell longer than the backlog, or,
-// at once, when the window shrinks: here a backlog of 12,000 slots at 1 per
-// 10ms, then the window becomes 1ms. Each call now deletes a bounded chunk,
-// repeated calls clear them, and the backlog still holds: the next slot is
-// after it.
-func TestCounterManyDeadBuckets(t *testing.T) {
+// TestCounterBacklogList: a backlog of more than a window keeps the
+// buckets that left the ring in the window's list, one element per bucket
+// that holds entries, for Usage and Release; decisions never read it. Here
+// 12,000 slots at 1 per 10ms (buckets of 1ms): the list holds one element
+// per slot but the ring's, Usage counts them all, and after the window
+// shrinks to 1ms the next slot is still after the backlog's last, and the
+// list grows by the one bucket the new slot takes the ring past.
+func TestCounterBacklogList(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
 	script := lua.Counter()
-	if err := script.Load(ctx, rdb).Err(); err != nil {
-		t.Fatal(err)
-	}
-	const key = "dead:{t}:ctr"
+	const key = "dead:{t}:cnt"
 	const batch = 200
 	before := Quota{Limit: 1, Window: 10 * time.Millisecond, MaxDelay: 3 * time.Minute, Mode: Counter}
 	var last int64
 	for range 12_000 / batch {
-		res, err := script.EvalSha(ctx, rdb, []string{key}, appendCounterArgs(nil, before, 1, batch, 0)...).Int64Slice()
+		res, err := script.Run(ctx, rdb, []string{key}, counterArgs(before, 1, batch, 0)...).Int64Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,33 +137,32 @@ func TestCounterManyDeadBuckets(t *testing.T) {
 		}
 		last = res[2+3*(batch-1)]
 	}
-	fields := rdb.HLen(ctx, key).Val()
+	listed := rdb.LLen(ctx, key+":o").Val()
+	if listed < 11_000 || listed > 12_000 {
+		t.Fatalf("the list holds %d buckets; want one for each of the 12,000 slots but those the ring holds and those past", listed)
+	}
+	if ttl := rdb.PTTL(ctx, key+":o").Val(); ttl <= 0 {
+		t.Fatalf("the list's TTL is %v, want one", ttl)
+	}
+	u, err := New(rdb, StaticQuotas{Default: &before}, WithPrefix("dead")).Usage(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total := u.InWindow + u.Reserved; total < 11_000 || total > 12_000 {
+		t.Fatalf("Usage = %+v: %d entries, want the 12,000 less those past", u, total)
+	}
 	after := before
 	after.Window = time.Millisecond
-	args := appendCounterArgs(nil, after, 1, 1, 0)
-	res, err := script.EvalSha(ctx, rdb, []string{key}, args...).Int64Slice()
+	res, err := script.Run(ctx, rdb, []string{key}, counterArgs(after, 1, 1, 0)...).Int64Slice()
 	if err != nil {
-		t.Fatalf("a decision with %d fields, once the window shrank: %v", fields, err)
+		t.Fatal(err)
 	}
 	if res[1] != 1 || res[2] <= last {
 		t.Fatalf("after the window shrank: outcome %d at %d; want deferred after the backlog's last slot %d", res[1], res[2], last)
 	}
-	// Bounded: the call also moves up to 64 buckets into the new width's
-	// generation, so its sweep (an HSCAN of about 64 fields) may delete
-	// fewer fields than it adds; the loop below shows the sweeps clear them.
-	if n := rdb.HLen(ctx, key).Val(); fields-n > 256 || n > fields+64 {
-		t.Fatalf("one call took the hash from %d fields to %d; want a bounded chunk deleted", fields, n)
-	}
-	for i := 2; ; i++ {
-		if _, err := script.EvalSha(ctx, rdb, []string{key}, args...).Int64Slice(); err != nil {
-			t.Fatal(err)
-		}
-		if n := rdb.HLen(ctx, key).Val(); n < 500 {
-			t.Logf("%d fields, of which all but a few are dead, down to %d in %d calls", fields, n, i)
-			break
-		}
-		if i == 2000 {
-			t.Fatalf("%d fields left after %d calls", rdb.HLen(ctx, key).Val(), i)
-		}
+	// The new slot's bucket takes the ring past the last slot's, which
+	// goes to the list: one element more.
+	if n := rdb.LLen(ctx, key+":o").Val(); n < listed || n > listed+1 {
+		t.Fatalf("a decision after the window shrank took the list from %d to %d elements", listed, n)
 	}
 }

@@ -227,7 +227,7 @@ func TestCounterModeUsageAndRelease(t *testing.T) {
 	if ds[2].Outcome != Deferred {
 		t.Fatalf("third = %v, want deferred", ds[2].Outcome)
 	}
-	before, _ := rdb.HGetAll(ctx, "admitq:{u}:ctr").Result()
+	before, _ := rdb.HGetAll(ctx, "admitq:{u}:cnt").Result()
 	u, err := g.Usage(ctx, "u")
 	if err != nil {
 		t.Fatal(err)
@@ -235,7 +235,7 @@ func TestCounterModeUsageAndRelease(t *testing.T) {
 	if u.InWindow != 2 || u.Reserved != 1 || u.NextFree.Before(ds[2].At) {
 		t.Fatalf("Usage = %+v, want 2 in the window, 1 ahead, next free not before %v", u, ds[2].At)
 	}
-	if after, _ := rdb.HGetAll(ctx, "admitq:{u}:ctr").Result(); fmt.Sprint(after) != fmt.Sprint(before) {
+	if after, _ := rdb.HGetAll(ctx, "admitq:{u}:cnt").Result(); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("Usage wrote: %v -> %v", before, after)
 	}
 	if err := g.Release(ctx, ds[0]); err != nil {

@@ -439,12 +439,6 @@ func (g *Gate) remote(ctx context.Context, a *ask, budget time.Duration) ([]Deci
 	return ds, r.hint, nil
 }
 
-// appendCounterArgs appends counter.lua's ARGV for n requests that start
-// at nb (µs, 0 for now).
-func appendCounterArgs(args []any, q Quota, gran int64, n int, nb int64) []any {
-	return append(args, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), gran, counterBuckets, n, nb)
-}
-
 // parse reads r's part of a script reply: the server time nowµs; res,
 // which holds outcome, slot and remaining for each of r's IDs; and the
 // retry hint (see admit.lua), 0 for none. It sets r.ds, r.hint and r.err.
@@ -590,7 +584,7 @@ func (g *Gate) Usage(ctx context.Context, tenant string) (_ Usage, err error) {
 	defer cancel()
 	script, args := g.usage, []any{q.Limit, q.Window.Microseconds()}
 	if q.Mode == Counter {
-		script, args = g.counterUsage, appendCounterArgs(nil, q, 1, 0, 0)
+		script = g.counterUsage
 	}
 	var res []int64
 	err = bounded(cctx, func(ctx context.Context) (err error) {

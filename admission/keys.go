@@ -5,7 +5,7 @@ package admission
 
 func logKey(prefix, tenant string) string { return prefix + ":{" + tenant + "}:log" }
 
-func counterKey(prefix, tenant string) string { return prefix + ":{" + tenant + "}:ctr" }
+func counterKey(prefix, tenant string) string { return prefix + ":{" + tenant + "}:cnt" }
 
 // windowKey is the key that keeps tenant's window under q.
 func windowKey(prefix, tenant string, q Quota) string {

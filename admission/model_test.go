@@ -379,7 +379,7 @@ func TestAdmitArgs(t *testing.T) {
 			qi := r.IntN(nq)
 			call = append(call, &group{key: "k", q: Quota{Limit: 1 + qi, Window: time.Second}, gran: int64(1 + qi%3), nb: int64(j % 3), ids: []string{"x" + strconv.Itoa(j)}})
 		}
-		args := c.appendAdmitArgs(nil, call)
+		args := c.appendAdmitArgs(nil, call, true)
 		n := args[0].(int)
 		a := 1 + 4*n
 		for j, g := range call {

@@ -310,7 +310,7 @@ func (g *Gate) usageExec(bctx context.Context, res []UsageResult, idx []int, eva
 			u := &res[i].Usage
 			script, args := g.usage, []any{u.Quota.Limit, u.Quota.Window.Microseconds()}
 			if u.Quota.Mode == Counter {
-				script, args = g.counterUsage, appendCounterArgs(nil, u.Quota, 1, 0, 0)
+				script = g.counterUsage
 			}
 			keys := []string{windowKey(g.opts.prefix, u.Tenant, u.Quota)}
 			if eval {

@@ -1,112 +1,148 @@
--- counter_prelude.lua: what the counter-mode scripts (counter.lua,
--- counter_usage.lua, counter_release.lua) share, as a fragment, not a
--- script: package lua puts it after each one's shebang line at build time.
+-- counter_prelude.lua: what counter.lua, counter_usage.lua and
+-- counter_release.lua share, as a fragment, not a script: package lua puts
+-- it after each one's shebang line at build time.
 --
--- The tenant's counters are a HASH:
---   "w"         "<w>:<span>": the width µs of the buckets it counts in,
---               and how many buckets before the current one a window
---               reaches
---   "<w>:<i>"   the entries of bucket i at width w: slots in [i*w, (i+1)*w)
---   "last"      the newest slot handed out, µs, or an earlier one when
---               that is at most now
---   "ws", "wb"  the entries of buckets wb-span..wb, which the last
---               recording call read or wrote: a window's sum, so that the
---               next need not add the window up again
---   "c", "s"    the cursor of the sweep that deletes dead buckets, and the
---               bucket (of now) the last sweep ran in
---   "x"         the expiry ms last set on the key
--- Buckets are named by their width, so a change of width starts new names
--- and a script knows, before it reads anything, the names of the buckets
--- it will need.
+-- A tenant's window is one STRING, a vector of numbers, packed as doubles
+-- with Redis's struct library (as text in a Lua without it, miniredis's):
+--   [1] width  µs of a bucket, a tenth of the window
+--   [2] span   buckets before a window's last that the window reaches
+--   [3] last   the newest slot handed out, µs (0: none)
+--   [4] top    the newest bucket the ring holds
+--   [5] x      the expiry, ms, last set on the key
+--   [6] gone   the last moment of the newest entry that left the ring, µs
+--              (0: none)
+--   [7] total  the entries the ring holds
+--   [8...]     the ring: entries in buckets top-span .. top, bucket i at
+--              8 + i % (span + 1)
+-- Slots never go back (FIFO): a new slot is at or after last, in a bucket
+-- at or after top, so a window ending at it reaches no bucket older than
+-- the ring's. A decision reads and writes this one string, whatever the
+-- backlog. A bucket that leaves the ring while a window from now still
+-- reaches it (a backlog of more than a window) goes to the LIST <key>:o,
+-- oldest first, as "<its last moment µs> <entries>", for Usage and Release
+-- alone.
 --
--- It defines:
---   call, max, min, floor, now (Redis time µs), fmt(x) (an integer,
---   exact), nowS (fmt(now))
---   shapeOf(windowS, bucketsS)  width, span (buckets before the current
---                               one that a window reaches), cur and the
---                               field names every key of that quota shares
---   bucket(width, i)            the field of bucket i
---   read(key, width, counts, lo, hi)  counts[i] = bucket i, for lo..hi
---   load(counts, span, b)       entries a window ending in bucket b
---                               counts, and the oldest bucket holding any
---   change(key, counts, ow, width, window, last, limit)  counts, at
---                               width, a hash kept at width ow
---   slotFrom(t, counts, limit, width, span, g)  the first free slot at or
---                               after t, rounded up to g when ahead, and
---                               the first moment free before rounding
-local call, max, min, floor, format = redis.call, math.max, math.min, math.floor, string.format
+-- It defines call, max, min, floor, now (Redis time µs), fmt(x) (an
+-- integer, exact), BUCKETS, decode, encode, shape, reshape, sum, advance,
+-- slotFrom and, when advance listed a bucket, listed.
+local call, max, min, floor = redis.call, math.max, math.min, math.floor
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local BUCKETS = 10 -- package admission's counterBuckets
+local RING = 8 -- the ring's first index
 
--- %d takes C's integer path: exact for every integer a double holds, and
--- cheaper than the %.17g Redis applies to a number passed to redis.call.
 local function fmt(x)
-  return format('%d', x)
+  return string.format('%d', x) -- exact, where tostring is not
 end
 
-local nowS = fmt(now)
-
-local function bucket(width, i)
-  return format('%d:%d', width, i)
-end
-
-local lastWindow, lastBuckets, lastShape
-local function shapeOf(windowS, bucketsS)
-  if windowS == lastWindow and bucketsS == lastBuckets then
-    return lastShape -- a batch's keys share a quota, as a rule
+local decode, encode
+local struct = rawget(_G, 'struct') -- miniredis has none, and forbids reading a missing global
+if struct then
+  local formats = {}
+  local function format(n)
+    local f = formats[n]
+    if not f then
+      f = '<' .. string.rep('d', n)
+      formats[n] = f
+    end
+    return f
   end
-  local window = tonumber(windowS)
-  local width = max(1, floor(window / tonumber(bucketsS)))
-  local span = math.ceil(window / width)
-  local cur = floor(now / width)
-  lastWindow, lastBuckets = windowS, bucketsS
-  lastShape = {width = width, span = span, cur = cur, widthS = fmt(width), spanS = fmt(span),
-    curS = fmt(cur), shape = fmt(width) .. ':' .. fmt(span), gone = bucket(width, cur - span - 1), now = bucket(width, cur)}
-  return lastShape
+  decode = function(v)
+    local s = {struct.unpack(format(#v / 8), v)}
+    s[#s] = nil -- the position after the last value
+    return s
+  end
+  encode = function(s)
+    return struct.pack(format(#s), unpack(s))
+  end
+else
+  decode = function(v)
+    local s = {}
+    for x in string.gmatch(v, '%S+') do
+      s[#s + 1] = tonumber(x)
+    end
+    return s
+  end
+  encode = function(s)
+    local f = {}
+    for i = 1, #s do
+      f[i] = fmt(s[i])
+    end
+    return table.concat(f, ' ')
+  end
 end
 
--- read asks by name, in chunks, or scans the hash when it holds fewer
--- fields than the range (only Usage asks for long ranges).
-local function read(key, width, counts, lo, hi)
-  if hi < lo then
-    return
+-- shape returns the width and span of a window of window µs.
+local function shape(window)
+  local width = max(1, floor(window / BUCKETS))
+  return width, math.ceil(window / width)
+end
+
+-- sum returns the entries the ring holds in buckets lo..hi.
+local function sum(s, lo, hi)
+  local span, top, n = s[2], s[4], 0
+  if lo <= top - span and hi >= top then
+    return s[7]
   end
-  if hi - lo > 64 and hi - lo + 1 > call('HLEN', key) then
-    local c, prefix = '0', fmt(width) .. ':'
-    repeat
-      local r = call('HSCAN', key, c, 'MATCH', prefix .. '*', 'COUNT', 1000)
-      c = r[1]
-      for j = 1, #r[2], 2 do
-        local i = tonumber(string.sub(r[2][j], #prefix + 1))
-        if i and i >= lo and i <= hi then
-          counts[i] = tonumber(r[2][j + 1])
-        end
+  for i = max(lo, top - span), min(hi, top) do
+    n = n + s[RING + i % (span + 1)]
+  end
+  return n
+end
+
+-- reshape returns a window of width and span holding what s holds at
+-- another shape (or nothing, when s is nil): each bucket of s goes to the
+-- bucket of its last moment, or of the newest slot if sooner, so every
+-- window that could hold an entry counts it; and when entries that left
+-- s's ring may lie in a window from now on, the bucket of the newest of
+-- them counts as a full window (limit).
+local function reshape(s, width, span, limit)
+  local newest = s and max(s[3], now) or now
+  local r = {width, span, 0, floor(newest / width), 0, 0, 0}
+  for i = RING, RING + span do
+    r[i] = 0
+  end
+  if not s then
+    return r
+  end
+  r[3], r[5] = s[3], s[5]
+  local function put(at, c)
+    local b = floor(min(at, newest) / width)
+    if b >= r[4] - span then
+      r[RING + b % (span + 1)] = r[RING + b % (span + 1)] + c
+      r[7] = r[7] + c
+    elseif c > 0 then
+      r[6] = max(r[6], at)
+    end
+  end
+  for i = s[4] - s[2], s[4] do
+    put((i + 1) * s[1] - 1, s[RING + i % (s[2] + 1)])
+  end
+  if s[6] > 0 then
+    put(s[6], limit)
+  end
+  return r
+end
+
+-- advance moves the ring's newest bucket up to b. A bucket it drops goes
+-- to key's list if a window from now reaches it; listed says one did.
+local listed = false
+local function advance(s, key, b)
+  local width, span, top = s[1], s[2], s[4]
+  local live = floor(now / width) - span
+  for i = top - span, min(top, b - span - 1) do
+    local p = RING + i % (span + 1)
+    if s[p] > 0 then
+      local at = (i + 1) * width - 1
+      s[6] = max(s[6], at)
+      if i >= live then
+        call('RPUSH', key .. ':o', fmt(at) .. ' ' .. fmt(s[p]))
+        listed = true
       end
-    until c == '0'
-    return
-  end
-  for s = lo, hi, 1000 do
-    local f = {key}
-    for i = s, min(hi, s + 999) do
-      f[#f + 1] = bucket(width, i)
-    end
-    local v = call('HMGET', unpack(f))
-    for j = 1, #f - 1 do
-      counts[s + j - 1] = tonumber(v[j])
+      s[7], s[p] = s[7] - s[p], 0
     end
   end
-end
-
-local function load(counts, span, b)
-  local sum, oldest = 0, nil
-  for i = b - span, b do
-    local c = counts[i]
-    if c and c > 0 then
-      sum = sum + c
-      oldest = oldest or i
-    end
-  end
-  return sum, oldest
+  s[4] = max(top, b)
 end
 
 local function ceil(x, g)
@@ -117,57 +153,27 @@ local function ceil(x, g)
   return x
 end
 
--- A slot is free when the buckets a window ending at it overlaps hold
--- fewer than limit entries: counting them whole never undercounts.
-local function slotFrom(t, counts, limit, width, span, g)
-  local raw = nil
-  for _ = 1, 10000 do
+-- slotFrom returns the first free slot at or after t, which is at or
+-- after now and in a bucket at or after the ring's top, rounded up to g
+-- when ahead of now, and that slot before rounding. A slot is free when
+-- the buckets a window ending at it overlaps hold fewer than limit: counting
+-- them whole never undercounts. A later slot's window holds no more, so
+-- rounding up keeps it free.
+local function slotFrom(s, t, limit, g)
+  local width, span = s[1], s[2]
+  while true do
     local b = floor(t / width)
-    local sum, oldest = load(counts, span, b)
-    if sum < limit then
-      if t <= now then
-        return now, now
-      end
-      raw = raw or t
-      if math.fmod(t, g) == 0 then
-        return t, raw
-      end
-      t = ceil(t, g)
-      if floor(t / width) == b then -- else check the bucket it fell in
-        return t, raw
-      end
-    else
-      t = max(t, (oldest + span + 1) * width) -- nothing frees up sooner
-      raw = nil
+    if sum(s, b - span, b) < limit then
+      break
     end
-  end
-  return t, raw or t
-end
-
-local MOVE = 64
--- change recounts a hash of width ow in counts at width: the MOVE newest
--- buckets each go to the bucket of its last moment (or of the newest slot,
--- if sooner), so every window that could hold an entry counts it. In a
--- hash of more than 4 * MOVE fields, older ones that a window from now on
--- can reach are counted as a full window at the moment the moved ones
--- start (no window holds more than limit); a smaller hash is read whole.
-local function change(key, counts, ow, width, window, last, limit)
-  local lo, hi = floor((now - window) / ow), floor(last / ow)
-  local from = max(lo, hi - MOVE + 1)
-  if from > lo and call('HLEN', key) <= 4 * MOVE then
-    from = lo -- a small hash: read it whole
-  end
-  if from > lo then
-    local b = floor(min(from * ow - 1, last) / width)
-    counts[b] = limit
-  end
-  local old = {}
-  read(key, ow, old, from, hi)
-  for i, c in pairs(old) do
-    if c > 0 then
-      local b = floor(min((i + 1) * ow - 1, last) / width)
-      counts[b] = (counts[b] or 0) + c
+    local o = max(b - span, s[4] - span) -- the oldest bucket with entries
+    while s[RING + o % (span + 1)] <= 0 do
+      o = o + 1
     end
+    t = (o + span + 1) * width -- nothing frees up sooner
   end
+  if t <= now then
+    return now, now
+  end
+  return ceil(t, g), t
 end
-

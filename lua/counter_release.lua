@@ -3,23 +3,35 @@
 -- counter_prelude.lua, which package lua puts after this line; the
 -- shebang makes Redis refuse it whole over maxmemory.
 --
--- KEYS[1]  the tenant's counters
+-- KEYS[1]  the tenant's window
 -- ARGV[1]  the entry's slot µs
 -- Returns  {now µs, 1 if an entry was released else 0}
 --
 -- It takes the entry from the bucket its slot falls in at the width the
--- hash counts in now (which need not be the one it was counted in), never
--- below zero. The stored window sum may hold the entry: it is dropped,
--- and the next decision reads the window.
+-- window counts in now (which need not be the one it was counted in), in
+-- the ring or in the list of buckets that left it, never below zero.
 local key = KEYS[1]
-local width = tonumber(string.match(call('HGET', key, 'w') or '', '^%d+'))
-if not width then
+local v = call('GET', key)
+if not v then
   return {now, 0}
 end
-local f = bucket(width, floor(tonumber(ARGV[1]) / width))
-local c = tonumber(call('HGET', key, f)) or 0
-if c <= 0 then
-  return {now, 0}
+local s = decode(v)
+local width, span = s[1], s[2]
+local b = floor(tonumber(ARGV[1]) / width)
+local p = RING + b % (span + 1)
+if b >= s[4] - span and b <= s[4] then
+  if s[p] <= 0 then
+    return {now, 0}
+  end
+  s[p], s[7] = s[p] - 1, s[7] - 1
+  call('SET', key, encode(s), 'KEEPTTL')
+  return {now, 1}
 end
-call('HSET', key, f, fmt(c - 1), 'wb', '')
-return {now, 1}
+for i, e in ipairs(call('LRANGE', key .. ':o', 0, -1)) do
+  local at, c = string.match(e, '^(%d+) (%d+)$')
+  if floor(tonumber(at) / width) == b and tonumber(c) > 0 then
+    call('LSET', key .. ':o', i - 1, at .. ' ' .. fmt(tonumber(c) - 1))
+    return {now, 1}
+  end
+end
+return {now, 0}

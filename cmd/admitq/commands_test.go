@@ -150,8 +150,8 @@ func TestQuotaCounterMode(t *testing.T) {
 			t.Errorf("counter mode, %s: %v\nwant exit %d, stdout starting %q, empty stderr", c.desc, res, c.code, c.prefix)
 		}
 	}
-	if n := rdb.Exists(t.Context(), "admitq:{bulk}:ctr").Val(); n != 1 {
-		t.Errorf("counter mode: %d keys admitq:{bulk}:ctr, want 1", n)
+	if n := rdb.Exists(t.Context(), "admitq:{bulk}:cnt").Val(); n != 1 {
+		t.Errorf("counter mode: %d keys admitq:{bulk}:cnt, want 1", n)
 	}
 
 	var st statusReport

@@ -30,7 +30,7 @@ func BenchmarkCounterScript(b *testing.B) {
 		}
 		names := make([]string, tenants)
 		for i := range names {
-			names[i] = fmt.Sprintf("%s:gobench:counter:{t%d}:ctr", Prefix, i)
+			names[i] = fmt.Sprintf("%s:gobench:counter:{t%d}:cnt", Prefix, i)
 		}
 		// limit, window, max delay, granularity, buckets per window, n,
 		// not-before time: the gate's ARGV for one request.

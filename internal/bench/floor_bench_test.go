@@ -184,11 +184,10 @@ func BenchmarkScriptFloor(b *testing.B) {
 }
 
 // BenchmarkCounterScriptBatch runs counter.lua as the batched gate calls it
-// in Counter mode (ARGV "batch", 20 tenants of 1000 a call, one request
-// each) and, side by side, admit.lua in Log mode in the same shape, both
-// with a quota of 100 per second that admits every request: what Counter
-// mode costs Redis per decision next to Log mode. The metrics end in
-// -counter and -log.
+// in Counter mode (20 tenants of 1000 a call, one request each) and, side
+// by side, admit.lua in Log mode in the same shape, both with a quota of
+// 100 per second that admits every request: what Counter mode costs Redis
+// per decision next to Log mode. The metrics end in -counter and -log.
 //
 // ADMITQ_BENCH_OTHER_SCRIPT names a file to run in admit.lua's place with
 // counter.lua's KEYS and ARGV, -other: a way to try a change to counter.lua
@@ -199,13 +198,13 @@ func BenchmarkCounterScriptBatch(b *testing.B) {
 		return contestant{
 			name:   name,
 			script: script,
-			key:    func(t int) string { return Prefix + ":gobench:" + name + ":{t" + strconv.Itoa(t) + "}:ctr" },
+			key:    func(t int) string { return Prefix + ":gobench:" + name + ":{t" + strconv.Itoa(t) + "}:cnt" },
 			args: func(*rand.Rand) func([]string) []any {
-				// "batch", then for each key: limit, window, max delay,
-				// granularity, buckets per window, n, not-before time.
-				args := []any{"batch"}
+				// One quota, then for each key its quota index, not-before
+				// time (none) and count (1): admit.lua's, without IDs.
+				args := []any{1, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), 1}
 				for range keysPerCall {
-					args = append(args, q.Limit, q.Window.Microseconds(), q.MaxDelay.Microseconds(), 1, 10, 1, 0)
+					args = append(args, 1, 0, 1)
 				}
 				return func([]string) []any { return args }
 			},
@@ -213,6 +212,10 @@ func BenchmarkCounterScriptBatch(b *testing.B) {
 	}
 	other := logContestant("log", admitLua(b), admission.Quota{Limit: q.Limit, Window: q.Window})
 	if os.Getenv("ADMITQ_BENCH_OTHER_SCRIPT") != "" {
+		if os.Getenv("XVSLOG") != "" {
+			sideBySide(b, other, counter("xother", otherScript(b, "")))
+			return
+		}
 		other = counter("other", otherScript(b, ""))
 	}
 	sideBySide(b, counter("counter", lua.Counter()), other)

@@ -104,7 +104,7 @@ func fillWindow(ctx context.Context, t *testing.T, rdb *redis.Client, q admissio
 	}
 	key := "mem:{" + tenant + "}:log"
 	if q.Mode == admission.Counter {
-		key = "mem:{" + tenant + "}:ctr"
+		key = "mem:{" + tenant + "}:cnt"
 	}
 	bytes, err := rdb.MemoryUsage(ctx, key, 0).Result()
 	if err != nil {
