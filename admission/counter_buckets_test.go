@@ -129,7 +129,8 @@ func TestCounterBucketsHoldTheirSlots(t *testing.T) {
 }
 
 // counterWindow is a Counter-mode window as counter.lua keeps it on
-// miniredis (as text: see counter_prelude.lua), and its list of buckets
+// miniredis (as text: see counter_prelude.lua), with bucket top's entries
+// in the ring,, and its list of buckets
 // that left the ring, by bucket.
 type counterWindow struct {
 	width, span, last, top, x, gone, total int64
@@ -151,10 +152,11 @@ func readWindow(t *testing.T, rdb *redis.Client, key string) counterWindow {
 		}
 		n = append(n, x)
 	}
-	if len(n) < 8 || int64(len(n)) != 7+n[1]+1 {
-		t.Fatalf("%s holds %q: want 7 numbers and a ring of span+1", key, v)
+	if len(n) < 9 || int64(len(n)) != 8+n[1]+1 {
+		t.Fatalf("%s holds %q: want 8 numbers and a ring of span+1", key, v)
 	}
-	w := counterWindow{width: n[0], span: n[1], last: n[2], top: n[3], x: n[4], gone: n[5], total: n[6], ring: n[7:], listed: map[int64]int64{}}
+	w := counterWindow{width: n[0], span: n[1], last: n[2], top: n[3], x: n[4], gone: n[5], total: n[6], ring: n[8:], listed: map[int64]int64{}}
+	w.ring[w.top%(w.span+1)] = n[7] // the header holds bucket top's entries
 	for _, e := range rdb.LRange(t.Context(), key+":o", 0, -1).Val() {
 		var at, c int64
 		if _, err := fmt.Sscanf(e, "%d %d", &at, &c); err != nil {

@@ -20,7 +20,8 @@
 -- compared with the rounded slot, from the later of now and the
 -- not-before time. Once one request is rejected every later one is too.
 --
--- Cost: one GET and one SET a key, whatever the backlog; the list of
+-- Cost: one GET and one SET a key, whatever the backlog, or a SETRANGE of
+-- the header for admissions in the ring's newest bucket; the list of
 -- buckets that left the ring costs an RPUSH when a deferral drops one a
 -- window from now still reaches, and an LTRIM and PEXPIREAT with it.
 
@@ -47,17 +48,34 @@ end
 -- v (false: none), under quota q, starting no earlier than nb.
 local function decide(out, key, v, q, nb, n)
   local limit, window, maxDelay, gran, width, span = q[1], q[2], q[3], q[4], q[5], q[6]
+  local cur, start = floor(now / width), max(now, nb)
+
+  -- Every slot is now, in the ring's newest bucket, the window has room
+  -- after them all, and the expiry set holds: only the header changes.
+  if v and HEADER then
+    local w, sp, last, top, x, gone, total, count = struct.unpack(HEADER, v)
+    if top == cur and w == width and sp == span and start == now and last <= now and
+        total + n < limit and x * 1000 >= now + window + width then
+      local o = #out
+      for k = 1, n do
+        out[o + 1], out[o + 2], out[o + 3], o = 0, now, limit - total - k, o + 3
+      end
+      out[o + 1] = 0 -- the hint: the window has room
+      call('SETRANGE', key, 0, struct.pack(HEADER, w, sp, last, top, x, gone, total + n, count + n))
+      return
+    end
+  end
+
   local s = v and decode(v)
   if not s or s[1] ~= width or s[2] ~= span then
     s = reshape(s, width, span, limit)
   end
-  local cur, start = floor(now / width), max(now, nb)
   if cur > s[4] then
     advance(s, key, cur)
   end
 
   -- Every slot is now, and the window (the whole ring) has room after
-  -- them all.
+  -- them all, as above, but the ring moved or the expiry is due.
   if start == now and s[3] <= now and s[4] == cur then
     local used = s[7]
     if used + n < limit then

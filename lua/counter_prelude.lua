@@ -12,8 +12,12 @@
 --   [6] gone   the last moment of the newest entry that left the ring, µs
 --              (0: none)
 --   [7] total  the entries the ring holds
---   [8...]     the ring: entries in buckets top-span .. top, bucket i at
---              8 + i % (span + 1)
+--   [8] count  the entries of bucket top, which the ring's place for it
+--              holds only once the ring moves on
+--   [9...]     the ring: entries in buckets top-span .. top, bucket i at
+--              9 + i % (span + 1)
+-- so that a decision in the ring's newest bucket reads the 8 numbers of the
+-- header and writes them back in place (SETRANGE), leaving the ring be.
 -- Slots never go back (FIFO): a new slot is at or after last, in a bucket
 -- at or after top, so a window ending at it reaches no bucket older than
 -- the ring's. A decision reads and writes this one string, whatever the
@@ -23,19 +27,20 @@
 -- alone.
 --
 -- It defines call, max, min, floor, now (Redis time µs), fmt(x) (an
--- integer, exact), BUCKETS, decode, encode, shape, reshape, sum, advance,
+-- integer, exact), BUCKETS, RING, struct and HEADER (the header's format;
+-- nil without struct), decode, encode, shape, reshape, sum, advance,
 -- slotFrom and, when advance listed a bucket, listed.
 local call, max, min, floor = redis.call, math.max, math.min, math.floor
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local BUCKETS = 10 -- package admission's counterBuckets
-local RING = 8 -- the ring's first index
+local RING = 9 -- the ring's first index
 
 local function fmt(x)
   return string.format('%d', x) -- exact, where tostring is not
 end
 
-local decode, encode
+local unpacked, packed, HEADER
 local struct = rawget(_G, 'struct') -- miniredis has none, and forbids reading a missing global
 if struct then
   local formats = {}
@@ -47,29 +52,43 @@ if struct then
     end
     return f
   end
-  decode = function(v)
+  unpacked = function(v)
     local s = {struct.unpack(format(#v / 8), v)}
     s[#s] = nil -- the position after the last value
     return s
   end
-  encode = function(s)
+  packed = function(s)
     return struct.pack(format(#s), unpack(s))
   end
+  HEADER = '<dddddddd'
 else
-  decode = function(v)
+  unpacked = function(v)
     local s = {}
     for x in string.gmatch(v, '%S+') do
       s[#s + 1] = tonumber(x)
     end
     return s
   end
-  encode = function(s)
+  packed = function(s)
     local f = {}
     for i = 1, #s do
       f[i] = fmt(s[i])
     end
     return table.concat(f, ' ')
   end
+end
+
+-- decode returns the window v holds, its ring's place for bucket top
+-- filled; encode returns the string for s.
+local function decode(v)
+  local s = unpacked(v)
+  s[RING + s[4] % (s[2] + 1)] = s[8]
+  return s
+end
+
+local function encode(s)
+  s[8] = s[RING + s[4] % (s[2] + 1)]
+  return packed(s)
 end
 
 -- shape returns the width and span of a window of window µs.
@@ -98,7 +117,7 @@ end
 -- them counts as a full window (limit).
 local function reshape(s, width, span, limit)
   local newest = s and max(s[3], now) or now
-  local r = {width, span, 0, floor(newest / width), 0, 0, 0}
+  local r = {width, span, 0, floor(newest / width), 0, 0, 0, 0}
   for i = RING, RING + span do
     r[i] = 0
   end
