@@ -23,25 +23,30 @@
 -- Cost: one GET and one SET a key, whatever the backlog, or a SETRANGE of
 -- the header for admissions in the ring's newest bucket; the list of
 -- buckets that left the ring costs an RPUSH when a deferral drops one a
--- window from now still reaches, and an LTRIM and PEXPIREAT with it.
+-- window from now still reaches.
 
 -- write stores s at key, with a new expiry when the one set falls short of
 -- a window past the newest slot: then a window to spare, or an eighth of
--- max delay, so that a backlog moves it seldom. A list written to gets the
--- same expiry, and loses the buckets no window from now reaches.
+-- max delay, so that a backlog moves it seldom. The list gets the same
+-- expiry when it is made or the key's moves, and is cut to the buckets a
+-- window from now can reach, at most top - cur, when it holds more.
 local function write(key, s, window, maxDelay)
   local newest = max(s[3], now)
-  if s[5] * 1000 >= newest + window + s[1] and not listed then
+  local due = s[5] * 1000 < newest + window + s[1]
+  if not due then
     call('SET', key, encode(s), 'KEEPTTL')
-    return
+  else
+    s[5] = math.ceil((newest + window + max(window, floor(maxDelay / 8)) + s[1]) / 1000) + 1
+    call('SET', key, encode(s), 'PXAT', fmt(s[5]))
   end
-  s[5] = math.ceil((newest + window + max(window, floor(maxDelay / 8)) + s[1]) / 1000) + 1
-  call('SET', key, encode(s), 'PXAT', fmt(s[5]))
-  if listed then
-    call('LTRIM', key .. ':o', -max(1, s[4] - floor(now / s[1])), -1)
+  local keep = max(1, s[4] - floor(now / s[1]))
+  if listed > keep then
+    call('LTRIM', key .. ':o', -keep, -1)
+  end
+  if created or due and s[6] > 0 then
     call('PEXPIREAT', key .. ':o', fmt(s[5]))
-    listed = false
   end
+  listed, created = 0, false
 end
 
 -- decide appends to out the replies to n requests for key, whose window is

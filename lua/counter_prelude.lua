@@ -29,7 +29,7 @@
 -- It defines call, max, min, floor, now (Redis time µs), fmt(x) (an
 -- integer, exact), BUCKETS, RING, struct and HEADER (the header's format;
 -- nil without struct), decode, encode, shape, reshape, sum, advance,
--- slotFrom and, when advance listed a bucket, listed.
+-- slotFrom and, when advance listed a bucket, listed and created.
 local call, max, min, floor = redis.call, math.max, math.min, math.floor
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -144,8 +144,9 @@ local function reshape(s, width, span, limit)
 end
 
 -- advance moves the ring's newest bucket up to b. A bucket it drops goes
--- to key's list if a window from now reaches it; listed says one did.
-local listed = false
+-- to key's list if a window from now reaches it: listed is then the list's
+-- length, and created says whether this call made the list.
+local listed, created = 0, false
 local function advance(s, key, b)
   local width, span, top = s[1], s[2], s[4]
   local live = floor(now / width) - span
@@ -155,8 +156,8 @@ local function advance(s, key, b)
       local at = (i + 1) * width - 1
       s[6] = max(s[6], at)
       if i >= live then
-        call('RPUSH', key .. ':o', fmt(at) .. ' ' .. fmt(s[p]))
-        listed = true
+        listed = call('RPUSH', key .. ':o', fmt(at) .. ' ' .. fmt(s[p]))
+        created = created or listed == 1
       end
       s[7], s[p] = s[7] - s[p], 0
     end

@@ -362,7 +362,11 @@ func (r *Report) WriteText(w io.Writer) error {
 // writeSection writes one run: its label and quota, its rows, Counter
 // mode next to Log mode, the ceilings and the ratios against the gate.
 func (r *Report) writeSection(b *strings.Builder) {
-	fmt.Fprintf(b, "\n== %s (limit %d per %v)\n", r.Outcomes, r.Quota.Limit, r.Quota.Window)
+	delay := ""
+	if r.Quota.MaxDelay > 0 {
+		delay = fmt.Sprintf(", max delay %v", r.Quota.MaxDelay)
+	}
+	fmt.Fprintf(b, "\n== %s (limit %d per %v%s)\n", r.Outcomes, r.Quota.Limit, r.Quota.Window, delay)
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "contender\tdecisions/s\tp50\tp99\tscript calls/dec\tscript µs/call\tredis CPU µs/dec\tclient CPU µs/dec\tB/entry\tadmit\tdefer\treject\tlocal\terrors\t")
 	for _, row := range r.Rows {

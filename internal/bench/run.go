@@ -183,11 +183,13 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	// contender admits every call and the figures compare like with like.
 	// Then the configured quota, where the gate defers and rejects (some
 	// of it locally) and the others reject: its own section.
+	// No deferral there, so no MaxDelay: a log's bound (Limit × (1 +
+	// MaxDelay/Window) entries) holds at EqualLimit whatever --max-delay says.
 	equal := cfg
-	equal.Quota.Limit = max(cfg.Quota.Limit, EqualLimit)
+	equal.Quota.Limit, equal.Quota.MaxDelay = max(cfg.Quota.Limit, EqualLimit), 0
 	at := newReport(cfg, tg.addr, rep.Redis.Version, tg.embedded)
 	at.Redis.Cluster = rep.Redis.Cluster
-	rep.Quota.Limit = equal.Quota.Limit
+	rep.Quota.Limit, rep.Quota.MaxDelay = equal.Quota.Limit, 0
 	rep.Outcomes, at.Outcomes = OutcomesEqual, OutcomesAtQuota
 	rep.AtQuota = &at
 	rep.Rows, err = measure(ctx, equal, tg, tenants, share, false)
