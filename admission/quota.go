@@ -109,8 +109,9 @@ const (
 	// default.
 	Log Mode = iota
 	// Counter keeps counts in buckets of a tenth of the window, for quotas
-	// too large to log. Memory does not grow with Limit (it grows with
-	// MaxDelay/Window). It never admits more than Limit in any window; it
+	// too large to log: one value of about 150 bytes a tenant, whatever
+	// Limit, and a list of a backlog's buckets when slots are deferred more
+	// than a window ahead. It never admits more than Limit in any window; it
 	// may admit fewer, by at most a tenth of a window's time. It does not
 	// remember entry IDs, so AdmitID is not idempotent in this mode.
 	Counter

@@ -84,8 +84,8 @@ func TestRunReportsEveryContender(t *testing.T) {
 	if rep.AdmitStandIn != "" {
 		t.Errorf("a normal build measured %s, not admit.lua", rep.AdmitStandIn)
 	}
-	if len(rep.Targets) != 9 {
-		t.Errorf("targets: %+v, want 9", rep.Targets)
+	if len(rep.Targets) != 7 {
+		t.Errorf("targets: %+v, want 7", rep.Targets)
 	}
 	if g, ok := rep.Row("gate-batched"); !ok || g.ZaddUsecPerRecorded <= 0 || g.ScriptUsecPerRecorded <= g.ZaddUsecPerRecorded {
 		t.Errorf("gate: %.2fµs of script per admitted decision, %.2fµs of it ZADD; want both, the ZADD a part", g.ScriptUsecPerRecorded, g.ZaddUsecPerRecorded)
