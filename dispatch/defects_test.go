@@ -129,6 +129,12 @@ func TestCapOffAndOnAgainDoesNotStall(t *testing.T) {
 	s.setQuota("t", generous)
 	mid := s.enqueue("t", 20, 20*time.Millisecond)
 	s.waitRuns(append(first, mid...), 20*time.Second)
+	// waitRuns sees a task start: the last ones are still running.
+	eventually(t, 5*time.Second, "the uncapped tasks finish", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.running["t"] == 0
+	})
 	s.setQuota("t", c2)
 	s.mu.Lock()
 	s.peak["t"] = 0
