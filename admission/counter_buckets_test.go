@@ -2,7 +2,10 @@ package admission
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/admitq/admitq/internal/redistest"
 	"github.com/admitq/admitq/lua"
 )
 
@@ -210,4 +214,112 @@ func TestCounterSumAcrossSpans(t *testing.T) {
 			t.Errorf("%d admissions in a window of %v, limit %d", got, q.Window, q.Limit)
 		}
 	}
+}
+
+// TestCounterWindowOnRedis runs counter.lua on a real redis-server, where
+// the window is packed with Redis's struct library and an admission in the
+// ring's newest bucket rewrites only the header (SETRANGE), which
+// miniredis never does: random traffic at Redis's own clock, several calls
+// to a bucket and gaps of several, with deferrals and not-before times.
+// After each call the packed window must hold what the replies handed out
+// (every bucket of the ring, its total, nothing after its top), and over
+// the whole run no window holds more than the limit and slots never go back.
+func TestCounterWindowOnRedis(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	script := lua.Counter()
+	for seed := range uint64(4) {
+		r := rand.New(rand.NewPCG(seed, 29))
+		q := Quota{
+			Limit:    4 + r.IntN(20),
+			Window:   time.Duration(10+r.IntN(30)) * time.Millisecond,
+			MaxDelay: time.Duration(r.IntN(60)) * time.Millisecond,
+			Mode:     Counter,
+		}
+		t.Run(fmt.Sprintf("seed=%d/%v", seed, q), func(t *testing.T) {
+			key := fmt.Sprintf("real:{t%d}:cnt", seed)
+			width := q.Window.Microseconds() / counterBuckets
+			span := (q.Window.Microseconds() + width - 1) / width
+			recorded := map[int64]int64{}
+			var slots []int64
+			var last int64
+			for step := range 150 {
+				n := 1 + r.IntN(3)
+				// About three quarters of the limit, in bursts: a third of
+				// the calls at once, in the same bucket as a rule.
+				if r.IntN(3) > 0 {
+					time.Sleep(time.Duration(r.ExpFloat64() * 2 * float64(q.Window) * float64(n) / float64(q.Limit)))
+				}
+				var nb int64
+				if r.IntN(5) == 0 {
+					nb = time.Now().Add(time.Duration(r.Int64N(int64(q.Window)))).UnixMicro()
+				}
+				res, err := script.Run(t.Context(), rdb, []string{key}, counterArgs(q, 1, n, nb)...).Int64Slice()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for j := range n {
+					if code, at := res[1+3*j], res[2+3*j]; code == 0 || code == 1 {
+						if at < last {
+							t.Fatalf("step %d: slot %d before the earlier %d", step, at, last)
+						}
+						last = at
+						recorded[at/width]++
+						slots = append(slots, at)
+					}
+				}
+				v, err := rdb.Get(t.Context(), key).Bytes()
+				if errors.Is(err, redis.Nil) {
+					continue
+				} else if err != nil {
+					t.Fatal(err)
+				}
+				w := unpackWindow(t, v)
+				if w.width != width || w.span != span {
+					t.Fatalf("step %d: width %d and span %d, want %d and %d", step, w.width, w.span, width, span)
+				}
+				var total int64
+				for i := w.top - span; i <= w.top; i++ {
+					total += w.ring[i%(span+1)]
+					if got := w.ring[i%(span+1)]; got != recorded[i] {
+						t.Fatalf("step %d: bucket %d holds %d, want the %d recorded in it", step, i, got, recorded[i])
+					}
+				}
+				if total != w.total {
+					t.Fatalf("step %d: the ring holds %d, its total says %d", step, total, w.total)
+				}
+				for i, c := range recorded {
+					if i > w.top && c != 0 {
+						t.Fatalf("step %d: bucket %d, after the ring's top %d, holds %d", step, i, w.top, c)
+					}
+				}
+			}
+			if got := maxInWindow(slots, q.Window); got > q.Limit {
+				t.Fatalf("%d slots in one window, limit %d", got, q.Limit)
+			}
+		})
+	}
+	// The header-only path ran: it is what this test is for.
+	if info := rdb.Info(t.Context(), "commandstats").Val(); !strings.Contains(info, "cmdstat_setrange:calls=") {
+		t.Fatalf("no SETRANGE in INFO commandstats: the header-only path never ran\n%s", info)
+	}
+}
+
+// unpackWindow reads a window as counter.lua packs it on Redis: little-endian
+// doubles, the header's 8 and then the ring, whose place for bucket top the
+// header's count holds.
+func unpackWindow(t *testing.T, v []byte) counterWindow {
+	t.Helper()
+	if len(v)%8 != 0 || len(v) < 9*8 {
+		t.Fatalf("the window is %d bytes, not 8 doubles and a ring", len(v))
+	}
+	n := make([]int64, len(v)/8)
+	for i := range n {
+		n[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64(v[8*i:])))
+	}
+	if int64(len(n)) != 8+n[1]+1 {
+		t.Fatalf("the window holds %d numbers, span %d", len(n), n[1])
+	}
+	w := counterWindow{width: n[0], span: n[1], last: n[2], top: n[3], x: n[4], gone: n[5], total: n[6], ring: n[8:]}
+	w.ring[w.top%(w.span+1)] = n[7]
+	return w
 }
