@@ -66,13 +66,16 @@ local function decide(out, key, v, q, nb, n)
         out[o + 1], out[o + 2], out[o + 3], o = 0, now, limit - total - k, o + 3
       end
       out[o + 1] = 0 -- the hint: the window has room
-      call('SETRANGE', key, 0, struct.pack(HEADER, w, sp, last, top, x, gone, total + n, count + n))
+      call('SETRANGE', key, 0, struct.pack(HEADER, w, sp, now, top, x, gone, total + n, count + n))
       return
     end
   end
 
   local s = v and decode(v)
   if not s or s[1] ~= width or s[2] ~= span then
+    if s and s[6] > 0 then
+      call('DEL', key .. ':o') -- its buckets are of the old width: see reshape
+    end
     s = reshape(s, width, span, limit)
   end
   if cur > s[4] then
@@ -89,7 +92,7 @@ local function decide(out, key, v, q, nb, n)
       end
       out[#out + 1] = 0 -- the hint: the window has room
       s[RING + cur % (span + 1)] = s[RING + cur % (span + 1)] + n
-      s[7] = used + n
+      s[3], s[7] = now, used + n
       write(key, s, window, maxDelay)
       return
     end

@@ -114,7 +114,8 @@ end
 -- bucket of its last moment, or of the newest slot if sooner, so every
 -- window that could hold an entry counts it; and when entries that left
 -- s's ring may lie in a window from now on, the bucket of the newest of
--- them counts as a full window (limit).
+-- them counts as a full window (limit). The list stays at s's width:
+-- decisions drop it, Usage leaves it out.
 local function reshape(s, width, span, limit)
   local newest = s and max(s[3], now) or now
   local r = {width, span, 0, floor(newest / width), 0, 0, 0, 0}

@@ -9,7 +9,9 @@
 --
 -- It takes the entry from the bucket its slot falls in at the width the
 -- window counts in now (which need not be the one it was counted in), in
--- the ring or in the list of buckets that left it, never below zero.
+-- the ring or in the list of buckets that left it, never below zero. The
+-- newest slot stays, so later slots stay behind it (FIFO), unless nothing
+-- is left in any window from now.
 local key = KEYS[1]
 local v = call('GET', key)
 if not v then
@@ -24,6 +26,11 @@ if b >= s[4] - span and b <= s[4] then
     return {now, 0}
   end
   s[p], s[7] = s[p] - 1, s[7] - 1
+  if s[7] == 0 and s[6] < (floor(now / width) - span) * width then
+    -- Nothing is left in the ring, and nothing that left it is in a window
+    -- from now: the newest slot goes back, as the log's does.
+    s[3], s[4] = 0, floor(now / width)
+  end
   call('SET', key, encode(s), 'KEEPTTL')
   return {now, 1}
 end

@@ -10,17 +10,20 @@
 --
 -- It reads the window and, with a backlog of more than a window, the list
 -- of buckets that left the ring: its cost grows with the backlog, as a
--- report's may; decisions never read the list.
+-- report's may; decisions never read the list. Right after a change of
+-- window it counts what the decisions do: the ring as reshape moved it,
+-- its stand-in for entries that had left it included.
 local key, limit = KEYS[1], tonumber(ARGV[1])
 local width, span = shape(tonumber(ARGV[2]))
 local v = call('GET', key)
 local s = v and decode(v)
-if not s or s[1] ~= width or s[2] ~= span then
+local same = s and s[1] == width and s[2] == span -- else the list is of the old width
+if not same then
   s = reshape(s, width, span, limit)
 end
 local cur = floor(now / width)
 local inWindow, ahead = sum(s, cur - span, cur), sum(s, cur + 1, s[4])
-if s[4] > cur then
+if same and s[4] > cur then
   for _, e in ipairs(call('LRANGE', key .. ':o', 0, -1)) do
     local at, c = string.match(e, '^(%d+) (%d+)$')
     local b = floor(tonumber(at) / width)
