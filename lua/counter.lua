@@ -1,35 +1,29 @@
 #!lua
--- counter.lua: the approximate, O(1)-in-Limit mode of the slot rule, for
--- tenants whose quotas are too large to log every entry, for one or more
--- tenants. After counter_prelude.lua (the window's layout), which package
--- lua puts after this line. The shebang without flags makes Redis refuse
--- the call whole when it is over maxmemory, never halfway.
+-- counter.lua: the slot rule kept in buckets, O(1) in Limit, for tenants
+-- whose quotas are too large to log, one or more tenants a call. After
+-- counter_prelude.lua (the window's layout), which package lua puts after
+-- this line; the shebang without flags makes Redis refuse the call whole
+-- when it is over maxmemory, never halfway.
 --
--- KEYS[k]  the k-th tenant's window
--- ARGV     nq, then nq quotas of four numbers each: limit, window µs, max
---          delay µs, granularity µs (1 = none); then for each key k, in
---          order: the index (1..nq) of its quota, its not-before time µs
---          (0 = none) and n > 0, the number of its requests, decided in
---          order. admit.lua's ARGV, without the IDs.
--- Returns  {now µs, then for each key: for each request outcome, at µs,
---          remaining; then the key's retry hint µs}, as admit.lua: outcome
---          0 admitted, 1 deferred, 2 rejected.
+-- KEYS, ARGV and reply are admit.lua's without IDs: KEYS[k] the k-th
+-- tenant's window; ARGV nq, nq quotas (limit, window µs, max delay µs,
+-- granularity µs), then per key its quota's index, not-before time µs
+-- (0: none) and n > 0 requests; reply {now µs, per key per request outcome
+-- (0 admitted, 1 deferred, 2 rejected), at µs, remaining, then per key its
+-- retry hint µs}.
 --
--- A new slot is the first free one (see slotFrom) at or after the later of
--- now, the not-before time and the newest slot (FIFO); max delay is
--- compared with the rounded slot, from the later of now and the
--- not-before time. Once one request is rejected every later one is too.
---
--- Cost: one GET and one SET a key, whatever the backlog, or a SETRANGE of
--- the header for admissions in the ring's newest bucket; the list of
--- buckets that left the ring costs an RPUSH when a deferral drops one a
--- window from now still reaches.
+-- A new slot is the first free one (slotFrom) at or after the later of now,
+-- the not-before time and the newest slot (FIFO); max delay is compared
+-- with the rounded slot, from the later of now and the not-before time.
+-- Once one request is rejected every later one is too. Cost: one GET and
+-- one SET (or, for an admission in the ring's newest bucket, a SETRANGE of
+-- the header) a key whatever the backlog, and an RPUSH when a deferral
+-- drops a bucket a window from now still reaches.
 
 -- write stores s at key, with a new expiry when the one set falls short of
--- a window past the newest slot: then a window to spare, or an eighth of
--- max delay, so that a backlog moves it seldom. The list gets the same
--- expiry when it is made or the key's moves, and is cut to the buckets a
--- window from now can reach, at most top - cur, when it holds more.
+-- a window past the newest slot (a window to spare, or MaxDelay/8, so that
+-- a backlog moves it seldom), which the list gets too when made; the list
+-- is cut to top - cur buckets, the most a window from now can reach.
 local function write(key, s, window, maxDelay)
   local newest = max(s[3], now)
   local due = s[5] * 1000 < newest + window + s[1]
@@ -80,22 +74,6 @@ local function decide(out, key, v, q, nb, n)
   end
   if cur > s[4] then
     advance(s, key, cur)
-  end
-
-  -- Every slot is now, and the window (the whole ring) has room after
-  -- them all, as above, but the ring moved or the expiry is due.
-  if start == now and s[3] <= now and s[4] == cur then
-    local used = s[7]
-    if used + n < limit then
-      for k = 1, n do
-        out[#out + 1], out[#out + 2], out[#out + 3] = 0, now, limit - used - k
-      end
-      out[#out + 1] = 0 -- the hint: the window has room
-      s[RING + cur % (span + 1)] = s[RING + cur % (span + 1)] + n
-      s[3], s[7] = now, used + n
-      write(key, s, window, maxDelay)
-      return
-    end
   end
 
   local retryAt, added = nil, false

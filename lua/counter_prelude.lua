@@ -2,34 +2,26 @@
 -- counter_release.lua share, as a fragment, not a script: package lua puts
 -- it after each one's shebang line at build time.
 --
--- A tenant's window is one STRING, a vector of numbers, packed as doubles
--- with Redis's struct library (as text in a Lua without it, miniredis's):
---   [1] width  µs of a bucket, a tenth of the window
---   [2] span   buckets before a window's last that the window reaches
---   [3] last   the newest slot handed out, µs (0: none)
---   [4] top    the newest bucket the ring holds
---   [5] x      the expiry, ms, last set on the key
---   [6] gone   the last moment of the newest entry that left the ring, µs
---              (0: none)
---   [7] total  the entries the ring holds
---   [8] count  the entries of bucket top, which the ring's place for it
---              holds only once the ring moves on
---   [9...]     the ring: entries in buckets top-span .. top, bucket i at
---              9 + i % (span + 1)
--- so that a decision in the ring's newest bucket reads the 8 numbers of the
--- header and writes them back in place (SETRANGE), leaving the ring be.
+-- A tenant's window is one STRING of numbers, doubles packed with Redis's
+-- struct library (text in a Lua without it, as miniredis's): a header of
+--   [1] width, µs   [2] span, buckets before a window's last it reaches
+--   [3] last, the newest slot (0: none)   [4] top, the ring's newest bucket
+--   [5] x, the expiry ms set   [6] gone, the last moment of the newest
+--   entry that left the ring (0: none)   [7] total, the ring's entries
+--   [8] count, bucket top's entries (its place in the ring is filled only
+--   once the ring moves on, so that an admission in it rewrites the header
+--   alone, in place)
+-- then [9...], the ring: buckets top-span .. top, bucket i at 9 + i % (span + 1).
 -- Slots never go back (FIFO): a new slot is at or after last, in a bucket
 -- at or after top, so a window ending at it reaches no bucket older than
--- the ring's. A decision reads and writes this one string, whatever the
--- backlog. A bucket that leaves the ring while a window from now still
--- reaches it (a backlog of more than a window) goes to the LIST <key>:o,
--- oldest first, as "<its last moment µs> <entries>", for Usage and Release
--- alone.
+-- the ring's, whatever the backlog. A bucket that leaves the ring while a
+-- window from now reaches it (a backlog of more than a window) goes to the
+-- LIST <key>:o as "<its last moment µs> <entries>", which only Usage and
+-- Release read.
 --
--- It defines call, max, min, floor, now (Redis time µs), fmt(x) (an
--- integer, exact), BUCKETS, RING, struct and HEADER (the header's format;
--- nil without struct), decode, encode, shape, reshape, sum, advance,
--- slotFrom and, when advance listed a bucket, listed and created.
+-- It defines call, max, min, floor, now (Redis time µs), fmt(x) (exact),
+-- RING, struct and HEADER (nil without struct), decode, encode, shape,
+-- reshape, sum, advance (and what it listed: listed, created), slotFrom.
 local call, max, min, floor = redis.call, math.max, math.min, math.floor
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -43,14 +35,8 @@ end
 local unpacked, packed, HEADER
 local struct = rawget(_G, 'struct') -- miniredis has none, and forbids reading a missing global
 if struct then
-  local formats = {}
   local function format(n)
-    local f = formats[n]
-    if not f then
-      f = '<' .. string.rep('d', n)
-      formats[n] = f
-    end
-    return f
+    return '<' .. string.rep('d', n)
   end
   unpacked = function(v)
     local s = {struct.unpack(format(#v / 8), v)}
@@ -70,11 +56,7 @@ else
     return s
   end
   packed = function(s)
-    local f = {}
-    for i = 1, #s do
-      f[i] = fmt(s[i])
-    end
-    return table.concat(f, ' ')
+    return string.format(string.rep('%d ', #s), unpack(s))
   end
 end
 
@@ -166,14 +148,6 @@ local function advance(s, key, b)
   s[4] = max(top, b)
 end
 
-local function ceil(x, g)
-  local r = math.fmod(x, g) -- exact, unlike x / g
-  if r > 0 then
-    return x - r + g
-  end
-  return x
-end
-
 -- slotFrom returns the first free slot at or after t, which is at or
 -- after now and in a bucket at or after the ring's top, rounded up to g
 -- when ahead of now, and that slot before rounding. A slot is free when
@@ -196,5 +170,6 @@ local function slotFrom(s, t, limit, g)
   if t <= now then
     return now, now
   end
-  return ceil(t, g), t
+  local r = math.fmod(t, g) -- exact, unlike t / g
+  return r > 0 and t - r + g or t, t
 end
