@@ -131,17 +131,44 @@ func TestLightTenantWaitsARoundNotTheBacklog(t *testing.T) {
 func TestNoBankedCredit(t *testing.T) {
 	s := newStack(t, generous)
 	s.startWorker(4, true)
-	early := s.enqueue("early", 400, 10*time.Millisecond)
+	early := s.enqueue("early", 600, 10*time.Millisecond)
 	time.Sleep(400 * time.Millisecond) // early runs alone
 	arrived := time.Now()
 	late := s.enqueue("late", 200, 10*time.Millisecond)
 	time.Sleep(400 * time.Millisecond)
-	got := s.shares(arrived.Add(100*time.Millisecond), time.Now())
+	// Shares mean something only while both have tasks waiting: on a
+	// loaded machine the enqueues are slow and early's backlog may run
+	// out first. The window ends at the first start of a tenant's last task.
+	end := time.Now()
+	s.mu.Lock()
+	last := map[string]time.Time{}
+	for _, e := range s.started {
+		last[e.tenant] = e.at
+	}
+	s.mu.Unlock()
+	for _, tenant := range []string{"early", "late"} {
+		if at, ok := last[tenant]; ok && s.ran(lastID(tenant, early, late)) == 1 {
+			end = minTime(end, at)
+		}
+	}
+	from := arrived.Add(100 * time.Millisecond)
+	if end.Sub(from) < 100*time.Millisecond {
+		t.Fatalf("both tenants had tasks waiting for only %v after late arrived; want a longer run to judge", end.Sub(from))
+	}
+	got := s.shares(from, end)
 	t.Logf("after late arrived: early %.2f, late %.2f", got["early"], got["late"])
 	if got["early"] < 0.35 || got["late"] < 0.35 {
 		t.Errorf("after the second tenant arrived, shares are early %.2f, late %.2f; want about half each", got["early"], got["late"])
 	}
 	s.waitRuns(append(early, late...), 60*time.Second)
+}
+
+// lastID is the ID of tenant's last task, of early's or late's.
+func lastID(tenant string, early, late []string) string {
+	if tenant == "early" {
+		return early[len(early)-1]
+	}
+	return late[len(late)-1]
 }
 
 var _ = admission.Quota{}

@@ -20,8 +20,8 @@
 --            back
 --
 -- A task goes straight in only when its tenant has nothing waiting, is
--- under its cap and awake, and the queue has space: then nothing waiting
--- could have gone first. A task that must not start for more than a
+-- under its cap and awake, no tenant waits with an earlier start tag, and
+-- the queue has space: then nothing waiting could have gone first. A task that must not start for more than a
 -- second (its own ProcessAt) waits in limbo until then, holding no place
 -- and no one back, and then goes to the head of its tenant's line.
 local T, id, nb, uttl = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
@@ -40,9 +40,11 @@ call('HSET', th, 'cap', cap, 'wt', fmt(wt))
 local waiting = call('LLEN', w)
 local h = call('HMGET', th, 'tag', 'n')
 local later = tonumber(nb) > now + 1000000
+local tag = math.max(num(h[1], 0), floor)
+local head = call('ZRANGE', vt, 0, 0, 'WITHSCORES')
 if waiting == 0 and not later and not call('ZSCORE', sleep, T) and (cap == 0 or num(h[2], 0) < cap)
-    and room(fair, total) > 0 then
-  grant(T, id, nil, math.max(num(h[1], 0), floor))
+    and (#head == 0 or tag <= tonumber(head[2])) and room(fair, total) > 0 then
+  grant(T, id, nil, tag)
   call('HSET', meta, 'floor', fmt(floor))
   return {1, now, 0}
 end
