@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -132,35 +133,59 @@ func TestCounterBucketsHoldTheirSlots(t *testing.T) {
 	}
 }
 
-// counterWindow is a Counter-mode window as counter.lua keeps it on
-// miniredis (as text: see counter_prelude.lua), with bucket top's entries
-// in the ring,, and its list of buckets
-// that left the ring, by bucket.
+// counterWindow is a Counter-mode window as counter.lua keeps it (see
+// counter_prelude.lua), with bucket top's entries in the ring, and, read
+// by readWindow, its list of buckets that left the ring, by bucket.
 type counterWindow struct {
-	width, span, last, top, x, gone, total int64
-	ring                                   []int64
-	listed                                 map[int64]int64
+	width, span, last, top, x, gone, total, count int64
+	ring                                          []int64
+	raw                                           []float64 // the numbers as stored
+	listed                                        map[int64]int64
 }
 
+// decodeWindow decodes key's value v: doubles packed little-endian (on
+// Redis, with its struct library; a packed window always holds a NUL, in
+// its width) or decimal text (on a Lua without struct, as miniredis's).
+func decodeWindow(t *testing.T, key string, v []byte) counterWindow {
+	t.Helper()
+	var raw []float64
+	if bytes.IndexByte(v, 0) >= 0 {
+		if len(v)%8 != 0 {
+			t.Fatalf("%s holds %d bytes, not doubles", key, len(v))
+		}
+		for i := 0; i < len(v); i += 8 {
+			raw = append(raw, math.Float64frombits(binary.LittleEndian.Uint64(v[i:])))
+		}
+	} else {
+		for f := range strings.FieldsSeq(string(v)) {
+			x, err := strconv.ParseFloat(f, 64)
+			if err != nil {
+				t.Fatalf("%s holds %q: %v", key, v, err)
+			}
+			raw = append(raw, x)
+		}
+	}
+	n := make([]int64, len(raw))
+	for i, x := range raw {
+		n[i] = int64(x)
+	}
+	if len(n) < 9 || int64(len(n)) != 8+n[1]+1 {
+		t.Fatalf("%s holds %v: want 8 numbers and a ring of span+1", key, raw)
+	}
+	w := counterWindow{width: n[0], span: n[1], last: n[2], top: n[3], x: n[4], gone: n[5], total: n[6], count: n[7], ring: n[8:], raw: raw}
+	w.ring[w.top%(w.span+1)] = w.count // the header holds bucket top's entries
+	return w
+}
+
+// readWindow reads key's window and its list.
 func readWindow(t *testing.T, rdb *redis.Client, key string) counterWindow {
 	t.Helper()
-	v, err := rdb.Get(t.Context(), key).Result()
+	v, err := rdb.Get(t.Context(), key).Bytes()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var n []int64
-	for f := range strings.FieldsSeq(v) {
-		x, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			t.Fatalf("%s holds %q: %v", key, v, err)
-		}
-		n = append(n, x)
-	}
-	if len(n) < 9 || int64(len(n)) != 8+n[1]+1 {
-		t.Fatalf("%s holds %q: want 8 numbers and a ring of span+1", key, v)
-	}
-	w := counterWindow{width: n[0], span: n[1], last: n[2], top: n[3], x: n[4], gone: n[5], total: n[6], ring: n[8:], listed: map[int64]int64{}}
-	w.ring[w.top%(w.span+1)] = n[7] // the header holds bucket top's entries
+	w := decodeWindow(t, key, v)
+	w.listed = map[int64]int64{}
 	for _, e := range rdb.LRange(t.Context(), key+":o", 0, -1).Val() {
 		var at, c int64
 		if _, err := fmt.Sscanf(e, "%d %d", &at, &c); err != nil {
@@ -273,7 +298,7 @@ func TestCounterWindowOnRedis(t *testing.T) {
 				} else if err != nil {
 					t.Fatal(err)
 				}
-				w := unpackWindow(t, v)
+				w := decodeWindow(t, key, v)
 				if w.width != width || w.span != span {
 					t.Fatalf("step %d: width %d and span %d, want %d and %d", step, w.width, w.span, width, span)
 				}
@@ -302,24 +327,4 @@ func TestCounterWindowOnRedis(t *testing.T) {
 	if info := rdb.Info(t.Context(), "commandstats").Val(); !strings.Contains(info, "cmdstat_setrange:calls=") {
 		t.Fatalf("no SETRANGE in INFO commandstats: the header-only path never ran\n%s", info)
 	}
-}
-
-// unpackWindow reads a window as counter.lua packs it on Redis: little-endian
-// doubles, the header's 8 and then the ring, whose place for bucket top the
-// header's count holds.
-func unpackWindow(t *testing.T, v []byte) counterWindow {
-	t.Helper()
-	if len(v)%8 != 0 || len(v) < 9*8 {
-		t.Fatalf("the window is %d bytes, not 8 doubles and a ring", len(v))
-	}
-	n := make([]int64, len(v)/8)
-	for i := range n {
-		n[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64(v[8*i:])))
-	}
-	if int64(len(n)) != 8+n[1]+1 {
-		t.Fatalf("the window holds %d numbers, span %d", len(n), n[1])
-	}
-	w := counterWindow{width: n[0], span: n[1], last: n[2], top: n[3], x: n[4], gone: n[5], total: n[6], ring: n[8:]}
-	w.ring[w.top%(w.span+1)] = n[7]
-	return w
 }

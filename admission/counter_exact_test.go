@@ -10,7 +10,6 @@ package admission
 // header fast path or the struct codec, for differential runs.
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -185,51 +184,22 @@ func (r *rv) usageOf(key string, q Quota) []int64 {
 	return res
 }
 
-// rvWindow is a decoded window: header and ring, bucket top's place filled
-// from the header.
-type rvWindow struct {
-	width, span, last, top, x, gone, total, count float64
-	ring                                          []float64
-	raw                                           []float64
-}
-
-// read decodes key, packed or as text.
-func (r *rv) read(key string) (rvWindow, bool) {
+// read decodes key's window, if it has one.
+func (r *rv) read(key string) (counterWindow, bool) {
 	r.t.Helper()
 	v, err := r.rdb.Get(r.t.Context(), key).Bytes()
 	if err == redis.Nil {
-		return rvWindow{}, false
+		return counterWindow{}, false
 	}
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	var n []float64
-	if len(v) > 0 && (v[0] >= '0' && v[0] <= '9' || v[0] == '-') && !strings.ContainsRune(string(v), 0) && strings.Contains(string(v), " ") {
-		for _, f := range strings.Fields(string(v)) {
-			var x float64
-			fmt.Sscan(f, &x)
-			n = append(n, x)
-		}
-	} else {
-		if len(v)%8 != 0 {
-			r.t.Fatalf("%s holds %d bytes", key, len(v))
-		}
-		for i := 0; i < len(v); i += 8 {
-			n = append(n, math.Float64frombits(binary.LittleEndian.Uint64(v[i:])))
-		}
-	}
-	if len(n) < 9 || float64(len(n)) != 8+n[1]+1 {
-		r.t.Fatalf("%s holds %v: want 8 numbers and a ring of span+1", key, n)
-	}
-	w := rvWindow{width: n[0], span: n[1], last: n[2], top: n[3], x: n[4], gone: n[5], total: n[6], count: n[7], raw: slices.Clone(n)}
-	w.ring = slices.Clone(n[8:])
-	w.ring[int64(w.top)%int64(w.span+1)] = w.count
-	return w, true
+	return decodeWindow(r.t, key, v), true
 }
 
 // check fails unless key's window is consistent: integral, non-negative,
 // total the ring's sum.
-func (r *rv) check(key, when string) rvWindow {
+func (r *rv) check(key, when string) counterWindow {
 	r.t.Helper()
 	w, ok := r.read(key)
 	if !ok {
@@ -240,7 +210,7 @@ func (r *rv) check(key, when string) rvWindow {
 			r.t.Fatalf("%s: %s field %d is %v", when, key, i+1, x)
 		}
 	}
-	var sum float64
+	var sum int64
 	for _, c := range w.ring {
 		sum += c
 	}
@@ -396,7 +366,7 @@ func TestCounterPathsAgree(t *testing.T) {
 						t.Fatalf("%s: variant %d replies %v hint %d, as-is %v hint %d", what, k, reps[k], hints[k], reps[0], hints[0])
 					}
 				}
-				ws := make([]rvWindow, 3)
+				ws := make([]counterWindow, 3)
 				for k, v := range vs {
 					ws[k] = v.check(keys[k], what)
 				}
@@ -405,7 +375,7 @@ func TestCounterPathsAgree(t *testing.T) {
 						t.Fatalf("%s: variant %d holds %v ring %v, as-is %v ring %v", what, k, ws[k].raw[:8], ws[k].ring, ws[0].raw[:8], ws[0].ring)
 					}
 				}
-				if w := ws[0]; w.raw != nil && w.raw[8+int64(w.top)%int64(w.span+1)] != w.count {
+				if w := ws[0]; w.raw != nil && w.raw[8+w.top%(w.span+1)] != float64(w.count) {
 					fastSeen++
 				}
 				h.decide(t, what, q, now, start, reps[0])
