@@ -17,6 +17,7 @@ import (
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/enqueue"
 	"github.com/admitq/admitq/internal/redistest"
+	"github.com/admitq/admitq/internal/worktime"
 	"github.com/admitq/admitq/worker"
 )
 
@@ -42,7 +43,7 @@ type stack struct {
 	wait    map[string][]time.Duration // tenant -> enqueue-to-start waits
 	sent    sync.Map                   // task ID -> time.Time of its enqueue
 	blocks  sync.Map                   // task ID -> chan struct{}, for "block" tasks
-	spans   []span
+	spans   []worktime.Run
 }
 
 // gateFor is the channel a "block" task waits on; unblock closes it.
@@ -84,44 +85,20 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// span is one run of a task.
-type span struct {
-	tenant     string
-	start, end time.Time
-}
-
 // shares returns each tenant's part of the worker time spent in [from, to).
 func (s *stack) shares(from, to time.Time) map[string]float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	by := map[string]time.Duration{}
+	used := worktime.Used(s.spans, from, to)
 	var total time.Duration
-	for _, sp := range s.spans {
-		a, b := maxTime(sp.start, from), minTime(sp.end, to)
-		if b.After(a) {
-			by[sp.tenant] += b.Sub(a)
-			total += b.Sub(a)
-		}
+	for _, d := range used {
+		total += d
 	}
 	out := map[string]float64{}
-	for t, d := range by {
+	for t, d := range used {
 		out[t] = float64(d) / float64(total)
 	}
 	return out
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
 }
 
 type event struct {
@@ -213,7 +190,7 @@ func (s *stack) handler() asynq.Handler {
 		s.mu.Lock()
 		s.running[tenant]--
 		s.worked[tenant] += time.Since(now)
-		s.spans = append(s.spans, span{tenant, now, time.Now()})
+		s.spans = append(s.spans, worktime.Run{Tenant: tenant, Start: now, End: time.Now()})
 		s.mu.Unlock()
 		return nil
 	})

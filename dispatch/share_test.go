@@ -8,6 +8,7 @@ import (
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/dispatch"
+	"github.com/admitq/admitq/internal/worktime"
 )
 
 // backlog enqueues n tasks of each tenant at once, from a goroutine each,
@@ -55,14 +56,9 @@ func (s *stack) backlogged(concurrency, n int, runs map[string]time.Duration) {
 // start until the first of a and b started its last task.
 func (s *stack) whileBoth(a, b string) map[string]float64 {
 	s.mu.Lock()
-	first := s.spans[0].start
-	last := map[string]time.Time{}
-	for _, sp := range s.spans {
-		first = minTime(first, sp.start)
-		last[sp.tenant] = maxTime(last[sp.tenant], sp.start)
-	}
+	from, to := worktime.Contended(s.spans, a, b)
 	s.mu.Unlock()
-	return s.shares(first, minTime(last[a], last[b]))
+	return s.shares(from, to)
 }
 
 // Under contention, worker time goes by weight: 3:1.
@@ -147,8 +143,8 @@ func TestNoBankedCredit(t *testing.T) {
 	}
 	s.mu.Unlock()
 	for _, tenant := range []string{"early", "late"} {
-		if at, ok := last[tenant]; ok && s.ran(lastID(tenant, early, late)) == 1 {
-			end = minTime(end, at)
+		if at, ok := last[tenant]; ok && s.ran(lastID(tenant, early, late)) == 1 && at.Before(end) {
+			end = at
 		}
 	}
 	from := arrived.Add(100 * time.Millisecond)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/enqueue"
+	"github.com/admitq/admitq/internal/worktime"
 	aqworker "github.com/admitq/admitq/worker"
 )
 
@@ -114,9 +115,17 @@ type NeighbourReport struct {
 
 // run is one task run, as the handler saw it.
 type run struct {
-	tenant          string
-	queued, started time.Time
-	ended           time.Time
+	worktime.Run
+	queued time.Time
+}
+
+// workRuns returns runs as worktime measures them.
+func workRuns(runs []run) []worktime.Run {
+	out := make([]worktime.Run, len(runs))
+	for i, r := range runs {
+		out[i] = r.Run
+	}
+	return out
 }
 
 // neighbourContender enqueues tasks one way.
@@ -183,10 +192,7 @@ func RunNeighbour(ctx context.Context, cfg NeighbourConfig) (NeighbourReport, er
 		if err != nil {
 			return rep, fmt.Errorf("bench: alone: %w", err)
 		}
-		first, last := runs[0].started, runs[0].ended
-		for _, r := range runs {
-			first, last = minTime(first, r.started), maxTime(last, r.ended)
-		}
+		first, last := worktime.Span(workRuns(runs))
 		perSecond := float64(len(runs)) / last.Sub(first).Seconds()
 		if fair {
 			rep.Alone.Fair = perSecond
@@ -202,48 +208,8 @@ func RunNeighbour(ctx context.Context, cfg NeighbourConfig) (NeighbourReport, er
 	if err != nil {
 		return rep, fmt.Errorf("bench: weights: %w", err)
 	}
-	rep.Weights.Ratio = workerRatio(runs, "gold", "basic")
+	rep.Weights.Ratio = worktime.Ratio(workRuns(runs), "gold", "basic")
 	return rep, nil
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-// workerRatio is a's worker time over b's while both had tasks to start:
-// from the first start to the earlier of their last starts.
-func workerRatio(runs []run, a, b string) float64 {
-	if len(runs) == 0 {
-		return 0
-	}
-	begin := runs[0].started
-	last := map[string]time.Time{}
-	for _, r := range runs {
-		begin = minTime(begin, r.started)
-		last[r.tenant] = maxTime(last[r.tenant], r.started)
-	}
-	until := minTime(last[a], last[b])
-	got := map[string]time.Duration{}
-	for _, r := range runs {
-		s, e := maxTime(r.started, begin), minTime(r.ended, until)
-		if e.After(s) {
-			got[r.tenant] += e.Sub(s)
-		}
-	}
-	if got[b] == 0 {
-		return 0
-	}
-	return float64(got[a]) / float64(got[b])
 }
 
 // runBacklogs starts a pool (fair with a gate, or bare asynq), enqueues n
@@ -276,7 +242,7 @@ func runBacklogs(ctx context.Context, cfg NeighbourConfig, opts *redis.Options, 
 		start := time.Now()
 		time.Sleep(cfg.Task)
 		mu.Lock()
-		runs = append(runs, run{tenant: aqworker.Tenant(ctx), started: start, ended: time.Now()})
+		runs = append(runs, run{Run: worktime.Run{Tenant: aqworker.Tenant(ctx), Start: start, End: time.Now()}})
 		mu.Unlock()
 		return nil
 	})); err != nil {
@@ -388,7 +354,7 @@ func runNeighbour(ctx context.Context, cfg NeighbourConfig, opts *redis.Options,
 		queued := time.Unix(0, int64(binary.BigEndian.Uint64(t.Payload())))
 		tenant := aqworker.Tenant(ctx)
 		mu.Lock()
-		runs = append(runs, run{tenant: tenant, queued: queued, started: start, ended: time.Now()})
+		runs = append(runs, run{Run: worktime.Run{Tenant: tenant, Start: start, End: time.Now()}, queued: queued})
 		if tenant != "noisy" {
 			lightStarted[tenant]++
 		}
@@ -520,24 +486,13 @@ func runNeighbour(ctx context.Context, cfg NeighbourConfig, opts *redis.Options,
 func neighbourRow(name string, cfg NeighbourConfig, runs []run, begin, end time.Time) NeighbourRow {
 	row := NeighbourRow{Name: name}
 	var waits []time.Duration
-	got := make(map[string]time.Duration)
+	got := worktime.Used(workRuns(runs), begin, end)
 	noisy := 0
 	for _, r := range runs {
-		if r.tenant != "noisy" {
-			waits = append(waits, r.started.Sub(r.queued))
-		}
-		s, e := r.started, r.ended
-		if s.Before(begin) {
-			s = begin
-		}
-		if e.After(end) {
-			e = end
-		}
-		if e.After(s) {
-			got[r.tenant] += e.Sub(s)
-			if r.tenant == "noisy" && !r.started.Before(begin) && r.started.Before(end) {
-				noisy++
-			}
+		if r.Tenant != "noisy" {
+			waits = append(waits, r.Start.Sub(r.queued))
+		} else if !r.Start.Before(begin) && r.Start.Before(end) && r.End.After(r.Start) {
+			noisy++
 		}
 	}
 	slices.Sort(waits)

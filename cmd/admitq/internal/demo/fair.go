@@ -13,6 +13,7 @@ import (
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/dispatch"
 	"github.com/admitq/admitq/enqueue"
+	"github.com/admitq/admitq/internal/worktime"
 	"github.com/admitq/admitq/worker"
 )
 
@@ -48,20 +49,6 @@ type FairResult struct {
 	FillsPool, Weighted, NothingLost bool
 }
 
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
 // RunFair runs the fair scenario to the end.
 func RunFair(ctx context.Context, cfg FairConfig) (FairResult, error) {
 	if cfg.Work <= 0 {
@@ -92,11 +79,7 @@ func RunFair(ctx context.Context, cfg FairConfig) (FairResult, error) {
 
 	var mu sync.Mutex
 	ran := map[string]int{}
-	type span struct {
-		tenant     string
-		start, end time.Time
-	}
-	var spans []span
+	var spans []worktime.Run
 	var res FairResult
 	var sent []string
 	send := func(tenant string, n int) error {
@@ -150,7 +133,7 @@ func RunFair(ctx context.Context, cfg FairConfig) (FairResult, error) {
 			time.Sleep(cfg.Work)
 			mu.Lock()
 			ran[id]++
-			spans = append(spans, span{worker.Tenant(ctx), start, time.Now()})
+			spans = append(spans, worktime.Run{Tenant: worker.Tenant(ctx), Start: start, End: time.Now()})
 			mu.Unlock()
 			return nil
 		}))
@@ -161,10 +144,7 @@ func RunFair(ctx context.Context, cfg FairConfig) (FairResult, error) {
 	makespan := func() time.Duration {
 		mu.Lock()
 		defer mu.Unlock()
-		first, last := spans[0].start, spans[0].end
-		for _, s := range spans {
-			first, last = minTime(first, s.start), maxTime(last, s.end)
-		}
+		first, last := worktime.Span(spans)
 		return last.Sub(first)
 	}
 	hold := func() (*dispatch.Server, error) {
@@ -260,24 +240,8 @@ func RunFair(ctx context.Context, cfg FairConfig) (FairResult, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	// Worker time while both had work: until either's last task started.
-	lastStart := map[string]time.Time{}
-	for _, s := range spans {
-		lastStart[s.tenant] = maxTime(lastStart[s.tenant], s.start)
-	}
-	until := minTime(lastStart["gold"], lastStart["basic"])
-	used := map[string]time.Duration{}
-	for _, s := range spans {
-		a, b := s.start, s.end
-		if a.Before(begin) {
-			a = begin
-		}
-		if b.After(until) {
-			b = until
-		}
-		if b.After(a) {
-			used[s.tenant] += b.Sub(a)
-		}
-	}
+	_, until := worktime.Contended(spans, "gold", "basic")
+	used := worktime.Used(spans, begin, until)
 	if used["basic"] > 0 {
 		res.Ratio = float64(used["gold"]) / float64(used["basic"])
 	}
