@@ -133,3 +133,40 @@ func TestANotBeforeBefore1970IsNow(t *testing.T) {
 		t.Errorf("b lost: the script LPOPped its entry, then failed (no rollback)")
 	}
 }
+
+// A producer's task goes straight in only when no tenant waits with an
+// earlier start tag: a tenant that has had its share does not pass one the
+// dispatcher has yet to serve by arriving while the queue has room.
+func TestStraightInKeepsTheFairOrder(t *testing.T) {
+	ctx := context.Background()
+	q := admission.Quota{Limit: 100000, Window: time.Second}
+	d, _, _ := rig(t, q)
+	park := func(tenant, id string) Verdict {
+		t.Helper()
+		tk, err := d.Park(ctx, Task{Queue: "default", Tenant: tenant, ID: id}, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tk.Verdict
+	}
+	d.turnRaw(ctx, t, 0, 0, 0) // a fair worker of concurrency 1: room for 2
+	for _, id := range []string{"a1", "a2"} {
+		if v := park("a", id); v != Straight {
+			t.Fatalf("%s: %v, want straight in: the queue has room", id, v)
+		}
+	}
+	if v := park("b", "b1"); v != Wait {
+		t.Fatalf("b1: %v, want wait: the queue is full", v)
+	}
+	// A second worker makes room; b waits with an earlier tag than a's.
+	a := append([]any{"fake2|8|1", 3_000_000, 0}, 0, 0)
+	if _, err := d.run(ctx, d.scripts.dispatch, "default", a...); err != nil {
+		t.Fatal(err)
+	}
+	if v := park("a", "a3"); v != Wait {
+		t.Fatalf("a3: %v, want wait: b waits with an earlier start tag", v)
+	}
+	if v := park("c", "c1"); v != Straight {
+		t.Fatalf("c1: %v, want straight in: a new tenant starts at the floor, no later than b", v)
+	}
+}
