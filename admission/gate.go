@@ -64,8 +64,8 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 		ids:            newIDGen(),
 		local:          newLocalLimiter(o.instances),
 		causes:         watchCauses(rdb),
-		version:        &versionCheck{},
 	}
+	g.version = newVersionCheck(rdb, o.timeout, g.warnEviction)
 	// Unbatched calls go through the committer too, one request a
 	// pipeline: its callers wait on their context, not on the connection,
 	// so a frozen Redis cannot hold them past the timeout even when the

@@ -44,8 +44,9 @@ type RedisQuotas struct {
 	lastDefault *Quota    // the default as last read, nil for none
 	downUntil   time.Time // no reads of uncached tenants before this
 	causes      *causes   // names why Redis is unavailable
-	stale       []string  // tenants waiting for the background reread
-	rereading   bool      // the background reread is running
+	version     *versionCheck
+	stale       []string // tenants waiting for the background reread
+	rereading   bool     // the background reread is running
 }
 
 // maxResolveBatch bounds the fields of one HMGET: big enough to amortize
@@ -57,7 +58,10 @@ const maxResolveBatch = 1000
 // WithTimeout, WithRefresh and WithQuotaCacheSize.
 func NewRedisQuotas(rdb redis.UniversalClient, opts ...Option) *RedisQuotas {
 	o := newOptions(opts)
-	return &RedisQuotas{rdb: rdb, key: quotasKey(o.prefix), opts: o, cache: newQuotaCache(o.quotaCacheSize), causes: watchCauses(rdb)}
+	return &RedisQuotas{
+		rdb: rdb, key: quotasKey(o.prefix), opts: o, cache: newQuotaCache(o.quotaCacheSize),
+		causes: watchCauses(rdb), version: newVersionCheck(rdb, o.timeout, nil),
+	}
 }
 
 // Set stores tenant's quota. It validates both first and writes nothing when
@@ -77,6 +81,9 @@ func (r *RedisQuotas) SetDefault(ctx context.Context, q Quota) error {
 func (r *RedisQuotas) set(ctx context.Context, field string, q Quota) error {
 	b, err := q.MarshalText()
 	if err != nil {
+		return err
+	}
+	if err := r.checkVersion(ctx); err != nil {
 		return err
 	}
 	if err := r.do(ctx, func(ctx context.Context) error { return r.rdb.HSet(ctx, r.key, field, b).Err() }); err != nil {
@@ -139,6 +146,9 @@ func (r *RedisQuotas) DeleteDefault(ctx context.Context) error {
 }
 
 func (r *RedisQuotas) delete(ctx context.Context, field string) error {
+	if err := r.checkVersion(ctx); err != nil {
+		return err
+	}
 	if err := r.do(ctx, func(ctx context.Context) error { return r.rdb.HDel(ctx, r.key, field).Err() }); err != nil {
 		return err
 	}
@@ -512,6 +522,15 @@ func (r *RedisQuotas) invalidate(field string) {
 		return
 	}
 	r.cache.remove(field)
+}
+
+// checkVersion returns an error wrapping ErrRedisVersion, before a write,
+// when Redis (any master of a cluster) is older than MinRedisVersion: the
+// gates that would read the quota refuse such a server. Redis is asked
+// once per RedisQuotas, and the write waits up to the store's timeout for
+// the answer; a Redis that does not answer in time fails the write itself.
+func (r *RedisQuotas) checkVersion(ctx context.Context) error {
+	return r.version.check(ctx, r.opts.timeout)
 }
 
 // do runs one Redis call under the store's deadline and maps its error.

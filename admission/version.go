@@ -25,9 +25,24 @@ const MinRedisVersion = "7.0"
 // server's version and the one needed. Nothing is written to Redis.
 var ErrRedisVersion = errors.New("admitq: redis version too old")
 
-// versionCheck asks Redis its version once, on a gate's first call. It is
-// shared by the gates AtGranularity makes.
+// ErrClusterNode is returned by CheckServer for a plain client (not a
+// *redis.ClusterClient) whose server is a node of a Redis Cluster: such a
+// client reaches only the hash slots that node serves, and every other
+// tenant's call fails with a MOVED error. Use a cluster client
+// (redis.NewClusterClient; admitq's --redis-cluster flag) instead.
+var ErrClusterNode = errors.New("admitq: redis server is a cluster node")
+
+// versionCheck asks Redis its version once, on the first call of a Gate
+// (shared by the gates AtGranularity makes) or the first write of a
+// RedisQuotas: the answer is kept on the value that asked, never in the
+// package.
 type versionCheck struct {
+	rdb     redis.UniversalClient
+	timeout time.Duration
+	// settled, when set, hears the servers' maxmemory-policies once every
+	// server has answered a version new enough.
+	settled func(policies map[string]string)
+
 	done atomic.Bool // err is final
 
 	mu      sync.Mutex
@@ -36,18 +51,28 @@ type versionCheck struct {
 	next    time.Time     // after a check nobody answered, when to ask again
 }
 
-// checkVersion returns ErrRedisVersion, wrapped, if Redis is too old. The
-// question goes out once, in the background with the gate's timeout, and
-// callers wait for the answer up to a quarter of the timeout (or their
-// ctx), each on its own clock, never behind one another: a Redis that
-// answers at all answers in well under that, and a slow or down one does
-// not add a whole timeout to the first calls' own. A question nobody
-// answered (Redis down or slow; on a cluster, a master) is asked again a
-// second later, and meanwhile calls go on: the outage is the decisions' to
-// handle. A server that answers without a version (INFO disabled or
-// renamed, a Redis-like server) is trusted.
+func newVersionCheck(rdb redis.UniversalClient, timeout time.Duration, settled func(map[string]string)) *versionCheck {
+	return &versionCheck{rdb: rdb, timeout: timeout, settled: settled}
+}
+
+// checkVersion returns ErrRedisVersion, wrapped, if Redis is too old,
+// waiting for the answer up to a quarter of the gate's timeout (see
+// versionCheck.check): a Redis that answers at all answers in well under
+// that, and a slow or down one does not add a whole timeout to the first
+// calls' own.
 func (g *Gate) checkVersion(ctx context.Context) error {
-	v := g.version
+	return g.version.check(ctx, g.opts.timeout/4)
+}
+
+// check returns ErrRedisVersion, wrapped, if Redis is too old. The
+// question goes out once, in the background with the timeout, and callers
+// wait for the answer up to wait (or their ctx), each on its own clock,
+// never behind one another. A question nobody answered (Redis down or
+// slow; on a cluster, a master) is asked again a second later, and
+// meanwhile calls go on: the outage is theirs to handle. A server that
+// answers without a version (INFO disabled or renamed, a Redis-like
+// server) is trusted.
+func (v *versionCheck) check(ctx context.Context, wait time.Duration) error {
 	if v.done.Load() {
 		return v.err
 	}
@@ -64,10 +89,10 @@ func (g *Gate) checkVersion(ctx context.Context) error {
 		}
 		ch = make(chan struct{})
 		v.running = ch
-		go g.settleVersion(ch)
+		go v.settle(ch)
 	}
 	v.mu.Unlock()
-	t := time.NewTimer(g.opts.timeout / 4)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-ch:
@@ -80,11 +105,10 @@ func (g *Gate) checkVersion(ctx context.Context) error {
 	return nil
 }
 
-// settleVersion asks the version and records the answer, or when to ask
-// again; then it closes ch.
-func (g *Gate) settleVersion(ch chan struct{}) {
-	answered, policies, err := g.askVersion(context.Background())
-	v := g.version
+// settle asks the version and records the answer, or when to ask again;
+// then it closes ch.
+func (v *versionCheck) settle(ch chan struct{}) {
+	answered, policies, err := askVersion(context.Background(), v.rdb, v.timeout)
 	v.mu.Lock()
 	if answered {
 		v.err = err
@@ -95,9 +119,85 @@ func (g *Gate) settleVersion(ch chan struct{}) {
 	v.running = nil
 	v.mu.Unlock()
 	close(ch)
-	if answered && err == nil {
-		g.warnEviction(policies)
+	if answered && err == nil && v.settled != nil {
+		v.settled(policies)
 	}
+}
+
+// CheckServer reports whether rdb's Redis can serve admitq, asking every
+// server once (INFO; on a cluster, every master): an error wrapping
+// ErrRedisVersion when one is older than MinRedisVersion; one wrapping
+// ErrClusterNode when rdb is not a cluster client but its server is a
+// cluster node (cluster_enabled:1); and one wrapping ErrUnavailable when a
+// server does not answer. A server that answers without a version (INFO
+// disabled or renamed) is trusted. It writes nothing. Commands and workers
+// call it at start, so that a misconfiguration fails at once and says
+// why; a Gate checks the version by itself on its first call, and a
+// RedisQuotas on its first write. ctx bounds the whole check.
+func CheckServer(ctx context.Context, rdb redis.UniversalClient) error {
+	_, cluster := rdb.(*redis.ClusterClient)
+	var (
+		mu    sync.Mutex
+		infos []string // as askVersion's
+		down  error
+	)
+	err := eachServer(ctx, rdb, func(ctx context.Context, c redis.Cmdable, addr string) error {
+		info, err := c.Info(ctx).Result()
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err == nil:
+			infos = append(infos, addr+"\n"+info)
+		case (unavailable(err) || ctx.Err() != nil) && down == nil:
+			down = fmt.Errorf("%w: check server %s: %w", ErrUnavailable, orRedis(addr), err)
+		}
+		return nil
+	})
+	if err != nil && down == nil {
+		if unavailable(err) || ctx.Err() != nil {
+			return fmt.Errorf("%w: check server: %w", ErrUnavailable, err)
+		}
+		return fmt.Errorf("admitq: check server: %w", err)
+	}
+	if err := tooOld(infos); err != nil {
+		return err
+	}
+	if !cluster {
+		for _, s := range infos {
+			addr, info, _ := strings.Cut(s, "\n")
+			if infoField(info, "cluster_enabled") == "1" {
+				return fmt.Errorf("%w: %s has cluster_enabled:1, and a plain client reaches only the slots that node serves; use a cluster client (redis.NewClusterClient, or --redis-cluster)", ErrClusterNode, orRedis(addr))
+			}
+		}
+	}
+	return down
+}
+
+// orRedis names a server by addr, or as "redis" when addr is unknown.
+func orRedis(addr string) string {
+	if addr == "" {
+		return "redis"
+	}
+	return addr
+}
+
+// eachServer calls fn for each server of rdb, with its address: each
+// master of a cluster, each shard of a ring, and otherwise rdb itself
+// (addr is its Addr, or "" for a client of another type).
+func eachServer(ctx context.Context, rdb redis.UniversalClient, fn func(ctx context.Context, c redis.Cmdable, addr string) error) error {
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			return fn(ctx, m, m.Options().Addr)
+		})
+	case *redis.Ring:
+		return c.ForEachShard(ctx, func(ctx context.Context, m *redis.Client) error {
+			return fn(ctx, m, m.Options().Addr)
+		})
+	case *redis.Client:
+		return fn(ctx, c, c.Options().Addr)
+	}
+	return fn(ctx, rdb, "")
 }
 
 // NoEviction is the maxmemory-policy admitq needs. Under any other policy
@@ -123,6 +223,7 @@ func MaxmemoryPolicy(ctx context.Context, rdb redis.UniversalClient) (map[string
 		first    error
 	)
 	read := func(ctx context.Context, c redis.Cmdable, addr string) error {
+		addr = orRedis(addr)
 		p, err := readPolicy(ctx, c)
 		mu.Lock()
 		defer mu.Unlock()
@@ -134,21 +235,7 @@ func MaxmemoryPolicy(ctx context.Context, rdb redis.UniversalClient) (map[string
 		}
 		return nil
 	}
-	var err error
-	switch c := rdb.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-			return read(ctx, m, m.Options().Addr)
-		})
-	case *redis.Ring:
-		err = c.ForEachShard(ctx, func(ctx context.Context, m *redis.Client) error {
-			return read(ctx, m, m.Options().Addr)
-		})
-	case *redis.Client:
-		err = read(ctx, c, c.Options().Addr)
-	default:
-		err = read(ctx, rdb, "redis")
-	}
+	err := eachServer(ctx, rdb, read)
 	mu.Lock()
 	defer mu.Unlock()
 	if err == nil {
@@ -187,9 +274,7 @@ func configPolicy(ctx context.Context, c redis.Cmdable) (string, error) {
 // not NoEviction.
 func (g *Gate) warnEviction(policies map[string]string) {
 	for addr, p := range policies {
-		if c, ok := g.rdb.(*redis.Client); ok && addr == "" {
-			addr = c.Options().Addr
-		}
+		addr = orRedis(addr)
 		if p != NoEviction {
 			g.opts.logger.Warn("admitq: Redis maxmemory-policy is "+p+", it should be "+NoEviction+
 				": once Redis is full it evicts keys, tenants' logs among them, and every bound on those tenants breaks without an error",
@@ -198,13 +283,13 @@ func (g *Gate) warnEviction(policies map[string]string) {
 	}
 }
 
-// askVersion asks Redis (every master of a cluster) for its version, and
-// its maxmemory-policy, in one INFO (its default sections hold both). It
-// reports whether the question is settled: every server answered, or one
-// answered too old a version, which err then names; and the policies,
-// by address.
-func (g *Gate) askVersion(ctx context.Context) (answered bool, policies map[string]string, err error) {
-	ctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
+// askVersion asks rdb (every master of a cluster) for its version, and
+// its maxmemory-policy, in one INFO (its default sections hold both),
+// within timeout. It reports whether the question is settled: every server
+// answered, or one answered too old a version, which err then names; and
+// the policies, by address.
+func askVersion(ctx context.Context, rdb redis.UniversalClient, timeout time.Duration) (answered bool, policies map[string]string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var (
 		mu     sync.Mutex
@@ -232,14 +317,7 @@ func (g *Gate) askVersion(ctx context.Context) (answered bool, policies map[stri
 		// Any other error is an answer without a version.
 		return nil
 	}
-	cerr := bounded(ctx, func(ctx context.Context) error {
-		if cc, ok := g.rdb.(*redis.ClusterClient); ok {
-			return cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-				return ask(ctx, m, m.Options().Addr)
-			})
-		}
-		return ask(ctx, g.rdb, "")
-	})
+	cerr := bounded(ctx, func(ctx context.Context) error { return eachServer(ctx, rdb, ask) })
 	mu.Lock()
 	defer mu.Unlock()
 	if err := tooOld(infos); err != nil {

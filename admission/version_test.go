@@ -130,3 +130,95 @@ func TestRedisVersionUnknown(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckServer: CheckServer passes a Redis admitq can use, and names
+// what is wrong with one it cannot: too old, or not answering. (A plain
+// client on a cluster node is testClusterCheckServer's.)
+func TestCheckServer(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	if err := admission.CheckServer(t.Context(), srv.Client(t)); err != nil {
+		t.Fatalf("CheckServer on Redis %s = %v; want nil", "7+", err)
+	}
+
+	old := srv.Client(t)
+	old.AddHook(&fakeVersion{version: "6.2.14"})
+	err := admission.CheckServer(t.Context(), old)
+	if !errors.Is(err, admission.ErrRedisVersion) || !strings.Contains(err.Error(), "6.2.14") || !strings.Contains(err.Error(), srv.Addr()) {
+		t.Fatalf("CheckServer on Redis 6.2 = %v; want ErrRedisVersion naming 6.2.14 and %s", err, srv.Addr())
+	}
+	if errors.Is(err, admission.ErrClusterNode) || errors.Is(err, admission.ErrUnavailable) {
+		t.Fatalf("CheckServer on Redis 6.2 = %v; want only ErrRedisVersion", err)
+	}
+
+	mr := miniredis.RunT(t)
+	unknown := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { unknown.Close() })
+	if err := admission.CheckServer(t.Context(), unknown); err != nil {
+		t.Fatalf("CheckServer on a server whose INFO names no version = %v; want nil (trusted)", err)
+	}
+
+	gone := redistest.Start(t)
+	down := gone.Client(t)
+	gone.Kill()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if err := admission.CheckServer(ctx, down); !errors.Is(err, admission.ErrUnavailable) {
+		t.Fatalf("CheckServer with Redis down = %v; want ErrUnavailable", err)
+	}
+}
+
+// TestRedisQuotasVersion: every write of a RedisQuotas refuses a Redis
+// older than 7.0, with ErrRedisVersion, and writes nothing; it asks the
+// version once per store, not once per write, and a store on a newer
+// Redis writes.
+func TestRedisQuotasVersion(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	q := admission.Quota{Limit: 5, Window: time.Minute}
+	old := srv.Client(t)
+	fake := &fakeVersion{version: "6.2.14"}
+	old.AddHook(fake)
+	rq := admission.NewRedisQuotas(old, admission.WithPrefix("vq"))
+	writes := []struct {
+		desc  string
+		write func() error
+	}{
+		{"Set", func() error { return rq.Set(t.Context(), "t", q) }},
+		{"SetDefault", func() error { return rq.SetDefault(t.Context(), q) }},
+		{"Delete", func() error { return rq.Delete(t.Context(), "t") }},
+		{"DeleteDefault", func() error { return rq.DeleteDefault(t.Context()) }},
+	}
+	for _, w := range writes {
+		if err := w.write(); !errors.Is(err, admission.ErrRedisVersion) || !strings.Contains(err.Error(), "6.2.14") {
+			t.Errorf("%s on Redis 6.2 = %v; want ErrRedisVersion naming 6.2.14", w.desc, err)
+		}
+	}
+	if fake.asked != 1 {
+		t.Errorf("INFO asked %d times by %d writes of one store, want once", fake.asked, len(writes))
+	}
+	if keys := srv.Client(t).Keys(t.Context(), "vq*").Val(); len(keys) != 0 {
+		t.Errorf("refused writes left keys %v", keys)
+	}
+
+	good := admission.NewRedisQuotas(srv.Client(t), admission.WithPrefix("vq"))
+	if err := good.Set(t.Context(), "t", q); err != nil {
+		t.Fatalf("Set on Redis 7+ = %v", err)
+	}
+}
+
+// testClusterCheckServer: CheckServer passes a cluster client, and refuses
+// a plain client pointed at one of the cluster's nodes with
+// ErrClusterNode, saying to use a cluster client.
+func testClusterCheckServer(t *testing.T, c *redistest.Cluster) {
+	if err := admission.CheckServer(t.Context(), c.Client(t)); err != nil {
+		t.Fatalf("CheckServer on a cluster client = %v; want nil", err)
+	}
+	node := redis.NewClient(&redis.Options{Addr: c.Addrs()[0]})
+	t.Cleanup(func() { node.Close() })
+	err := admission.CheckServer(t.Context(), node)
+	if !errors.Is(err, admission.ErrClusterNode) || !strings.Contains(err.Error(), "cluster client") ||
+		!strings.Contains(err.Error(), "--redis-cluster") || !strings.Contains(err.Error(), c.Addrs()[0]) {
+		t.Fatalf("CheckServer on a plain client to a cluster node = %v; want ErrClusterNode naming the node and the cure", err)
+	}
+}
