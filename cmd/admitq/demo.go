@@ -35,19 +35,34 @@ func (a *app) newDemoCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "demo [--duration 20s] [--chart FILE.svg|FILE.png] [--dashboard]",
 		Short: "Watch a noisy tenant get flattened to its quota",
-		Long: `Runs a worker and producers for three tenants: "noisy" sends four times its
+		Long: `Runs a worker pool and its producers in one process, prints what happens
+each second and checks what admitq promises; it exits 0 only if every check
+holds.
+
+--scenario rate (the default): three tenants; "noisy" sends four times its
 quota, "steady" and "small" stay within theirs. Each second it prints, per
 tenant, the decisions (admitted, deferred, rejected), the tasks processed and
 the tenant's window. At the end it checks that no tenant got more than its
-limit in any window, and that no task was lost; it exits 0 only if both hold.
+limit in any window, and that no task was lost.
 
-Without --redis (or ADMITQ_REDIS, or --redis-cluster) it runs on an embedded
-Redis (miniredis) inside the process. With one, it runs against that server,
-under its own key prefix and queue, and removes them afterwards, with any
-tasks still scheduled when it was interrupted.
+--scenario depth: 3 workers doing 100ms tasks meet a noisy tenant's backlog of
+60 and a light tenant sending one task every 250ms for --duration (6s unless
+given), both capped at 2 in flight. It checks that no tenant ever had more
+than 2 tasks pending or running in asynq and that every task ran once.
+
+--scenario fair: 8 fair workers doing 20ms tasks, first for one tenant alone
+(it must finish within 1.5x of bare asynq's time on the same Redis), then for
+two tenants at weights 3:1 (worker time must go 3:1), and every task must run
+exactly once. It takes no --duration.
+
+Every scenario, without --redis (or ADMITQ_REDIS, or --redis-cluster), runs on
+an embedded Redis (miniredis) inside the process and needs no redis-server.
+With one, it runs against that server, under its own key prefix and queue, and
+removes them afterwards, with any tasks still scheduled when it was interrupted.
 
 --dashboard serves admitq dashboard on the demo's Redis while the scenario
-runs, and prints its URL.`,
+runs, and prints its URL. --dashboard, --chart and --metrics-addr apply to
+the rate scenario; depth and fair ignore them.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if duration < time.Second {
@@ -84,7 +99,7 @@ runs, and prints its URL.`,
 			}
 			if !dash {
 				dashboardAddr = ""
-			} else if err := checkDashboardAddr(dashboardAddr, ""); err != nil {
+			} else if err := checkDashboardAddr("--dashboard-addr", dashboardAddr, "", false); err != nil {
 				return usageError(err)
 			}
 			return a.runDemo(cmd.Context(), duration, chart, format, metricsAddr, dashboardAddr)
