@@ -52,8 +52,11 @@ sends X-Forwarded-Proto: https.`,
 			if token == "" {
 				token = a.getenv(dashboardTokenEnv)
 			}
-			if err := checkDashboardAddr(addr, token); err != nil {
+			if err := checkDashboardAddr("--addr", addr, token, true); err != nil {
 				return usageError(err)
+			}
+			if token != "" && len(token) < minTokenLen {
+				fmt.Fprintf(a.stderr, "admitq: warning: the dashboard's token is %d characters: anyone who can reach %s may guess it; use %d or more, e.g. $(openssl rand -hex 16)\n", len(token), addr, minTokenLen)
 			}
 			var sources []dashboard.Source
 			for _, u := range strings.Split(metricsURLs, ",") {
@@ -97,11 +100,17 @@ sends X-Forwarded-Proto: https.`,
 	return cmd
 }
 
-// checkDashboardAddr refuses a non-loopback address without a token.
-func checkDashboardAddr(addr, token string) error {
+// minTokenLen is the shortest dashboard token given without a warning:
+// 16 characters, as 8 random bytes in hex are, or 96 bits in base64.
+const minTokenLen = 16
+
+// checkDashboardAddr refuses a non-loopback address without a token. flag
+// names the flag that gave addr; withToken says whether the command takes
+// a token (the demo's dashboard does not).
+func checkDashboardAddr(flag, addr, token string, withToken bool) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("--addr %s: want host:port", addr)
+		return fmt.Errorf("%s %s: want host:port", flag, addr)
 	}
 	if token != "" || isLoopbackHost(host) {
 		return nil
@@ -110,7 +119,10 @@ func checkDashboardAddr(addr, token string) error {
 	if shown == "" {
 		shown = "every interface"
 	}
-	return fmt.Errorf("--addr %s: %s is not a loopback address, and the dashboard can change quotas: give a token with --auth-token or %s, or bind to 127.0.0.1", addr, shown, dashboardTokenEnv)
+	if !withToken {
+		return fmt.Errorf("%s %s: %s is not a loopback address, and the demo's dashboard, which can change quotas, has no sign-in: bind it to 127.0.0.1", flag, addr, shown)
+	}
+	return fmt.Errorf("%s %s: %s is not a loopback address, and the dashboard can change quotas: give a token with --auth-token or %s, or bind to 127.0.0.1", flag, addr, shown, dashboardTokenEnv)
 }
 
 func isLoopbackHost(host string) bool {

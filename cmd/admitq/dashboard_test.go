@@ -21,12 +21,43 @@ func TestDashboardRefusesANonLoopbackAddressWithoutAToken(t *testing.T) {
 		}
 		oneLine(t, addr, r.stderr)
 	}
-	if err := checkDashboardAddr("0.0.0.0:8080", "tok"); err != nil {
+	if err := checkDashboardAddr("--addr", "0.0.0.0:8080", "tok", true); err != nil {
 		t.Errorf("with a token: %v", err)
 	}
 	for _, addr := range []string{"127.0.0.1:8080", "localhost:8080", "[::1]:8080"} {
-		if err := checkDashboardAddr(addr, ""); err != nil {
+		if err := checkDashboardAddr("--addr", addr, "", true); err != nil {
 			t.Errorf("%s without a token: %v", addr, err)
+		}
+	}
+}
+
+func TestDemoNamesDashboardAddrForANonLoopbackAddress(t *testing.T) {
+	t.Parallel()
+	r := admitq(t, "demo", "--dashboard", "--dashboard-addr", "0.0.0.0:0")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--dashboard-addr 0.0.0.0:0: 0.0.0.0 is not a loopback address") ||
+		strings.Contains(r.stderr, "--addr") || strings.Contains(r.stderr, "--auth-token") {
+		t.Errorf("demo --dashboard-addr 0.0.0.0:0: %v", r)
+	}
+	oneLine(t, "demo", r.stderr)
+}
+
+func TestDashboardWarnsOfAShortToken(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		desc, token string
+		warn        bool
+	}{
+		{"one character", "a", true},
+		{"15 characters", "0123456789abcde", true},
+		{"16 characters", "0123456789abcdef", false},
+	} {
+		// Redis is unreachable: the warning comes before the dial.
+		r := admitq(t, "--redis", "redis://127.0.0.1:1", "dashboard", "--addr", "127.0.0.1:0", "--auth-token", tc.token)
+		if got := strings.Contains(r.stderr, "warning: the dashboard's token is"); got != tc.warn {
+			t.Errorf("%s: warned %v, want %v: %v", tc.desc, got, tc.warn, r)
+		}
+		if len(tc.token) > 3 && strings.Contains(r.stderr, tc.token) {
+			t.Errorf("%s: the warning shows the token: %v", tc.desc, r)
 		}
 	}
 }

@@ -62,9 +62,10 @@ type config struct {
 	metricsAddr string
 }
 
-// defaultMetricsAddr is where the admitq command's worker serves its
-// metrics too, and where admitq dashboard reads them by default.
-const defaultMetricsAddr = "127.0.0.1:9464"
+// defaultMetricsAddr is one port above admitq worker's 127.0.0.1:9464, so
+// that the two run side by side on one machine; admitq dashboard reads it
+// with --metrics http://127.0.0.1:9465/metrics.
+const defaultMetricsAddr = "127.0.0.1:9465"
 
 // parseFlags reads the command line, with defaults from the environment.
 // Errors and usage go to stderr.
