@@ -98,3 +98,21 @@ func IsReply(err error) bool {
 
 // IsOOM reports whether err is Redis's OOM reply.
 func IsOOM(err error) bool { return Classify(err) == OOM }
+
+// Misrouted reports whether err may mean that a cluster client sent the
+// call to a node that no longer serves its slot, so that its view of the
+// cluster is worth reading again: Redis was unavailable (Down or Busy: the
+// node is dead, or a replica not yet promoted, or a demoted master that
+// answers READONLY), or a MOVED or ASK redirect outlived the client's
+// redirects (a reply a cluster client follows by itself).
+func Misrouted(err error) bool {
+	if Unavailable(err) {
+		return true
+	}
+	var rerr redis.Error
+	if Classify(err) != Reply || !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
+}

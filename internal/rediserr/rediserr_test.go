@@ -73,3 +73,30 @@ func TestPredicates(t *testing.T) {
 		}
 	}
 }
+
+func TestMisrouted(t *testing.T) {
+	for _, tc := range []struct {
+		desc string
+		err  error
+		want bool
+	}{
+		{"nil is not", nil, false},
+		{"a refused dial is", fmt.Errorf("dispatch: %w", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}), true},
+		{"EOF is", io.EOF, true},
+		{"a deadline is", context.DeadlineExceeded, true},
+		{"CLUSTERDOWN is", reply("CLUSTERDOWN The cluster is down"), true},
+		{"READONLY is", reply("READONLY You can't write against a read only replica."), true},
+		{"LOADING is", reply("LOADING Redis is loading the dataset in memory"), true},
+		{"a MOVED the client gave up on is", fmt.Errorf("dispatch: %w", reply("MOVED 3999 127.0.0.1:6381")), true},
+		{"an ASK the client gave up on is", reply("ASK 3999 127.0.0.1:6381"), true},
+		{"OOM is not", reply("OOM command not allowed when used memory > 'maxmemory'."), false},
+		{"a script error naming MOVED is not", reply("ERR user_script:1: MOVED 1 x"), false},
+		{"WRONGTYPE is not", reply("WRONGTYPE x"), false},
+		{"cancel is not", context.Canceled, false},
+		{"plain text MOVED is not", errors.New("MOVED 3999 127.0.0.1:6381"), false},
+	} {
+		if got := rediserr.Misrouted(tc.err); got != tc.want {
+			t.Errorf("%s: Misrouted(%v) = %v, want %v", tc.desc, tc.err, got, tc.want)
+		}
+	}
+}
