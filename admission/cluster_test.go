@@ -28,6 +28,7 @@ func TestCluster(t *testing.T) {
 	t.Run("quotas", func(t *testing.T) { testClusterQuotas(t, c) })
 	t.Run("script cache flushed", func(t *testing.T) { testClusterNoScript(t, c) })
 	t.Run("check server", func(t *testing.T) { testClusterCheckServer(t, c) })
+	t.Run("plain client on a node", func(t *testing.T) { testClusterPlainClientMoved(t, c) })
 	t.Run("one master down", func(t *testing.T) { testClusterMasterDown(t, c) }) // last: it restarts a node
 }
 

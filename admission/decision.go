@@ -5,12 +5,18 @@ import (
 	"time"
 )
 
-// Outcome is what the gate decided for one request.
+// Outcome is what the gate decided for one request. Its zero value,
+// NoOutcome, is none of the four: a Decision returned with an error has
+// it, so a failed call never reads as admitted.
 type Outcome int
 
 const (
+	// NoOutcome is the zero Outcome: no decision was made (the call
+	// returned an error, or the Decision was never filled in). Its String
+	// is "none".
+	NoOutcome Outcome = iota
 	// Admitted means a slot was free now: the work may start at once.
-	Admitted Outcome = iota
+	Admitted
 	// Deferred means the window is full: the request holds the next free
 	// slot, Decision.At, and must not start before it.
 	Deferred
@@ -27,9 +33,12 @@ const (
 	Parked
 )
 
-// String returns "admitted", "deferred", "rejected" or "parked".
+// String returns "admitted", "deferred", "rejected" or "parked", and
+// "none" for NoOutcome.
 func (o Outcome) String() string {
 	switch o {
+	case NoOutcome:
+		return "none"
 	case Admitted:
 		return "admitted"
 	case Deferred:

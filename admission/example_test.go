@@ -90,8 +90,16 @@ func ExampleGate_AdmitID() {
 	defer gate.Close()
 
 	ctx := context.Background()
-	first, _ := gate.AdmitID(ctx, "acme", "order-42")
-	again, _ := gate.AdmitID(ctx, "acme", "order-42")
+	first, err := gate.AdmitID(ctx, "acme", "order-42")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	again, err := gate.AdmitID(ctx, "acme", "order-42")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	fmt.Println(first.Outcome, first.Remaining, first.Existing)
 	fmt.Println(again.Outcome, again.At.Equal(first.At), again.Existing)
 	// Output:
@@ -110,14 +118,24 @@ func ExampleRedisQuotas() {
 
 	ctx := context.Background()
 	quotas := admission.NewRedisQuotas(rdb)
-	_ = quotas.SetDefault(ctx, admission.Quota{Limit: 100, Window: time.Minute})
-	_ = quotas.Set(ctx, "noisy", admission.Quota{Limit: 10, Window: time.Minute, MaxDelay: 30 * time.Second})
+	if err := quotas.SetDefault(ctx, admission.Quota{Limit: 100, Window: time.Minute}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := quotas.Set(ctx, "noisy", admission.Quota{Limit: 10, Window: time.Minute, MaxDelay: 30 * time.Second}); err != nil {
+		fmt.Println(err)
+		return
+	}
 
 	for _, tenant := range []string{"noisy", "quiet"} {
-		q, _ := quotas.Quota(ctx, tenant)
+		q, err := quotas.Quota(ctx, tenant)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
 		fmt.Printf("%s: %v\n", tenant, q)
 	}
-	_, err := quotas.Get(ctx, "quiet")
+	_, err := quotas.Get(ctx, "quiet") // Get reads the tenant's own quota: the default does not count
 	fmt.Println(err)
 	// Output:
 	// noisy: 10/1m0s, max delay 30s

@@ -176,7 +176,7 @@ func (l *localLimiter) admit(tenant string, q Quota, ids []string, now time.Time
 	limit := l.limit(q)
 	ds := make([]Decision, len(ids))
 	for i, id := range ids {
-		d := Decision{Tenant: tenant, ID: id, Now: now, At: now, Local: true}
+		d := Decision{Tenant: tenant, Outcome: Admitted, ID: id, Now: now, At: now, Local: true}
 		switch {
 		case c == nil:
 			d.Outcome, d.ID, d.At = Rejected, "", blocked

@@ -74,7 +74,10 @@ func readmeGate(ctx context.Context, rdb *redis.Client) {
 	gate := admission.New(rdb, admission.StaticQuotas{Default: &admission.Quota{Limit: 2, Window: time.Minute, MaxDelay: time.Minute}})
 	defer gate.Close()
 	for range 5 {
-		d, _ := gate.Admit(ctx, "acme")
+		d, err := gate.Admit(ctx, "acme")
+		if err != nil {
+			log.Fatal(err) // Redis unavailable (FailClosed), or a bad tenant or quota
+		}
 		fmt.Printf("%s, wait %v\n", d.Outcome, d.Delay().Round(time.Second))
 	}
 	// admitted, wait 0s
