@@ -19,6 +19,7 @@ func (a *app) newBenchCmd() *cobra.Command {
 		window, maxWait time.Duration
 		limit           int
 		asJSON, check   bool
+		runs            int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--concurrency 64] [--tenants 1000] [--limit 100] [--duration 5s] [--json]",
@@ -59,6 +60,14 @@ carry the tenant as hash tag, so all of them run there; bench then also
 prints each master's Redis CPU per decision, how the tenants spread over the
 masters, and the decisions/s at which the busiest master would fill a core.
 
+--only dispatch runs fair dispatch (worker.Config{Gate, Fair: true} with
+enqueue.Client producers) against bare asynq (asynq.Client and a plain
+asynq.Server) with real workers on one Redis, and prints each figure as a
+ratio: Redis CPU and commands per task and the drain rate of a backlog
+(0, 1 and 20 ms tasks), Enqueue calls/s, a light tenant's wait beside a
+backlog in task times, how much of its cap a capped tenant uses, and a lone
+tenant's drain time. --runs repeats it and prints each ratio's spread.
+
 Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`,
 		Example: `  admitq bench
   admitq bench --redis redis://127.0.0.1:6379 --duration 10s --json > bench.json
@@ -75,6 +84,8 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
+			case runs < 1:
+				return usageErrorf("--runs %d: want at least 1", runs)
 			case cfg.Concurrency < 1:
 				return usageErrorf("--concurrency %d: want at least 1", cfg.Concurrency)
 			case cfg.Tenants < 1:
@@ -98,6 +109,18 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 			}
 			if cfg.Warmup == 0 {
 				cfg.Warmup = -1 // bench.Config: negative is none, 0 the default
+			}
+			if slices.Contains(cfg.Only, bench.Dispatch) {
+				if len(cfg.Only) > 1 {
+					return usageErrorf("--only %s: the dispatcher scenario runs alone", strings.Join(cfg.Only, ","))
+				}
+				if a.redisCluster != "" {
+					return usageErrorf("--only %s: the dispatcher scenario runs on one Redis server; give --redis, not --redis-cluster", bench.Dispatch)
+				}
+				return a.benchDispatch(cmd, cfg, runs, asJSON)
+			}
+			if cmd.Flags().Changed("runs") {
+				return usageErrorf("--runs: only --only %s takes it (the other modes spread noise with --rounds)", bench.Dispatch)
 			}
 			if slices.Contains(cfg.Only, bench.Neighbour) {
 				if len(cfg.Only) > 1 {
@@ -126,6 +149,9 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 				if err != nil {
 					return err
 				}
+				if err := ping(cmd.Context(), rc, a.timeout); err != nil {
+					return err
+				}
 				cfg.Redis, cfg.Cluster = rc.single, rc.cluster
 			}
 			if isTerminal(a.stderr) {
@@ -135,9 +161,7 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 			if cfg.Progress != nil {
 				fmt.Fprint(a.stderr, "\r\x1b[K")
 			}
-			if errors.Is(err, bench.ErrNoRedisServer) {
-				return fmt.Errorf("bench needs a Redis: pass --redis URL (or set ADMITQ_REDIS), or install redis-server (apt-get install redis-server) so bench can start a throwaway one")
-			}
+			err = noRedisServer(err)
 			if len(rep.Rows) > 0 { // an interrupted run still shows what it measured
 				var werr error
 				if asJSON {
@@ -186,13 +210,54 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 	f.IntVar(&cfg.Rounds, "rounds", 3, "slices each contender's --duration is run in, round-robin with the others, to spread out noise")
 	f.DurationVar(&cfg.Warmup, "warmup", 500*time.Millisecond, "unmeasured time before each slice")
 	f.IntVar(&cfg.FloodFactor, "flood", 20, "the flood row's offered load, as a multiple of the quota")
-	f.StringSliceVar(&cfg.Only, "only", nil, "run only these contenders: "+strings.Join(bench.Contenders(), ",")+"; or "+bench.Neighbour+", the noisy-neighbour scenario with real workers")
+	f.StringSliceVar(&cfg.Only, "only", nil, "run only these contenders: "+strings.Join(bench.Contenders(), ",")+"; or "+bench.Neighbour+", the noisy-neighbour scenario with real workers; or "+bench.Dispatch+", fair dispatch against bare asynq with real workers")
+	f.IntVar(&runs, "runs", 1, "with --only "+bench.Dispatch+": run the scenario this many times and print each ratio's spread")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.BoolVar(&check, "check", false, "exit 1 when a target is not met")
 	// Shadows the global flag, so that it may come without a value.
 	f.StringVar(&a.redisCluster, "redis-cluster", "", "measure on a Redis Cluster: alone, a throwaway one of 3 masters; =host:port,..., yours")
 	f.Lookup("redis-cluster").NoOptDefVal = startClusterFlag
 	return cmd
+}
+
+// benchDispatch runs `bench --only dispatch`: fair dispatch against bare
+// asynq with real workers, --runs times. --concurrency sets the pool that
+// drains the backlogs (64 unless given).
+func (a *app) benchDispatch(cmd *cobra.Command, cfg bench.Config, runs int, asJSON bool) error {
+	dc := bench.DispatchConfig{Runs: runs}
+	if cmd.Flags().Changed("concurrency") {
+		dc.Concurrency = cfg.Concurrency
+	}
+	if a.redisURLOrEnv() != "" {
+		rc, err := a.redisConfig()
+		if err != nil {
+			return err
+		}
+		dc.Redis = rc.single
+	}
+	if isTerminal(a.stderr) {
+		dc.Progress = func(s string) { fmt.Fprintf(a.stderr, "\r\x1b[Kdispatch: %s", s) }
+	}
+	rep, err := bench.RunDispatch(cmd.Context(), dc)
+	if dc.Progress != nil {
+		fmt.Fprint(a.stderr, "\r\x1b[K")
+	}
+	if err != nil {
+		return noRedisServer(err)
+	}
+	if asJSON {
+		return writeJSON(a.stdout, rep, true)
+	}
+	return rep.WriteText(a.stdout)
+}
+
+// noRedisServer says how to get a Redis when bench found no redis-server to
+// start; other errors pass unchanged.
+func noRedisServer(err error) error {
+	if errors.Is(err, bench.ErrNoRedisServer) {
+		return fmt.Errorf("bench needs a Redis: pass --redis URL (or set ADMITQ_REDIS), or install redis-server (apt-get install redis-server) so bench can start a throwaway one")
+	}
+	return err
 }
 
 // startClusterFlag is --redis-cluster given without nodes: bench starts its

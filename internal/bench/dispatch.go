@@ -1,0 +1,773 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/enqueue"
+	"github.com/admitq/admitq/internal/worktime"
+	aqworker "github.com/admitq/admitq/worker"
+)
+
+// Dispatch is the ID of the fair dispatcher's scenario (RunDispatch), which
+// `admitq bench --only dispatch` runs instead of the throughput rows.
+const Dispatch = "dispatch"
+
+// DispatchConfig is the fair dispatcher's scenario: fair dispatch
+// (worker.Config{Gate, Fair: true} with enqueue.Client producers) against
+// bare asynq (asynq.Client and a plain asynq.Server) on one Redis, in one
+// run. Zero fields take the defaults in brackets.
+type DispatchConfig struct {
+	// Redis is the server to run on; nil starts a throwaway redis-server.
+	Redis *redis.Options `json:"-"`
+	// Tasks is the backlog drained at 0, 1 and 2 ms a task [3,000], and
+	// SlowTasks the one drained at 20 ms [1,500].
+	Tasks     int `json:"tasks"`
+	SlowTasks int `json:"slow_tasks"`
+	// Concurrency is the pool that drains at 0, 1 and 20 ms [64]; Workers
+	// the pool of the light-tenant, capped-tenant and lone-tenant runs [16].
+	Concurrency int `json:"concurrency"`
+	Workers     int `json:"workers"`
+	// Producers is the goroutines that enqueue a backlog [16]. Enqueues is
+	// the calls of each producer-rate run [2,000], made by one goroutine and
+	// by Producers.
+	Producers int `json:"producers"`
+	Enqueues  int `json:"enqueues"`
+	// Light is the light tenants [8], each sending a task every Every task
+	// times [10] for LightFor [4s] beside one tenant's backlog.
+	Light    int           `json:"light"`
+	Every    int           `json:"every_task_times"`
+	LightFor time.Duration `json:"light_for_ns"`
+	// CapTasks is the capped tenant's backlog [400], MaxInFlight its cap [4].
+	CapTasks    int `json:"cap_tasks"`
+	MaxInFlight int `json:"max_in_flight"`
+	// Runs is how many times the whole scenario runs [1]; the report gives
+	// each ratio's spread over them.
+	Runs int `json:"runs"`
+	// Progress, when set, hears what the scenario is doing.
+	Progress func(string) `json:"-"`
+}
+
+func (c DispatchConfig) withDefaults() DispatchConfig {
+	for _, f := range []struct {
+		v *int
+		d int
+	}{
+		{&c.Tasks, 3000}, {&c.SlowTasks, 1500}, {&c.Concurrency, 64}, {&c.Workers, 16},
+		{&c.Producers, 16}, {&c.Enqueues, 2000}, {&c.Light, 8}, {&c.Every, 10},
+		{&c.CapTasks, 400}, {&c.MaxInFlight, 4}, {&c.Runs, 1},
+	} {
+		if *f.v <= 0 {
+			*f.v = f.d
+		}
+	}
+	if c.LightFor <= 0 {
+		c.LightFor = 4 * time.Second
+	}
+	if c.Progress == nil {
+		c.Progress = func(string) {}
+	}
+	return c
+}
+
+// The task times of each part of the scenario.
+var (
+	drainTasks = []time.Duration{0, time.Millisecond, 20 * time.Millisecond}
+	lightTasks = []time.Duration{5 * time.Millisecond, 20 * time.Millisecond, 200 * time.Millisecond}
+	loneTasks  = []time.Duration{20 * time.Millisecond, 2 * time.Millisecond}
+)
+
+const capTask = 20 * time.Millisecond
+
+// DispatchMeasure is one figure of the scenario, with a value per run.
+type DispatchMeasure struct {
+	Name string `json:"name"`
+	Unit string `json:"unit"`
+	// Fair is fair dispatch's value in each run; Bare bare asynq's, empty
+	// where bare asynq has nothing to compare (it has no cap, and its light
+	// tenants wait behind the whole backlog).
+	Fair []float64 `json:"fair"`
+	Bare []float64 `json:"bare,omitempty"`
+	// Target is the design's target for this figure, if it has one: for
+	// the ratio when Bare is set, else for the value.
+	Target string `json:"target,omitempty"`
+}
+
+// Ratios returns Fair ÷ Bare for each run, or nil without Bare.
+func (m DispatchMeasure) Ratios() []float64 {
+	if len(m.Bare) == 0 {
+		return nil
+	}
+	out := make([]float64, len(m.Fair))
+	for i, f := range m.Fair {
+		if i < len(m.Bare) && m.Bare[i] > 0 {
+			out[i] = f / m.Bare[i]
+		}
+	}
+	return out
+}
+
+// DispatchReport is the scenario's result.
+type DispatchReport struct {
+	Config   DispatchConfig    `json:"config"`
+	Measures []DispatchMeasure `json:"measures"`
+}
+
+// add records one run's value of a measure (and bare asynq's, if given).
+func (r *DispatchReport) add(name, unit, target string, fair float64, bare ...float64) {
+	i := slices.IndexFunc(r.Measures, func(m DispatchMeasure) bool { return m.Name == name })
+	if i < 0 {
+		r.Measures = append(r.Measures, DispatchMeasure{Name: name, Unit: unit, Target: target})
+		i = len(r.Measures) - 1
+	}
+	m := &r.Measures[i]
+	m.Fair = append(m.Fair, fair)
+	m.Bare = append(m.Bare, bare...)
+}
+
+// RunDispatch measures fair dispatch against bare asynq on one Redis, with
+// real workers: Redis's CPU and commands per task and the drain rate of a
+// backlog; a producer's Enqueue rate; a light tenant's wait beside a
+// backlog; how much of its cap a capped tenant uses; and a lone tenant's
+// drain time. Each pair runs back to back, in alternating order run by run.
+func RunDispatch(ctx context.Context, cfg DispatchConfig) (DispatchReport, error) {
+	cfg = cfg.withDefaults()
+	rep := DispatchReport{Config: cfg}
+	opts := cfg.Redis
+	if opts == nil {
+		addr, stop, err := startRedis(ctx)
+		if err != nil {
+			return rep, err
+		}
+		defer stop()
+		opts = &redis.Options{Addr: addr}
+	}
+	admin := redis.NewClient(withPool(opts, 2))
+	defer admin.Close()
+	if err := admin.Ping(ctx).Err(); err != nil {
+		return rep, fmt.Errorf("bench: redis at %s: %w", opts.Addr, err)
+	}
+	defer cleanup(ctx, admin)
+	for i := range cfg.Runs {
+		s := &dispatchRun{cfg: cfg, opts: opts, admin: admin, rep: &rep, bareFirst: i%2 == 0}
+		if cfg.Runs > 1 {
+			s.step = fmt.Sprintf("run %d/%d: ", i+1, cfg.Runs)
+		}
+		if err := s.all(ctx); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// dispatchRun is one run of the scenario.
+type dispatchRun struct {
+	cfg       DispatchConfig
+	opts      *redis.Options
+	admin     *redis.Client
+	rep       *DispatchReport
+	bareFirst bool
+	step      string // "run i/n: " when there are several
+}
+
+func (s *dispatchRun) all(ctx context.Context) error {
+	cfg := s.cfg
+	for _, task := range drainTasks {
+		n := cfg.Tasks
+		if task >= 20*time.Millisecond {
+			n = cfg.SlowTasks
+		}
+		var fair, bare drained
+		if err := s.pair(ctx, fmt.Sprintf("drain %d tasks of %v", n, task), func(ctx context.Context, f bool) error {
+			d, err := s.drain(ctx, f, cfg.Concurrency, task, n)
+			fair, bare = pick(f, d, fair, bare)
+			return err
+		}); err != nil {
+			return err
+		}
+		at := ", " + fmtTask(task) + " tasks"
+		s.rep.add("Redis CPU per task"+at, "µs", "≤ 2.0×", fair.cpu, bare.cpu)
+		s.rep.add("Redis commands per task"+at, "calls", "", fair.commands, bare.commands)
+		target := ""
+		if task == 0 {
+			target = "≥ 0.65×"
+		}
+		s.rep.add("drain rate"+at, "tasks/s", target, fair.rate, bare.rate)
+	}
+	for _, goroutines := range []int{1, cfg.Producers} {
+		var fair, bare float64
+		if err := s.pair(ctx, fmt.Sprintf("Enqueue from %d goroutines", goroutines), func(ctx context.Context, f bool) error {
+			r, err := s.produce(ctx, f, goroutines)
+			fair, bare = pick(f, r, fair, bare)
+			return err
+		}); err != nil {
+			return err
+		}
+		s.rep.add(fmt.Sprintf("Enqueue rate, %d goroutine%s", goroutines, map[bool]string{true: "s"}[goroutines > 1]), "calls/s", "≥ 0.45×", fair, bare)
+	}
+	for _, task := range lightTasks {
+		s.progress(fmt.Sprintf("light tenants beside a backlog, %v tasks", task))
+		w, err := s.light(ctx, task)
+		if err != nil {
+			return fmt.Errorf("bench: light tenants, %v tasks: %w", task, err)
+		}
+		target := map[time.Duration]string{5 * time.Millisecond: "≤ 4", 20 * time.Millisecond: "≤ 2.5"}[task]
+		at := ", " + fmtTask(task) + " tasks"
+		s.rep.add("light wait p50"+at, "task times", "", w.p50)
+		s.rep.add("light wait p99"+at, "task times", target, w.p99)
+		s.rep.add("light wait max"+at, "task times", "", w.max)
+	}
+	for _, busy := range []bool{false, true} {
+		s.progress(fmt.Sprintf("a capped tenant (busy %v)", busy))
+		used, err := s.capped(ctx, busy)
+		if err != nil {
+			return fmt.Errorf("bench: capped tenant: %w", err)
+		}
+		if busy {
+			s.rep.add(fmt.Sprintf("capped at %d, busy queue (share %.1f): share of cap used", cfg.MaxInFlight, float64(cfg.Workers)/3),
+				"of cap", "≥ 90%", used)
+		} else {
+			s.rep.add(fmt.Sprintf("capped at %d, alone: share of cap used", cfg.MaxInFlight), "of cap", "≥ 71%", used)
+		}
+	}
+	for _, task := range loneTasks {
+		n := cfg.Tasks
+		if task >= 20*time.Millisecond {
+			n = cfg.SlowTasks
+		}
+		var fair, bare drained
+		if err := s.pair(ctx, fmt.Sprintf("a lone tenant's %d tasks of %v", n, task), func(ctx context.Context, f bool) error {
+			d, err := s.drain(ctx, f, cfg.Workers, task, n)
+			fair, bare = pick(f, d, fair, bare)
+			return err
+		}); err != nil {
+			return err
+		}
+		s.rep.add("lone tenant's drain time, "+fmtTask(task)+" tasks", "s", "", fair.took.Seconds(), bare.took.Seconds())
+	}
+	return nil
+}
+
+// pick stores v as the fair or the bare result.
+func pick[T any](fair bool, v, f, b T) (T, T) {
+	if fair {
+		return v, b
+	}
+	return f, v
+}
+
+func (s *dispatchRun) progress(what string) { s.cfg.Progress(s.step + what) }
+
+// pair runs f for bare asynq and for fair dispatch, on a clean Redis each.
+func (s *dispatchRun) pair(ctx context.Context, what string, f func(ctx context.Context, fair bool) error) error {
+	order := []bool{true, false}
+	if s.bareFirst {
+		order = []bool{false, true}
+	}
+	for _, fair := range order {
+		name := "bare asynq"
+		if fair {
+			name = "fair"
+		}
+		s.progress(what + ", " + name)
+		if err := cleanup(ctx, s.admin); err != nil {
+			return err
+		}
+		if err := f(ctx, fair); err != nil {
+			return fmt.Errorf("bench: %s, %s: %w", what, name, err)
+		}
+	}
+	return cleanup(ctx, s.admin)
+}
+
+// drained is one backlog drained.
+type drained struct {
+	cpu      float64       // Redis CPU per task, µs, enqueue to done
+	commands float64       // Redis commands per task
+	rate     float64       // tasks started after the release, per second
+	took     time.Duration // release to the last task's end
+}
+
+// drain enqueues n tasks of one tenant while the pool's handlers are held,
+// then lets the pool drain them.
+func (s *dispatchRun) drain(ctx context.Context, fair bool, workers int, task time.Duration, n int) (drained, error) {
+	p, err := s.start(ctx, poolSpec{fair: fair, workers: workers, task: task, hold: true})
+	if err != nil {
+		return drained{}, err
+	}
+	defer p.close()
+	before, err := readStats(ctx, s.admin)
+	if err != nil {
+		return drained{}, err
+	}
+	if _, err := p.enqueue(ctx, "solo", n, s.cfg.Producers); err != nil {
+		return drained{}, err
+	}
+	p.release()
+	if err := p.wait(ctx, n*int(task+time.Millisecond)/workers*4, func(ended map[string]int) bool { return ended["solo"] >= n }); err != nil {
+		return drained{}, err
+	}
+	after, err := readStats(ctx, s.admin)
+	if err != nil {
+		return drained{}, err
+	}
+	var calls int64
+	for name, c := range after.cmds {
+		calls += c.calls - before.cmds[name].calls
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, last := worktime.Span(workRuns(p.runs))
+	took := last.Sub(p.released)
+	return drained{
+		cpu:      (after.cpu - before.cpu) * 1e6 / float64(n),
+		commands: float64(calls) / float64(n),
+		rate:     float64(n-p.held) / took.Seconds(),
+		took:     took,
+	}, nil
+}
+
+// produce measures Enqueue calls per second into a queue whose pool holds
+// every handler: in a fair queue, past its depth every task waits its turn.
+func (s *dispatchRun) produce(ctx context.Context, fair bool, goroutines int) (float64, error) {
+	p, err := s.start(ctx, poolSpec{fair: fair, workers: s.cfg.Concurrency, hold: true})
+	if err != nil {
+		return 0, err
+	}
+	defer p.close()
+	took, err := p.enqueue(ctx, "producer", s.cfg.Enqueues, goroutines)
+	return float64(s.cfg.Enqueues) / took.Seconds(), err
+}
+
+// waits are light tasks' waits from Enqueue to start, in task times.
+type waits struct{ p50, p99, max float64 }
+
+// light runs a fair pool with one tenant's backlog while Light tenants send
+// a task every Every task times each.
+func (s *dispatchRun) light(ctx context.Context, task time.Duration) (waits, error) {
+	cfg := s.cfg
+	p, err := s.start(ctx, poolSpec{fair: true, workers: cfg.Workers, task: task, hold: true})
+	if err != nil {
+		return waits{}, err
+	}
+	defer p.close()
+	// Enough to keep every worker busy while the light tenants send.
+	backlog := int(cfg.LightFor/task)*cfg.Workers*5/4 + 2*cfg.Workers
+	if err := p.fill(ctx, "noisy", backlog); err != nil {
+		return waits{}, err
+	}
+	p.release()
+	begin := time.Now()
+	every := task * time.Duration(cfg.Every)
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, cfg.Light)
+	for i := range cfg.Light {
+		wg.Go(func() {
+			tenant := "light" + strconv.Itoa(i)
+			for at := begin.Add(every * time.Duration(i) / time.Duration(cfg.Light)); at.Before(begin.Add(cfg.LightFor)); at = at.Add(every) {
+				if err := sleepUntil(ctx, at); err != nil {
+					errs <- err
+					return
+				}
+				if err := p.send(ctx, tenant, asynq.NewTask("light", stamp())); err != nil {
+					errs <- err
+					return
+				}
+				sent.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return waits{}, err
+	default:
+	}
+	lightEnded := func(ended map[string]int) bool {
+		n := 0
+		for t, e := range ended {
+			if t != "noisy" {
+				n += e
+			}
+		}
+		return n >= int(sent.Load())
+	}
+	if err := p.wait(ctx, backlog*int(task)/cfg.Workers*2, lightEnded); err != nil {
+		return waits{}, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ws []float64
+	for _, r := range p.runs {
+		if r.Tenant != "noisy" {
+			ws = append(ws, float64(r.Start.Sub(r.queued))/float64(task))
+		}
+	}
+	if len(ws) == 0 {
+		return waits{}, fmt.Errorf("no light task ran (LightFor %v is shorter than a light tenant's first send)", cfg.LightFor)
+	}
+	slices.Sort(ws)
+	n := len(ws)
+	return waits{p50: ws[n/2], p99: ws[min(n-1, n*99/100)], max: ws[n-1]}, nil
+}
+
+// cappedTenant is the tenant whose quota has MaxInFlight.
+const cappedTenant = "capped"
+
+// capped returns the mean of a capped tenant's running tasks over its cap,
+// sampled while it has tasks waiting: alone, or beside two uncapped
+// tenants with backlogs, where its fair share of the pool is a third.
+func (s *dispatchRun) capped(ctx context.Context, busy bool) (float64, error) {
+	cfg := s.cfg
+	p, err := s.start(ctx, poolSpec{fair: true, workers: cfg.Workers, task: capTask, hold: true, maxInFlight: cfg.MaxInFlight})
+	if err != nil {
+		return 0, err
+	}
+	defer p.close()
+	backlogs := map[string]int{cappedTenant: cfg.CapTasks}
+	if busy {
+		// Each gets about (Workers−MaxInFlight)/2 workers; 3× the capped
+		// tenant's backlog outlasts it.
+		backlogs["busy1"], backlogs["busy2"] = 3*cfg.CapTasks, 3*cfg.CapTasks
+	}
+	for t, n := range backlogs {
+		if err := p.fill(ctx, t, n); err != nil {
+			return 0, err
+		}
+	}
+	p.release()
+	var sum, samples int
+	timeout := time.After(time.Duration(cfg.CapTasks)*capTask/time.Duration(cfg.MaxInFlight)*4 + 30*time.Second)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		p.mu.Lock()
+		running, ended := p.running[cappedTenant], p.ended[cappedTenant]
+		p.mu.Unlock()
+		// The last MaxInFlight tasks run with nothing waiting behind them.
+		if ended >= cfg.CapTasks-cfg.MaxInFlight {
+			break
+		}
+		sum += running
+		samples++
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-timeout:
+			return 0, fmt.Errorf("%d of the capped tenant's %d tasks ran", ended, cfg.CapTasks)
+		case <-tick.C:
+		}
+	}
+	if samples == 0 {
+		return 0, nil
+	}
+	return float64(sum) / float64(samples) / float64(cfg.MaxInFlight), nil
+}
+
+// poolSpec is a pool of workers to measure.
+type poolSpec struct {
+	fair        bool // admitq's fair workers and producers; else bare asynq's
+	workers     int
+	task        time.Duration // how long each handler runs
+	hold        bool          // handlers wait for release
+	maxInFlight int           // the capped tenant's cap; 0 is none
+}
+
+// server is an asynq.Server or a worker.Worker.
+type server interface {
+	Stop()
+	Shutdown()
+}
+
+// pool is a running pool of workers, fair or bare, with its producers. Its
+// handler records each run; while held, handlers wait for release.
+type pool struct {
+	fair   bool
+	task   time.Duration
+	rdb    *redis.Client
+	srv    server
+	gate   *admission.Gate
+	client *enqueue.Client // fair
+	bare   *asynq.Client   // bare
+
+	hold     chan struct{}
+	once     sync.Once
+	mu       sync.Mutex
+	runs     []run
+	running  map[string]int // by tenant: handlers in the task now
+	ended    map[string]int // by tenant: tasks run
+	released time.Time
+	held     int // handlers waiting at the release
+}
+
+// start starts a pool on a client of its own. A fair pool returns once
+// producers see its workers.
+func (s *dispatchRun) start(ctx context.Context, spec poolSpec) (*pool, error) {
+	rdb := redis.NewClient(withPool(s.opts, 2*spec.workers+s.cfg.Producers+8))
+	p := &pool{fair: spec.fair, task: spec.task, rdb: rdb, hold: make(chan struct{}), running: map[string]int{}, ended: map[string]int{}}
+	if !spec.hold {
+		p.release()
+	}
+	if !spec.fair {
+		p.bare = asynq.NewClientFromRedisClient(rdb)
+		srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+			Concurrency: spec.workers, Queues: map[string]int{queue: 1},
+			TaskCheckInterval: 10 * time.Millisecond, ShutdownTimeout: time.Second, LogLevel: asynq.FatalLevel,
+		})
+		if err := srv.Start(p); err != nil {
+			rdb.Close()
+			return nil, err
+		}
+		p.srv = srv
+		return p, nil
+	}
+	def := admission.Quota{Limit: 100_000, Window: time.Second, MaxParked: admission.MaxParkedCap}
+	capped := def
+	capped.MaxInFlight = spec.maxInFlight
+	p.gate = admission.New(rdb, admission.StaticQuotas{Default: &def, Tenants: map[string]admission.Quota{cappedTenant: capped}},
+		admission.WithPrefix(Prefix), admission.WithTimeout(2*time.Second))
+	p.client = enqueue.NewFromRedis(rdb, p.gate)
+	w := aqworker.NewFromRedis(rdb, aqworker.Config{
+		Concurrency: spec.workers, Queues: map[string]int{queue: 1},
+		TaskCheckInterval: 10 * time.Millisecond, ShutdownTimeout: time.Second,
+		Logger: slog.New(slog.DiscardHandler), Gate: p.gate, Fair: true,
+	})
+	if err := w.Start(p); err != nil {
+		p.gate.Close()
+		rdb.Close()
+		return nil, err
+	}
+	p.srv = w
+	// Producers see a queue's workers within a second.
+	if err := sleepUntil(ctx, time.Now().Add(1100*time.Millisecond)); err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// ProcessTask runs a task: it waits for the release, sleeps the task time
+// and records the run.
+func (p *pool) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	tenant := t.Headers()[enqueue.TenantHeader]
+	p.mu.Lock()
+	p.running[tenant]++
+	p.mu.Unlock()
+	select {
+	case <-p.hold:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	start := time.Now()
+	if p.task > 0 {
+		time.Sleep(p.task)
+	}
+	r := run{Run: worktime.Run{Tenant: tenant, Start: start, End: time.Now()}}
+	if b := t.Payload(); len(b) == 8 {
+		r.queued = time.Unix(0, int64(binary.BigEndian.Uint64(b)))
+	}
+	p.mu.Lock()
+	p.running[tenant]--
+	p.ended[tenant]++
+	p.runs = append(p.runs, r)
+	p.mu.Unlock()
+	return nil
+}
+
+// release lets held handlers run, once.
+func (p *pool) release() {
+	p.once.Do(func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.released = time.Now()
+		for _, n := range p.running {
+			p.held += n
+		}
+		close(p.hold)
+	})
+}
+
+func (p *pool) close() {
+	p.srv.Stop()
+	p.release()
+	p.srv.Shutdown()
+	if p.gate != nil {
+		p.gate.Close()
+	}
+	p.rdb.Close()
+}
+
+// send enqueues one task for tenant, as the pool's producers do.
+func (p *pool) send(ctx context.Context, tenant string, t *asynq.Task) error {
+	if p.fair {
+		_, _, err := p.client.Enqueue(ctx, tenant, t, asynq.Queue(queue))
+		return err
+	}
+	_, err := p.bare.EnqueueContext(ctx, asynq.NewTaskWithHeaders(t.Type(), t.Payload(), map[string]string{enqueue.TenantHeader: tenant}), asynq.Queue(queue))
+	return err
+}
+
+// enqueue sends n tasks for tenant, one Enqueue each, from goroutines at
+// once, and returns how long that took.
+func (p *pool) enqueue(ctx context.Context, tenant string, n, goroutines int) (time.Duration, error) {
+	var next atomic.Int64
+	errs := make(chan error, goroutines)
+	var wg sync.WaitGroup
+	begin := time.Now()
+	for range goroutines {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				if err := p.send(ctx, tenant, asynq.NewTask("bench", stamp())); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(begin)
+	select {
+	case err := <-errs:
+		return 0, fmt.Errorf("enqueueing for %s: %w", tenant, err)
+	default:
+		return took, nil
+	}
+}
+
+// fill sends a fair pool's tenant a backlog of n tasks, in batches.
+func (p *pool) fill(ctx context.Context, tenant string, n int) error {
+	const batch = 250
+	for from := 0; from < n; from += batch {
+		ts := make([]*asynq.Task, min(batch, n-from))
+		for i := range ts {
+			ts[i] = asynq.NewTask("backlog", stamp())
+		}
+		rs, err := p.client.EnqueueBatch(ctx, tenant, ts, asynq.Queue(queue))
+		if err != nil {
+			return fmt.Errorf("enqueueing %s's backlog: %w", tenant, err)
+		}
+		for _, r := range rs {
+			if r.Err != nil {
+				return fmt.Errorf("enqueueing %s's backlog: %w", tenant, r.Err)
+			}
+		}
+	}
+	return nil
+}
+
+// wait waits until done holds for the tasks ended so far, by tenant, for
+// at most the given time plus 30 s.
+func (p *pool) wait(ctx context.Context, within int, done func(ended map[string]int) bool) error {
+	timeout := time.After(time.Duration(within) + 30*time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		p.mu.Lock()
+		ok, ran := done(p.ended), len(p.runs)
+		p.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timeout:
+			return fmt.Errorf("only %d tasks ran in time", ran)
+		case <-tick.C:
+		}
+	}
+}
+
+// stamp is a task's payload: its enqueue time.
+func stamp() []byte { return binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixNano())) }
+
+func sleepUntil(ctx context.Context, t time.Time) error {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}
+
+// WriteText writes the report as a table: each figure's median over the
+// runs and, with several runs, the spread of its ratio (or of its value,
+// where bare asynq has none).
+func (r DispatchReport) WriteText(w io.Writer) error {
+	c := r.Config
+	fmt.Fprintf(w, "fair dispatch against bare asynq, on one Redis, %d run(s)\n", c.Runs)
+	fmt.Fprintf(w, "drain: %d tasks (%d at 20 ms) of one tenant enqueued by %d goroutines while %d workers are held, then drained; Redis CPU and commands from enqueue to the last task's end\n",
+		c.Tasks, c.SlowTasks, c.Producers, c.Concurrency)
+	fmt.Fprintf(w, "Enqueue: %d calls into a queue whose %d workers are all held (a fair queue at its depth: each task waits its turn)\n", c.Enqueues, c.Concurrency)
+	fmt.Fprintf(w, "light wait: enqueue to start, fair pool of %d, %d light tenants each sending every %d task times for %v beside a backlog (about %d waits at 200 ms)\n",
+		c.Workers, c.Light, c.Every, c.LightFor, c.Light*int(c.LightFor/(200*time.Millisecond*time.Duration(c.Every))))
+	fmt.Fprintf(w, "capped: mean running ÷ cap, sampled while it has tasks waiting, 20 ms tasks, fair pool of %d. lone tenant: the drain above with %d workers\n\n",
+		c.Workers, c.Workers)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MEASURE\tFAIR\tBARE\tFAIR÷BARE\tSPREAD\tTARGET")
+	for _, m := range r.Measures {
+		bare, ratio, spread := "-", "-", "-"
+		vals := m.Fair
+		if rs := m.Ratios(); rs != nil {
+			bare, ratio, vals = fmtUnit(median(m.Bare), m.Unit), fmt.Sprintf("%.2f×", median(rs)), rs
+		}
+		if len(vals) > 1 {
+			spread = fmt.Sprintf("%.2f–%.2f", slices.Min(vals), slices.Max(vals))
+			if m.Unit == "of cap" {
+				spread = fmt.Sprintf("%.0f–%.0f%%", 100*slices.Min(vals), 100*slices.Max(vals))
+			}
+		}
+		target := m.Target
+		if target == "" {
+			target = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, fmtUnit(median(m.Fair), m.Unit), bare, ratio, spread, target)
+	}
+	return tw.Flush()
+}
+
+// fmtTask writes a task time in milliseconds, the unit the design's
+// targets use: "0 ms", "20 ms".
+func fmtTask(d time.Duration) string { return fmt.Sprintf("%g ms", float64(d)/1e6) }
+
+func fmtUnit(v float64, unit string) string {
+	switch unit {
+	case "of cap":
+		return fmt.Sprintf("%.0f%%", 100*v)
+	case "tasks/s", "calls/s":
+		return fmt.Sprintf("%.0f %s", v, unit)
+	case "task times":
+		return fmt.Sprintf("%.2f", v)
+	case "s":
+		return fmt.Sprintf("%.2fs", v)
+	}
+	return strings.TrimSpace(fmt.Sprintf("%.1f %s", v, unit))
+}
+
+func median(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(vs))
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
+}

@@ -1,0 +1,152 @@
+package bench
+
+import (
+	"encoding/json"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/admitq/admitq/internal/redistest"
+)
+
+// TestRunDispatchTiny runs the whole dispatcher scenario with a few tasks
+// on a Redis that holds someone else's data: every figure is measured and
+// sane, a cap is never exceeded, the report survives JSON and prints, and
+// only the bench's own keys were touched.
+func TestRunDispatchTiny(t *testing.T) {
+	if testing.Short() {
+		t.Skip("about 20 s of real workers")
+	}
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := t.Context()
+	theirs := []string{"admitq-benchmark", "asynq:{default}:pending"}
+	for _, k := range theirs {
+		if err := rdb.Set(ctx, k, "keep", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var steps []string
+	rep, err := RunDispatch(ctx, DispatchConfig{
+		Redis: srv.Options(), Tasks: 60, SlowTasks: 30, Concurrency: 8, Workers: 6, Producers: 4, Enqueues: 40,
+		Light: 2, Every: 2, LightFor: 500 * time.Millisecond, CapTasks: 24, MaxInFlight: 2,
+		Progress: func(s string) { steps = append(steps, s) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var names []string
+	for _, m := range rep.Measures {
+		names = append(names, m.Name)
+		if len(m.Fair) != 1 {
+			t.Errorf("%s: fair %v, want one value", m.Name, m.Fair)
+		}
+		for _, v := range append(slices.Clone(m.Fair), m.Bare...) {
+			if !(v > 0) || math.IsInf(v, 0) {
+				t.Errorf("%s: fair %v, bare %v: want every value above 0 and finite", m.Name, m.Fair, m.Bare)
+			}
+		}
+		if m.Unit == "of cap" && m.Fair[0] > 1 {
+			t.Errorf("%s: %.2f of the cap running on average, want at most all of it", m.Name, m.Fair[0])
+		}
+	}
+	withBare := func(prefix string, want bool) {
+		for _, m := range rep.Measures {
+			if strings.HasPrefix(m.Name, prefix) && (len(m.Bare) == 1) != want {
+				t.Errorf("%s: bare %v, want a bare value: %v", m.Name, m.Bare, want)
+			}
+		}
+	}
+	withBare("Redis CPU", true)
+	withBare("drain rate", true)
+	withBare("Enqueue rate", true)
+	withBare("lone tenant", true)
+	withBare("light wait", false)
+	withBare("capped", false)
+	if len(names) != 3*3+2+3*3+2+2 {
+		t.Errorf("measures %q: want 3 per drain, 2 producer, 3 per light run, 2 capped, 2 lone", names)
+	}
+	for _, task := range []string{"5 ms", "20 ms", "200 ms"} {
+		p50, p99, max := figure(t, rep, "light wait p50, "+task+" tasks"), figure(t, rep, "light wait p99, "+task+" tasks"), figure(t, rep, "light wait max, "+task+" tasks")
+		if !(p50 <= p99 && p99 <= max) {
+			t.Errorf("light waits at %s: p50 %.2f, p99 %.2f, max %.2f task times, want in order", task, p50, p99, max)
+		}
+	}
+	if len(steps) == 0 || !strings.Contains(steps[len(steps)-1], "lone tenant") {
+		t.Errorf("progress ended at %q, want the lone tenant's runs", steps[len(steps)-1:])
+	}
+
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back DispatchReport
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(rep.Measures, back.Measures); diff != "" {
+		t.Errorf("measures after a JSON round trip (-want,+got):\n%s", diff)
+	}
+	var text strings.Builder
+	if err := rep.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if !strings.Contains(text.String(), n) {
+			t.Errorf("text report lacks %q:\n%s", n, text.String())
+		}
+	}
+	t.Logf("\n%s", text.String())
+
+	left, err := rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(left)
+	if diff := cmp.Diff(theirs, left); diff != "" {
+		t.Errorf("keys after the run (-want,+got):\n%s", diff)
+	}
+}
+
+func figure(t *testing.T, rep DispatchReport, name string) float64 {
+	t.Helper()
+	i := slices.IndexFunc(rep.Measures, func(m DispatchMeasure) bool { return m.Name == name })
+	if i < 0 {
+		t.Fatalf("no measure %q", name)
+	}
+	return rep.Measures[i].Fair[0]
+}
+
+// TestDispatchReportSpread checks the table of several runs: medians, the
+// ratio's spread where bare asynq has a value, the value's where it has
+// none.
+func TestDispatchReportSpread(t *testing.T) {
+	rep := DispatchReport{Config: DispatchConfig{Runs: 3}.withDefaults()}
+	for _, r := range []struct{ fair, bare, cap float64 }{{30, 10, 0.7}, {40, 10, 0.75}, {33, 11, 0.9}} {
+		rep.add("Redis CPU per task, 0 ms tasks", "µs", "≤ 2.0×", r.fair, r.bare)
+		rep.add("capped at 4, alone: share of cap used", "of cap", "≥ 71%", r.cap)
+	}
+	var text strings.Builder
+	if err := rep.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(text.String(), "\n")
+	for _, want := range [][]string{
+		{"Redis CPU per task, 0 ms tasks", "33.0 µs", "10.0 µs", "3.00×", "3.00–4.00", "≤ 2.0×"},
+		{"capped at 4, alone: share of cap used", "75%", "-", "-", "70–90%", "≥ 71%"},
+	} {
+		i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, want[0]) })
+		if i < 0 {
+			t.Fatalf("no line for %q in:\n%s", want[0], text.String())
+		}
+		if got := strings.Fields(strings.TrimPrefix(lines[i], want[0])); !slices.Equal(got, strings.Fields(strings.Join(want[1:], " "))) {
+			t.Errorf("line %q: got %q, want %q", want[0], got, want[1:])
+		}
+	}
+}
