@@ -233,6 +233,9 @@ func (a *app) benchDispatch(cmd *cobra.Command, cfg bench.Config, runs int, asJS
 		if err != nil {
 			return err
 		}
+		if err := ping(cmd.Context(), rc, a.timeout); err != nil {
+			return err
+		}
 		dc.Redis = rc.single
 	}
 	if isTerminal(a.stderr) {
