@@ -69,7 +69,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs := flag.NewFlagSet("httpapi", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg config
-	fs.StringVar(&cfg.redis, "redis", envOr(getenv, "ADMITQ_REDIS", redisaddr.Default), "Redis: host:port or redis://[user:password@]host:port[/db] (env ADMITQ_REDIS)")
+	redisaddr.Var(fs, &cfg.redis)
 	fs.StringVar(&cfg.addr, "addr", envOr(getenv, "ADMITQ_HTTP", defaultAddr), "address to listen on (env ADMITQ_HTTP); it serves /metrics too")
 	fs.IntVar(&cfg.quota.Limit, "limit", 10, "jobs a tenant may start in any window, when Redis holds no quota for it (admitq quota set)")
 	fs.DurationVar(&cfg.quota.Window, "window", time.Second, "length of the sliding window, when Redis holds no quota for the tenant")
@@ -90,7 +90,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		fs.Usage()
 		return config{}, err
 	}
-	if err := redisaddr.CheckFlag(fs, cfg.redis); err != nil {
+	if cfg.redis, err = redisaddr.Resolve(fs, cfg.redis, getenv); err != nil {
 		return fail(err)
 	}
 	if err := cfg.quota.Validate(); err != nil {

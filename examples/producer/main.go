@@ -62,12 +62,8 @@ type config struct {
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("producer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	redisAddr := getenv("ADMITQ_REDIS")
-	if redisAddr == "" {
-		redisAddr = redisaddr.Default
-	}
 	var cfg config
-	fs.StringVar(&cfg.redis, "redis", redisAddr, "Redis: host:port or redis://[user:password@]host:port[/db] (env ADMITQ_REDIS)")
+	redisaddr.Var(fs, &cfg.redis)
 	fs.StringVar(&cfg.tenant, "tenant", "acme", "tenant to enqueue for")
 	fs.StringVar(&cfg.taskType, "type", "example:hello", "asynq task type")
 	fs.IntVar(&cfg.n, "n", 20, "number of tasks to send")
@@ -92,7 +88,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		fs.Usage()
 		return config{}, err
 	}
-	if err := redisaddr.CheckFlag(fs, cfg.redis); err != nil {
+	if cfg.redis, err = redisaddr.Resolve(fs, cfg.redis, getenv); err != nil {
 		return fail(err)
 	}
 	if err := admission.ValidateTenant(cfg.tenant); err != nil {

@@ -72,12 +72,8 @@ const defaultMetricsAddr = "127.0.0.1:9465"
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	redisAddr := getenv("ADMITQ_REDIS")
-	if redisAddr == "" {
-		redisAddr = redisaddr.Default
-	}
 	var cfg config
-	fs.StringVar(&cfg.redis, "redis", redisAddr, "Redis: host:port or redis://[user:password@]host:port[/db] (env ADMITQ_REDIS)")
+	redisaddr.Var(fs, &cfg.redis)
 	fs.IntVar(&cfg.concurrency, "concurrency", 10, "tasks handled at once")
 	fs.StringVar(&cfg.metricsAddr, "metrics-addr", defaultMetricsAddr, `address to serve Prometheus metrics on, at /metrics; "" serves none`)
 	// The flag package's own errors get the program's prefix too.
@@ -92,7 +88,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		fs.Usage()
 		return config{}, err
 	}
-	if err := redisaddr.CheckFlag(fs, cfg.redis); err != nil {
+	if cfg.redis, err = redisaddr.Resolve(fs, cfg.redis, getenv); err != nil {
 		fmt.Fprintln(stderr, "worker:", err)
 		return config{}, err
 	}

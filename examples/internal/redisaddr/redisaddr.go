@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/admission"
 )
 
 // Default is the Redis used when neither -redis nor ADMITQ_REDIS says
@@ -52,15 +54,27 @@ func Options(s string) (*redis.Options, error) {
 }
 
 // Redact is a Redis address with its user information, everything
-// between "://" (or the start) and the last '@', replaced by xxxxx. It
-// works on addresses that do not parse too, so that any message may show
-// the address.
+// between "://" (or the start) and the last '@', replaced by xxxxx, and
+// each value of its query too (a password pasted as ?password=… or
+// ?addr=…). It works on addresses that do not parse too, so that any
+// message may show the address.
 func Redact(s string) string {
-	head, _, tail, ok := userInfo(s)
+	if head, _, tail, ok := userInfo(s); ok {
+		s = head + "xxxxx" + tail
+	}
+	base, query, ok := strings.Cut(s, "?")
 	if !ok {
 		return s
 	}
-	return head + "xxxxx" + tail
+	parts := strings.Split(query, "&")
+	for i, p := range parts {
+		if k, _, hasValue := strings.Cut(p, "="); hasValue {
+			parts[i] = k + "=xxxxx"
+		} else if p != "" {
+			parts[i] = "xxxxx"
+		}
+	}
+	return base + "?" + strings.Join(parts, "&")
 }
 
 // userInfo splits raw at its user information: from "://" (or the start)
@@ -96,6 +110,36 @@ func errorReason(err error) string {
 	return strings.TrimPrefix(err.Error(), "redis: ")
 }
 
+// Var defines -redis on fs, storing into p. Its default is applied by
+// Resolve after fs is parsed, not by the flag package, so that a usage
+// message never shows ADMITQ_REDIS, which may hold a password.
+func Var(fs *flag.FlagSet, p *string) {
+	fs.StringVar(p, "redis", "", "Redis: host:port or redis://[user:password@]host:port[/db] (env ADMITQ_REDIS; default "+Default+")")
+}
+
+// Resolve returns the Redis address once fs (with Var's -redis, whose
+// value is value) is parsed: -redis, else ADMITQ_REDIS, else Default,
+// checked as Options checks it. Its errors name where the address came
+// from and hold no byte of a password. An empty -redis is an error, not a
+// wish for the default.
+func Resolve(fs *flag.FlagSet, value string, getenv func(string) string) (string, error) {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "redis" })
+	switch {
+	case given && strings.TrimSpace(value) == "":
+		return "", errors.New("-redis is empty; give host:port, or leave the flag out for ADMITQ_REDIS or " + Default)
+	case given:
+	case getenv("ADMITQ_REDIS") != "":
+		value = getenv("ADMITQ_REDIS")
+	default:
+		value = Default
+	}
+	if err := CheckFlag(fs, value); err != nil {
+		return "", err
+	}
+	return value, nil
+}
+
 // CheckFlag checks the value of -redis, naming where it came from:
 // the flag, or the environment.
 func CheckFlag(fs *flag.FlagSet, value string) error {
@@ -111,10 +155,12 @@ func CheckFlag(fs *flag.FlagSet, value string) error {
 	return nil
 }
 
-// Ping checks that Redis answers, so that a wrong address ends the
-// program at once with one line, rather than in a retry loop. It dials once,
-// without go-redis's retries, so that the error names the cause (say,
-// connection refused).
+// Ping checks that Redis answers, and that the examples can work with it
+// (admission.CheckServer: Redis 7 or newer, and one server, not a node of
+// a Redis Cluster), so that a wrong address ends the program at once with
+// one line, rather than in a retry loop. It dials once, without
+// go-redis's retries, so that the error names the cause (say, connection
+// refused).
 func Ping(ctx context.Context, o *redis.Options) error {
 	p := *o
 	p.MaxRetries, p.DialerRetries = -1, 1
@@ -123,6 +169,16 @@ func Ping(ctx context.Context, o *redis.Options) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("cannot reach Redis at %s: %w", o.Addr, err)
+	}
+	err := admission.CheckServer(ctx, rdb)
+	switch {
+	case errors.Is(err, admission.ErrClusterNode):
+		return fmt.Errorf("Redis at %s is a node of a Redis Cluster, and the examples take one server; "+
+			"give a Redis that is not in a cluster (the admitq command takes a cluster with --redis-cluster)", o.Addr)
+	case errors.Is(err, admission.ErrRedisVersion):
+		return errors.New(strings.TrimPrefix(err.Error(), "admitq: "))
+	case err != nil:
 		return fmt.Errorf("cannot reach Redis at %s: %w", o.Addr, err)
 	}
 	return nil
