@@ -69,6 +69,7 @@ type Decision struct {
 	// one. Below 8 it is exact. From 8 on it is a lower bound: the log is
 	// trimmed once every 8 entries and whenever it nears the limit, so it
 	// can still count entries that left the window since its last trim.
+	// It is NoLimit (-1) for a tenant whose quota has no rate limit.
 	Remaining int
 	// Existing reports that ID was already in the log: this is its original
 	// slot, and no second one was taken.
@@ -77,7 +78,8 @@ type Decision struct {
 	// (Quota.MaxParked), not because of its rate.
 	Full bool
 	// Local reports a decision made without Redis: by the FailOpen fallback
-	// limiter or from the local cache of recent rejections.
+	// limiter, from the local cache of recent rejections, or for a tenant
+	// whose quota has no rate limit (NoLimit). It took no slot in Redis.
 	Local bool
 }
 

@@ -40,6 +40,9 @@
 //
 // Quotas come from a Quotas source: StaticQuotas for a fixed table, or
 // RedisQuotas, which operators change live and gates see within a second.
+// A quota whose Limit is NoLimit has no rate limit: the gate admits its
+// tenant's work locally, without Redis, and the quota only caps, weighs or
+// pauses the tenant's tasks where package dispatch serves them.
 //
 // Concurrent calls are group-committed into shared Redis pipelines, a
 // tenant that was just rejected is answered from a local cache until its

@@ -186,9 +186,6 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notB
 	if ids != nil && len(ids) == 0 {
 		return nil, nil
 	}
-	if err := g.checkVersion(ctx); err != nil {
-		return nil, err
-	}
 	q, err := g.quota(ctx, tenant)
 	var guess *guessedQuotaError
 	if errors.As(err, &guess) {
@@ -200,10 +197,27 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notB
 	if err != nil {
 		return nil, err
 	}
+	if q.Unlimited() {
+		return unlimited(tenant, orNew(ids, g.ids, q), time.Now()), nil
+	}
+	if err := g.checkVersion(ctx); err != nil {
+		return nil, err
+	}
 	ids = orNew(ids, g.ids, q)
 	nb := notBeforeµs(notBefore)
 	a := ask{tenant: tenant, key: windowKey(g.opts.prefix, tenant, q), q: q, gran: g.gran, ids: ids, fresh: fresh, notBefore: nb}
 	return g.decide(ctx, &a)
+}
+
+// unlimited admits ids for tenant, whose quota has no rate limit
+// (NoLimit), without Redis: nothing is recorded, so there is nothing to
+// count, release or give back.
+func unlimited(tenant string, ids []string, now time.Time) []Decision {
+	ds := make([]Decision, len(ids))
+	for i, id := range ids {
+		ds[i] = Decision{Tenant: tenant, Outcome: Admitted, ID: id, Now: now, At: now, Remaining: NoLimit, Local: true}
+	}
+	return ds
 }
 
 // ask is what one decision is asked, built once by admitBatch and read by
@@ -420,6 +434,9 @@ func (g *Gate) yieldLocal() {
 func (g *Gate) withoutRedis(tenant string, q Quota, ids []string, now time.Time, err error) ([]Decision, error) {
 	runtime.Gosched() // see yieldLocal
 	if g.opts.policy == FailOpen {
+		if q.Unlimited() { // a guess (see admitBatch): nothing to count
+			return unlimited(tenant, ids, now), nil
+		}
 		return g.local.admit(tenant, q, ids, now), nil
 	}
 	return nil, err
@@ -567,17 +584,30 @@ type Usage struct {
 	NextFree time.Time
 }
 
-// Usage reports tenant's current use of its quota. It writes nothing.
+// unlimitedUsage is the usage of a tenant whose quota q has no rate limit
+// (NoLimit): no window is kept, so nothing is in it or ahead, and a
+// request now is admitted now. Now is the local clock.
+func unlimitedUsage(tenant string, q Quota) Usage {
+	now := time.Now()
+	return Usage{Tenant: tenant, Quota: q, Now: now, NextFree: now}
+}
+
+// Usage reports tenant's current use of its quota. It writes nothing. For
+// a quota with no rate limit (NoLimit) it reads nothing either: see
+// unlimitedUsage.
 func (g *Gate) Usage(ctx context.Context, tenant string) (_ Usage, err error) {
 	defer func() { err = g.causes.explain(err) }()
 	if err := ValidateTenant(tenant); err != nil {
 		return Usage{}, err
 	}
-	if err := g.checkVersion(ctx); err != nil {
-		return Usage{}, err
-	}
 	q, err := g.quota(ctx, tenant)
 	if err != nil {
+		return Usage{}, err
+	}
+	if q.Unlimited() {
+		return unlimitedUsage(tenant, q), nil
+	}
+	if err := g.checkVersion(ctx); err != nil {
 		return Usage{}, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, g.opts.timeout)

@@ -31,6 +31,9 @@ const listpackEntries = 128
 // scheduled further ahead (AdmitAt) can add more; it is rare, and costs
 // only memory.
 func logBound(q Quota) int {
+	if q.Unlimited() {
+		return listpackEntries + 1 // no log: the shorter string, unique across producers
+	}
 	ahead := int64(0)
 	if q.Window > 0 {
 		ahead = int64((q.MaxDelay + q.Window - 1) / q.Window) // windows ahead, rounded up

@@ -15,12 +15,18 @@ import (
 // interval of length Window. A request that finds the window full is
 // deferred to its slot if that slot is at most MaxDelay ahead, and rejected
 // otherwise.
+//
+// A Quota with Limit NoLimit has no rate limit: every request is admitted,
+// by the gate alone, without a Redis call (see NoLimit), and the quota
+// only caps (MaxInFlight, MaxParked), weighs (Weight) or pauses (Paused)
+// the tenant's tasks in a dispatched queue.
 type Quota struct {
 	// Limit is the number of admissions allowed in any Window; 1 to
-	// MaxLimit. In Log mode, Limit × (1 + MaxDelay/Window) is at most
-	// MaxLogEntries.
+	// MaxLimit, or NoLimit for no rate limit. In Log mode, Limit × (1 +
+	// MaxDelay/Window) is at most MaxLogEntries.
 	Limit int
-	// Window is the length of the sliding window; 1ms to MaxWindow.
+	// Window is the length of the sliding window; 1ms to MaxWindow. With
+	// NoLimit it is ignored, and may be 0 (up to MaxWindow).
 	Window time.Duration
 	// MaxDelay is how far ahead a request that finds the window full may be
 	// deferred, up to MaxMaxDelay. 0 means never defer: such a request is
@@ -43,7 +49,25 @@ type Quota struct {
 	// weight 3 gets three times the worker time of one of weight 1. 0 means
 	// 1. Only fair queues (worker.Config.Fair) read it.
 	Weight float64
+	// Paused holds the tenant's tasks (a key's, for a key quota): none goes
+	// into a dispatched queue until Paused is false again. Running tasks
+	// finish; new ones are Parked, in order, within MaxParked, and go in,
+	// in order, once resumed. The gate's own decisions ignore it: package
+	// dispatch applies it.
+	Paused bool
 }
+
+// NoLimit is a Quota.Limit that means no rate limit: the gate admits every
+// request at once, with no Redis call and nothing recorded, so Window,
+// MaxDelay and Mode are ignored. Such a decision is Admitted and Local, its
+// ID is the one asked for (or a generated one), At is Now (the local
+// clock), and Remaining is NoLimit (-1): no count applies. Releasing it is
+// a no-op. Caps, weights and pauses still apply where the tenant's tasks
+// are dispatched.
+const NoLimit = -1
+
+// Unlimited reports whether q has no rate limit (Limit is NoLimit).
+func (q Quota) Unlimited() bool { return q.Limit == NoLimit }
 
 // Upper bounds on a Quota's fields. They keep every number the scripts
 // compute exact (Redis runs Lua on doubles, exact to 2^53) and free of
@@ -146,9 +170,11 @@ func ParseMode(s string) (Mode, error) {
 // names the field and the value that are wrong.
 func (q Quota) Validate() error {
 	switch {
-	case q.Limit < 1 || q.Limit > MaxLimit:
-		return fmt.Errorf("%w: Limit is %d, want 1 to %d", ErrInvalidQuota, q.Limit, MaxLimit)
-	case q.Window < time.Millisecond || q.Window > MaxWindow:
+	case q.Limit != NoLimit && (q.Limit < 1 || q.Limit > MaxLimit):
+		return fmt.Errorf("%w: Limit is %d, want 1 to %d, or NoLimit (%d)", ErrInvalidQuota, q.Limit, MaxLimit, NoLimit)
+	case q.Limit == NoLimit && (q.Window < 0 || q.Window > MaxWindow):
+		return fmt.Errorf("%w: Window is %v, want 0 to %v (NoLimit ignores it)", ErrInvalidQuota, q.Window, MaxWindow)
+	case q.Limit != NoLimit && (q.Window < time.Millisecond || q.Window > MaxWindow):
 		return fmt.Errorf("%w: Window is %v, want 1ms to %v", ErrInvalidQuota, q.Window, MaxWindow)
 	case q.MaxDelay < 0 || q.MaxDelay > MaxMaxDelay:
 		return fmt.Errorf("%w: MaxDelay is %v, want 0 to %v", ErrInvalidQuota, q.MaxDelay, MaxMaxDelay)
@@ -163,7 +189,7 @@ func (q Quota) Validate() error {
 	case q.MaxInFlight > 0 && q.Mode == Counter:
 		return fmt.Errorf("%w: MaxInFlight is %d in counter mode; the cap needs the log's entry IDs", ErrInvalidQuota, q.MaxInFlight)
 	}
-	if q.Mode == Log {
+	if q.Mode == Log && !q.Unlimited() {
 		if windows, over := logEntries(q); over {
 			return fmt.Errorf("%w: log size: Limit %d × %d windows (1 + MaxDelay %v / Window %v) is more than MaxLogEntries (%d) a tenant's log may hold; use Counter mode for a quota this large",
 				ErrInvalidQuota, q.Limit, windows, q.MaxDelay, q.Window, MaxLogEntries)
@@ -172,14 +198,21 @@ func (q Quota) Validate() error {
 	return nil
 }
 
-// String formats q as "100/1m0s, max delay 30s".
+// String formats q as "100/1m0s, max delay 30s", or for NoLimit as "no
+// limit", followed by the fields that apply and are set: ", counter",
+// ", max in flight 4, max parked 10000", ", weight 3", ", paused".
 func (q Quota) String() string {
-	s := fmt.Sprintf("%d/%v", q.Limit, q.Window)
-	if q.MaxDelay > 0 {
-		s += fmt.Sprintf(", max delay %v", q.MaxDelay)
-	}
-	if q.Mode != Log {
-		s += ", " + q.Mode.String()
+	var s string
+	if q.Unlimited() {
+		s = "no limit"
+	} else {
+		s = fmt.Sprintf("%d/%v", q.Limit, q.Window)
+		if q.MaxDelay > 0 {
+			s += fmt.Sprintf(", max delay %v", q.MaxDelay)
+		}
+		if q.Mode != Log {
+			s += ", " + q.Mode.String()
+		}
 	}
 	if q.MaxInFlight > 0 {
 		s += fmt.Sprintf(", max in flight %d, max parked %d", q.MaxInFlight, q.parkedBound())
@@ -187,11 +220,15 @@ func (q Quota) String() string {
 	if q.Weight > 0 && q.Weight != 1 {
 		s += ", weight " + strconv.FormatFloat(q.Weight, 'g', -1, 64)
 	}
+	if q.Paused {
+		s += ", paused"
+	}
 	return s
 }
 
 // quotaJSON is how a Quota is stored in Redis: readable in redis-cli and
-// exact, since Go duration strings round-trip.
+// exact, since Go duration strings round-trip. NoLimit is stored as
+// "limit":-1, with the (ignored) window as it was given, "0s" by default.
 type quotaJSON struct {
 	Limit    int    `json:"limit"`
 	Window   string `json:"window"`
@@ -203,6 +240,9 @@ type quotaJSON struct {
 	MaxParked   int `json:"max_parked,omitempty"`
 	// Weight is absent when 0 (meaning 1).
 	Weight float64 `json:"weight,omitempty"`
+	// Paused is absent when false, so quotas written before pause
+	// existed read the same.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // MarshalText encodes q as the JSON stored in the quota hash, e.g.
@@ -218,7 +258,7 @@ func (q Quota) MarshalText() ([]byte, error) {
 	if q.Mode != Log {
 		j.Mode = q.Mode.String()
 	}
-	j.MaxInFlight, j.MaxParked, j.Weight = q.MaxInFlight, q.MaxParked, q.Weight
+	j.MaxInFlight, j.MaxParked, j.Weight, j.Paused = q.MaxInFlight, q.MaxParked, q.Weight, q.Paused
 	return json.Marshal(j)
 }
 
@@ -249,7 +289,7 @@ func (q *Quota) UnmarshalText(b []byte) error {
 	if err != nil {
 		return err
 	}
-	got := Quota{Limit: j.Limit, Window: w, MaxDelay: d, Mode: mode, MaxInFlight: j.MaxInFlight, MaxParked: j.MaxParked, Weight: j.Weight}
+	got := Quota{Limit: j.Limit, Window: w, MaxDelay: d, Mode: mode, MaxInFlight: j.MaxInFlight, MaxParked: j.MaxParked, Weight: j.Weight, Paused: j.Paused}
 	if err := got.Validate(); err != nil {
 		return err
 	}

@@ -51,6 +51,8 @@ func (g *Gate) UsageBatch(ctx context.Context, tenants []string) []UsageResult {
 		switch {
 		case qerrs[i] != nil:
 			res[i].Err = qerrs[i]
+		case quotas[i].Unlimited():
+			res[i].Usage = unlimitedUsage(tenant, quotas[i])
 		default:
 			res[i].Usage.Quota = quotas[i]
 			todo = append(todo, i)
@@ -84,7 +86,8 @@ func fullerFirst(res []UsageResult, held []int) func(i, j int) int {
 		}
 		if res[i].Err == nil {
 			// held[i]/limit[i] against held[j]/limit[j], in integers.
-			li, lj := int64(res[i].Usage.Quota.Limit), int64(res[j].Usage.Quota.Limit)
+			// A tenant without a rate limit holds nothing: as 0 of 1.
+			li, lj := int64(max(res[i].Usage.Quota.Limit, 1)), int64(max(res[j].Usage.Quota.Limit, 1))
 			if c := cmp.Compare(int64(held[j])*li, int64(held[i])*lj); c != 0 {
 				return c
 			}
@@ -134,6 +137,8 @@ func (g *Gate) UsageTop(ctx context.Context, tenants []string, n int) []UsageRes
 		res[i].Usage.Tenant, res[i].Usage.Quota, res[i].Err = tenant, quotas[i], qerrs[i]
 		switch {
 		case qerrs[i] != nil:
+		case quotas[i].Unlimited():
+			res[i].Usage = unlimitedUsage(tenant, quotas[i]) // holds nothing, and is not read
 		case quotas[i].Mode == Counter:
 			counters = append(counters, i)
 		default:
@@ -163,7 +168,7 @@ func (g *Gate) UsageTop(ctx context.Context, tenants []string, n int) []UsageRes
 	// counts may have moved since the ranking.
 	var full []int
 	for _, i := range order[:n] {
-		if res[i].Err == nil && res[i].Usage.Quota.Mode != Counter {
+		if q := res[i].Usage.Quota; res[i].Err == nil && q.Mode != Counter && !q.Unlimited() {
 			full = append(full, i)
 		}
 	}
