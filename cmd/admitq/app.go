@@ -18,6 +18,10 @@ import (
 	"github.com/admitq/admitq/lua"
 )
 
+// clusterEnv names a Redis Cluster's nodes, as --redis-cluster does, when
+// no flag names a server.
+const clusterEnv = "ADMITQ_REDIS_CLUSTER"
+
 // Exit codes.
 const (
 	exitOK       = 0 // done; for enqueue: admitted or deferred
@@ -105,6 +109,11 @@ func (a *app) exit(err error, args []string) int {
 		code = 130 // interrupted, as a shell reports SIGINT
 	}
 	msg := strings.TrimPrefix(err.Error(), "admitq: ")
+	if a.redisCluster == "" && movedReply(err) {
+		// A node of a cluster that answered INFO without saying so (or
+		// refused INFO): its first keyed command tells.
+		msg = clusterNodeMessage(a.redisURLSource())
+	}
 	msg = strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", "; ")), " ")
 	for _, s := range a.secrets(args) {
 		msg = strings.ReplaceAll(msg, s, "xxxxx")
@@ -114,10 +123,10 @@ func (a *app) exit(err error, args []string) int {
 }
 
 // secrets are the passwords anywhere on the command line or in
-// ADMITQ_REDIS, whether or not they parsed.
+// ADMITQ_REDIS or ADMITQ_REDIS_CLUSTER, whether or not they parsed.
 func (a *app) secrets(args []string) []string {
 	var out []string
-	for _, s := range append(args, a.getenv("ADMITQ_REDIS")) {
+	for _, s := range append(args, a.getenv("ADMITQ_REDIS"), a.getenv(clusterEnv)) {
 		if strings.Contains(s, "@") {
 			out = append(out, urlSecrets(s)...)
 		}
@@ -134,7 +143,8 @@ admitted now, deferred to the next free slot, parked until one of the
 tenant's tasks finishes (a tenant capped by --max-in-flight), or rejected.
 
 Redis: --redis URL (or ADMITQ_REDIS), redis://[user:password@]host:port[/db],
-rediss:// for TLS, or plain host:port; or --redis-cluster for a Redis Cluster.`,
+rediss:// for TLS, or plain host:port; or --redis-cluster (or
+ADMITQ_REDIS_CLUSTER) for a Redis Cluster. admitq needs Redis 7 or newer.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -158,6 +168,13 @@ rediss:// for TLS, or plain host:port; or --redis-cluster for a Redis Cluster.`,
 			if a.redisURL != "" && a.redisCluster != "" {
 				return usageErrorf("--redis and --redis-cluster: give one")
 			}
+			// The environment's cluster counts when no flag names a server.
+			if env := a.getenv(clusterEnv); env != "" && a.redisURL == "" && a.redisCluster == "" {
+				if a.getenv("ADMITQ_REDIS") != "" {
+					return usageErrorf("ADMITQ_REDIS and %s are both set: unset one, or give --redis or --redis-cluster", clusterEnv)
+				}
+				a.redisCluster = env
+			}
 			return nil
 		},
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
@@ -169,7 +186,7 @@ rediss:// for TLS, or plain host:port; or --redis-cluster for a Redis Cluster.`,
 
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.redisURL, "redis", "", "Redis URL, redis://[user:password@]host:port[/db] or rediss://… for TLS, or host:port (env ADMITQ_REDIS; default "+defaultRedisURL+")")
-	pf.StringVar(&a.redisCluster, "redis-cluster", "", "Redis Cluster nodes host:port,…, optionally led by redis[s]://[user:password@]")
+	pf.StringVar(&a.redisCluster, "redis-cluster", "", "Redis Cluster nodes host:port,…, optionally led by redis[s]://[user:password@] (env "+clusterEnv+")")
 	pf.StringVar(&a.tlsCA, "tls-ca", "", "PEM `file` of the CA that signed the server's certificate (rediss only)")
 	pf.StringVar(&a.prefix, "prefix", "admitq", "prefix of admitq's Redis keys")
 	pf.DurationVar(&a.timeout, "timeout", 2*time.Second, "deadline of each Redis call, and of connecting")
@@ -182,6 +199,7 @@ rediss:// for TLS, or plain host:port; or --redis-cluster for a Redis Cluster.`,
 		a.newWorkerCmd(),
 		a.newBenchCmd(),     // bench.go
 		a.newDashboardCmd(), // dashboard.go
+		a.newTaskCmd(),      // task.go
 	)
 	return root
 }
@@ -226,6 +244,8 @@ func (a *app) dial(ctx context.Context) (redis.UniversalClient, redisConfig, err
 	return a.dialConfig(ctx, cfg)
 }
 
+// dialConfig checks that the server(s) of cfg answer and that admitq can
+// work with them (checkServer), then returns a client for them.
 func (a *app) dialConfig(ctx context.Context, cfg redisConfig) (redis.UniversalClient, redisConfig, error) {
 	if err := ping(ctx, cfg, a.timeout); err != nil {
 		return nil, redisConfig{}, err

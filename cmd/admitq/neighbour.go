@@ -22,6 +22,9 @@ func (a *app) benchNeighbour(cmd *cobra.Command, cfg bench.Config, asJSON bool) 
 		if err != nil {
 			return err
 		}
+		if err := ping(cmd.Context(), rc, a.timeout); err != nil {
+			return err
+		}
 		nc.Redis = rc.single
 	}
 	if isTerminal(a.stderr) {

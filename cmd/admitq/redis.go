@@ -8,12 +8,15 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/admission"
 )
 
 // defaultRedisURL is the server used when neither --redis, --redis-cluster
@@ -28,6 +31,9 @@ type redisConfig struct {
 	// display names the server(s) for messages: a URL without user or
 	// password.
 	display string
+	// source is the flag or variable that named a single server:
+	// --redis or ADMITQ_REDIS.
+	source string
 }
 
 // client returns a new client; the caller closes it.
@@ -86,6 +92,7 @@ func parseRedis(rawURL, urlSource, rawCluster, caFile string, timeout time.Durat
 			return redisConfig{}, fmt.Errorf("%s %s: %s (want redis://[user:password@]host:port[/db], rediss://… or host:port)", urlSource, redactURL(rawURL), err)
 		}
 		cfg.single = o
+		cfg.source = urlSource
 		tlsOn = o.TLSConfig != nil
 		cfg.display = displayURL(o)
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = orDefault(o.DialTimeout, timeout), orDefault(o.ReadTimeout, timeout), orDefault(o.WriteTimeout, timeout)
@@ -212,13 +219,25 @@ func userInfo(raw string) (head, info, tail string, ok bool) {
 }
 
 // redactURL is raw with its user information, as userInfo finds it,
-// replaced by xxxxx: a URL that may not even parse.
+// replaced by xxxxx, and each value of its query too (a password pasted
+// as ?password=… or ?addr=…): a URL that may not even parse.
 func redactURL(raw string) string {
-	head, _, tail, ok := userInfo(raw)
+	if head, _, tail, ok := userInfo(raw); ok {
+		raw = head + "xxxxx" + tail
+	}
+	base, query, ok := strings.Cut(raw, "?")
 	if !ok {
 		return raw
 	}
-	return head + "xxxxx" + tail
+	parts := strings.Split(query, "&")
+	for i, p := range parts {
+		if k, _, hasValue := strings.Cut(p, "="); hasValue {
+			parts[i] = k + "=xxxxx"
+		} else if p != "" {
+			parts[i] = "xxxxx"
+		}
+	}
+	return base + "?" + strings.Join(parts, "&")
 }
 
 // parseRedisURL is redis.ParseURL with errors that hold no byte of the user
@@ -304,7 +323,11 @@ func ping(ctx context.Context, cfg redisConfig, timeout time.Duration) error {
 	defer rdb.Close()
 	err := rdb.Ping(pctx).Err()
 	if err == nil {
-		return nil
+		err = checkServer(pctx, rdb, cfg)
+		var se *serverError
+		if err == nil || errors.As(err, &se) {
+			return err
+		}
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -314,3 +337,49 @@ func ping(ctx context.Context, cfg redisConfig, timeout time.Duration) error {
 	}
 	return fmt.Errorf("cannot reach Redis at %s: %w", cfg.display, err)
 }
+
+// serverError is a server that answers but that admitq cannot use: a node
+// of a cluster given as one server, or a Redis older than 7. Its message
+// is the whole story, for one line.
+type serverError struct{ msg string }
+
+func (e *serverError) Error() string { return e.msg }
+
+// checkServer refuses what admitq cannot work with (admission.CheckServer):
+// a single server that is a node of a Redis Cluster, which would answer
+// MOVED to most keys, and a Redis older than 7, on any master of a
+// cluster. Other errors, a server that does not answer, pass through.
+// A server that does not answer INFO passes: a MOVED reply later still
+// names the mistake (movedReply).
+func checkServer(ctx context.Context, rdb redis.UniversalClient, cfg redisConfig) error {
+	err := admission.CheckServer(ctx, rdb)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, admission.ErrClusterNode):
+		return &serverError{clusterNodeMessage(cfg.display, cfg.source)}
+	case errors.Is(err, admission.ErrRedisVersion):
+		return &serverError{strings.TrimPrefix(err.Error(), "admitq: ")}
+	}
+	return err
+}
+
+// clusterNodeMessage says that name, given by source, is one node of a
+// Redis Cluster, and how to name the cluster instead.
+func clusterNodeMessage(name, source string) string {
+	if name == "" {
+		name = defaultRedisURL
+	}
+	return fmt.Sprintf("Redis at %s is a node of a Redis Cluster: name the cluster with --redis-cluster host:port,... (or %s) instead of %s",
+		redactURL(name), clusterEnv, source)
+}
+
+// movedReply reports whether err is, or wraps, a MOVED redirection: the
+// answer of a cluster node to a key in another node's slots.
+func movedReply(err error) bool {
+	return err != nil && movedPattern.MatchString(err.Error())
+}
+
+// movedPattern is a MOVED reply, "MOVED 3999 127.0.0.1:6381", at the start
+// of an error or after a colon that wraps it.
+var movedPattern = regexp.MustCompile(`(^|: )MOVED [0-9]+ \S+:[0-9]+`)

@@ -24,6 +24,8 @@ var passwordCases = []struct {
 	{"rediss, unescaped #", "rediss://alice:AlicePw#42@127.0.0.1:1/2", []string{"AlicePw#42"}},
 	{"unix socket, unescaped ?", "unix://alice:AlicePw?42@/tmp/no.sock", []string{"AlicePw?42"}},
 	{"cluster, unescaped #", "", []string{"AlicePw#42"}},
+	{"a password as the value of a query option", "redis://127.0.0.1:1?addr=Qz9s3cret:1", []string{"Qz9s3cret"}},
+	{"a password in the query after an option that parses", "redis://127.0.0.1:1/0?db=0&password=Qz9s3cret", []string{"Qz9s3cret"}},
 }
 
 // leaks returns the secret, or the run of 4 of its bytes, that msg holds.

@@ -56,11 +56,13 @@ Prometheus metrics (package metrics) at http://ADDR/metrics.`,
 			if err != nil {
 				return err
 			}
-			// The worker makes its own clients; check the address first, to
-			// fail in one line rather than in asynq's retry logs.
-			if err := ping(cmd.Context(), cfg, a.timeout); err != nil {
+			// Check the server first, once, to fail in one line rather than
+			// in asynq's retry logs; the asynq server makes its own clients.
+			rdb, _, err := a.dialConfig(cmd.Context(), cfg)
+			if err != nil {
 				return err
 			}
+			defer rdb.Close()
 
 			log := slog.New(slog.NewTextHandler(a.stderr, nil))
 			m := metrics.New()
@@ -88,11 +90,6 @@ Prometheus metrics (package metrics) at http://ADDR/metrics.`,
 			// With the gate the worker serves its queues for the
 			// dispatcher: capped tenants' parked tasks go in as theirs
 			// finish, and with --fair the queues are shared by weight.
-			rdb, _, err := a.dial(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer rdb.Close()
 			gate := admission.New(rdb, admission.NewRedisQuotas(rdb, a.gateOptions()...), a.gateOptions()...)
 			defer gate.Close()
 			w := worker.New(connOpt{cfg}, worker.Config{
