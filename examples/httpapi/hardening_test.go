@@ -35,6 +35,7 @@ func TestIdempotencyKeysAreShortPrintableASCII(t *testing.T) {
 	} {
 		t.Run(c.desc, func(t *testing.T) {
 			req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"type":"t"}`))
+			req.Header.Set("Content-Type", "application/json")
 			req.Header["Idempotency-Key"] = []string{c.key}
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {

@@ -18,8 +18,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"slices"
@@ -174,16 +176,15 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	m := metrics.New()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle("/", newAPI(client, asynq.NewInspectorFromRedisClient(rdb), m, log))
+	h := routes(newAPI(client, asynq.NewInspectorFromRedisClient(rdb), m, log),
+		promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), cfg.addr)
 
 	// Listen first, so that "listening" is said only once it is true.
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("-addr: %w", err)
 	}
-	srv := newServer(cfg.addr, mux)
+	srv := newServer(cfg.addr, h)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("httpapi listening", "addr", ln.Addr().String(), "redis", opts.Addr, "quota_without_one_in_redis", cfg.quota.String())
@@ -215,7 +216,99 @@ func newAPI(client *enqueue.Client, insp *asynq.Inspector, m *metrics.Metrics, l
 	a := &api{client: client, insp: insp, metrics: m, log: log}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /tenants/{tenant}/jobs", a.createJob)
-	return rejectUncleanPaths(mux)
+	return rejectCrossSite(rejectUncleanPaths(mux))
+}
+
+// routes is all the server answers, the API and /metrics, behind
+// checkHost for the host of listenAddr.
+func routes(api, metrics http.Handler, listenAddr string) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics)
+	mux.Handle("/", api)
+	host, _, err := net.SplitHostPort(listenAddr)
+	if err != nil {
+		host = ""
+	}
+	return checkHost(host, mux)
+}
+
+// checkHost answers 421 Misdirected Request to a request whose Host is a
+// name other than a loopback one (localhost, *.localhost) or listenHost.
+// A web page whose own name an attacker points at 127.0.0.1 (DNS
+// rebinding) then cannot read /metrics, which names tenants, nor post
+// jobs: the browser sends the attacker's name as Host. An IP address as
+// Host is always allowed, since no DNS answer can make a page's origin an
+// IP address. A program reached through another name, behind a proxy,
+// say, listens on that name with -addr.
+func checkHost(listenHost string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !allowedHost(r.Host, listenHost) {
+			writeJSON(w, http.StatusMisdirectedRequest, errorResponse{Error: "this server does not answer for that Host"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// allowedHost reports whether a request's Host (host or host:port) is
+// one checkHost lets through.
+func allowedHost(hostport, listenHost string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	switch {
+	case host == "":
+		return false
+	case net.ParseIP(host) != nil:
+		return true
+	case host == "localhost" || strings.HasSuffix(host, ".localhost"):
+		return true
+	}
+	return listenHost != "" && host == strings.TrimSuffix(strings.ToLower(listenHost), ".")
+}
+
+// rejectCrossSite refuses a write that a web page on another site could
+// have sent from a browser: 403 for an Origin other than the server's own
+// or a Sec-Fetch-Site of cross-site, and 415 for a POST whose body is not
+// declared application/json. A form or a simple fetch from another site
+// can send only text/plain, form or multipart bodies without asking
+// first; a JSON body takes a CORS preflight, which this server never
+// answers. Reads (GET, HEAD) pass.
+func rejectCrossSite(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+			writeJSON(w, http.StatusForbidden, errorResponse{Error: "cross-site requests are refused"})
+			return
+		}
+		if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(origin, r.Host) {
+			writeJSON(w, http.StatusForbidden, errorResponse{Error: fmt.Sprintf("requests from origin %q are refused", origin)})
+			return
+		}
+		if r.Method == http.MethodPost {
+			mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+			if err != nil || mt != "application/json" {
+				writeJSON(w, http.StatusUnsupportedMediaType, errorResponse{Error: "Content-Type must be application/json"})
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// sameOrigin reports whether origin (scheme://host[:port], or "null") is
+// the server's own, reached at host.
+func sameOrigin(origin, host string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return false
+	}
+	return strings.EqualFold(u.Host, host)
 }
 
 // rejectUncleanPaths answers 400 for a path with an empty, "." or ".."
