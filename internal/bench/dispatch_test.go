@@ -69,8 +69,8 @@ func TestRunDispatchTiny(t *testing.T) {
 	withBare("lone tenant", true)
 	withBare("light wait", false)
 	withBare("capped", false)
-	if len(names) != 3*3+2+3*3+2+2 {
-		t.Errorf("measures %q: want 3 per drain, 2 producer, 3 per light run, 2 capped, 2 lone", names)
+	if len(names) != 3*3+2+3*3+3+2 {
+		t.Errorf("measures %q: want 3 per drain, 2 producer, 3 per light run, 3 capped, 2 lone", names)
 	}
 	for _, task := range []string{"5 ms", "20 ms", "200 ms"} {
 		p50, p99, max := figure(t, rep, "light wait p50, "+task+" tasks"), figure(t, rep, "light wait p99, "+task+" tasks"), figure(t, rep, "light wait max, "+task+" tasks")

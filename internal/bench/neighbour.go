@@ -321,8 +321,6 @@ func runNeighbour(ctx context.Context, cfg NeighbourConfig, opts *redis.Options,
 	}
 	bare := asynq.NewClientFromRedisClient(rdb)
 
-	// Every task carries its enqueue time in its payload.
-	stamp := func() []byte { return binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixNano())) }
 	send := func(ctx context.Context, tenant string, tasks []*asynq.Task) error {
 		if client == nil {
 			for _, t := range tasks {

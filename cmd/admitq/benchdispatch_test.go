@@ -1,0 +1,30 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestBenchDispatchUsage: bench --only dispatch and --runs refuse what they
+// cannot run, with one line and the usage exit code, before touching Redis.
+func TestBenchDispatchUsage(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		desc string
+		args []string
+		want string // in stderr
+	}{
+		{"dispatch beside contenders", []string{"bench", "--only", "dispatch,gate-batched"}, "the dispatcher scenario runs alone"},
+		{"dispatch on a cluster", []string{"bench", "--redis-cluster", "--only", "dispatch"}, "runs on one Redis server"},
+		{"no runs", []string{"bench", "--only", "dispatch", "--runs", "0"}, "--runs 0: want at least 1"},
+		{"runs without dispatch", []string{"bench", "--only", "gate-batched", "--runs", "2"}, "--runs: only --only dispatch takes it"},
+	} {
+		t.Run(c.desc, func(t *testing.T) {
+			res := admitq(t, c.args...)
+			if res.code != exitUsage || !strings.Contains(res.stderr, c.want) {
+				t.Errorf("%v\nwant exit %d and stderr holding %q", res, exitUsage, c.want)
+			}
+			oneLine(t, c.desc, res.stderr)
+		})
+	}
+}
