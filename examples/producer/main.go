@@ -192,14 +192,18 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			fmt.Fprintf(out, "task %2d: failed: %v\n", i+1, r.Err)
 		case r.Decision.Outcome == admission.Parked:
 			count["parked"]++
-			fmt.Fprintf(out, "task %2d: parked, runs when one of the tenant's running tasks ends  id %s\n", i+1, r.Info.ID)
+			fmt.Fprintf(out, "task %2d: %s  id %s\n", i+1, client.WhyParked(ctx, r.Info), r.Info.ID)
 		case r.Decision.Outcome == admission.Deferred:
 			count["deferred"]++
 			fmt.Fprintf(out, "task %2d: deferred, runs at %s (in %v)  id %s\n", i+1,
 				r.Info.NextProcessAt.Format("15:04:05"), r.Decision.Delay().Round(time.Millisecond), r.Info.ID)
-		default:
+		case r.Decision.Outcome == admission.Admitted:
 			count["admitted"]++
 			fmt.Fprintf(out, "task %2d: admitted, runs now  id %s\n", i+1, r.Info.ID)
+		default:
+			// No error and no outcome: never print it as admitted.
+			count["failed"]++
+			fmt.Fprintf(out, "task %2d: failed: no decision (outcome %s)\n", i+1, r.Decision.Outcome)
 		}
 	}
 	fmt.Fprintf(out, "%d sent for tenant %q (quota %v): %d admitted, %d deferred, %d parked, %d rejected, %d failed\n",
