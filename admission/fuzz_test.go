@@ -72,6 +72,10 @@ func FuzzQuota(f *testing.F) {
 	f.Add([]byte(`{"limit":1,"window":"1s"}{}`), 1, int64(time.Second), int64(0), uint8(0))
 	f.Add([]byte(`{"limit":1,"window":"1s","mode":"fast"}`), 1, int64(time.Second), int64(0), uint8(0))
 	f.Add([]byte("\xff\xfe"), 1, int64(time.Second), int64(0), uint8(0))
+	// NoLimit, with and without its ignored window, and paused.
+	f.Add([]byte(`{"limit":-1,"window":"0s","paused":true}`), NoLimit, int64(0), int64(0), uint8(1))
+	f.Add([]byte(`{"limit":-1,"window":"-1s"}`), NoLimit, int64(-1), int64(time.Minute), uint8(0))
+	f.Add([]byte(`{"limit":-1,"window":"1ns","mode":"counter","max_in_flight":3,"paused":false}`), -2, int64(1), int64(0), uint8(2))
 	f.Fuzz(func(t *testing.T, b []byte, limit int, window, maxDelay int64, mode uint8) {
 		var q Quota
 		if err := q.UnmarshalText(b); err != nil {
@@ -131,10 +135,12 @@ func FuzzRedisQuotas(f *testing.F) {
 		`{"limit":100,"window":"1m0s","max_delay":"30s"}`, `{"limit":3,"window":"10s","mode":"counter"}`,
 		``, ` `, `{}`, `null`, `[]`, `{"limit":-1,"window":"1s"}`, `{"limit":1,"window":"forever"}`,
 		`{"limit":1,"window":"1s","max_delay":"soon"}`, `{"limit":1,"window":"1s"}}`, `100/1m`, "\x00\xff",
+		`{"limit":-1,"window":"0s","max_in_flight":4,"paused":true}`, `{"limit":5,"window":"1s","paused":"yes"}`,
 		strings.Repeat(`{"limit":1,"window":"1s"}`, 50),
 	} {
 		f.Add([]byte(s), 7, int64(time.Second))
 	}
+	f.Add([]byte(`{"limit":-1,"window":"0s"}`), NoLimit, int64(0))
 	f.Fuzz(func(t *testing.T, v []byte, limit int, window int64) {
 		ctx := context.Background()
 		const prefix = "fuzz"
