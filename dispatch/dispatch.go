@@ -40,6 +40,8 @@ type Dispatcher struct {
 	mu    sync.Mutex
 	modes map[string]mode
 	told  map[string]bool // queues whose capped tenants went direct, logged once
+
+	failover failover // the cluster layout reloads it asked for (failover.go)
 }
 
 type scripts struct {
@@ -100,7 +102,7 @@ func (d *Dispatcher) run(ctx context.Context, s lua.FairScript, queue string, ar
 		res, err := s.Flagged.Run(ctx, d.rdb, k.keys, args...).Slice()
 		if err == nil || !strings.Contains(err.Error(), "near '#'") {
 			if err != nil {
-				return nil, fmt.Errorf("dispatch: queue %q: %w", queue, err)
+				return nil, fmt.Errorf("dispatch: queue %q: %w", queue, d.recoverFrom(err))
 			}
 			return res, nil
 		}
@@ -108,7 +110,7 @@ func (d *Dispatcher) run(ctx context.Context, s lua.FairScript, queue string, ar
 	}
 	res, err := s.Plain.Run(ctx, d.rdb, k.keys, args...).Slice()
 	if err != nil {
-		return nil, fmt.Errorf("dispatch: queue %q: %w", queue, err)
+		return nil, fmt.Errorf("dispatch: queue %q: %w", queue, d.recoverFrom(err))
 	}
 	return res, nil
 }
@@ -131,7 +133,7 @@ func (d *Dispatcher) Mode(ctx context.Context, queue string) (served, fair bool,
 		return nil
 	})
 	if err != nil {
-		return false, false, fmt.Errorf("dispatch: reading queue %q's workers: %w", queue, err)
+		return false, false, fmt.Errorf("dispatch: reading queue %q's workers: %w", queue, d.recoverFrom(err))
 	}
 	m = mode{read: time.Now()}
 	nowµs := now.Val().UnixMicro()
