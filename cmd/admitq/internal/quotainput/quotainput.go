@@ -38,27 +38,95 @@ func (e *FieldError) Message() string {
 // Check validates a quota's fields in the order the command line names them
 // and returns the first mistake as a *FieldError. An empty mode is a mistake:
 // on a command line or in a form it is a slip, not a choice of log.
-// maxInFlight 0 means no cap, and maxParked 0 the default bound.
+// limit may be admission.NoLimit, and then window may be 0. maxInFlight 0
+// means no cap, and maxParked 0 the default bound.
 func Check(limit int, window, maxDelay time.Duration, mode string, maxInFlight, maxParked int) (admission.Quota, error) {
-	for _, fe := range []*FieldError{checkLimit(limit), checkWindow(window), checkMaxDelay(maxDelay), checkMode(mode),
-		checkMaxInFlight(maxInFlight, mode), checkMaxParked(maxParked, maxInFlight)} {
-		if fe != nil {
-			return admission.Quota{}, fe
+	m, fe := ParseMode(mode)
+	if fe != nil {
+		// The fields before mode are named first, as the flags are.
+		for _, e := range []*FieldError{checkLimit(limit), checkWindowFor(limit, window), checkMaxDelay(maxDelay)} {
+			if e != nil {
+				return admission.Quota{}, e
+			}
 		}
+		return admission.Quota{}, fe
 	}
-	m, _ := admission.ParseMode(mode)
 	q := admission.Quota{Limit: limit, Window: window, MaxDelay: maxDelay, Mode: m, MaxInFlight: maxInFlight, MaxParked: maxParked}
-	if err := q.Validate(); err != nil {
+	if err := CheckQuota(q); err != nil {
 		return admission.Quota{}, err
 	}
 	return q, nil
 }
 
+// CheckQuota validates a whole quota, as quota update makes it from the
+// stored one and the flags given, field by field in the order the command
+// line names them: the first mistake is a *FieldError, or else the error
+// of admission.Quota.Validate.
+func CheckQuota(q admission.Quota) error {
+	for _, fe := range []*FieldError{checkLimit(q.Limit), checkWindowFor(q.Limit, q.Window), checkMaxDelay(q.MaxDelay),
+		checkMaxInFlight(q.MaxInFlight, q.Mode.String()), checkMaxParked(q.MaxParked, q.MaxInFlight), CheckWeight(q.Weight)} {
+		if fe != nil {
+			return fe
+		}
+	}
+	return q.Validate()
+}
+
+// None is how a person writes admission.NoLimit: --limit none.
+const None = "none"
+
+// ParseLimit reads a limit as the command line and the form take it: a
+// whole number of at least 1, or "none" for admission.NoLimit.
+func ParseLimit(s string) (int, *FieldError) {
+	t := strings.TrimSpace(s)
+	if strings.EqualFold(t, None) {
+		return admission.NoLimit, nil
+	}
+	n, err := strconv.Atoi(t)
+	if err != nil {
+		return 0, &FieldError{"limit", strconv.Quote(s), "want a whole number, or none for no rate limit"}
+	}
+	if n < 1 {
+		// Not even -1, NoLimit's value: "none" says it.
+		return 0, &FieldError{"limit", t, "want at least 1"}
+	}
+	return n, nil
+}
+
+// FormatLimit writes a limit as ParseLimit reads it.
+func FormatLimit(limit int) string {
+	if limit == admission.NoLimit {
+		return None
+	}
+	return strconv.Itoa(limit)
+}
+
+// ParseMode reads a mode, log or counter; empty is a mistake.
+func ParseMode(mode string) (admission.Mode, *FieldError) {
+	if fe := checkMode(mode); fe != nil {
+		return 0, fe
+	}
+	m, _ := admission.ParseMode(mode)
+	return m, nil
+}
+
 func checkLimit(limit int) *FieldError {
-	if limit < 1 {
+	if limit < 1 && limit != admission.NoLimit {
 		return &FieldError{"limit", strconv.Itoa(limit), "want at least 1"}
 	}
 	return nil
+}
+
+// checkWindowFor checks the window of a quota whose limit is limit: a
+// quota without a rate limit ignores it, and 0 is fine.
+func checkWindowFor(limit int, window time.Duration) *FieldError {
+	if limit == admission.NoLimit {
+		if window < 0 {
+			return &FieldError{"window", window.String(), "want 0 or more"}
+		}
+		return nil
+	}
+	return checkWindow(window)
 }
 
 func checkWindow(window time.Duration) *FieldError {
@@ -103,7 +171,8 @@ func checkMaxParked(n, maxInFlight int) *FieldError {
 // Parse reads a quota from text fields, as a form sends them, then Checks
 // it. Every field's mistake is returned, keyed by field name, so that a
 // form can show each next to its field; the error is their join. An empty
-// max delay, max in flight or max parked is 0.
+// max delay, max in flight or max parked is 0. The limit may be "none"
+// (admission.NoLimit), and then the window may be empty.
 func Parse(limit, window, maxDelay, mode, maxInFlight, maxParked string) (admission.Quota, map[string]*FieldError, error) {
 	errs := map[string]*FieldError{}
 	add := func(fe *FieldError) {
@@ -111,17 +180,16 @@ func Parse(limit, window, maxDelay, mode, maxInFlight, maxParked string) (admiss
 			errs[fe.Field] = fe
 		}
 	}
-	l, err := strconv.Atoi(strings.TrimSpace(limit))
-	if err != nil {
-		add(&FieldError{"limit", strconv.Quote(limit), "want a whole number"})
-	} else {
-		add(checkLimit(l))
-	}
-	w, err := parseDuration(window)
-	if err != nil {
+	l, fe := ParseLimit(limit)
+	add(fe)
+	var w time.Duration
+	var err error
+	if l == admission.NoLimit && strings.TrimSpace(window) == "" {
+		// No rate limit, no window.
+	} else if w, err = parseDuration(window); err != nil {
 		add(&FieldError{"window", strconv.Quote(window), "want a duration such as 500ms, 1s or 1m"})
 	} else {
-		add(checkWindow(w))
+		add(checkWindowFor(l, w))
 	}
 	d := time.Duration(0)
 	if strings.TrimSpace(maxDelay) != "" {

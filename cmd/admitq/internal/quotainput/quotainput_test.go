@@ -107,3 +107,45 @@ func TestWarningOnlyForASubSecondMaxDelay(t *testing.T) {
 		}
 	}
 }
+
+// "none" is admission.NoLimit: a quota that only caps, weighs or pauses,
+// with no window needed.
+func TestNoneIsNoLimit(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int
+		err  string
+	}{
+		{"none", admission.NoLimit, ""},
+		{" NONE ", admission.NoLimit, ""},
+		{"5", 5, ""},
+		{"0", 0, "--limit 0: want at least 1"},
+		{"-1", 0, "--limit -1: want at least 1"},
+		{"unlimited", 0, `--limit "unlimited": want a whole number, or none for no rate limit`},
+	} {
+		n, fe := ParseLimit(c.in)
+		switch {
+		case c.err == "" && (fe != nil || n != c.want):
+			t.Errorf("ParseLimit(%q) = %d, %v; want %d", c.in, n, fe, c.want)
+		case c.err != "" && (fe == nil || fe.Error() != c.err):
+			t.Errorf("ParseLimit(%q) error = %v, want %q", c.in, fe, c.err)
+		}
+	}
+	if got := FormatLimit(admission.NoLimit); got != "none" {
+		t.Errorf("FormatLimit(NoLimit) = %q", got)
+	}
+	q, err := Check(admission.NoLimit, 0, 0, "log", 4, 0)
+	if want := (admission.Quota{Limit: admission.NoLimit, MaxInFlight: 4}); err != nil || q != want {
+		t.Errorf("Check(NoLimit, no window, cap 4) = %v, %v; want %v", q, err, want)
+	}
+	if err := CheckQuota(admission.Quota{Limit: admission.NoLimit, Weight: 2}); err != nil {
+		t.Errorf("CheckQuota(NoLimit, weight 2) = %v", err)
+	}
+	if err := CheckQuota(admission.Quota{Limit: 5, Weight: 2}); err == nil || err.Error() != "--window 0s: want at least 1ms" {
+		t.Errorf("CheckQuota(5 with no window) = %v", err)
+	}
+	q, errs, err := Parse("none", "", "", "log", "", "")
+	if err != nil || errs != nil || q != (admission.Quota{Limit: admission.NoLimit}) {
+		t.Errorf(`Parse("none", no window) = %v, %v, %v`, q, errs, err)
+	}
+}
