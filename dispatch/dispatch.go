@@ -71,35 +71,44 @@ func New(rdb redis.UniversalClient, g *admission.Gate, log *slog.Logger) *Dispat
 	}
 }
 
-// Gate returns the gate the dispatcher admits through.
-func (d *Dispatcher) Gate() *admission.Gate { return d.gate }
-
-// queueKeys are a queue's keys and its first two ARGV, as fair.lua reads
-// them.
+// queueKeys are a queue's keys, named as fair.lua's header names them.
 type queueKeys struct {
-	keys []string
-	args []any
-	p    string // the dispatcher's key prefix for the queue
+	prefix                                     string // the dispatcher's key prefix for the queue
+	taskPrefix                                 string // asynq's task key prefix for the queue
+	vt, sleep, run, meta, workers              string
+	pending, active, scheduled                 string
+	grants, limbo, fresh, debts                string
 }
 
 func (d *Dispatcher) keysFor(queue string) queueKeys {
 	p := d.gate.Prefix() + ":fair:{" + queue + "}:"
 	a := "asynq:{" + queue + "}:"
 	return queueKeys{
-		keys: []string{p + "vt", p + "sleep", p + "run", p + "meta", p + "workers",
-			a + "pending", a + "active", a + "scheduled", p + "grants", p + "limbo", p + "fresh"},
-		args: []any{p, a + "t:"},
-		p:    p,
+		prefix: p, taskPrefix: a + "t:",
+		vt: p + "vt", sleep: p + "sleep", run: p + "run", meta: p + "meta", workers: p + "workers",
+		pending: a + "pending", active: a + "active", scheduled: a + "scheduled",
+		grants: p + "grants", limbo: p + "limbo", fresh: p + "fresh", debts: p + "debts",
 	}
 }
+
+// scriptKeys are k in the order of fair.lua's KEYS.
+func (k queueKeys) scriptKeys() []string {
+	return []string{k.vt, k.sleep, k.run, k.meta, k.workers, k.pending, k.active, k.scheduled,
+		k.grants, k.limbo, k.fresh, k.debts}
+}
+
+// tenantKey is tenant's record in the queue, waitingKey its line.
+func (k queueKeys) tenantKey(tenant string) string  { return k.prefix + "t:" + tenant }
+func (k queueKeys) waitingKey(tenant string) string { return k.prefix + "w:" + tenant }
 
 // run calls script s on queue's keys with its own args after the two the
 // prelude takes.
 func (d *Dispatcher) run(ctx context.Context, s lua.FairScript, queue string, args ...any) ([]any, error) {
 	k := d.keysFor(queue)
-	args = append(k.args, args...)
+	keys := k.scriptKeys()
+	args = append([]any{k.prefix, k.taskPrefix}, args...)
 	if !d.scripts.plain.Load() {
-		res, err := s.Flagged.Run(ctx, d.rdb, k.keys, args...).Slice()
+		res, err := s.Flagged.Run(ctx, d.rdb, keys, args...).Slice()
 		if err == nil || !strings.Contains(err.Error(), "near '#'") {
 			if err != nil {
 				return nil, fmt.Errorf("dispatch: queue %q: %w", queue, d.recoverFrom(err))
@@ -108,16 +117,22 @@ func (d *Dispatcher) run(ctx context.Context, s lua.FairScript, queue string, ar
 		}
 		d.scripts.plain.Store(true)
 	}
-	res, err := s.Plain.Run(ctx, d.rdb, k.keys, args...).Slice()
+	res, err := s.Plain.Run(ctx, d.rdb, keys, args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: queue %q: %w", queue, d.recoverFrom(err))
 	}
 	return res, nil
 }
 
-// Mode reports whether a live worker with a gate serves queue (served),
-// and whether one of them is fair, as read from Redis at most once a
-// second.
+// RestartGrace is how long a queue stays dispatched after its last worker
+// with a gate left or lapsed: producers keep holding capped, paused and
+// fair tasks meanwhile, so that a worker's restart does not open the caps.
+// A queue that no worker with a gate served for longer goes straight in.
+const RestartGrace = 30 * time.Second
+
+// Mode reports whether a worker with a gate serves queue or did within
+// RestartGrace (served), and whether one of them is fair, as read from
+// Redis at most once a second.
 func (d *Dispatcher) Mode(ctx context.Context, queue string) (served, fair bool, err error) {
 	d.mu.Lock()
 	m, ok := d.modes[queue]
@@ -129,16 +144,16 @@ func (d *Dispatcher) Mode(ctx context.Context, queue string) (served, fair bool,
 	var now *redis.TimeCmd
 	_, err = d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		now = p.Time(ctx)
-		members = p.ZRangeWithScores(ctx, d.keysFor(queue).keys[4], 0, -1)
+		members = p.ZRangeWithScores(ctx, d.keysFor(queue).workers, 0, -1)
 		return nil
 	})
 	if err != nil {
 		return false, false, fmt.Errorf("dispatch: reading queue %q's workers: %w", queue, d.recoverFrom(err))
 	}
 	m = mode{read: time.Now()}
-	nowµs := now.Val().UnixMicro()
+	since := now.Val().Add(-RestartGrace).UnixMicro()
 	for _, z := range members.Val() {
-		if int64(z.Score) < nowµs {
+		if int64(z.Score) < since {
 			continue
 		}
 		m.served = true
@@ -163,9 +178,9 @@ func (d *Dispatcher) warnDirect(queue, tenant string) {
 	}
 }
 
-// µs is t in Unix µs, 0 for the zero time or any time before 1970 (a
+// micros is t in Unix µs, 0 for the zero time or any time before 1970 (a
 // not-before time that has passed long ago).
-func µs(t time.Time) int64 {
+func micros(t time.Time) int64 {
 	if t.IsZero() {
 		return 0
 	}
@@ -182,13 +197,17 @@ func (d *Dispatcher) checkPrefix() error {
 	return nil
 }
 
-func toInt(v any) int64 {
+// toInt reads an integer a script returned.
+func toInt(v any) (int64, error) {
 	switch x := v.(type) {
 	case int64:
-		return x
+		return x, nil
 	case string:
-		n, _ := strconv.ParseInt(x, 10, 64)
-		return n
+		n, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("dispatch: script returned %q, want an integer", x)
+		}
+		return n, nil
 	}
-	return 0
+	return 0, fmt.Errorf("dispatch: script returned %T, want an integer", v)
 }

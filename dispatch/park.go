@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch/internal/rule"
 )
 
 // Verdict is what Park decided for a task.
@@ -48,8 +50,9 @@ type Ticket struct {
 	// one included when it waits.
 	Waiting int
 	task    Task
-	// again: the ID was the dispatcher's already (a retry); Abandon must
-	// not give back what the first call holds.
+	// again: the ID was the dispatcher's already (a retry: in run, or
+	// parked in asynq); Abandon must not give back what the first call
+	// holds.
 	again bool
 }
 
@@ -75,31 +78,59 @@ func (d *Dispatcher) Park(ctx context.Context, t Task, q admission.Quota) (Ticke
 	if maxParked == 0 {
 		maxParked = admission.DefaultMaxParked
 	}
-	res, err := d.run(ctx, d.scripts.park, t.Queue, t.Tenant, t.ID, µs(t.NotBefore),
-		max(t.UniqueTTL.Milliseconds(), 0), q.MaxInFlight, maxParked, q.EffectiveWeight())
+	res, err := d.run(ctx, d.scripts.park, t.Queue, t.Tenant, t.ID, micros(t.NotBefore),
+		max(t.UniqueTTL.Milliseconds(), 0), q.MaxInFlight, maxParked, rule.Weight(q.EffectiveWeight()))
 	if err != nil {
 		return Ticket{}, err
 	}
-	if len(res) != 3 {
-		return Ticket{}, fmt.Errorf("dispatch: fair_park.lua returned %d values, want 3", len(res))
+	verdict, now, waiting, err := parkReply(res)
+	if err != nil {
+		return Ticket{}, fmt.Errorf("dispatch: queue %q: %w", t.Queue, err)
 	}
-	tk := Ticket{Now: time.UnixMicro(toInt(res[1])), Waiting: int(toInt(res[2])), task: t}
-	switch toInt(res[0]) {
-	case 0:
+	tk := Ticket{Now: time.UnixMicro(now), Waiting: int(waiting), task: t}
+	switch verdict {
+	case parkWait:
 		tk.Verdict = Wait
-	case 1:
+	case parkWaitAgain:
+		tk.Verdict, tk.again = Wait, true
+	case parkIn:
 		tk.Verdict = Straight
-	case 4:
+	case parkInAgain:
 		tk.Verdict, tk.again = Straight, true
-	case 2:
+	case parkFull:
 		tk.Verdict = Full
-	default:
+	case parkDirect:
 		tk.Verdict = Direct
 		if q.MaxInFlight > 0 {
 			d.warnDirect(t.Queue, t.Tenant)
 		}
+	default:
+		return Ticket{}, fmt.Errorf("dispatch: queue %q: fair_park.lua answered %q", t.Queue, verdict)
 	}
 	return tk, nil
+}
+
+// fair_park.lua's verdicts (see its header).
+const (
+	parkWait      = "wait"
+	parkWaitAgain = "wait-again"
+	parkIn        = "in"
+	parkInAgain   = "in-again"
+	parkFull      = "full"
+	parkDirect    = "direct"
+)
+
+// parkReply reads fair_park.lua's {verdict, now µs, waiting}.
+func parkReply(res []any) (verdict string, now, waiting int64, err error) {
+	if len(res) != 3 {
+		return "", 0, 0, fmt.Errorf("fair_park.lua returned %d values, want 3", len(res))
+	}
+	verdict, _ = res[0].(string)
+	if now, err = toInt(res[1]); err != nil {
+		return "", 0, 0, err
+	}
+	waiting, err = toInt(res[2])
+	return verdict, now, waiting, err
 }
 
 // Abandon gives back what tk holds: a Straight task's place among those
@@ -112,18 +143,49 @@ func (d *Dispatcher) Abandon(ctx context.Context, tk Ticket) error {
 	}
 	switch tk.Verdict {
 	case Straight:
-		_, err := d.run(ctx, d.scripts.move, t.Queue, 1, "free", t.ID, 0)
-		return err
+		return d.move(ctx, t.Queue, []moveOp{{op: opFree, id: t.ID}})
 	case Wait:
-		e := entry(µs(t.NotBefore), tk.Now.UnixMicro(), max(t.UniqueTTL.Milliseconds(), 0), t.ID)
-		if err := d.rdb.LRem(ctx, d.keysFor(t.Queue).p+"w:"+t.Tenant, 1, e).Err(); err != nil {
+		e := waitingEntry{notBefore: micros(t.NotBefore), parked: tk.Now.UnixMicro(), uniqueTTL: max(t.UniqueTTL.Milliseconds(), 0), id: t.ID}
+		if err := d.rdb.LRem(ctx, d.keysFor(t.Queue).waitingKey(t.Tenant), 1, e.String()).Err(); err != nil {
 			return fmt.Errorf("dispatch: queue %q: %w", t.Queue, err)
 		}
 	}
 	return nil
 }
 
-// entry is a waiting entry as fair_park.lua writes it.
-func entry(nb, parked, uttl int64, id string) string {
-	return strconv.FormatInt(nb, 10) + "|" + strconv.FormatInt(parked, 10) + "|" + strconv.FormatInt(uttl, 10) + "|" + id
+// waitingEntry is a task's entry in its tenant's line, as fair_park.lua
+// writes it: "<not-before µs>|<park µs>|<unique TTL ms>|<task ID>".
+type waitingEntry struct {
+	notBefore, parked, uniqueTTL int64
+	id                           string
+}
+
+func (e waitingEntry) String() string {
+	return strconv.FormatInt(e.notBefore, 10) + "|" + strconv.FormatInt(e.parked, 10) + "|" +
+		strconv.FormatInt(e.uniqueTTL, 10) + "|" + e.id
+}
+
+// parseWaitingEntry reads s as a waitingEntry.
+func parseWaitingEntry(s string) (waitingEntry, error) {
+	f := strings.SplitN(s, "|", 4)
+	if len(f) != 4 {
+		return waitingEntry{}, fmt.Errorf("dispatch: waiting entry %q has %d fields, want 4", s, len(f))
+	}
+	var e waitingEntry
+	var err error
+	for i, p := range []*int64{&e.notBefore, &e.parked, &e.uniqueTTL} {
+		if *p, err = strconv.ParseInt(f[i], 10, 64); err != nil {
+			return waitingEntry{}, fmt.Errorf("dispatch: waiting entry %q: field %d: %w", s, i+1, err)
+		}
+	}
+	e.id = f[3]
+	return e, nil
+}
+
+// notBeforeTime is e's not-before time, zero for none.
+func (e waitingEntry) notBeforeTime() time.Time {
+	if e.notBefore <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(e.notBefore)
 }

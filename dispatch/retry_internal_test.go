@@ -149,8 +149,8 @@ func TestStraightInKeepsTheFairOrder(t *testing.T) {
 		}
 		return tk.Verdict
 	}
-	d.turnRaw(ctx, t, 0, 0, 0) // a fair worker of concurrency 1: room for 2
-	for _, id := range []string{"a1", "a2"} {
+	d.turnRaw(ctx, t, 0, 0, 0) // a fair worker of concurrency 1: room for 3
+	for _, id := range []string{"a1", "a2", "a3"} {
 		if v := park("a", id); v != Straight {
 			t.Fatalf("%s: %v, want straight in: the queue has room", id, v)
 		}
@@ -163,8 +163,8 @@ func TestStraightInKeepsTheFairOrder(t *testing.T) {
 	if _, err := d.run(ctx, d.scripts.dispatch, "default", a...); err != nil {
 		t.Fatal(err)
 	}
-	if v := park("a", "a3"); v != Wait {
-		t.Fatalf("a3: %v, want wait: b waits with an earlier start tag", v)
+	if v := park("a", "a4"); v != Wait {
+		t.Fatalf("a4: %v, want wait: b waits with an earlier start tag", v)
 	}
 	if v := park("c", "c1"); v != Straight {
 		t.Fatalf("c1: %v, want straight in: a new tenant starts at the floor, no later than b", v)

@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch/internal/rule"
 )
 
 const (
@@ -96,7 +96,7 @@ func (d *Dispatcher) Serve(w Worker) (*Server, error) {
 	for _, q := range queues {
 		l := &loop{s: s, queue: q, ch: make(chan finish, 4*concurrency)}
 		cctx, ccancel := context.WithTimeout(ctx, callTimeout)
-		_, _, _, err := l.turn(cctx, nil, nil, heartbeat, 0)
+		_, err := l.turn(cctx, nil, nil, heartbeat, 0)
 		ccancel()
 		if err != nil {
 			cancel()
@@ -140,7 +140,9 @@ func (s *Server) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	for _, l := range s.loops {
-		_, _, _, _ = l.turn(ctx, l.drain(nil), nil, 0, 0)
+		if _, err := l.turn(ctx, l.drain(nil), nil, 0, 0); err != nil {
+			s.d.log.Warn("admitq: leaving a dispatched queue failed; the worker's record lapses on its own", "queue", l.queue, "err", err)
+		}
 	}
 }
 
@@ -157,18 +159,23 @@ func (l *loop) drain(fs []finish) []finish {
 
 // run is the queue's loop. A turn hands in the finishes and the moves of
 // the last turn's grants, and grants more; the grants are admitted at once
-// and moved in by the next turn, which follows without a pause.
+// and moved in by the next turn, which follows without a pause. Finishes
+// that asynq has yet to mark done are handed in again after a pause that
+// doubles from 1 ms to a second, so an outage never makes a busy loop.
 func (l *loop) run(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	var fs []finish
-	var ops []any // the last grants' moves, for the next turn
+	var ops []moveOp // the last grants' moves, for the next turn
 	repair := time.Now().Add(repairEvery)
+	retry := time.Millisecond
 	for {
 		select {
 		case <-ctx.Done():
 			l.putBack(fs)
-			l.s.d.move(context.WithoutCancel(ctx), l.queue, ops)
+			if err := l.s.d.move(context.WithoutCancel(ctx), l.queue, ops); err != nil {
+				l.s.d.log.Warn("admitq: moving granted tasks failed; a repair pass will", "queue", l.queue, "err", err)
+			}
 			return
 		case f := <-l.ch:
 			fs = append(fs, f)
@@ -176,37 +183,51 @@ func (l *loop) run(ctx context.Context) {
 		}
 		fs = l.drain(fs)
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
-		picks, waiting, later, err := l.turn(cctx, fs, ops, heartbeat, l.s.most)
+		tr, err := l.turn(cctx, fs, ops, heartbeat, l.s.most)
 		if err == nil {
-			fs = later
-			ops = l.s.d.admit(cctx, l.queue, picks)
+			fs = tr.later
+			ops = l.s.d.admit(cctx, l.queue, tr.picks)
 		} else if ctx.Err() == nil {
 			// The ops are kept for the next turn; their grants wait in
 			// state g, where a repair pass would find them.
 			l.s.d.log.Warn("admitq: dispatch turn failed", "queue", l.queue, "err", err)
 		}
 		if time.Now().After(repair) {
-			l.s.d.repairAll(cctx, l.queue)
-			if l.s.observe != nil {
-				if qs, err := l.s.d.Stats(cctx, l.queue); err == nil {
-					l.s.observe(qs)
-				}
-			}
+			l.repair(cctx)
 			repair = time.Now().Add(repairEvery)
 		}
 		cancel()
 		next := idleTick
 		switch {
-		case len(ops) > 0:
-			next = 0 // move them in
+		case len(ops) > 0, err == nil && len(tr.picks) >= l.s.most:
+			next = 0 // move them in, or grant more
 		case len(fs) > 0:
-			next = time.Millisecond // asynq is marking them done
-		case len(picks) >= l.s.most:
-			next = 0
-		case waiting > 0 || err != nil:
+			next, retry = retry, min(2*retry, time.Second) // asynq is marking them done
+		case err != nil:
+			next = busyTick
+		case tr.waiting > 0:
 			next = busyTick
 		}
+		if len(fs) == 0 {
+			retry = time.Millisecond
+		}
+		if err == nil && !tr.due.IsZero() {
+			next = min(next, max(time.Until(tr.due), time.Millisecond))
+		}
 		t.Reset(next)
+	}
+}
+
+// repair runs a repair pass over the queue, and reports its stats when the
+// worker asked for them.
+func (l *loop) repair(ctx context.Context) {
+	if err := l.s.d.repairAll(ctx, l.queue); err != nil && ctx.Err() == nil {
+		l.s.d.log.Warn("admitq: dispatch repair pass failed", "queue", l.queue, "err", err)
+	}
+	if l.s.observe != nil {
+		if qs, err := l.s.d.Stats(ctx, l.queue); err == nil {
+			l.s.observe(qs)
+		}
 	}
 }
 
@@ -223,41 +244,65 @@ func (l *loop) putBack(fs []finish) {
 
 // pick is a task granted to this worker to admit and move.
 type pick struct {
-	tenant, entry string
+	tenant string
+	entry  waitingEntry
+}
+
+// turnResult is what a dispatch turn answered.
+type turnResult struct {
+	picks   []pick
+	waiting int       // tenants with tasks waiting
+	due     time.Time // when a sleeping tenant wakes or limbo is due (zero: none)
+	later   []finish  // finishes to hand in again
 }
 
 // turn runs fair_dispatch.lua: heartbeat (ttl 0 leaves), finishes, the
-// moves ops (admit's), and up to most grants. It returns the grants, how
-// many tenants wait, and the finishes to hand in again.
-func (l *loop) turn(ctx context.Context, fs []finish, ops []any, ttl time.Duration, most int) ([]pick, int, []finish, error) {
-	args := make([]any, 0, 5+5*len(fs)+len(ops))
+// moves ops (admit's), and up to most grants.
+func (l *loop) turn(ctx context.Context, fs []finish, ops []moveOp, ttl time.Duration, most int) (turnResult, error) {
+	args := make([]any, 0, 5+5*len(fs)+1+3*len(ops))
 	args = append(args, l.s.member, ttl.Microseconds(), most, len(fs))
 	for _, f := range fs {
-		done, cap, weight := 0, -1, 1.0
+		done, cap, wm := 0, -1, int64(rule.WeightScale)
 		if f.done {
 			done = 1
 		}
 		if q, err := l.s.d.gate.Quota(ctx, f.tenant); err == nil {
-			cap, weight = q.MaxInFlight, q.EffectiveWeight()
+			cap, wm = q.MaxInFlight, rule.Weight(q.EffectiveWeight())
 		}
-		args = append(args, f.id, f.ran.Microseconds(), done, cap, weight)
+		args = append(args, f.id, f.ran.Microseconds(), done, cap, wm)
 	}
-	args = append(append(args, len(ops)/3), ops...)
+	args = appendOps(args, ops)
 	res, err := l.s.d.run(ctx, l.s.d.scripts.dispatch, l.queue, args...)
 	if err != nil {
-		return nil, 0, nil, err
+		return turnResult{}, err
 	}
 	picks, rest, err := readPicks(res)
-	if err != nil || len(rest) < 2 {
-		return nil, 0, nil, errors.Join(err, fmt.Errorf("dispatch: fair_dispatch.lua returned %d values", len(res)))
+	if err == nil && len(rest) < 2 {
+		err = fmt.Errorf("dispatch: fair_dispatch.lua returned %d values", len(res))
 	}
-	var later []finish
+	if err != nil {
+		return turnResult{}, err
+	}
+	tr := turnResult{picks: picks}
+	waiting, err1 := toInt(rest[0])
+	due, err2 := toInt(rest[1])
+	if err := errors.Join(err1, err2); err != nil {
+		return turnResult{}, err
+	}
+	tr.waiting = int(waiting)
+	if due > 0 {
+		tr.due = time.UnixMicro(due)
+	}
 	for _, v := range rest[2:] {
-		if i := int(toInt(v)); i >= 1 && i <= len(fs) {
-			later = append(later, fs[i-1])
+		i, err := toInt(v)
+		if err != nil {
+			return turnResult{}, err
+		}
+		if i >= 1 && int(i) <= len(fs) {
+			tr.later = append(tr.later, fs[i-1])
 		}
 	}
-	return picks, int(toInt(rest[0])), later, nil
+	return tr, nil
 }
 
 // readPicks reads "n, then n pairs tenant, entry" from the head of res.
@@ -265,44 +310,76 @@ func readPicks(res []any) ([]pick, []any, error) {
 	if len(res) < 1 {
 		return nil, nil, errors.New("dispatch: empty reply")
 	}
-	n := int(toInt(res[0]))
-	if len(res) < 1+2*n {
+	n, err := toInt(res[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	if n < 0 || len(res) < 1+2*int(n) {
 		return nil, nil, fmt.Errorf("dispatch: reply of %d values for %d grants", len(res), n)
 	}
 	picks := make([]pick, n)
 	for i := range picks {
 		t, _ := res[1+2*i].(string)
-		e, _ := res[2+2*i].(string)
+		s, _ := res[2+2*i].(string)
+		e, err := parseWaitingEntry(s)
+		if err != nil {
+			return nil, nil, err
+		}
 		picks[i] = pick{tenant: t, entry: e}
 	}
 	return picks, res[1+2*n:], nil
 }
 
+// A moveOp is what becomes of a granted task (fair_move.lua's ops).
+type moveOp struct {
+	op string // opGo, opBack or opFree
+	id string
+	// sleep is how long the tenant is held back (opBack).
+	sleep time.Duration
+}
+
+// fair.lua's move ops.
+const (
+	opGo   = "go"   // into asynq's pending list now
+	opBack = "back" // back to the head of its tenant's line
+	opFree = "free" // out of run
+)
+
+// appendOps appends ops to args as fair.lua's moveOps reads them: n, then
+// n triples op, task ID, µs.
+func appendOps(args []any, ops []moveOp) []any {
+	args = append(args, len(ops))
+	for _, o := range ops {
+		args = append(args, o.op, o.id, o.sleep.Microseconds())
+	}
+	return args
+}
+
 // admitAndMove admits each granted task through the gate, at its own
 // not-before time, then moves them all in one fair_move.lua call (the
-// queue's loop moves them with its next turn instead): in now
-// when admitted now, else back at the head of their tenant's line, which
+// queue's loop moves them with its next turn instead): in now when
+// admitted now, else back at the head of their tenant's line, which
 // sleeps until the gate's slot. So a waiting task is charged the moment it
 // goes in, and the rate holds for start times. A tenant's grants are
 // admitted in one call, in order; the tenants' calls run together, so the
 // gate's group commit sends them as one pipeline.
-func (d *Dispatcher) admitAndMove(ctx context.Context, queue string, picks []pick) {
-	d.move(ctx, queue, d.admit(ctx, queue, picks))
+func (d *Dispatcher) admitAndMove(ctx context.Context, queue string, picks []pick) error {
+	return d.move(ctx, queue, d.admit(ctx, queue, picks))
 }
 
-// admit admits picks through the gate and returns their move ops (op,
-// task ID, µs), for fair_move.lua or the next dispatch turn.
-func (d *Dispatcher) admit(ctx context.Context, queue string, picks []pick) []any {
+// admit admits picks through the gate and returns their move ops, for
+// fair_move.lua or the next dispatch turn.
+func (d *Dispatcher) admit(ctx context.Context, queue string, picks []pick) []moveOp {
 	if len(picks) == 0 {
 		return nil
 	}
-	ops := make([]any, 3*len(picks))
+	ops := make([]moveOp, len(picks))
 	var wg sync.WaitGroup
 	for _, run := range runs(picks) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d.admitRun(ctx, queue, picks, run, ops)
+			d.admitRun(ctx, queue, picks[run[0]:run[1]], ops[run[0]:run[1]])
 		}()
 	}
 	wg.Wait()
@@ -310,16 +387,14 @@ func (d *Dispatcher) admit(ctx context.Context, queue string, picks []pick) []an
 }
 
 // move runs fair_move.lua with ops.
-func (d *Dispatcher) move(ctx context.Context, queue string, ops []any) {
+func (d *Dispatcher) move(ctx context.Context, queue string, ops []moveOp) error {
 	if len(ops) == 0 {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	if _, err := d.run(ctx, d.scripts.move, queue, append([]any{len(ops) / 3}, ops...)...); err != nil {
-		// The grants stay in state g; a repair pass finishes them.
-		d.log.Warn("admitq: moving granted tasks failed; a repair pass will", "queue", queue, "err", err)
-	}
+	_, err := d.run(ctx, d.scripts.move, queue, appendOps(nil, ops)...)
+	return err
 }
 
 // runs splits picks into runs of one tenant with one not-before time:
@@ -327,12 +402,8 @@ func (d *Dispatcher) move(ctx context.Context, queue string, ops []any) {
 func runs(picks []pick) [][2]int {
 	var out [][2]int
 	for lo := 0; lo < len(picks); {
-		nb, _, _ := parseEntry(picks[lo].entry)
 		hi := lo + 1
-		for hi < len(picks) && picks[hi].tenant == picks[lo].tenant {
-			if t, _, _ := parseEntry(picks[hi].entry); !t.Equal(nb) {
-				break
-			}
+		for hi < len(picks) && picks[hi].tenant == picks[lo].tenant && picks[hi].entry.notBefore == picks[lo].entry.notBefore {
 			hi++
 		}
 		out = append(out, [2]int{lo, hi})
@@ -341,20 +412,16 @@ func runs(picks []pick) [][2]int {
 	return out
 }
 
-// admitRun admits picks[run[0]:run[1]], one tenant's, and writes each
-// one's move op (op, task ID, µs) into its place in ops.
-func (d *Dispatcher) admitRun(ctx context.Context, queue string, picks []pick, run [2]int, ops []any) {
-	tenant := picks[run[0]].tenant
-	nb, _, _ := parseEntry(picks[run[0]].entry)
-	ids := make([]string, 0, run[1]-run[0])
-	for _, p := range picks[run[0]:run[1]] {
-		_, id, _ := parseEntry(p.entry)
-		ids = append(ids, id)
+// admitRun admits picks, one tenant's with one not-before time, and
+// writes each one's move op into its place in ops.
+func (d *Dispatcher) admitRun(ctx context.Context, queue string, picks []pick, ops []moveOp) {
+	tenant := picks[0].tenant
+	ids := make([]string, len(picks))
+	for i, p := range picks {
+		ids[i] = p.entry.id
+		ops[i] = moveOp{op: opBack, id: p.entry.id, sleep: time.Second}
 	}
-	set := func(i int, op string, us int64) {
-		ops[3*i], ops[3*i+1], ops[3*i+2] = op, ids[i-run[0]], us
-	}
-	ds, err := d.gate.AdmitBatchAt(ctx, tenant, ids, nb)
+	ds, err := d.gate.AdmitBatchAt(ctx, tenant, ids, picks[0].entry.notBeforeTime())
 	if err == nil && len(ds) != len(ids) {
 		err = fmt.Errorf("the gate returned %d decisions for %d tasks", len(ds), len(ids))
 	}
@@ -362,16 +429,12 @@ func (d *Dispatcher) admitRun(ctx context.Context, queue string, picks []pick, r
 		if !errors.Is(err, context.Canceled) {
 			d.log.Warn("admitq: admitting waiting tasks failed; they keep their places", "queue", queue, "tenant", tenant, "err", err)
 		}
-		for i := run[0]; i < run[1]; i++ {
-			set(i, "back", time.Second.Microseconds())
-		}
 		return
 	}
-	for j, dec := range ds {
-		i := run[0] + j
+	for i, dec := range ds {
 		switch dec.Outcome {
 		case admission.Admitted:
-			set(i, "go", 0)
+			ops[i] = moveOp{op: opGo, id: ids[i]}
 		case admission.Deferred:
 			// Not now: give the reserved slot back and wait for it, so
 			// that the task is charged when it goes in, and goes in when
@@ -380,47 +443,36 @@ func (d *Dispatcher) admitRun(ctx context.Context, queue string, picks []pick, r
 			if err := d.gate.Release(ctx, dec); err != nil {
 				d.log.Warn("admitq: giving back a waiting task's future slot failed", "queue", queue, "tenant", tenant, "task_id", dec.ID, "err", err)
 			}
-			set(i, "back", max(dec.Delay(), time.Millisecond).Microseconds())
+			ops[i].sleep = max(dec.Delay(), time.Millisecond)
 		default:
-			set(i, "back", max(dec.Delay(), time.Millisecond).Microseconds())
+			ops[i].sleep = max(dec.Delay(), time.Millisecond)
 		}
 	}
-}
-
-// parseEntry reads a waiting entry's not-before time and task ID.
-func parseEntry(e string) (time.Time, string, bool) {
-	f := strings.SplitN(e, "|", 4)
-	if len(f) != 4 {
-		return time.Time{}, "", false
-	}
-	nb, err := strconv.ParseInt(f[0], 10, 64)
-	if err != nil {
-		return time.Time{}, f[3], false
-	}
-	var t time.Time
-	if nb > 0 {
-		t = time.UnixMicro(nb)
-	}
-	return t, f[3], true
 }
 
 // repairAll runs fair_repair.lua over the whole of queue's run hash, page
 // by page, and finishes the grants whose mover is gone.
-func (d *Dispatcher) repairAll(ctx context.Context, queue string) {
+func (d *Dispatcher) repairAll(ctx context.Context, queue string) error {
 	cursor := "0"
 	for range 1000 {
 		res, err := d.run(ctx, d.scripts.repair, queue, cursor, Grace.Microseconds())
-		if err != nil || len(res) < 2 {
-			return
+		if err != nil {
+			return err
+		}
+		if len(res) < 2 {
+			return fmt.Errorf("dispatch: fair_repair.lua returned %d values", len(res))
 		}
 		cursor, _ = res[0].(string)
 		picks, _, err := readPicks(res[1:])
 		if err != nil {
-			return
+			return err
 		}
-		d.admitAndMove(ctx, queue, picks)
+		if err := d.admitAndMove(ctx, queue, picks); err != nil {
+			return err
+		}
 		if cursor == "0" || cursor == "" {
-			return
+			return nil
 		}
 	}
+	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/dispatch/internal/rule"
 )
 
 // QueueStats is what the dispatcher holds for one queue.
@@ -79,10 +81,10 @@ func (d *Dispatcher) readQueue(ctx context.Context, queue string) (QueueStats, [
 	var run *redis.MapStringStringCmd
 	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		now = p.Time(ctx)
-		vt = p.ZRange(ctx, k.keys[0], 0, -1)
-		sleep = p.ZRange(ctx, k.keys[1], 0, -1)
-		run = p.HGetAll(ctx, k.keys[2])
-		members = p.ZRangeWithScores(ctx, k.keys[4], 0, -1)
+		vt = p.ZRange(ctx, k.vt, 0, -1)
+		sleep = p.ZRange(ctx, k.sleep, 0, -1)
+		run = p.HGetAll(ctx, k.run)
+		members = p.ZRangeWithScores(ctx, k.workers, 0, -1)
 		return nil
 	})
 	if err != nil {
@@ -119,9 +121,9 @@ func (d *Dispatcher) readTenants(ctx context.Context, queue string, names []stri
 	heads := make([]*redis.StringCmd, len(names))
 	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, t := range names {
-			hashes[i] = p.HMGet(ctx, k.p+"t:"+t, "n", "cap", "wt", "used")
-			lens[i] = p.LLen(ctx, k.p+"w:"+t)
-			heads[i] = p.LIndex(ctx, k.p+"w:"+t, 0)
+			hashes[i] = p.HMGet(ctx, k.tenantKey(t), "n", "cap", "wm", "used")
+			lens[i] = p.LLen(ctx, k.waitingKey(t))
+			heads[i] = p.LIndex(ctx, k.waitingKey(t), 0)
 		}
 		return nil
 	})
@@ -132,23 +134,30 @@ func (d *Dispatcher) readTenants(ctx context.Context, queue string, names []stri
 	for i, t := range names {
 		h := hashes[i].Val()
 		ts := TenantStats{Tenant: t, Waiting: int(lens[i].Val()), Weight: 1}
-		ts.InFlight, ts.Cap = int(toInt(h[0])), int(toInt(h[1]))
-		if s, ok := h[2].(string); ok {
-			ts.Weight, _ = strconv.ParseFloat(s, 64)
+		n, cap, wm, used := field(h, 0), field(h, 1), field(h, 2), field(h, 3)
+		ts.InFlight, ts.Cap = int(n), int(cap)
+		if wm > 0 {
+			ts.Weight = float64(wm) / rule.WeightScale
 		}
-		if s, ok := h[3].(string); ok {
-			used, _ := strconv.ParseFloat(s, 64)
-			ts.WorkerTime = time.Duration(used) * time.Microsecond
-		}
+		ts.WorkerTime = time.Duration(used) * time.Microsecond
 		ts.AtCap = ts.Cap > 0 && ts.InFlight >= ts.Cap
-		if f := strings.SplitN(heads[i].Val(), "|", 4); len(f) == 4 {
-			if us, err := strconv.ParseInt(f[1], 10, 64); err == nil {
-				ts.OldestWaiting = time.UnixMicro(us)
-			}
+		if e, err := parseWaitingEntry(heads[i].Val()); err == nil {
+			ts.OldestWaiting = time.UnixMicro(e.parked)
 		}
 		out[i] = ts
 	}
 	return out, nil
+}
+
+// field reads the i-th value of an HMGET of a tenant's record as a whole
+// number, 0 when missing (an old record may hold a float).
+func field(h []any, i int) int64 {
+	s, _ := h[i].(string)
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0
+	}
+	return int64(f)
 }
 
 // Queues lists the asynq queues that the dispatcher has state for: a
@@ -162,7 +171,7 @@ func (d *Dispatcher) Queues(ctx context.Context) ([]string, error) {
 	_, err = d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, q := range all {
 			k := d.keysFor(q) // workers, vt, sleep, run: one slot
-			cmds[i] = p.Exists(ctx, k.keys[4], k.keys[0], k.keys[1], k.keys[2])
+			cmds[i] = p.Exists(ctx, k.workers, k.vt, k.sleep, k.run)
 		}
 		return nil
 	})

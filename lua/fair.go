@@ -36,6 +36,10 @@ func fair(src string) FairScript {
 	return FairScript{Flagged: redis.NewScript(shebang + fairSrc + src), Plain: redis.NewScript(fairSrc + src)}
 }
 
+// FairPrelude returns fair.lua's source: the keys, constants and steps the
+// dispatcher's scripts share.
+func FairPrelude() string { return fairSrc }
+
 // FairPark returns fair_park.lua: a producer's task in a dispatched queue
 // goes straight in, waits its turn, or is refused.
 func FairPark() FairScript { return fair(fairParkSrc) }

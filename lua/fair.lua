@@ -1,33 +1,38 @@
 -- fair.lua: the prelude of the dispatcher's scripts (fair_park.lua,
 -- fair_dispatch.lua, fair_move.lua, fair_repair.lua). It holds their keys,
--- the start-tag rule and pick. Every key of one asynq queue shares the
--- queue's hash tag {<queue>} with asynq's own keys, so each script is one
--- atomic step on one cluster slot. Package lua puts a shebang before it
--- (#!lua, no flags), so that Redis refuses a script whole under OOM,
--- before it writes anything.
+-- the rule's state and its steps, which mirror package dispatch's Go model
+-- (dispatch/internal/rule) one for one: integer virtual time, a tenant's
+-- start tag at the later of its tag and the floor, a grant charging the
+-- estimate and a finish correcting it with the measured run time. Every
+-- key of one asynq queue shares the queue's hash tag {<queue>} with
+-- asynq's own keys, so each script is one atomic step on one cluster slot.
+-- Package lua puts a shebang before it (#!lua, no flags), so that Redis
+-- refuses a script whole under OOM, before it writes anything.
 --
 -- KEYS[1]  vt: ZSET tenant -> start tag, of the tenants with a task waiting
---          that may go in now (under their cap and not asleep)
+--          that may go in now (under their cap and awake)
 -- KEYS[2]  sleep: ZSET tenant -> wake µs, of tenants with tasks waiting that
---          are held back until then (by their rate, or by a task whose
---          producer has still to write it)
+--          are held back until then (by their rate)
 -- KEYS[3]  run: HASH task ID -> "state|estimate µs|since µs|tenant", the
 --          tasks the dispatcher let in and asynq still holds. State g:
 --          granted, being moved by a dispatcher; f: went straight in at
 --          park, written by its producer; p: in asynq's hands
 -- KEYS[4]  meta: HASH floor (the virtual time: start tag of the latest
---          grant, never lower), est (the queue's mean run time µs, for
---          tenants with none yet)
--- KEYS[5]  workers: ZSET "<id>|<concurrency>|<fair: 0 or 1>" -> expiry µs
+--          grant, never lower), est (the queue's mean run time µs)
+-- KEYS[5]  workers: ZSET "<id>|<concurrency>|<fair: 0 or 1>" -> expiry µs;
+--          a member that left or lapsed stays RESTART_GRACE more, so that a
+--          restart does not open the caps
 -- KEYS[6]  asynq:{<q>}:pending, KEYS[7] asynq:{<q>}:active,
 -- KEYS[8]  asynq:{<q>}:scheduled
 -- KEYS[9]  grants: HASH task ID -> its waiting entry, for tasks in state g
 -- KEYS[10] limbo: ZSET "<tenant>\n<waiting entry>" -> when to look again
 --          µs, for entries whose task asynq did not hold at their turn:
---          deleted from outside, or not written yet by a slow producer
+--          deleted from outside, or not written yet by its producer
 -- KEYS[11] fresh: ZSET task ID -> µs, tasks that went straight in (state
 --          f) and are not seen in asynq yet: their producers are writing
 --          them, so they take space in the queue already
+-- KEYS[12] debts: ZSET tenant -> µs, idle tenants whose tag is ahead of
+--          the floor, forgiven when the queue goes idle
 -- ARGV[1]  the dispatcher's key prefix for the queue, <prefix>:fair:{<q>}:
 -- ARGV[2]  asynq's task key prefix, asynq:{<q>}:t:
 -- Each script's own ARGV starts at ARGV[3].
@@ -35,125 +40,160 @@
 -- Per tenant, in the same slot: P..'w:'..tenant, a LIST of waiting entries
 -- "<not-before µs>|<park µs>|<unique TTL ms>|<task ID>" (FIFO), and
 -- P..'t:'..tenant, a HASH tag (start tag of its next task), n (tasks in
--- run), cap (MaxInFlight, 0 none), wt (weight), est (run time µs, a moving
--- mean), used (worker time µs charged in total).
+-- run), cap (MaxInFlight, 0 none), wm (weight in thousandths), est (run
+-- time µs, a moving mean), used (worker time µs charged in total), l
+-- (entries in limbo).
 local vt, sleep, run, meta, workers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local pending, active, scheduled, grants, limbo, fresh = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local pending, active, scheduled = KEYS[6], KEYS[7], KEYS[8]
+local grants, limbo, fresh, debts = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local P, TP = ARGV[1], ARGV[2]
 local call = redis.call
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local nowS = string.format('%.0f', now)
 
+-- The rule's constants, as package rule declares them (a test compares).
+local WEIGHT_SCALE = 1000
+local DEFAULT_ESTIMATE = 10000
+local TENANT_SMOOTHING = 4
+local QUEUE_SMOOTHING = 16
 -- PARKED is asynq's score of a waiting task: ParkedUntil, in unix seconds.
 local PARKED = 253370764800
--- IDLE is how long a tenant's tag outlives its last task: debts (a tag
--- ahead of the floor) are forgiven after that. LIMBO is how long an entry
--- whose task never appears is looked for, in µs.
+-- IDLE is how long an idle tenant's debt (a tag ahead of the floor)
+-- outlives it in ms unless the queue goes idle first. LIMBO is how long an
+-- entry whose task never appears is looked for, in µs. FRESH_GRACE is how
+-- long a straight-in task's producer has to write it, in µs.
 local IDLE = 3600000
 local LIMBO = 3600000000
+local FRESH_GRACE = 1000000
+-- RESTART_GRACE is how long, in µs, a queue stays dispatched after its
+-- last worker with a gate left, so that a restart does not open the caps.
+local RESTART_GRACE = 30000000
 
-local function num(s, def)
-  return tonumber(s) or def
+local function int(x)
+  return string.format('%.0f', x)
 end
 
-local function fmt(x)
-  return string.format('%.17g', x)
+local nowS = int(now)
+
+-- toint reads a stored number (0 when missing), whole.
+local function toint(s)
+  return math.floor(tonumber(s) or 0)
 end
 
-local floor = num(call('HGET', meta, 'floor'), 0)
+-- charge is the virtual time x µs of work costs a tenant of weight wm.
+local function charge(x, wm)
+  return math.floor(x * WEIGHT_SCALE / wm)
+end
 
--- capacity returns the live workers' total concurrency, and whether one of
--- them is fair, dropping those whose heartbeat lapsed.
+-- smooth moves mean m a 1/div part of the way to x.
+local function smooth(m, x, div)
+  return m + math.floor((x - m) / div)
+end
+
+local floor = toint(call('HGET', meta, 'floor'))
+local qest = toint(call('HGET', meta, 'est'))
+
+-- save writes the queue's floor and estimate back.
+local function save()
+  call('HSET', meta, 'floor', int(floor), 'est', int(qest))
+end
+
+-- capacity reads the queue's workers with a gate: whether any served it
+-- within RESTART_GRACE (dispatched), whether one of them is fair, and the
+-- live ones' total concurrency, fair or not (every gate worker adds room).
 local function capacity()
-  call('ZREMRANGEBYSCORE', workers, '-inf', '(' .. nowS)
-  local total, fair, live = 0, false, false
-  for _, m in ipairs(call('ZRANGE', workers, 0, -1)) do
-    local c, f = string.match(m, '|(%d+)|([01])$')
-    live = true
-    if f == '1' then
-      fair = true
+  call('ZREMRANGEBYSCORE', workers, '-inf', '(' .. int(now - RESTART_GRACE))
+  local recent, fair, total = false, false, 0
+  local ms = call('ZRANGE', workers, 0, -1, 'WITHSCORES')
+  for i = 1, #ms, 2 do
+    local c, f = string.match(ms[i], '|(%d+)|([01])$')
+    recent = true
+    fair = fair or f == '1'
+    if tonumber(ms[i + 1]) >= now then
       total = total + tonumber(c)
     end
   end
-  return live, fair, total
+  return recent, fair, total
 end
 
 -- room is how many more tasks may go into the queue: a fair queue holds
--- at most twice its fair workers' concurrency, pending, active, granted or
--- being written.
+-- its live gate workers' concurrency and half as much again, pending,
+-- active, granted or being written, so a grant waits behind at most half a
+-- round of work.
 local function room(fair, total)
   if not fair then
     return math.huge
   end
   local inq = call('LLEN', pending) + call('LLEN', active) + call('HLEN', grants) + call('ZCARD', fresh)
-  return 2 * total - inq
+  return total + math.max(2, math.floor(total / 2)) - inq
 end
 
--- seen takes the tasks that went straight in and are now in asynq out of
--- fresh (they count in asynq's lists from now on).
-local function seen()
-  for _, id in ipairs(call('ZRANGE', fresh, 0, 63)) do
-    if call('EXISTS', TP .. id) == 1 then
-      call('ZREM', fresh, id)
+-- refresh puts tenant T among those that may go in, at the later of its
+-- own tag and the floor (an idle or blocked tenant banks no credit), when
+-- it has a task waiting, is under its cap and awake; else it takes T out.
+local function refresh(T)
+  local h = call('HMGET', P .. 't:' .. T, 'tag', 'n', 'cap')
+  local cap = toint(h[3])
+  if (cap > 0 and toint(h[2]) >= cap) or call('ZSCORE', sleep, T) or call('LLEN', P .. 'w:' .. T) == 0 then
+    call('ZREM', vt, T)
+  else
+    call('ZADD', vt, int(math.max(toint(h[1]), floor)), T)
+  end
+end
+
+-- settle forgets an idle tenant's record at once when it owes nothing (its
+-- tag is not ahead of the floor), and otherwise when the queue goes idle
+-- or after IDLE. A tenant with entries in limbo (field l) is not idle: its
+-- cap and weight must outlive them.
+local function settle(T)
+  local th = P .. 't:' .. T
+  local h = call('HMGET', th, 'n', 'l', 'tag')
+  if toint(h[1]) > 0 or toint(h[2]) > 0 or call('LLEN', P .. 'w:' .. T) > 0 then
+    call('PERSIST', th)
+    call('ZREM', debts, T)
+  elseif toint(h[3]) <= floor then
+    call('DEL', th)
+    call('ZREM', debts, T)
+  else
+    call('PEXPIRE', th, IDLE)
+    call('ZADD', debts, nowS, T)
+  end
+end
+
+-- forgive drops the debts of idle tenants once nothing waits or runs in the
+-- queue: with no one to be fair to, a debt only keeps a record.
+local function forgive()
+  if call('HLEN', run) > 0 or call('ZCARD', vt) > 0 or call('ZCARD', sleep) > 0 then
+    return
+  end
+  for _, T in ipairs(call('ZRANGE', debts, 0, 99)) do
+    call('ZREM', debts, T)
+    local th = P .. 't:' .. T
+    if toint(call('HGET', th, 'l')) == 0 then
+      call('DEL', th)
     end
   end
 end
 
--- eligible puts tenant T among those that may go in, at the later of its
--- own tag and the floor (an idle or blocked tenant banks no credit), when
--- it has a task waiting, is under its cap and is not asleep; else it takes
--- T out.
-local function eligible(T)
-  local h = call('HMGET', P .. 't:' .. T, 'tag', 'n', 'cap')
-  local cap = num(h[3], 0)
-  if call('LLEN', P .. 'w:' .. T) == 0 or call('ZSCORE', sleep, T) or (cap > 0 and num(h[2], 0) >= cap) then
-    call('ZREM', vt, T)
-  else
-    call('ZADD', vt, fmt(math.max(num(h[1], 0), floor)), T)
-  end
-end
-
--- doze holds tenant T back until wake µs.
-local function doze(T, wake)
-  call('ZREM', vt, T)
-  call('ZADD', sleep, fmt(wake), T)
-end
-
--- settle forgets an idle tenant's hash after IDLE, and at once when it owes
--- nothing (its tag is behind the floor). A tenant with entries in limbo
--- (field l) is not idle: its cap and weight must outlive them.
-local function settle(T)
+-- grant lets task id (waiting entry e, or nil) of tenant T in at start tag
+-- start: it enters run in state g (with e) or f (without), and is charged
+-- its estimate, which moves the floor.
+local function grant(T, id, e, start)
   local th = P .. 't:' .. T
-  local h = call('HMGET', th, 'n', 'l')
-  if num(h[1], 0) > 0 or num(h[2], 0) > 0 or call('LLEN', P .. 'w:' .. T) > 0 then
-    call('PERSIST', th)
-    return
+  local h = call('HMGET', th, 'n', 'wm', 'est')
+  local wm = toint(h[2])
+  if wm <= 0 then
+    wm = WEIGHT_SCALE
   end
-  if num(call('HGET', th, 'tag'), 0) <= floor then
-    call('DEL', th)
-  else
-    call('PEXPIRE', th, IDLE)
+  local est = toint(h[3])
+  if est == 0 then
+    est = qest > 0 and qest or DEFAULT_ESTIMATE
   end
-end
-
--- estimate is the run time to charge tenant T's next task at its grant.
-local function estimate(th)
-  return num(call('HGET', th, 'est'), num(call('HGET', meta, 'est'), 10000))
-end
-
--- grant lets task id (waiting entry e, or nil) of tenant T in: it enters
--- run in state g (with e) or f (without), and is charged its estimate at
--- T's start tag, which moves the floor.
-local function grant(T, id, e, tag)
-  local th = P .. 't:' .. T
-  local est = estimate(th)
-  local wt = num(call('HGET', th, 'wt'), 1)
-  call('HSET', run, id, (e and 'g' or 'f') .. '|' .. fmt(est) .. '|' .. nowS .. '|' .. T)
-  call('HINCRBY', th, 'n', 1)
-  floor = math.max(floor, tag)
-  call('HSET', th, 'tag', fmt(tag + est / wt))
+  call('HSET', run, id, (e and 'g' or 'f') .. '|' .. int(est) .. '|' .. nowS .. '|' .. T)
+  floor = math.max(floor, start)
+  call('HSET', th, 'n', toint(h[1]) + 1, 'tag', int(start + math.max(charge(est, wm), 1)))
   call('PERSIST', th)
+  call('ZREM', debts, T)
   if e then
     call('HSET', grants, id, e)
   else
@@ -161,39 +201,80 @@ local function grant(T, id, e, tag)
   end
 end
 
+-- runEntry splits a run entry into state, estimate, since and tenant.
+local function runEntry(r)
+  local s, est, since, T = string.match(r, '^(%a)|([^|]*)|([^|]*)|(.*)$')
+  return s, toint(est), since, T
+end
+
 -- free takes task id (run entry r) out of run: its tenant may go in again.
 local function free(id, r)
-  local T = string.match(r, '^%a|[^|]*|[^|]*|(.*)$')
+  local s, _, _, T = runEntry(r)
   call('HDEL', run, id)
-  call('HDEL', grants, id)
-  call('ZREM', fresh, id)
-  local th = P .. 't:' .. T
-  if call('HINCRBY', th, 'n', -1) < 0 then
-    call('HSET', th, 'n', 0)
+  if s == 'g' then
+    call('HDEL', grants, id)
+  elseif s == 'f' then
+    call('ZREM', fresh, id)
   end
-  eligible(T)
+  if call('HINCRBY', P .. 't:' .. T, 'n', -1) < 0 then
+    call('HSET', P .. 't:' .. T, 'n', 0)
+  end
+  refresh(T)
   settle(T)
 end
 
--- wake makes the tenants whose sleep is over eligible again.
-local function wake()
-  for _, T in ipairs(call('ZRANGE', sleep, '-inf', now, 'BYSCORE', 'LIMIT', 0, 100)) do
-    call('ZREM', sleep, T)
-    eligible(T)
+-- seen takes the tasks that went straight in and are now in asynq out of
+-- fresh (they count in asynq's lists from now on), and frees the place of
+-- one whose producer did not write it within FRESH_GRACE.
+local function seen()
+  local zs = call('ZRANGE', fresh, 0, 63, 'WITHSCORES')
+  for i = 1, #zs, 2 do
+    local id = zs[i]
+    if call('EXISTS', TP .. id) == 1 then
+      call('ZREM', fresh, id)
+    elseif now - tonumber(zs[i + 1]) > FRESH_GRACE then
+      local r = call('HGET', run, id)
+      if r then
+        free(id, r)
+      else
+        call('ZREM', fresh, id)
+      end
+    end
   end
 end
 
--- parked reports whether asynq keeps task id parked (scheduled at
--- ParkedUntil) and the dispatcher has not let it in: only such a task
--- may be granted.
+-- wake makes the tenants whose sleep is over runnable again.
+local function wake()
+  for _, T in ipairs(call('ZRANGE', sleep, '-inf', now, 'BYSCORE', 'LIMIT', 0, 100)) do
+    call('ZREM', sleep, T)
+    refresh(T)
+  end
+end
+
+-- isParked reports whether asynq keeps task id parked (scheduled at
+-- ParkedUntil).
+local function isParked(id)
+  return call('HGET', TP .. id, 'state') == 'scheduled' and toint(call('ZSCORE', scheduled, id)) == PARKED
+end
+
+-- parked reports whether asynq keeps task id parked and the dispatcher has
+-- not let it in: only such a task may be granted.
 local function parked(id)
-  return call('HGET', TP .. id, 'state') == 'scheduled'
-    and num(call('ZSCORE', scheduled, id), 0) == PARKED and call('HEXISTS', run, id) == 0
+  return isParked(id) and call('HEXISTS', run, id) == 0
+end
+
+-- requeue puts task id (run entry r), which asynq keeps parked again after
+-- the dispatcher let it in (Redis came back from a snapshot taken before
+-- its move), back at the head of its tenant's line and frees its place.
+local function requeue(id, r)
+  local _, _, _, T = runEntry(r)
+  call('LPUSH', P .. 'w:' .. T, '0|' .. nowS .. '|0|' .. id)
+  free(id, r)
 end
 
 -- toLimbo sets tenant T's entry e aside until µs at.
 local function toLimbo(T, e, at)
-  if call('ZADD', limbo, fmt(at), T .. '\n' .. e) == 1 then
+  if call('ZADD', limbo, int(at), T .. '\n' .. e) == 1 then
     call('HINCRBY', P .. 't:' .. T, 'l', 1)
   end
 end
@@ -214,7 +295,8 @@ end
 -- recall looks again at the entries in limbo that are due: one whose task
 -- has appeared parked goes back to the head of its tenant's line; one
 -- still missing is looked at again after as long as it has been missing
--- (from 50 ms on), and dropped after LIMBO.
+-- (from 1 ms on: a producer is usually writing it), and dropped after
+-- LIMBO.
 local function recall()
   for _, m in ipairs(call('ZRANGE', limbo, '-inf', nowS, 'BYSCORE', 'LIMIT', 0, 32)) do
     local T, e = string.match(m, '^(.-)\n(.*)$')
@@ -225,13 +307,13 @@ local function recall()
       fromLimbo(T, m)
       if parked(id) then
         call('LPUSH', P .. 'w:' .. T, e)
-        eligible(T)
+        refresh(T)
       end
     elseif now - math.max(tonumber(at), tonumber(nb)) > LIMBO then
       fromLimbo(T, m)
       settle(T)
     else
-      call('ZADD', limbo, fmt(now + math.max(50000, now - tonumber(at))), m)
+      call('ZADD', limbo, int(now + math.max(1000, now - tonumber(at))), m)
     end
   end
 end
@@ -248,33 +330,80 @@ local function pick(most, space, out)
     if #head == 0 then
       break
     end
-    local T, tag = head[1], tonumber(head[2])
-    local w = P .. 'w:' .. T
-    local e = call('LPOP', w)
+    local T, start = head[1], tonumber(head[2])
+    local e = call('LPOP', P .. 'w:' .. T)
     if not e then
       call('ZREM', vt, T)
       settle(T)
     else
       local id = entryID(e)
       if id and parked(id) then
-        grant(T, id, e, tag)
+        grant(T, id, e, start)
         out[#out + 1], out[#out + 2] = T, e
         most, space = most - 1, space - 1
       else
         drops = drops - 1
         if id and call('EXISTS', TP .. id) == 0 then
-          toLimbo(T, e, now + 50000)
+          toLimbo(T, e, now + 1000)
         end
       end
-      eligible(T)
+      refresh(T)
     end
   end
-  call('HSET', meta, 'floor', fmt(floor))
+end
+
+-- Move ops (fair_move.lua, and the tail of fair_dispatch.lua's ARGV):
+-- GO moves a granted task into asynq's pending list; BACK puts it back at
+-- the head of its tenant's line, refunds its charge and holds the tenant
+-- for the op's µs; FREE lets a task out of run.
+local GO, BACK, FREE = 'go', 'back', 'free'
+
+-- back returns granted task id (run entry r, waiting entry e) to the head
+-- of its tenant's line, refunding its charge; its tenant sleeps us µs.
+local function back(id, r, e, us)
+  local _, est, _, T = runEntry(r)
+  call('HDEL', run, id)
+  call('HDEL', grants, id)
+  local th = P .. 't:' .. T
+  local h = call('HMGET', th, 'tag', 'wm', 'n')
+  local wm = toint(h[2])
+  if wm <= 0 then
+    wm = WEIGHT_SCALE
+  end
+  call('HSET', th, 'tag', int(toint(h[1]) - charge(est, wm)), 'n', math.max(toint(h[3]) - 1, 0))
+  call('LPUSH', P .. 'w:' .. T, e)
+  if us > 0 then
+    call('ZADD', sleep, int(now + us), T)
+  end
+  refresh(T)
+end
+
+-- moveIn moves granted task id (run entry r, waiting entry e) into asynq's
+-- pending list while asynq still keeps it parked, and frees its place when
+-- asynq no longer does. It reports whether the task moved.
+local function moveIn(id, r, e)
+  local tk = TP .. id
+  local h = call('HMGET', tk, 'state', 'unique_key')
+  if h[1] ~= 'scheduled' or toint(call('ZSCORE', scheduled, id)) ~= PARKED then
+    free(id, r)
+    return false
+  end
+  call('ZREM', scheduled, id)
+  call('LPUSH', pending, id)
+  call('HSET', tk, 'state', 'pending', 'pending_since', int(now * 1000))
+  local uttl = tonumber(string.match(e, '^%d+|%d+|(%d+)|'))
+  if h[2] and uttl and uttl > 0 and call('GET', h[2]) == id then
+    call('PEXPIRE', h[2], uttl)
+  end
+  call('HSET', run, id, 'p' .. string.sub(r, 2))
+  call('HDEL', grants, id)
+  return true
 end
 
 -- moveOps applies the n move ops (triples op, task ID, µs) in ARGV from
--- ARGV[a], n first (see fair_move.lua), and returns how many tasks moved
--- into the queue and the ARGV index after the ops.
+-- ARGV[a], n first, and returns how many tasks moved into the queue and
+-- the ARGV index after the ops. A task moves only from state g: two movers
+-- of one grant move it once.
 local function moveOps(a)
   local moved = 0
   local n = tonumber(ARGV[a])
@@ -283,43 +412,14 @@ local function moveOps(a)
     local op, id, us = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
     a = a + 3
     local r = call('HGET', run, id)
-    local e = call('HGET', grants, id)
-    if op == 'free' then
-      if r then
-        free(id, r)
-      end
-    elseif r and e then
-      local T = string.match(r, '^%a|[^|]*|[^|]*|(.*)$')
-      local uttl = tonumber(string.match(e, '^%d+|%d+|(%d+)|'))
-      local tk = TP .. id
-      if op == 'back' then
-        call('HDEL', run, id)
-        call('HDEL', grants, id)
-        local th = P .. 't:' .. T
-        local h = call('HMGET', th, 'tag', 'wt')
-        local est = tonumber(string.match(r, '^%a|([^|]*)|'))
-        call('HSET', th, 'tag', fmt(num(h[1], 0) - est / num(h[2], 1)))
-        if call('HINCRBY', th, 'n', -1) < 0 then
-          call('HSET', th, 'n', 0)
-        end
-        call('LPUSH', P .. 'w:' .. T, e)
-        if us > 0 then
-          call('ZADD', sleep, fmt(now + us), T)
-        end
-        eligible(T)
-      elseif call('HGET', tk, 'state') == 'scheduled' and num(call('ZSCORE', scheduled, id), 0) == PARKED then
-        local lock = call('HGET', tk, 'unique_key')
-        call('ZREM', scheduled, id)
-        call('LPUSH', pending, id)
-        call('HSET', tk, 'state', 'pending', 'pending_since', string.format('%.0f', now * 1000))
-        if lock and uttl > 0 and call('GET', lock) == id then
-          call('PEXPIRE', lock, uttl)
-        end
-        call('HSET', run, id, 'p' .. string.sub(r, 2))
-        call('HDEL', grants, id)
+    if r and op == FREE then
+      free(id, r)
+    elseif r and string.sub(r, 1, 1) == 'g' then
+      local e = call('HGET', grants, id)
+      if e and op == BACK then
+        back(id, r, e, us)
+      elseif e and op == GO and moveIn(id, r, e) then
         moved = moved + 1
-      else
-        free(id, r)
       end
     end
   end

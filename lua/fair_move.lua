@@ -17,4 +17,6 @@
 -- outside meanwhile is never revived, and two movers of one grant move it
 -- once. Its asynq.Unique lock, set by asynq until ParkedUntil, gets the
 -- task's own TTL from the moment it goes in.
-return {(moveOps(3))}
+local moved = moveOps(3)
+save()
+return {moved}

@@ -3,33 +3,36 @@
 -- (KEYS and the first two ARGV are its).
 --
 -- ARGV[3]  HSCAN cursor of run ("0" to start)
--- ARGV[4]  grace µs: how old a grant or a straight-in task must be before
---          it is judged (its mover or producer may still be at work)
+-- ARGV[4]  grace µs: how old a grant must be before it is judged (its
+--          mover may still be at work)
 -- Returns  {next cursor, n, then n pairs tenant, waiting entry: grants
 --          whose mover is gone, still parked in asynq, to admit and move
 --          again}
 --
 -- A task asynq no longer holds (deleted, completed or archived) leaves run
--- and frees its tenant's place at once. A task asynq holds (pending,
--- active, scheduled, retry, or active on a worker cut off from Redis, whose
--- lease asynq still honours) keeps it: a permit is never taken from a
--- running task.
+-- and frees its tenant's place at once. A task asynq keeps parked again
+-- after it went in (Redis came back from a snapshot) goes back to the head
+-- of its tenant's line. A task asynq holds (pending, active, scheduled,
+-- retry, or active on a worker cut off from Redis, whose lease asynq still
+-- honours) keeps it: a permit is never taken from a running task.
 local grace = tonumber(ARGV[4])
 local page = call('HSCAN', run, ARGV[3], 'COUNT', 64)
 local out, redo = {page[1]}, {}
 local entries = page[2]
 for i = 1, #entries, 2 do
   local id, r = entries[i], entries[i + 1]
-  local state, since, T = string.match(r, '^(%a)|[^|]*|([^|]*)|(.*)$')
+  local state, _, since, T = runEntry(r)
   local s = call('HGET', TP .. id, 'state')
   local old = now - tonumber(since) > grace
   if not s or s == 'completed' or s == 'archived' then
     if state == 'p' or old then
       free(id, r)
     end
+  elseif state == 'p' and s == 'scheduled' and isParked(id) then
+    requeue(id, r)
   elseif state ~= 'p' and old then
     local e = call('HGET', grants, id)
-    if state == 'g' and e and s == 'scheduled' and num(call('ZSCORE', scheduled, id), 0) == PARKED then
+    if state == 'g' and e and isParked(id) then
       redo[#redo + 1], redo[#redo + 2] = T, e
     else
       call('HSET', run, id, 'p' .. string.sub(r, 2))
@@ -38,6 +41,7 @@ for i = 1, #entries, 2 do
     end
   end
 end
+save()
 out[2] = #redo / 2
 for i = 1, #redo do
   out[#out + 1] = redo[i]

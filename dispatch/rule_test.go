@@ -1,0 +1,270 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch/internal/rule"
+	"github.com/admitq/admitq/lua"
+)
+
+// TestScriptsFollowTheRule replays seeded random workloads against the
+// dispatcher's scripts on a real redis-server and against the Go model of
+// its rule (package rule), and fails on the first difference: a producer's
+// verdict, a turn's grants and their order, or any state the rule keeps
+// (the floor, each tenant's tag, tasks in flight, cap, weight and
+// estimate, the runnable tenants and their start tags).
+func TestScriptsFollowTheRule(t *testing.T) {
+	for seed := uint64(1); seed <= 8; seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { replay(t, seed, 800) })
+	}
+}
+
+// replayer drives the scripts and the model side by side.
+type replayer struct {
+	t     *testing.T
+	ctx   context.Context
+	d     *Dispatcher
+	k     queueKeys
+	model *rule.Queue
+	rng   *rand.Rand
+	quota map[string]admission.Quota
+	// moved are tasks in flight in asynq's hands, by ID; retried those
+	// asynq will run again.
+	moved   []string
+	retried map[string]bool
+	asleep  []string // tenants put to sleep by the last turn
+	seq     int
+	// pendingOps are the last turn's grants' moves, for the next turn.
+	pendingOps []moveOp
+}
+
+func replay(t *testing.T, seed uint64, steps int) {
+	d, rdb, _ := rig(t, admission.Quota{Limit: 100_000, Window: time.Second})
+	r := &replayer{t: t, ctx: context.Background(), d: d, k: d.keysFor("default"), model: rule.New(),
+		rng: rand.New(rand.NewPCG(seed, 7)), quota: map[string]admission.Quota{}, retried: map[string]bool{}}
+	// A fair worker with room for everything: the rule, not the room, is
+	// under test here.
+	if _, err := d.run(r.ctx, d.scripts.dispatch, "default", "replay|100000|1", 600_000_000, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	tenants := []string{"a", "b", "c", "d", "e|x"}
+	for step := range steps {
+		T := tenants[r.rng.IntN(len(tenants))]
+		if r.rng.IntN(3) == 0 || r.quota[T] == (admission.Quota{}) {
+			r.quota[T] = admission.Quota{Limit: 100_000, Window: time.Second, MaxInFlight: r.rng.IntN(4),
+				Weight: []float64{0, 1, 2, 3, 0.5}[r.rng.IntN(5)], MaxParked: 1 << 20}
+		}
+		switch n := r.rng.IntN(10); {
+		case n < 5:
+			r.park(T)
+		default:
+			r.turn()
+		}
+		r.compare(step)
+		if t.Failed() {
+			return
+		}
+	}
+	_ = rdb
+}
+
+// park parks a new task of T on both sides, and writes it as its producer
+// would: pending when it went straight in, parked when it waits.
+func (r *replayer) park(T string) {
+	r.seq++
+	id := fmt.Sprintf("%s-%d", T, r.seq)
+	q := r.quota[T]
+	tk, err := r.d.Park(r.ctx, Task{Queue: "default", Tenant: T, ID: id}, q)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	_, in := r.model.Park(T, id, q.MaxInFlight, rule.Weight(q.Weight), 1<<30)
+	if want := map[bool]Verdict{true: Straight, false: Wait}[in]; tk.Verdict != want {
+		r.t.Fatalf("park %s: the script says %v, the model %v", id, tk.Verdict, want)
+	}
+	tp := r.k.taskPrefix + id
+	if in {
+		r.d.rdb.HSet(r.ctx, tp, "state", "pending", "msg", "")
+		r.d.rdb.LPush(r.ctx, r.k.pending, id)
+		r.moved = append(r.moved, id)
+		return
+	}
+	r.d.rdb.HSet(r.ctx, tp, "state", "scheduled", "msg", "")
+	r.d.rdb.ZAdd(r.ctx, r.k.scheduled, redis.Z{Score: float64(ParkedUntil.Unix()), Member: id})
+}
+
+// turn hands in some finishes, moves or puts back the last grants, and
+// grants some more, on both sides.
+func (r *replayer) turn() {
+	args := []any{"replay|100000|1", 600_000_000}
+	most := r.rng.IntN(4)
+	args = append(args, most)
+	var fins []any
+	n := 0
+	for i := 0; i < len(r.moved) && n < 3; i++ {
+		if r.rng.IntN(3) != 0 {
+			continue
+		}
+		id := r.moved[i]
+		T := r.model.InFlight[id].Tenant
+		q := r.quota[T]
+		ran := int64(r.rng.IntN(30_000))
+		done := r.retried[id] || r.rng.IntN(5) != 0
+		state := "completed"
+		if !done {
+			state = "retry"
+			r.retried[id] = true
+		}
+		r.d.rdb.HSet(r.ctx, r.k.taskPrefix+id, "state", state)
+		fins = append(fins, id, ran, map[bool]int{true: 1, false: 0}[done], q.MaxInFlight, rule.Weight(q.Weight))
+		r.model.Finish(id, ran, done, q.MaxInFlight, rule.Weight(q.Weight))
+		if done {
+			r.moved = append(r.moved[:i], r.moved[i+1:]...)
+			i--
+		}
+		n++
+	}
+	args = append(append(args, n), fins...)
+	args = appendOps(args, r.pendingOps)
+	wake := r.asleep // asleep since the last turn: this one wakes them
+	r.asleep = nil
+	r.applyOps()
+	res, err := r.d.run(r.ctx, r.d.scripts.dispatch, "default", args...)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for _, T := range wake {
+		if !slices.Contains(r.asleep, T) {
+			r.model.Wake(T)
+		}
+	}
+	picks, _, err := readPicks(res)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	want := r.model.Pick(most, 1<<30, nil)
+	r.model.Forgive()
+	if len(picks) != len(want) {
+		r.t.Fatalf("a turn granted %d tasks, the model %d (%v)", len(picks), len(want), want)
+	}
+	r.pendingOps = nil
+	for i, p := range picks {
+		if p.tenant != want[i].Tenant || p.entry.id != want[i].ID {
+			r.t.Fatalf("grant %d: the script granted %s of %s, the model %s of %s", i, p.entry.id, p.tenant, want[i].ID, want[i].Tenant)
+		}
+		op := moveOp{op: opGo, id: p.entry.id}
+		switch r.rng.IntN(6) {
+		case 0:
+			op = moveOp{op: opBack, id: p.entry.id}
+		case 1:
+			op = moveOp{op: opBack, id: p.entry.id, sleep: time.Microsecond}
+		}
+		r.pendingOps = append(r.pendingOps, op)
+	}
+}
+
+// applyOps applies the moves the next turn hands in to the model.
+func (r *replayer) applyOps() {
+	for _, o := range r.pendingOps {
+		T := r.model.InFlight[o.id].Tenant
+		switch o.op {
+		case opGo:
+			r.moved = append(r.moved, o.id)
+		case opBack:
+			r.model.Back(o.id, o.sleep > 0)
+			if o.sleep > 0 {
+				r.asleep = append(r.asleep, T)
+			}
+		}
+	}
+}
+
+// compare fails on any difference between the state the scripts keep and
+// the model's.
+func (r *replayer) compare(step int) {
+	t, ctx, rdb, k := r.t, r.ctx, r.d.rdb, r.k
+	t.Helper()
+	meta := rdb.HGetAll(ctx, k.meta).Val()
+	if got := atoi(meta["floor"]); got != r.model.Floor {
+		t.Fatalf("step %d: floor %d, the model's %d", step, got, r.model.Floor)
+	}
+	if got := atoi(meta["est"]); got != r.model.Estimate {
+		t.Fatalf("step %d: queue estimate %d, the model's %d", step, got, r.model.Estimate)
+	}
+	vt := rdb.ZRangeWithScores(ctx, k.vt, 0, -1).Val()
+	if len(vt) != len(r.model.Runnable) {
+		t.Fatalf("step %d: %d runnable tenants, the model has %d (%v, %v)", step, len(vt), len(r.model.Runnable), vt, r.model.Runnable)
+	}
+	for _, z := range vt {
+		if want, ok := r.model.Runnable[z.Member.(string)]; !ok || int64(z.Score) != want {
+			t.Fatalf("step %d: tenant %s runnable at %v, the model at %d (%v)", step, z.Member, z.Score, want, ok)
+		}
+	}
+	run := rdb.HGetAll(ctx, k.run).Val()
+	if len(run) != len(r.model.InFlight) {
+		t.Fatalf("step %d: %d tasks in flight, the model has %d", step, len(run), len(r.model.InFlight))
+	}
+	for id, e := range run {
+		f := strings.SplitN(e, "|", 4)
+		m, ok := r.model.InFlight[id]
+		if !ok || f[3] != m.Tenant || atoi(f[1]) != m.Estimate {
+			t.Fatalf("step %d: in flight %s = %q, the model's %+v (%v)", step, id, e, m, ok)
+		}
+	}
+	hashes := rdb.Keys(ctx, k.prefix+"t:*").Val()
+	if len(hashes) != len(r.model.Tenants) {
+		t.Fatalf("step %d: %d tenant records, the model has %d (%v)", step, len(hashes), len(r.model.Tenants), hashes)
+	}
+	for T, m := range r.model.Tenants {
+		h := rdb.HGetAll(ctx, k.tenantKey(T)).Val()
+		got := [5]int64{atoi(h["tag"]), atoi(h["n"]), atoi(h["cap"]), atoi(h["wm"]), atoi(h["est"])}
+		want := [5]int64{m.Tag, int64(m.N), int64(m.Cap), m.Weight, m.Estimate}
+		if got != want {
+			t.Fatalf("step %d: tenant %s (tag n cap wm est) %v, the model's %v", step, T, got, want)
+		}
+	}
+}
+
+func atoi(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// TestScriptsDeclareTheRulesConstants ties fair.lua's constants to the Go
+// model's and the package's.
+func TestScriptsDeclareTheRulesConstants(t *testing.T) {
+	want := map[string]int64{
+		"WEIGHT_SCALE":     rule.WeightScale,
+		"DEFAULT_ESTIMATE": rule.DefaultEstimate,
+		"TENANT_SMOOTHING": rule.TenantSmoothing,
+		"QUEUE_SMOOTHING":  rule.QueueSmoothing,
+		"PARKED":           ParkedUntil.Unix(),
+		"RESTART_GRACE":    RestartGrace.Microseconds(),
+	}
+	src := lua.FairPrelude()
+	for name, v := range want {
+		m := regexp.MustCompile(`(?m)^local ` + name + ` = (\d+)$`).FindStringSubmatch(src)
+		if m == nil {
+			t.Errorf("fair.lua declares no %s", name)
+			continue
+		}
+		if got := atoi(m[1]); got != v {
+			t.Errorf("fair.lua's %s = %d, Go's %d", name, got, v)
+		}
+	}
+	e := waitingEntry{notBefore: 1, parked: 2, uniqueTTL: 3, id: "x|y"}
+	if got, want := e.String(), "1|2|3|x|y"; got != want {
+		t.Errorf("waiting entry %q, want %q", got, want)
+	}
+}
