@@ -1,0 +1,539 @@
+package dispatch
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// ErrTaskNotFound is returned by Locate when neither asynq nor the
+// dispatcher holds the task in the queue.
+var ErrTaskNotFound = errors.New("dispatch: task not found")
+
+// Where is the part of the dispatcher that holds a task.
+type Where int
+
+const (
+	// NotHeld: the dispatcher holds nothing of the task; asynq alone has
+	// it (the queue is not dispatched for its tenant, or the task's place
+	// was freed when it finished).
+	NotHeld Where = iota
+	// Waiting: the task waits in its tenant's line, parked in asynq's
+	// scheduled set until ParkedUntil.
+	Waiting
+	// Limbo: the task's entry is set aside, out of its tenant's line: its
+	// own start time is ahead, or asynq did not hold the task at its turn.
+	Limbo
+	// InFlight: the dispatcher let the task in; it counts against its
+	// tenant's cap until asynq is done with it.
+	InFlight
+)
+
+// String returns "not held", "waiting", "limbo" or "in flight".
+func (w Where) String() string {
+	switch w {
+	case Waiting:
+		return "waiting"
+	case Limbo:
+		return "limbo"
+	case InFlight:
+		return "in flight"
+	}
+	return "not held"
+}
+
+// Reason is what holds a waiting task, or one in limbo.
+type Reason int
+
+const (
+	// ReasonNone: nothing in the reading holds it: the queue's next
+	// dispatch turn lets it in (or, in limbo, puts it back at the head of
+	// its tenant's line).
+	ReasonNone Reason = iota
+	// ReasonUnserved: no live worker with a gate serves the queue, so
+	// nothing moves until one does.
+	ReasonUnserved
+	// ReasonCap: its tenant is at its cap (Place.InFlight of Place.Cap).
+	ReasonCap
+	// ReasonRate: its tenant sleeps until Place.Until, the gate's next
+	// slot under its rate (or a second after an admission that failed).
+	ReasonRate
+	// ReasonFull: the fair queue is full (Place.Room is 0 or less): the
+	// next grant waits for one of its tasks to end.
+	ReasonFull
+	// ReasonTurn: other tasks go first: earlier ones of its tenant
+	// (Place.Position > 1), or tenants with earlier start tags in a fair
+	// queue (Place.TenantsAhead).
+	ReasonTurn
+	// ReasonLater: in limbo until its own start time, Place.NotBefore.
+	ReasonLater
+	// ReasonMissing: in limbo because asynq does not hold the task: its
+	// producer has not written it yet, or it was deleted. The dispatcher
+	// looks again at Place.Until, and drops the entry an hour after it was
+	// parked.
+	ReasonMissing
+)
+
+// String returns the reason's name, e.g. "cap".
+func (r Reason) String() string {
+	switch r {
+	case ReasonUnserved:
+		return "unserved"
+	case ReasonCap:
+		return "cap"
+	case ReasonRate:
+		return "rate"
+	case ReasonFull:
+		return "full"
+	case ReasonTurn:
+		return "turn"
+	case ReasonLater:
+		return "later"
+	case ReasonMissing:
+		return "missing"
+	}
+	return "none"
+}
+
+// Stage is where a task in flight is on its way in.
+type Stage int
+
+const (
+	// StageGranted: a dispatch turn granted it; a worker is admitting it and
+	// moving it into asynq's pending list.
+	StageGranted Stage = iota + 1
+	// StageStraight: it went straight in at park; its producer is writing it.
+	StageStraight
+	// StageQueued: asynq has it in its hands (pending, active, or to retry).
+	StageQueued
+)
+
+// String returns "granted", "straight" or "queued".
+func (s Stage) String() string {
+	switch s {
+	case StageGranted:
+		return "granted"
+	case StageStraight:
+		return "straight"
+	case StageQueued:
+		return "queued"
+	}
+	return ""
+}
+
+// Place is where a task is in its queue and why, as Locate read it in one
+// moment. Fields that do not apply are zero.
+type Place struct {
+	Queue, TaskID string
+	// Now is the Redis time of the reading.
+	Now time.Time
+	// TaskState is asynq's state of the task ("pending", "active",
+	// "scheduled", "retry", "archived", "completed", "aggregating"), ""
+	// when asynq does not hold it. Parked reports that asynq keeps it
+	// scheduled at ParkedUntil, for the dispatcher to move in.
+	TaskState string
+	Parked    bool
+	// Tenant is the task's tenant: from the dispatcher's record, else
+	// from the task's tenant header; "" when neither says.
+	Tenant string
+	Where  Where
+	// Reason is what holds a Waiting or Limbo task; Until is when a
+	// tenant asleep on its rate wakes (ReasonRate), or when the
+	// dispatcher looks again at a task in limbo.
+	Reason Reason
+	Until  time.Time
+	// Position is the task's place in its tenant's line, from 1, and
+	// TenantWaiting how many tasks wait in that line.
+	Position, TenantWaiting int
+	// TenantsAhead is how many tenants' next tasks go before its tenant's
+	// in a fair queue (those with an earlier start tag); 0 when its tenant
+	// is not among those that may go in now.
+	TenantsAhead int
+	// InFlight is how many of the tenant's tasks are in flight in the
+	// queue; Cap is the tenant's MaxInFlight as the dispatcher last
+	// stored it (0: none), which a quota change reaches at the tenant's
+	// next park or finish.
+	InFlight, Cap int
+	// Stage and Since tell where an InFlight task is and since when.
+	Stage Stage
+	Since time.Time
+	// NotBefore is the task's own start time, zero for none.
+	NotBefore time.Time
+	// Served reports that a live worker with a gate serves the queue, and
+	// Fair that one of them is fair. Room is how many more tasks the fair
+	// queue takes now (its live gate workers' concurrency and half as
+	// much again, at least 2, less the tasks pending, active, granted or
+	// being written); -1 in a queue that is not fair, where space is not
+	// limited.
+	Served, Fair bool
+	Room         int
+}
+
+// Locate reads where task taskID is in queue and what it waits on: asynq's
+// state of it and, when the dispatcher holds it, its tenant, its place in
+// its tenant's line and what holds that line, or its stage in flight. It
+// costs a few round trips, plus one page read per thousand tasks ahead of
+// it in its tenant's line; a task in limbo costs a scan of the queue's
+// limbo. It returns an error wrapping ErrTaskNotFound when neither asynq
+// nor the dispatcher holds the task.
+func (d *Dispatcher) Locate(ctx context.Context, queue, taskID string) (Place, error) {
+	if err := d.checkPrefix(); err != nil {
+		return Place{}, err
+	}
+	k := d.keysFor(queue)
+	taskKey := k.taskPrefix + taskID
+	var (
+		now                  *redis.TimeCmd
+		task                 *redis.SliceCmd
+		score                *redis.FloatCmd
+		flight               *redis.StringCmd
+		members              *redis.ZSliceCmd
+		npend, nact, ngrants *redis.IntCmd
+		nfresh               *redis.IntCmd
+	)
+	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		now = p.Time(ctx)
+		task = p.HMGet(ctx, taskKey, "state", "msg")
+		score = p.ZScore(ctx, k.scheduled, taskID)
+		flight = p.HGet(ctx, k.run, taskID)
+		members = p.ZRangeWithScores(ctx, k.workers, 0, -1)
+		npend, nact = p.LLen(ctx, k.pending), p.LLen(ctx, k.active)
+		ngrants, nfresh = p.HLen(ctx, k.grants), p.ZCard(ctx, k.fresh)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return Place{}, fmt.Errorf("dispatch: locating task %q in queue %q: %w", taskID, queue, err)
+	}
+	pl := Place{Queue: queue, TaskID: taskID, Now: now.Val(), Room: -1}
+	h := task.Val()
+	pl.TaskState, _ = h[0].(string)
+	msg, _ := h[1].(string)
+	pl.Parked = pl.TaskState == "scheduled" && score.Err() == nil && int64(score.Val()) == ParkedUntil.Unix()
+	concurrency := 0
+	for _, z := range members.Val() {
+		// A member is "<id>|<concurrency>|<fair: 0 or 1>", scored with its
+		// expiry; a lapsed one still makes the queue fair for a while.
+		f := strings.Split(z.Member.(string), "|")
+		if len(f) != 3 || int64(z.Score) < pl.Now.Add(-RestartGrace).UnixMicro() {
+			continue
+		}
+		pl.Fair = pl.Fair || f[2] == "1"
+		if int64(z.Score) >= pl.Now.UnixMicro() {
+			pl.Served = true
+			c, _ := strconv.Atoi(f[1])
+			concurrency += c
+		}
+	}
+	if pl.Fair {
+		pl.Room = room(concurrency, int(npend.Val()+nact.Val()+ngrants.Val()+nfresh.Val()))
+	}
+
+	if r := flight.Val(); r != "" {
+		// A run entry: "<state>|<estimate µs>|<since µs>|<tenant>".
+		f := strings.SplitN(r, "|", 4)
+		if len(f) == 4 {
+			pl.Where, pl.Tenant = InFlight, f[3]
+			pl.Stage = map[string]Stage{"g": StageGranted, "f": StageStraight, "p": StageQueued}[f[0]]
+			if pl.Stage == StageStraight && pl.TaskState != "" {
+				pl.Stage = StageQueued // its producer wrote it
+			}
+			if us, err := strconv.ParseInt(f[2], 10, 64); err == nil {
+				pl.Since = time.UnixMicro(us)
+			}
+			return pl, d.readTenant(ctx, k, &pl)
+		}
+	}
+	pl.Tenant = taskHeader([]byte(msg), tenantHeader)
+	if pl.Tenant != "" {
+		if err := d.readTenant(ctx, k, &pl); err != nil {
+			return pl, err
+		}
+		found, err := d.findInLine(ctx, k, &pl)
+		if err != nil || found {
+			return pl, err
+		}
+	}
+	found, err := d.findInLimbo(ctx, k, &pl)
+	switch {
+	case err != nil:
+		return pl, err
+	case !found && pl.TaskState == "":
+		return pl, fmt.Errorf("%w: %q in queue %q: neither asynq nor the dispatcher holds it", ErrTaskNotFound, taskID, queue)
+	}
+	return pl, nil
+}
+
+// room is how many more tasks a fair queue takes, as fair.lua's room()
+// reckons it, when its live gate workers run concurrency tasks at once and
+// it holds inQueue (pending, active, granted or being written).
+func room(concurrency, inQueue int) int {
+	return concurrency + max(2, concurrency/2) - inQueue
+}
+
+// tenantHeader is enqueue.TenantHeader, which enqueue (importing this
+// package) stamps on every task it sends.
+const tenantHeader = "admitq-tenant"
+
+// readTenant reads pl.Tenant's record in queue: its tasks in flight, its
+// stored cap and how many wait in its line.
+func (d *Dispatcher) readTenant(ctx context.Context, k queueKeys, pl *Place) error {
+	var rec *redis.SliceCmd
+	var waiting *redis.IntCmd
+	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		rec = p.HMGet(ctx, k.tenantKey(pl.Tenant), "n", "cap")
+		waiting = p.LLen(ctx, k.waitingKey(pl.Tenant))
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("dispatch: reading tenant %q in queue %q: %w", pl.Tenant, pl.Queue, err)
+	}
+	pl.InFlight, pl.Cap = storedInt(rec.Val()[0]), storedInt(rec.Val()[1])
+	pl.TenantWaiting = int(waiting.Val())
+	return nil
+}
+
+// linePage is how many entries of a tenant's line findInLine reads a call.
+const linePage = 1000
+
+// findInLine looks for pl's task in its tenant's line, a page at a time,
+// and when it is there reads what holds the line.
+func (d *Dispatcher) findInLine(ctx context.Context, k queueKeys, pl *Place) (bool, error) {
+	line := k.waitingKey(pl.Tenant)
+	pos := 0
+	for start := int64(0); start < int64(pl.TenantWaiting) && pos == 0; start += linePage {
+		page, err := d.rdb.LRange(ctx, line, start, start+linePage-1).Result()
+		if err != nil {
+			return false, fmt.Errorf("dispatch: reading tenant %q's line in queue %q: %w", pl.Tenant, pl.Queue, err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		for i, s := range page {
+			if e, err := parseWaitingEntry(s); err == nil && e.id == pl.TaskID {
+				pos, pl.NotBefore = int(start)+i+1, e.notBeforeTime()
+				break
+			}
+		}
+	}
+	if pos == 0 {
+		return false, nil
+	}
+	pl.Where, pl.Position = Waiting, pos
+	var wake *redis.FloatCmd
+	var rank *redis.IntCmd
+	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		wake = p.ZScore(ctx, k.sleep, pl.Tenant)
+		rank = p.ZRank(ctx, k.vt, pl.Tenant)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return true, fmt.Errorf("dispatch: reading tenant %q in queue %q: %w", pl.Tenant, pl.Queue, err)
+	}
+	if rank.Err() == nil {
+		pl.TenantsAhead = int(rank.Val())
+	}
+	switch {
+	case !pl.Served:
+		pl.Reason = ReasonUnserved
+	case pl.Cap > 0 && pl.InFlight >= pl.Cap:
+		pl.Reason = ReasonCap
+	case wake.Err() == nil:
+		pl.Reason, pl.Until = ReasonRate, time.UnixMicro(int64(wake.Val()))
+	case pl.Fair && pl.Room <= 0:
+		pl.Reason = ReasonFull
+	case pl.Position > 1 || pl.TenantsAhead > 0:
+		pl.Reason = ReasonTurn
+	}
+	return true, nil
+}
+
+// limboScan is how many limbo members findInLimbo asks Redis to look at a
+// SCAN call.
+const limboScan = 1000
+
+// findInLimbo looks for pl's task among the queue's entries in limbo.
+func (d *Dispatcher) findInLimbo(ctx context.Context, k queueKeys, pl *Place) (bool, error) {
+	// A member is "<tenant>\n<waiting entry>", and an entry ends in its
+	// task ID.
+	match := "*|" + globEscape(pl.TaskID)
+	if pl.Tenant != "" {
+		match = globEscape(pl.Tenant) + "\n" + match
+	}
+	var cursor uint64
+	for {
+		keys, next, err := d.rdb.ZScan(ctx, k.limbo, cursor, match, limboScan).Result()
+		if err != nil {
+			return false, fmt.Errorf("dispatch: reading queue %q's limbo: %w", pl.Queue, err)
+		}
+		for i := 0; i+1 < len(keys); i += 2 {
+			tenant, s, ok := strings.Cut(keys[i], "\n")
+			e, err := parseWaitingEntry(s)
+			if !ok || err != nil || e.id != pl.TaskID {
+				continue
+			}
+			nb := e.notBeforeTime()
+			at, _ := strconv.ParseFloat(keys[i+1], 64)
+			pl.Where, pl.NotBefore, pl.Until = Limbo, nb, time.UnixMicro(int64(at))
+			switch {
+			case pl.TaskState == "":
+				pl.Reason = ReasonMissing
+			case nb.After(pl.Now):
+				pl.Reason = ReasonLater
+			}
+			if pl.Tenant == "" {
+				pl.Tenant = tenant
+				if err := d.readTenant(ctx, k, pl); err != nil {
+					return true, err
+				}
+			}
+			return true, nil
+		}
+		if cursor = next; cursor == 0 {
+			return false, nil
+		}
+	}
+}
+
+// storedInt reads a number the scripts stored, 0 when missing.
+func storedInt(v any) int {
+	s, _ := v.(string)
+	f, _ := strconv.ParseFloat(s, 64)
+	return int(f)
+}
+
+// globEscape escapes s for a Redis MATCH pattern.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// taskHeader returns header name of an asynq task message (asynq's
+// TaskMessage protobuf, whose field 15 is its headers map), or "".
+func taskHeader(msg []byte, name string) string {
+	const headers = 15
+	for len(msg) > 0 {
+		num, typ, n := protowire.ConsumeTag(msg)
+		if n < 0 {
+			return ""
+		}
+		msg = msg[n:]
+		if num != headers || typ != protowire.BytesType {
+			if n = protowire.ConsumeFieldValue(num, typ, msg); n < 0 {
+				return ""
+			}
+			msg = msg[n:]
+			continue
+		}
+		entry, n := protowire.ConsumeBytes(msg)
+		if n < 0 {
+			return ""
+		}
+		msg = msg[n:]
+		if key, value := mapEntry(entry); key == name {
+			return value
+		}
+	}
+	return ""
+}
+
+// mapEntry reads a protobuf map<string, string> entry: key 1, value 2.
+func mapEntry(b []byte) (key, value string) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return "", ""
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return "", ""
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return "", ""
+		}
+		b = b[n:]
+		switch num {
+		case 1:
+			key = string(v)
+		case 2:
+			value = string(v)
+		}
+	}
+	return key, value
+}
+
+// Why says in a few words what holds the task, or where it is in flight,
+// e.g. "the tenant is at its cap (2/2 in flight): it goes in when one of
+// the tenant's running tasks ends".
+func (p Place) Why() string {
+	switch p.Where {
+	case InFlight:
+		switch p.Stage {
+		case StageGranted:
+			return "in flight: granted, being moved into the queue"
+		case StageStraight:
+			return "in flight: went straight in, being written by its producer"
+		}
+		return fmt.Sprintf("in flight: in asynq's hands (%s), counted against the tenant's cap", cmp.Or(p.TaskState, "state unknown"))
+	case NotHeld:
+		return "not held by the dispatcher: asynq alone has it"
+	case Limbo:
+		if p.Reason == ReasonNone {
+			return fmt.Sprintf("in limbo: asynq holds the task again, and it returns to the head of its tenant's line at %s", p.Until.Local().Format("15:04:05.000"))
+		}
+	}
+	switch p.Reason {
+	case ReasonUnserved:
+		return "no worker with a gate serves the queue: nothing moves until one does"
+	case ReasonCap:
+		return fmt.Sprintf("the tenant is at its cap (%d/%d in flight): it goes in when one of the tenant's running tasks ends", p.InFlight, p.Cap)
+	case ReasonRate:
+		return fmt.Sprintf("the tenant is held by its rate until %s", p.Until.Local().Format("15:04:05.000"))
+	case ReasonFull:
+		return "waits its turn in a fair queue: the queue is full, and the next grant follows a task that ends"
+	case ReasonTurn:
+		return fmt.Sprintf("waits its turn in a fair queue: %d of the tenant's tasks and %d other tenants go first", p.Position-1, p.TenantsAhead)
+	case ReasonLater:
+		return fmt.Sprintf("waits aside until its own start time, %s", p.NotBefore.Local().Format(time.RFC3339))
+	case ReasonMissing:
+		return fmt.Sprintf("in limbo: asynq does not hold the task (its producer has not written it yet, or it was deleted); looked for again at %s", p.Until.Local().Format("15:04:05.000"))
+	}
+	return "goes in at the queue's next dispatch turn"
+}
+
+// ParkedWhy says why a task that Park told to wait waits, from what
+// Locate read after the park (its answers p and err): "parked: " and the
+// reason when the reading names one, else the neutral "parked: waits its
+// turn in the queue".
+func ParkedWhy(p Place, err error) string {
+	const neutral = "parked: waits its turn in the queue"
+	if err != nil {
+		return neutral
+	}
+	switch {
+	case p.Where == InFlight:
+		return "parked, and since let in: " + strings.TrimPrefix(p.Why(), "in flight: ")
+	case p.Where == NotHeld:
+		return "parked, and since " + cmp.Or(p.TaskState, "gone")
+	case p.Reason == ReasonNone:
+		return neutral
+	}
+	return "parked: " + p.Why()
+}
