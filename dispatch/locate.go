@@ -60,6 +60,8 @@ const (
 	// ReasonUnserved: no live worker with a gate serves the queue, so
 	// nothing moves until one does.
 	ReasonUnserved
+	// ReasonPaused: its tenant's quota is paused (Quota.Paused).
+	ReasonPaused
 	// ReasonCap: its tenant is at its cap (Place.InFlight of Place.Cap).
 	ReasonCap
 	// ReasonRate: its tenant sleeps until Place.Until, the gate's next
@@ -86,6 +88,8 @@ func (r Reason) String() string {
 	switch r {
 	case ReasonUnserved:
 		return "unserved"
+	case ReasonPaused:
+		return "paused"
 	case ReasonCap:
 		return "cap"
 	case ReasonRate:
@@ -339,9 +343,12 @@ func (d *Dispatcher) findInLine(ctx context.Context, k queueKeys, pl *Place) (bo
 	if rank.Err() == nil {
 		pl.TenantsAhead = int(rank.Val())
 	}
+	q, qerr := d.gate.Quota(ctx, pl.Tenant)
 	switch {
 	case !pl.Served:
 		pl.Reason = ReasonUnserved
+	case qerr == nil && q.Paused:
+		pl.Reason = ReasonPaused
 	case pl.Cap > 0 && pl.InFlight >= pl.Cap:
 		pl.Reason = ReasonCap
 	case wake.Err() == nil:
@@ -502,6 +509,8 @@ func (p Place) Why() string {
 	switch p.Reason {
 	case ReasonUnserved:
 		return "no worker with a gate serves the queue: nothing moves until one does"
+	case ReasonPaused:
+		return "the tenant is paused: it goes in, in order, once the tenant is resumed"
 	case ReasonCap:
 		return fmt.Sprintf("the tenant is at its cap (%d/%d in flight): it goes in when one of the tenant's running tasks ends", p.InFlight, p.Cap)
 	case ReasonRate:

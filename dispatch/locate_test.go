@@ -67,6 +67,14 @@ func TestLocateWaitingBehindTheCap(t *testing.T) {
 		t.Errorf("ParkedWhy on a failed reading = %q, want the neutral reason", got)
 	}
 
+	paused := capped1
+	paused.Paused = true
+	s.setQuota("acme", paused)
+	if p := s.locate("c"); p.Reason != dispatch.ReasonPaused || !strings.Contains(dispatch.ParkedWhy(p, nil), "parked: the tenant is paused") {
+		t.Errorf("c of a paused tenant = %+v, want held by the pause", p)
+	}
+	s.setQuota("acme", capped1)
+
 	_, err = dispatch.New(s.rdb, s.gate, nil).Locate(context.Background(), "default", "nobody")
 	if !errors.Is(err, dispatch.ErrTaskNotFound) {
 		t.Errorf("Locate(nobody) = %v, want ErrTaskNotFound", err)
