@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/dispatch"
 )
@@ -68,4 +70,16 @@ func (c *Client) abandon(ctx context.Context, tk dispatch.Ticket, f fate, err er
 		return fmt.Errorf("%w (giving back its place failed too: %v)", err, aerr)
 	}
 	return err
+}
+
+// WhyParked says why the parked task info (Decision.Outcome Parked) waits,
+// as its queue's dispatcher holds it now: "parked: " and what holds it (the
+// tenant at its cap, held by its rate, its turn in a fair queue...), or
+// "parked: waits its turn in the queue" when the reading does not say. It
+// reads Redis: a few round trips (dispatch.Dispatcher.Locate).
+func (c *Client) WhyParked(ctx context.Context, info *asynq.TaskInfo) string {
+	if info == nil {
+		return dispatch.ParkedWhy(dispatch.Place{}, errors.New("enqueue: no task"))
+	}
+	return dispatch.ParkedWhy(c.disp.Locate(ctx, info.Queue, info.ID))
 }

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"time"
 
@@ -31,12 +33,25 @@ type dispatchTenant struct {
 	// seconds; absent when nothing is parked.
 	OldestParkedAge *float64 `json:"oldest_parked_age_s,omitempty"`
 	InFlight        int      `json:"in_flight"`
-	MaxInFlight     int      `json:"max_in_flight"` // 0: no cap
-	AtCap           bool     `json:"at_cap"`
-	Weight          float64  `json:"weight"`
+	// MaxInFlight is the cap in the tenant's quota now (0: no cap): the
+	// dispatcher applies a changed cap from the tenant's next park or
+	// finish. AtCap reports InFlight >= MaxInFlight > 0, and OverCap
+	// InFlight > MaxInFlight > 0: a cap lowered below the tasks already in
+	// flight, which drain to it.
+	MaxInFlight int     `json:"max_in_flight"`
+	AtCap       bool    `json:"at_cap"`
+	OverCap     bool    `json:"over_cap"`
+	Weight      float64 `json:"weight"`
 	// WorkerShare is the tenant's part of the worker time of the tenants
 	// active in the queue, 0 to 1.
 	WorkerShare float64 `json:"worker_share"`
+	// DrainRate is how fast the tenant's parked tasks drain, in tasks a
+	// second, smoothed over status --watch's rounds (net of new arrivals;
+	// negative while they grow), and DrainETA the seconds until none is
+	// parked at that rate. Both are absent outside --watch, and on its
+	// first round; DrainETA also while nothing drains.
+	DrainRate *float64 `json:"drain_per_s,omitempty"`
+	DrainETA  *float64 `json:"drain_eta_s,omitempty"`
 }
 
 // readDispatch reads every dispatched queue's state.
@@ -54,11 +69,17 @@ func (s *statusReader) readDispatch(ctx context.Context) ([]dispatchStatus, erro
 		if err != nil {
 			return out, err
 		}
+		caps, err := s.caps(ctx, qs.Tenants)
+		if err != nil {
+			return out, err
+		}
 		ds := dispatchStatus{Queue: q, Workers: qs.Workers, Fair: qs.Fair, Concurrency: qs.Concurrency, Tenants: []dispatchTenant{}}
 		parked := 0
 		for _, t := range qs.Tenants {
-			dt := dispatchTenant{Tenant: t.Tenant, Parked: t.Waiting, InFlight: t.InFlight, MaxInFlight: t.Cap,
-				AtCap: t.AtCap, Weight: t.Weight, WorkerShare: t.Share}
+			dt := dispatchTenant{Tenant: t.Tenant, Parked: t.Waiting, InFlight: t.InFlight, MaxInFlight: caps[t.Tenant],
+				Weight: t.Weight, WorkerShare: t.Share}
+			dt.AtCap = dt.MaxInFlight > 0 && dt.InFlight >= dt.MaxInFlight
+			dt.OverCap = dt.MaxInFlight > 0 && dt.InFlight > dt.MaxInFlight
 			if !t.OldestWaiting.IsZero() {
 				age := qs.Now.Sub(t.OldestWaiting).Seconds()
 				dt.OldestParkedAge = &age
@@ -70,6 +91,51 @@ func (s *statusReader) readDispatch(ctx context.Context) ([]dispatchStatus, erro
 		out = append(out, ds)
 	}
 	return out, nil
+}
+
+// caps returns each tenant's cap as its quota has it now (its own, else
+// the default's), or, for a tenant whose quota cannot be read, the cap the
+// dispatcher applies.
+func (s *statusReader) caps(ctx context.Context, tenants []dispatch.TenantStats) (map[string]int, error) {
+	caps := make(map[string]int, len(tenants))
+	if len(tenants) == 0 {
+		return caps, nil
+	}
+	names := make([]string, len(tenants))
+	for i, t := range tenants {
+		names[i], caps[t.Tenant] = t.Tenant, t.Cap
+	}
+	own, err := s.quotas.GetBatch(ctx, names)
+	if err != nil {
+		return caps, err
+	}
+	def, derr := s.quotas.GetDefault(ctx)
+	for i, r := range own {
+		switch {
+		case r.Err == nil:
+			caps[names[i]] = r.Quota.MaxInFlight
+		case errors.Is(r.Err, admission.ErrNoQuota) && derr == nil:
+			caps[names[i]] = def.MaxInFlight
+		}
+	}
+	return caps, nil
+}
+
+// flightOfCap is a tenant's tasks in flight against its quota's cap,
+// saying when it is at the cap, or over one lowered below the tasks
+// already in flight: "2/2 (at cap)", "3/1, over a lowered cap: draining".
+func flightOfCap(inFlight, limit int) string {
+	s := strconv.Itoa(inFlight)
+	if limit > 0 {
+		s += "/" + strconv.Itoa(limit)
+		switch {
+		case inFlight > limit:
+			s += ", over a lowered cap: draining"
+		case inFlight == limit:
+			s += " (at cap)"
+		}
+	}
+	return s
 }
 
 // writeDispatch writes each dispatched queue's tenants: parked, in flight
@@ -89,20 +155,22 @@ func writeDispatch(w io.Writer, r statusReport) {
 			fmt.Fprintln(w)
 			continue
 		}
-		fmt.Fprintln(w, "TENANT\tPARKED\tOLDEST PARKED\tIN FLIGHT\tWEIGHT\tWORKER SHARE")
+		drains := slices.ContainsFunc(q.Tenants, func(t dispatchTenant) bool { return t.DrainRate != nil })
+		header := "TENANT\tPARKED\tOLDEST PARKED\tIN FLIGHT\tWEIGHT\tWORKER SHARE"
+		if drains {
+			header += "\tDRAIN\tEMPTY IN"
+		}
+		fmt.Fprintln(w, header)
 		for _, t := range q.Tenants {
 			oldest := "-"
 			if t.OldestParkedAge != nil {
 				oldest = (time.Duration(*t.OldestParkedAge * float64(time.Second))).Round(time.Millisecond).String()
 			}
-			flight := strconv.Itoa(t.InFlight)
-			if t.MaxInFlight > 0 {
-				flight += "/" + strconv.Itoa(t.MaxInFlight)
-				if t.AtCap {
-					flight += " (at cap)"
-				}
+			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%g\t%.0f%%", tableTenant(t.Tenant), t.Parked, oldest, flightOfCap(t.InFlight, t.MaxInFlight), t.Weight, 100*t.WorkerShare)
+			if drains {
+				fmt.Fprintf(w, "\t%s\t%s", drainRateText(t), drainETAText(t))
 			}
-			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%g\t%.0f%%\n", tableTenant(t.Tenant), t.Parked, oldest, flight, t.Weight, 100*t.WorkerShare)
+			fmt.Fprintln(w)
 		}
 		fmt.Fprintln(w)
 	}

@@ -21,9 +21,10 @@ func (a *app) newEnqueueCmd() *cobra.Command {
 		Use:   "enqueue --tenant T --type X [--payload JSON|@file] [--queue Q] [--id ID]",
 		Short: "Send one task through the gate",
 		Long: `Sends one task through the gate and prints the decision, one of four:
-admitted (runs now), deferred until its slot, parked until one of the
-tenant's tasks finishes (a tenant capped by --max-in-flight), or rejected
-with when to retry (over its rate, or its parked backlog full).
+admitted (runs now), deferred until its slot, parked in a dispatched queue
+(with what it waits on: the tenant at its --max-in-flight cap, held by its
+rate, or its turn in a fair queue), or rejected with when to retry (over its
+rate, or its parked backlog full).
 
 The queue name may not hold spaces or control characters: no worker could
 be told to read it.
@@ -85,7 +86,8 @@ Exit status: 0 admitted, deferred or parked, 3 rejected, 1 error, 2 bad usage.`,
 			case err != nil:
 				return inputError(err)
 			case d.Outcome == admission.Parked:
-				fmt.Fprintf(a.stdout, "parked: task %s in queue %s waits for one of the tenant's tasks to finish\n", info.ID, info.Queue)
+				why := strings.TrimPrefix(client.WhyParked(cmd.Context(), info), "parked")
+				fmt.Fprintf(a.stdout, "parked: task %s in queue %s%s\n", info.ID, info.Queue, strings.Replace(why, ":", ";", 1))
 			case d.Outcome == admission.Deferred:
 				fmt.Fprintf(a.stdout, "deferred until %s (in %v): task %s in queue %s\n",
 					info.NextProcessAt.Local().Format(time.RFC3339), roundDelay(info.NextProcessAt.Sub(d.Now)), info.ID, info.Queue)

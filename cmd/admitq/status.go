@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"path"
 	"slices"
 	"strings"
@@ -33,9 +34,10 @@ type statusOptions struct {
 
 func (a *app) newStatusCmd() *cobra.Command {
 	var asJSON, watch bool
+	interval := time.Second
 	o := statusOptions{limit: defaultStatusLimit, sort: "usage"}
 	cmd := &cobra.Command{
-		Use:   "status [TENANT...] [--limit N] [--sort usage|name] [--match GLOB] [--json] [--watch]",
+		Use:   "status [TENANT...] [--limit N] [--sort usage|name] [--match GLOB] [--json] [--watch [--interval D]]",
 		Short: "Show tenants' windows and asynq's queues",
 		Long: `For each tenant: its quota, the entries in its window, the reservations ahead
 of now and the next free slot. Then asynq's queues: tasks pending, scheduled
@@ -58,8 +60,11 @@ Reads are batched: quotas and keys a page at a time, windows a pipeline of
 hundreds at a time. When some cannot be read, status prints what it read,
 marks the rest, and exits 1.
 
---watch redraws every second until interrupted; with --json it prints one
-JSON object per line. Tables shorten tenant names longer than 40 characters
+--watch redraws every --interval (a second unless told) until interrupted;
+with --json it prints one JSON object per line. In a dispatched queue it
+adds each tenant's drain rate, the change of its parked count a second
+(smoothed over the last several seconds, net of new tasks), and the time
+until none is parked at that rate ("~1m20s"). Tables shorten tenant names longer than 40 characters
 with an ellipsis; --json prints them whole.`,
 		RunE: func(cmd *cobra.Command, tenants []string) error {
 			if err := validateTenants(tenants...); err != nil {
@@ -76,6 +81,12 @@ with an ellipsis; --json prints them whole.`,
 			}
 			if err := checkGlob(o.match); err != nil {
 				return err
+			}
+			if cmd.Flags().Changed("interval") && !watch {
+				return usageErrorf("--interval is the period of --watch; give --watch too")
+			}
+			if interval <= 0 {
+				return usageErrorf("--interval %v: want more than 0", interval)
 			}
 			rdb, _, err := a.dial(cmd.Context())
 			if err != nil {
@@ -101,11 +112,12 @@ with an ellipsis; --json prints them whole.`,
 				}
 				return cmp.Or(rerr, err)
 			}
-			return a.watchStatus(cmd.Context(), s, tenants, asJSON)
+			return a.watchStatus(cmd.Context(), s, tenants, asJSON, interval)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().BoolVar(&watch, "watch", false, "redraw every second until interrupted")
+	cmd.Flags().BoolVar(&watch, "watch", false, "redraw every --interval until interrupted, with parked tasks' drain rates")
+	cmd.Flags().DurationVar(&interval, "interval", interval, "period of --watch")
 	cmd.Flags().IntVar(&o.limit, "limit", o.limit, "show at most this many tenants; 0 for all")
 	cmd.Flags().StringVar(&o.sort, "sort", o.sort, "order of the tenants: usage (fullest first) or name")
 	cmd.Flags().StringVar(&o.match, "match", "", "only tenants whose names match this Redis glob, e.g. 'acme-*'")
@@ -123,18 +135,20 @@ func checkGlob(pattern string) error {
 	return nil
 }
 
-// watchStatus redraws the status every second. A round that could not
-// read everything prints what it read and the error, and the watch goes
-// on.
-func (a *app) watchStatus(ctx context.Context, s *statusReader, tenants []string, asJSON bool) error {
+// watchStatus redraws the status every interval, with the parked tasks'
+// drain rates. A round that could not read everything prints what it read
+// and the error, and the watch goes on.
+func (a *app) watchStatus(ctx context.Context, s *statusReader, tenants []string, asJSON bool, interval time.Duration) error {
 	clear := a.colorful(a.stdout) && !asJSON
-	t := time.NewTicker(time.Second)
+	t := time.NewTicker(interval)
 	defer t.Stop()
+	var m drainMeter
 	for first := true; ; first = false {
 		r, rerr := s.read(ctx, tenants)
 		if ctx.Err() != nil {
 			return nil // interrupted: the normal end of a watch
 		}
+		m.observe(time.Now(), r.Dispatch)
 		var err error
 		switch {
 		case r.Tenants == nil && r.Queues == nil:
@@ -570,4 +584,109 @@ func nextFree(now, next time.Time) string {
 		return "now"
 	}
 	return fmt.Sprintf("in %v (%s)", next.Sub(now).Round(time.Millisecond), next.Local().Format("15:04:05.000"))
+}
+
+// drainSmoothing is the time constant of the drain rates' moving average:
+// a rate reflects mostly the last few of these.
+const drainSmoothing = 5 * time.Second
+
+// drainMeter follows each dispatched tenant's parked count across the
+// rounds of a watch, for its drain rate. The zero value is ready to use.
+type drainMeter struct {
+	last map[drainKey]drainPoint
+}
+
+type drainKey struct{ queue, tenant string }
+
+// drainPoint is a tenant's last round: when, how many were parked, and
+// the smoothed rate (valid once rated).
+type drainPoint struct {
+	at     time.Time
+	parked int
+	rate   float64
+	rated  bool
+}
+
+// observe folds a round read at now into the meter and sets the drain rate
+// and estimate of each tenant in qs seen in an earlier round. The rate is
+// an exponential moving average, weighted by the time between rounds, of
+// the parked count's fall a second. A tenant missing from a round starts
+// afresh when it comes back.
+func (m *drainMeter) observe(now time.Time, qs []dispatchStatus) {
+	next := make(map[drainKey]drainPoint)
+	for qi := range qs {
+		for ti := range qs[qi].Tenants {
+			t := &qs[qi].Tenants[ti]
+			k := drainKey{qs[qi].Queue, t.Tenant}
+			p := drainPoint{at: now, parked: t.Parked}
+			prev, seen := m.last[k]
+			if dt := now.Sub(prev.at).Seconds(); seen && dt > 0 {
+				inst := float64(prev.parked-t.Parked) / dt
+				p.rate, p.rated = inst, true
+				if prev.rated {
+					alpha := 1 - math.Exp(-dt/drainSmoothing.Seconds())
+					p.rate = prev.rate + alpha*(inst-prev.rate)
+				}
+			} else if seen {
+				p = prev // a second reading at the same instant adds nothing
+			}
+			next[k] = p
+			if p.rated {
+				rate := p.rate
+				t.DrainRate = &rate
+				if rate > 0 && t.Parked > 0 {
+					eta := float64(t.Parked) / rate
+					t.DrainETA = &eta
+				}
+			}
+		}
+	}
+	m.last = next
+}
+
+// drainRateText is a tenant's drain rate for the table: "2.5/s", "-1.0/s"
+// while its parked tasks grow.
+func drainRateText(t dispatchTenant) string {
+	if t.DrainRate == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f/s", *t.DrainRate)
+}
+
+// drainETAText is when a tenant's parked tasks will be gone at its drain
+// rate, roughly: "~1m20s"; "none parked", or "not draining".
+func drainETAText(t dispatchTenant) string {
+	switch {
+	case t.Parked == 0:
+		return "none parked"
+	case t.DrainETA == nil:
+		return "not draining"
+	}
+	return "~" + roughDuration(time.Duration(*t.DrainETA*float64(time.Second)))
+}
+
+// roughDuration rounds d for an estimate: to the second under a minute, to
+// 10 s under 10 minutes, to the minute under a day, else to the hour; and
+// drops trailing zero units ("1h5m", not "1h5m0s").
+func roughDuration(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return "<1s"
+	case d < time.Minute:
+		d = d.Round(time.Second)
+	case d < 10*time.Minute:
+		d = d.Round(10 * time.Second)
+	case d < 24*time.Hour:
+		d = d.Round(time.Minute)
+	default:
+		d = d.Round(time.Hour)
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

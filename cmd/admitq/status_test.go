@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -277,5 +281,187 @@ return 0`)
 	// time is only a backstop that a loaded CI machine must not trip.
 	if took > 45*time.Second {
 		t.Errorf("status of %d tenants took %v", n, took)
+	}
+}
+
+// TestStatusCapAfterLowering: after a tenant's cap is lowered below the
+// tasks it has in flight, the dispatch table shows the quota's cap, as the
+// tenant table does, and says the tenant is over it, draining, not that it
+// is at a cap that no longer holds.
+func TestStatusCapAfterLowering(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	base := []string{"--redis", srv.URL()}
+	mustRun(t, append(base, "quota", "set", "noisy", "--limit", "100", "--window", "1s", "--max-in-flight", "3")...)
+	serveQueue(t, srv)
+	for range 3 {
+		mustRun(t, append(base, "enqueue", "--tenant", "noisy", "--type", "x")...)
+	}
+	if text := mustRun(t, append(base, "status")...).stdout; !strings.Contains(text, "3/3 (at cap)") {
+		t.Errorf("status before the change:\n%s", text)
+	}
+	mustRun(t, append(base, "quota", "set", "noisy", "--limit", "100", "--window", "1s", "--max-in-flight", "1")...)
+	text := mustRun(t, append(base, "status")...).stdout
+	if !strings.Contains(text, "max in flight 1") || !strings.Contains(text, "3/1, over a lowered cap: draining") || strings.Contains(text, "3/3") {
+		t.Errorf("status after the cap went from 3 to 1:\n%s", text)
+	}
+	r := statusOf(t, base)
+	if len(r.Dispatch) != 1 || len(r.Dispatch[0].Tenants) != 1 {
+		t.Fatalf("dispatch = %+v, want noisy in default", r.Dispatch)
+	}
+	if n := r.Dispatch[0].Tenants[0]; n.MaxInFlight != 1 || n.InFlight != 3 || !n.OverCap || !n.AtCap {
+		t.Errorf("noisy = %+v, want 3 in flight over its cap of 1", n)
+	}
+	// A cap removed: no cap shown.
+	mustRun(t, append(base, "quota", "set", "noisy", "--limit", "100", "--window", "1s")...)
+	if n := statusOf(t, base).Dispatch[0].Tenants[0]; n.MaxInFlight != 0 || n.AtCap || n.OverCap {
+		t.Errorf("noisy without a cap = %+v", n)
+	}
+}
+
+func TestFlightOfCap(t *testing.T) {
+	for _, c := range []struct {
+		inFlight, limit int
+		want            string
+	}{
+		{2, 0, "2"},
+		{1, 2, "1/2"},
+		{2, 2, "2/2 (at cap)"},
+		{3, 1, "3/1, over a lowered cap: draining"},
+	} {
+		if got := flightOfCap(c.inFlight, c.limit); got != c.want {
+			t.Errorf("flightOfCap(%d, %d) = %q, want %q", c.inFlight, c.limit, got, c.want)
+		}
+	}
+}
+
+// TestDrainMeter: on a fake clock, a tenant's drain rate is its parked
+// count's fall a second, smoothed by the time between rounds, and its
+// estimate the count over the rate; growth is not draining; a tenant that
+// leaves and comes back starts afresh.
+func TestDrainMeter(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	round := func(parked map[string]int) []dispatchStatus {
+		q := dispatchStatus{Queue: "default"}
+		for _, tenant := range slices.Sorted(maps.Keys(parked)) {
+			q.Tenants = append(q.Tenants, dispatchTenant{Tenant: tenant, Parked: parked[tenant]})
+		}
+		return []dispatchStatus{q}
+	}
+	var m drainMeter
+	r := round(map[string]int{"a": 100, "b": 5})
+	m.observe(t0, r)
+	if a := r[0].Tenants[0]; a.DrainRate != nil || a.DrainETA != nil {
+		t.Fatalf("first round: a = %+v, want no rate yet", a)
+	}
+
+	r = round(map[string]int{"a": 90, "b": 9})
+	m.observe(t0.Add(time.Second), r)
+	a, b := r[0].Tenants[0], r[0].Tenants[1]
+	if a.DrainRate == nil || *a.DrainRate != 10 || a.DrainETA == nil || *a.DrainETA != 9 {
+		t.Fatalf("second round: a = %+v, want 10/s, 9s", a)
+	}
+	if b.DrainRate == nil || *b.DrainRate != -4 || b.DrainETA != nil {
+		t.Errorf("second round: b = %+v, want -4/s and no estimate", b)
+	}
+
+	r = round(map[string]int{"a": 86})
+	m.observe(t0.Add(3*time.Second), r)
+	a = r[0].Tenants[0]
+	alpha := 1 - math.Exp(-2.0/5)
+	wantRate := 10 + alpha*(2-10)
+	if a.DrainRate == nil || math.Abs(*a.DrainRate-wantRate) > 1e-9 || math.Abs(*a.DrainETA-86/wantRate) > 1e-9 {
+		t.Errorf("third round: a = %+v, want %.4f/s, %.4fs", a, wantRate, 86/wantRate)
+	}
+
+	r = round(map[string]int{"a": 80, "b": 9})
+	m.observe(t0.Add(4*time.Second), r)
+	if b := r[0].Tenants[1]; b.DrainRate != nil {
+		t.Errorf("b back after a round away = %+v, want no rate yet", b)
+	}
+
+	var buf strings.Builder
+	rep := statusReport{Dispatch: r}
+	rep.Dispatch[0].Tenants[1].DrainRate = new(float64)
+	writeDispatch(&buf, rep)
+	text := buf.String()
+	for _, want := range []string{"DRAIN", "EMPTY IN", fmt.Sprintf("%.1f/s", *r[0].Tenants[0].DrainRate), "~11s", "0.0/s", "not draining"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the table lacks %q:\n%s", want, text)
+		}
+	}
+	buf.Reset()
+	writeDispatch(&buf, statusReport{Dispatch: round(map[string]int{"a": 1})})
+	if strings.Contains(buf.String(), "DRAIN") {
+		t.Errorf("without rates the table has a DRAIN column:\n%s", buf.String())
+	}
+	if got := drainETAText(dispatchTenant{}); got != "none parked" {
+		t.Errorf("drainETAText with none parked = %q", got)
+	}
+}
+
+func TestRoughDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		300 * time.Millisecond:          "<1s",
+		59400 * time.Millisecond:        "59s",
+		80 * time.Second:                "1m20s",
+		84 * time.Second:                "1m20s",
+		10*time.Minute + 20*time.Second: "10m",
+		3*time.Hour + 4*time.Minute:     "3h4m",
+		time.Hour:                       "1h",
+		25*time.Hour + 10*time.Minute:   "25h",
+	} {
+		if got := roughDuration(d); got != want {
+			t.Errorf("roughDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// TestStatusWatchDrainRates: status --watch on a real redis-server, with a
+// short --interval and a context that ends: its rounds after the first
+// carry each parked tenant's drain rate, as JSON and in the table.
+func TestStatusWatchDrainRates(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	base := []string{"--redis", srv.URL()}
+	mustRun(t, append(base, "quota", "set", "noisy", "--limit", "100", "--window", "1s", "--max-in-flight", "1")...)
+	serveQueue(t, srv)
+	for range 3 {
+		mustRun(t, append(base, "enqueue", "--tenant", "noisy", "--type", "x")...)
+	}
+	watch := func(args ...string) string {
+		ctx, cancel := context.WithTimeout(t.Context(), 1200*time.Millisecond)
+		defer cancel()
+		var out, errb syncBuffer
+		a := &app{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+		if code := a.run(ctx, append(append(slices.Clone(base), "status", "--watch", "--interval", "200ms"), args...)); code != 0 {
+			t.Fatalf("status --watch %v exited %d: %s", args, code, errb.String())
+		}
+		return out.String()
+	}
+	lines := strings.Split(strings.TrimSpace(watch("--json")), "\n")
+	if len(lines) < 3 {
+		t.Fatalf("status --watch --interval 200ms printed %d rounds in 1.2s, want several", len(lines))
+	}
+	for i, l := range lines {
+		var r statusReport
+		if err := json.Unmarshal([]byte(l), &r); err != nil || len(r.Dispatch) != 1 || len(r.Dispatch[0].Tenants) != 1 {
+			t.Fatalf("round %d: %v\n%s", i, err, l)
+		}
+		n := r.Dispatch[0].Tenants[0]
+		switch {
+		case i == 0 && n.DrainRate != nil:
+			t.Errorf("round 1 has a drain rate: %+v", n)
+		case i > 0 && (n.DrainRate == nil || *n.DrainRate != 0 || n.DrainETA != nil || n.Parked != 2):
+			t.Errorf("round %d: noisy = %+v, want 2 parked, draining at 0/s, no estimate", i+1, n)
+		}
+	}
+	if text := watch(); !strings.Contains(text, "DRAIN") || !strings.Contains(text, "0.0/s") || !strings.Contains(text, "not draining") {
+		t.Errorf("status --watch table:\n%s", text)
+	}
+	for _, args := range [][]string{{"status", "--interval", "1s"}, {"status", "--watch", "--interval", "0s"}} {
+		if res := admitq(t, append(base, args...)...); res.code != exitUsage || !strings.Contains(res.stderr, "--interval") {
+			t.Errorf("%v: %v, want a usage error naming --interval", args, res)
+		}
 	}
 }
