@@ -23,6 +23,9 @@ type QueueStats struct {
 	Workers, Concurrency int
 	// Fair reports whether a live fair worker serves the queue.
 	Fair bool
+	// TenantsWaiting is how many tenants have tasks waiting, runnable or
+	// held back (asleep); Tenants lists at most StatsTenants of them.
+	TenantsWaiting int
 	// Tenants are the tenants with tasks waiting or in flight, by name.
 	Tenants []TenantStats
 }
@@ -47,9 +50,14 @@ type TenantStats struct {
 	Share      float64
 }
 
-// Stats reads queue's dispatch state. It reads only the tenants with
-// something waiting or in flight, so its cost follows the queue's
-// activity, not how many tenants ever used it.
+// StatsTenants is how many waiting tenants Stats lists at most: the next
+// to go in, then those held back soonest to wake.
+const StatsTenants = 100
+
+// Stats reads queue's dispatch state: the tenants with tasks in flight
+// (bounded by the queue's room), and the StatsTenants waiting tenants next
+// in line. Its cost does not grow with how many tenants wait, or ever used
+// the queue.
 func (d *Dispatcher) Stats(ctx context.Context, queue string) (QueueStats, error) {
 	qs, names, err := d.readQueue(ctx, queue)
 	if err != nil || len(names) == 0 {
@@ -77,12 +85,14 @@ func (d *Dispatcher) readQueue(ctx context.Context, queue string) (QueueStats, [
 	k := d.keysFor(queue)
 	var now *redis.TimeCmd
 	var vt, sleep *redis.StringSliceCmd
+	var nvt, nsleep *redis.IntCmd
 	var members *redis.ZSliceCmd
 	var run *redis.MapStringStringCmd
 	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		now = p.Time(ctx)
-		vt = p.ZRange(ctx, k.vt, 0, -1)
-		sleep = p.ZRange(ctx, k.sleep, 0, -1)
+		vt = p.ZRange(ctx, k.vt, 0, StatsTenants-1)
+		sleep = p.ZRange(ctx, k.sleep, 0, StatsTenants-1)
+		nvt, nsleep = p.ZCard(ctx, k.vt), p.ZCard(ctx, k.sleep)
 		run = p.HGetAll(ctx, k.run)
 		members = p.ZRangeWithScores(ctx, k.workers, 0, -1)
 		return nil
@@ -90,7 +100,7 @@ func (d *Dispatcher) readQueue(ctx context.Context, queue string) (QueueStats, [
 	if err != nil {
 		return QueueStats{}, nil, fmt.Errorf("dispatch: reading queue %q: %w", queue, err)
 	}
-	qs := QueueStats{Queue: queue, Now: now.Val()}
+	qs := QueueStats{Queue: queue, Now: now.Val(), TenantsWaiting: int(nvt.Val() + nsleep.Val())}
 	for _, z := range members.Val() {
 		if int64(z.Score) < qs.Now.UnixMicro() {
 			continue
@@ -104,6 +114,7 @@ func (d *Dispatcher) readQueue(ctx context.Context, queue string) (QueueStats, [
 		}
 	}
 	names := append(vt.Val(), sleep.Val()...)
+	names = names[:min(len(names), StatsTenants)]
 	for _, r := range run.Val() {
 		if f := strings.SplitN(r, "|", 4); len(f) == 4 {
 			names = append(names, f[3])
