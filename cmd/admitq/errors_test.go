@@ -53,7 +53,7 @@ func TestBadInput(t *testing.T) {
 		{"get without a tenant", []string{"--redis", url, "quota", "get"}, exitUsage, "quota get: TENANT is missing"},
 		{"set without a tenant", []string{"--redis", url, "quota", "set", "--limit", "5", "--window", "1s"}, exitUsage, "quota set: TENANT is missing"},
 		{"delete with two tenants", []string{"--redis", url, "quota", "delete", "a", "b"}, exitUsage, "want one TENANT, got 2"},
-		{"quota without a command", []string{"--redis", url, "quota"}, exitUsage, "quota needs a command: delete, delete-default, get, list, set, set-default"},
+		{"quota without a command", []string{"--redis", url, "quota"}, exitUsage, "quota needs a command: delete, delete-default, get, list, pause, resume, set, set-default, update"},
 		{"quota with an unknown command", []string{"--redis", url, "quota", "bogus"}, exitUsage, `unknown command "bogus" for "admitq quota"`},
 		{"status of a bad tenant", []string{"--redis", url, "status", "a\nb"}, exitUsage, "invalid tenant"},
 		{"enqueue without a type", []string{"--redis", url, "enqueue", "--tenant", "acme"}, exitUsage, "--type is required"},
