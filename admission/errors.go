@@ -8,11 +8,19 @@ var (
 	// Nothing is written to Redis.
 	ErrInvalidTenant = errors.New("admitq: invalid tenant")
 
+	// ErrInvalidKey is returned for a key name (see KeyQuotas) that breaks
+	// the rules of tenant names: empty, longer than MaxKeyLen bytes, not
+	// valid UTF-8 or holding a control character. Nothing is written to
+	// Redis.
+	ErrInvalidKey = errors.New("admitq: invalid key")
+
 	// ErrInvalidQuota is returned for a quota with a field out of range
 	// (below its least value, or past MaxLimit, MaxWindow, MaxMaxDelay,
 	// MaxInFlightCap or MaxParkedCap), for a Log-mode quota whose log could
-	// pass MaxLogEntries, and for a stored quota that cannot be decoded. The
-	// error's text names the field and the value. Nothing is written to Redis.
+	// pass MaxLogEntries, for a key's quota that sets more than MaxInFlight
+	// and Paused (Quota.ValidateAsKey), and for a stored quota that cannot
+	// be decoded. The error's text names the field and the value. Nothing
+	// is written to Redis.
 	ErrInvalidQuota = errors.New("admitq: invalid quota")
 
 	// ErrInvalidID is returned for an empty entry ID.

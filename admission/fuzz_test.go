@@ -27,7 +27,8 @@ import (
 
 // FuzzTenant: ValidateTenant never panics, and accepts exactly the names of
 // 1 to 256 bytes of valid UTF-8 without a control character; what it
-// refuses wraps ErrInvalidTenant.
+// refuses wraps ErrInvalidTenant. ValidateKey accepts the same names, and
+// refuses the others with ErrInvalidKey.
 func FuzzTenant(f *testing.F) {
 	for _, s := range []string{
 		"", "a", "acme", "tenant-42", "ü", "日本", "a b", "\u200b", // zero width space: a format char, not control
@@ -46,6 +47,10 @@ func FuzzTenant(f *testing.F) {
 			t.Fatalf("ValidateTenant(%q) = %v, want nil", tenant, err)
 		case !want && !errors.Is(err, ErrInvalidTenant):
 			t.Fatalf("ValidateTenant(%q) = %v, want ErrInvalidTenant", tenant, err)
+		case want != (ValidateKey(tenant) == nil):
+			t.Fatalf("ValidateKey(%q) = %v, but ValidateTenant = %v: keys follow the tenants' rules", tenant, ValidateKey(tenant), err)
+		case !want && !errors.Is(ValidateKey(tenant), ErrInvalidKey):
+			t.Fatalf("ValidateKey(%q) = %v, want ErrInvalidKey", tenant, ValidateKey(tenant))
 		case want && !strings.Contains(logKey("p", tenant), "{"+tenant+"}"):
 			t.Fatalf("logKey(%q) = %q, want the tenant as its hash tag", tenant, logKey("p", tenant))
 		}

@@ -16,3 +16,8 @@ func windowKey(prefix, tenant string, q Quota) string {
 }
 
 func quotasKey(prefix string) string { return prefix + ":quotas" }
+
+// keyQuotasKey is the hash of keys' quotas (see KeyQuotas), apart from the
+// tenants': a key may share a tenant's name, and neither listing reads
+// the other's entries.
+func keyQuotasKey(prefix string) string { return prefix + ":keyquotas" }

@@ -584,7 +584,7 @@ func TestBadInput(t *testing.T) {
 		}, admission.ErrInvalidQuota},
 		{"no quota", func() error { _, err := admission.New(rdb, admission.StaticQuotas{}).Admit(ctx, "t"); return err }, admission.ErrNoQuota},
 		{"no quota in Redis", func() error { _, err := admission.New(rdb, store).Admit(ctx, "t"); return err }, admission.ErrNoQuota},
-		{"set an invalid quota", func() error { return store.Set(ctx, "t", admission.Quota{Limit: -1, Window: time.Second}) }, admission.ErrInvalidQuota},
+		{"set an invalid quota", func() error { return store.Set(ctx, "t", admission.Quota{Limit: -2, Window: time.Second}) }, admission.ErrInvalidQuota},
 		{"set an invalid default", func() error { return store.SetDefault(ctx, admission.Quota{Limit: 1}) }, admission.ErrInvalidQuota},
 		{"set a quota for a bad tenant", func() error { return store.Set(ctx, "", ok) }, admission.ErrInvalidTenant},
 		{"get a missing quota", func() error { _, err := store.Get(ctx, "nobody"); return err }, admission.ErrNoQuota},

@@ -319,6 +319,10 @@ type StaticQuotas struct {
 	Default *Quota
 	// Tenants maps a tenant to its own quota.
 	Tenants map[string]Quota
+	// Keys maps a key (enqueue.Keys) to its quota, which only caps and
+	// pauses (Quota.ValidateAsKey). A key missing from it is unlimited;
+	// there is no default.
+	Keys map[string]Quota
 }
 
 // Quota returns the tenant's quota, else the default, else ErrNoQuota.

@@ -54,7 +54,7 @@ func BenchmarkQuotaLookup(b *testing.B) {
 	now := time.Now()
 	for i := range names {
 		names[i] = "tenant-" + strconv.Itoa(i)
-		r.store(names[i], q, nil, now)
+		r.store(&r.tenants, names[i], q, nil, now)
 	}
 	calls, fg := hook.n.Load(), hook.fg.Load()
 	ctx := context.WithValue(b.Context(), fgKey{}, true)

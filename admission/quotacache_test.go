@@ -72,12 +72,12 @@ func TestQuotaCacheHitsPastItsBound(t *testing.T) {
 	// A full cache: 100k tenants seen long ago, then 20k in steady use.
 	now := time.Now()
 	for i := range DefaultQuotaCacheSize {
-		r.store("cold-"+strconv.Itoa(i), q, nil, now)
+		r.store(&r.tenants, "cold-"+strconv.Itoa(i), q, nil, now)
 	}
 	hot := make([]string, 20_000)
 	for i := range hot {
 		hot[i] = "hot-" + strconv.Itoa(i)
-		r.store(hot[i], q, nil, now)
+		r.store(&r.tenants, hot[i], q, nil, now)
 	}
 
 	const rounds, newPerRound = 2, 5_000
@@ -104,7 +104,7 @@ func TestQuotaCacheHitsPastItsBound(t *testing.T) {
 			ratio, hotMisses, hotLookups)
 	}
 	r.mu.Lock()
-	n := r.cache.len()
+	n := r.tenants.cache.len()
 	r.mu.Unlock()
 	if n != DefaultQuotaCacheSize {
 		t.Errorf("cache holds %d tenants after %d distinct, want its bound %d",

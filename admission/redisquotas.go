@@ -16,37 +16,57 @@ import (
 const defaultField = ""
 
 // RedisQuotas keeps quotas in the Redis hash {prefix}:quotas, where
-// operators change them live (admitq quota set). As a Quotas source it
-// answers from a local cache and rereads a tenant's entry once it is older
-// than the refresh interval (WithRefresh, DefaultRefresh), in the
-// background, so a change reaches every running gate within about a second
-// and a lookup costs no round trip on the hot path.
+// operators change them live (admitq quota set): a field per tenant, and
+// the default quota under the empty field. Keys' quotas (KeyQuotas) live
+// in a hash of their own, {prefix}:keyquotas, a field per key, with no
+// default: the two never share a field name, and listing one never reads
+// the other. Each field holds the quota's JSON (Quota.MarshalText).
 //
-// While Redis cannot be reached, a tenant already cached keeps its quota; a
-// tenant not yet cached gets an error wrapping ErrUnavailable at once, for
-// a while, without waiting. A FailOpen gate then decides locally with the
-// last default quota read, if any.
+// As a Quotas and KeyQuotas source it answers from a local cache and
+// rereads an entry once it is older than the refresh interval
+// (WithRefresh, DefaultRefresh), in the background, so a change reaches
+// every running gate within about a second and a lookup costs no round
+// trip on the hot path.
 //
-// The cache holds the tenants looked up most recently (WithQuotaCacheSize,
-// DefaultQuotaCacheSize) and evicts the least recently used one when full.
+// While Redis cannot be reached, a tenant or key already cached keeps its
+// quota; one not yet cached gets an error wrapping ErrUnavailable at once,
+// for a while, without waiting. A FailOpen gate then decides a tenant
+// locally with the last default quota read, if any.
 //
-// A RedisQuotas is safe for concurrent use. Its only goroutine is the
-// background reread, at most one at a time, which reads the stale tenants
-// found meanwhile in batches, one round trip per batch, each bounded by the
-// timeout.
+// Each cache (tenants', keys') holds the names looked up most recently
+// (WithQuotaCacheSize, DefaultQuotaCacheSize) and evicts the least
+// recently used one when full.
+//
+// Writes (Set, SetDefault, Delete, DeleteDefault, SetKey, DeleteKey) first
+// check, once per RedisQuotas, that Redis is recent enough for the gates
+// that read the quotas (ErrRedisVersion).
+//
+// A RedisQuotas is safe for concurrent use. Its only goroutines are the
+// background rereads, at most one at a time for tenants and one for keys,
+// which read the stale entries found meanwhile in batches, one round trip
+// per batch, each bounded by the timeout.
 type RedisQuotas struct {
-	rdb  redis.UniversalClient
-	key  string
-	opts options
+	rdb     redis.UniversalClient
+	key     string // the tenants' hash; tenants.hash
+	opts    options
+	causes  *causes // names why Redis is unavailable
+	version *versionCheck
 
 	mu          sync.Mutex
-	cache       *quotaCache
-	lastDefault *Quota    // the default as last read, nil for none
-	downUntil   time.Time // no reads of uncached tenants before this
-	causes      *causes   // names why Redis is unavailable
-	version     *versionCheck
-	stale       []string // tenants waiting for the background reread
-	rereading   bool     // the background reread is running
+	tenants     quotaTable
+	keys        quotaTable
+	lastDefault *Quota // the default as last read, nil for none
+}
+
+// quotaTable is the local cache of one hash of quotas: the tenants' or the
+// keys'. RedisQuotas's mutex guards it.
+type quotaTable struct {
+	hash      string
+	forKeys   bool // the keys' table: no default, names are keys
+	cache     *quotaCache
+	downUntil time.Time // no reads of uncached names before this
+	stale     []string  // names waiting for the background reread
+	rereading bool      // the background reread is running
 }
 
 // maxResolveBatch bounds the fields of one HMGET: big enough to amortize
@@ -59,8 +79,10 @@ const maxResolveBatch = 1000
 func NewRedisQuotas(rdb redis.UniversalClient, opts ...Option) *RedisQuotas {
 	o := newOptions(opts)
 	return &RedisQuotas{
-		rdb: rdb, key: quotasKey(o.prefix), opts: o, cache: newQuotaCache(o.quotaCacheSize),
+		rdb: rdb, key: quotasKey(o.prefix), opts: o,
 		causes: watchCauses(rdb), version: newVersionCheck(rdb, o.timeout, nil),
+		tenants: quotaTable{hash: quotasKey(o.prefix), cache: newQuotaCache(o.quotaCacheSize)},
+		keys:    quotaTable{hash: keyQuotasKey(o.prefix), forKeys: true, cache: newQuotaCache(o.quotaCacheSize)},
 	}
 }
 
@@ -79,17 +101,32 @@ func (r *RedisQuotas) SetDefault(ctx context.Context, q Quota) error {
 }
 
 func (r *RedisQuotas) set(ctx context.Context, field string, q Quota) error {
-	b, err := q.MarshalText()
-	if err != nil {
-		return err
+	return r.write(ctx, &r.tenants, field, q)
+}
+
+// write stores q under field of t's hash, or deletes field for a nil q,
+// and drops what the cache holds of it.
+func (r *RedisQuotas) write(ctx context.Context, t *quotaTable, field string, q any) error {
+	var b []byte
+	if q, ok := q.(Quota); ok {
+		var err error
+		if b, err = q.MarshalText(); err != nil {
+			return err
+		}
 	}
 	if err := r.checkVersion(ctx); err != nil {
 		return err
 	}
-	if err := r.do(ctx, func(ctx context.Context) error { return r.rdb.HSet(ctx, r.key, field, b).Err() }); err != nil {
+	err := r.do(ctx, func(ctx context.Context) error {
+		if b == nil {
+			return r.rdb.HDel(ctx, t.hash, field).Err()
+		}
+		return r.rdb.HSet(ctx, t.hash, field, b).Err()
+	})
+	if err != nil {
 		return err
 	}
-	r.invalidate(field)
+	r.invalidate(t, field)
 	return nil
 }
 
@@ -108,10 +145,15 @@ func (r *RedisQuotas) GetDefault(ctx context.Context) (Quota, error) {
 }
 
 func (r *RedisQuotas) get(ctx context.Context, field string) (Quota, error) {
+	return r.read(ctx, &r.tenants, field)
+}
+
+// read reads field of t's hash.
+func (r *RedisQuotas) read(ctx context.Context, t *quotaTable, field string) (Quota, error) {
 	var v string
 	missing := false
 	err := r.do(ctx, func(ctx context.Context) (err error) {
-		v, err = r.rdb.HGet(ctx, r.key, field).Result()
+		v, err = r.rdb.HGet(ctx, t.hash, field).Result()
 		if errors.Is(err, redis.Nil) {
 			missing = true
 			return nil
@@ -122,13 +164,10 @@ func (r *RedisQuotas) get(ctx context.Context, field string) (Quota, error) {
 		return Quota{}, err
 	}
 	if missing {
-		return Quota{}, noQuota(field)
+		return Quota{}, t.noQuota(field)
 	}
-	var q Quota
-	if err := q.UnmarshalText([]byte(v)); err != nil {
-		return Quota{}, fmt.Errorf("%s: %w", describe(field), err)
-	}
-	return q, nil
+	dec := quotaDecoder{forKeys: t.forKeys}
+	return dec.decode(field, v)
 }
 
 // Delete removes tenant's own quota; it then falls back to the default.
@@ -146,14 +185,7 @@ func (r *RedisQuotas) DeleteDefault(ctx context.Context) error {
 }
 
 func (r *RedisQuotas) delete(ctx context.Context, field string) error {
-	if err := r.checkVersion(ctx); err != nil {
-		return err
-	}
-	if err := r.do(ctx, func(ctx context.Context) error { return r.rdb.HDel(ctx, r.key, field).Err() }); err != nil {
-		return err
-	}
-	r.invalidate(field)
-	return nil
+	return r.write(ctx, &r.tenants, field, nil)
 }
 
 // List returns every stored quota, read a page at a time (see Scan). An
@@ -161,7 +193,7 @@ func (r *RedisQuotas) delete(ctx context.Context, field string) error {
 // an error naming its tenant.
 func (r *RedisQuotas) List(ctx context.Context) (StaticQuotas, error) {
 	s := StaticQuotas{Tenants: make(map[string]Quota)}
-	err := r.scan(ctx, "*", func(field string, q Quota, err error) error {
+	err := r.scan(ctx, &r.tenants, "*", func(field string, q Quota, err error) error {
 		switch {
 		case err != nil:
 			return err
@@ -195,7 +227,7 @@ func (r *RedisQuotas) Scan(ctx context.Context, pattern string, fn func(tenant s
 	if pattern == "" {
 		pattern = "*"
 	}
-	return r.scan(ctx, pattern, func(field string, q Quota, err error) error {
+	return r.scan(ctx, &r.tenants, pattern, func(field string, q Quota, err error) error {
 		if field == defaultField {
 			return nil
 		}
@@ -207,21 +239,23 @@ func (r *RedisQuotas) Scan(ctx context.Context, pattern string, fn func(tenant s
 // which Redis builds in well under a millisecond.
 const scanPage = 1000
 
-func (r *RedisQuotas) scan(ctx context.Context, pattern string, fn func(field string, q Quota, err error) error) error {
+// scan reads t's hash a page at a time, as Scan says, and calls fn with
+// each entry whose field matches pattern.
+func (r *RedisQuotas) scan(ctx context.Context, t *quotaTable, pattern string, fn func(field string, q Quota, err error) error) error {
 	bctx, cancel := context.WithTimeoutCause(ctx, r.opts.bulkTimeout, errBulkTimeout(r.opts.bulkTimeout))
 	defer cancel()
 	var cursor uint64
 	read := 0
-	var dec quotaDecoder
+	dec := quotaDecoder{forKeys: t.forKeys}
 	for {
 		var page []string
 		var next uint64
 		err := bulkCall(bctx, r.opts.pageTimeout(), func(ctx context.Context) (err error) {
-			page, next, err = r.rdb.HScan(ctx, r.key, cursor, pattern, scanPage).Result()
+			page, next, err = r.rdb.HScan(ctx, t.hash, cursor, pattern, scanPage).Result()
 			return err
 		})
 		if err != nil {
-			return bulkError(ctx, bctx, fmt.Sprintf("list quotas %q, after %d entries", r.key, read), err)
+			return bulkError(ctx, bctx, fmt.Sprintf("list quotas %q, after %d entries", t.hash, read), err)
 		}
 		for i := 0; i+1 < len(page); i += 2 {
 			field := page[i]
@@ -278,7 +312,8 @@ func bulkError(ctx, bctx context.Context, what string, err error) error {
 // quotas it has decoded: most tenants share a few quotas, and decoding
 // costs far more than a map lookup.
 type quotaDecoder struct {
-	seen map[string]Quota
+	seen    map[string]Quota
+	forKeys bool // the entries are keys': each must be a key's quota
 }
 
 // decode decodes field's entry v.
@@ -287,8 +322,12 @@ func (d *quotaDecoder) decode(field, v string) (Quota, error) {
 		return q, nil
 	}
 	var q Quota
-	if err := q.UnmarshalText([]byte(v)); err != nil {
-		return Quota{}, fmt.Errorf("%s: %w", describe(field), err)
+	err := q.UnmarshalText([]byte(v))
+	if err == nil && d.forKeys {
+		err = q.ValidateAsKey()
+	}
+	if err != nil {
+		return Quota{}, fmt.Errorf("%s: %w", describeIn(d.forKeys, field), err)
 	}
 	if d.seen == nil {
 		d.seen = make(map[string]Quota)
@@ -349,9 +388,14 @@ func (r *RedisQuotas) GetBatch(ctx context.Context, tenants []string) ([]QuotaRe
 // local cache. A stale entry is served while one background read refreshes
 // it; a missing one is read at once.
 func (r *RedisQuotas) Quota(ctx context.Context, tenant string) (Quota, error) {
+	return r.lookup(ctx, &r.tenants, tenant)
+}
+
+// lookup returns name's quota from t's cache, as Quota and KeyQuota say.
+func (r *RedisQuotas) lookup(ctx context.Context, t *quotaTable, name string) (Quota, error) {
 	now := time.Now()
 	r.mu.Lock()
-	c, ok := r.cache.get(tenant)
+	c, ok := t.cache.get(name)
 	if ok && now.Sub(c.fetched) < r.opts.refresh {
 		q, err := c.q, c.err
 		r.mu.Unlock()
@@ -361,32 +405,38 @@ func (r *RedisQuotas) Quota(ctx context.Context, tenant string) (Quota, error) {
 		q, err := c.q, c.err
 		if !c.refreshing {
 			c.refreshing = true
-			r.stale = append(r.stale, tenant)
-			if !r.rereading {
-				r.rereading = true
-				go r.reread()
+			t.stale = append(t.stale, name)
+			if !t.rereading {
+				t.rereading = true
+				go r.reread(t)
 			}
 		}
 		r.mu.Unlock()
 		return q, err
 	}
-	down, def := now.Before(r.downUntil), r.lastDefault
+	down, def := now.Before(t.downUntil), r.lastDefault
 	r.mu.Unlock()
+	if t.forKeys {
+		def = nil // keys have no default to guess with
+	}
 	if down {
-		return r.outage(def, fmt.Errorf("%w: quotas %q: Redis did not answer just now", ErrUnavailable, r.key))
+		return r.outage(def, fmt.Errorf("%w: quotas %q: Redis did not answer just now", ErrUnavailable, t.hash))
 	}
 
-	q, err := r.resolve(ctx, tenant)
+	q, err := r.resolve(ctx, t, name)
 	if errors.Is(err, ErrUnavailable) {
 		r.mu.Lock()
-		r.downUntil, def = time.Now().Add(r.opts.refresh), r.lastDefault
+		t.downUntil, def = time.Now().Add(r.opts.refresh), r.lastDefault
 		r.mu.Unlock()
+		if t.forKeys {
+			def = nil
+		}
 		return r.outage(def, err)
 	}
 	if err != nil && !errors.Is(err, ErrNoQuota) && !errors.Is(err, ErrInvalidQuota) {
 		return Quota{}, err // the caller's context ended: nothing worth caching
 	}
-	r.store(tenant, q, err, now)
+	r.store(t, name, q, err, now)
 	return q, err
 }
 
@@ -412,34 +462,34 @@ type guessedQuotaError struct {
 func (e *guessedQuotaError) Error() string { return e.err.Error() }
 func (e *guessedQuotaError) Unwrap() error { return e.err }
 
-// reread refreshes the stale tenants, a batch a round trip, until none
-// is left. A batch Redis does not answer is dropped: its tenants keep
+// reread refreshes t's stale entries, a batch a round trip, until none
+// is left. A batch Redis does not answer is dropped: its entries keep
 // their quotas and are read again at their next lookup.
-func (r *RedisQuotas) reread() {
+func (r *RedisQuotas) reread(t *quotaTable) {
 	for {
 		r.mu.Lock()
-		n := min(len(r.stale), maxResolveBatch)
+		n := min(len(t.stale), maxResolveBatch)
 		if n == 0 {
-			r.stale, r.rereading = nil, false
+			t.stale, t.rereading = nil, false
 			r.mu.Unlock()
 			return
 		}
-		batch := slices.Clone(r.stale[:n])
-		r.stale = r.stale[n:]
+		batch := slices.Clone(t.stale[:n])
+		t.stale = t.stale[n:]
 		r.mu.Unlock()
 
 		ctx, cancel := context.WithTimeout(context.Background(), r.opts.timeout)
 		now := time.Now()
-		qs, errs, err := r.resolveMany(ctx, batch)
+		qs, errs, err := r.resolveMany(ctx, t, batch)
 		cancel()
 		r.mu.Lock()
-		for i, tenant := range batch {
+		for i, name := range batch {
 			switch {
 			case err == nil:
-				r.cache.update(tenant, qs[i], errs[i], now)
+				t.cache.update(name, qs[i], errs[i], now)
 			default:
 				// Keep serving what we had; try again on the next lookup.
-				if c, ok := r.cache.peek(tenant); ok {
+				if c, ok := t.cache.peek(name); ok {
 					c.refreshing = false
 				}
 			}
@@ -448,42 +498,59 @@ func (r *RedisQuotas) reread() {
 	}
 }
 
-// store caches a lookup; a full cache evicts its least recently used tenant.
-func (r *RedisQuotas) store(tenant string, q Quota, err error, fetched time.Time) {
+// store caches a lookup in t; a full cache evicts its least recently used
+// entry.
+func (r *RedisQuotas) store(t *quotaTable, name string, q Quota, err error, fetched time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.cache.put(tenant, q, err, fetched)
+	t.cache.put(name, q, err, fetched)
 }
 
-// resolve reads tenant's quota and the default in one round trip.
-func (r *RedisQuotas) resolve(ctx context.Context, tenant string) (Quota, error) {
-	qs, errs, err := r.resolveMany(ctx, []string{tenant})
+// resolve reads name's quota from t's hash (for a tenant, with the default)
+// in one round trip.
+func (r *RedisQuotas) resolve(ctx context.Context, t *quotaTable, name string) (Quota, error) {
+	qs, errs, err := r.resolveMany(ctx, t, []string{name})
 	if err != nil {
 		return Quota{}, err
 	}
 	return qs[0], errs[0]
 }
 
-// resolveMany reads the quota of each tenant (its own, else the default)
-// with one HMGET, together with the default. err is set when Redis did not
-// answer; errs[i] when tenants[i] has no quota (ErrNoQuota) or one that
-// does not decode (ErrInvalidQuota).
-func (r *RedisQuotas) resolveMany(ctx context.Context, tenants []string) (qs []Quota, errs []error, err error) {
-	fields := append(slices.Clone(tenants), defaultField)
+// resolveMany reads the quota of each name from t's hash with one HMGET:
+// for a tenant its own, else the default, read in the same HMGET; for a
+// key its own. err is set when Redis did not answer; errs[i] when names[i]
+// has no quota (ErrNoQuota) or one that does not decode (ErrInvalidQuota).
+func (r *RedisQuotas) resolveMany(ctx context.Context, t *quotaTable, names []string) (qs []Quota, errs []error, err error) {
+	fields := slices.Clone(names)
+	if !t.forKeys {
+		fields = append(fields, defaultField)
+	}
 	var vals []any
 	err = r.do(ctx, func(ctx context.Context) (err error) {
-		vals, err = r.rdb.HMGet(ctx, r.key, fields...).Result()
+		vals, err = r.rdb.HMGet(ctx, t.hash, fields...).Result()
 		return err
 	})
 	if err != nil {
 		return nil, nil, err
 	}
 	if len(vals) != len(fields) {
-		return nil, nil, fmt.Errorf("admitq: quotas %q: HMGET returned %d values for %d fields", r.key, len(vals), len(fields))
+		return nil, nil, fmt.Errorf("admitq: quotas %q: HMGET returned %d values for %d fields", t.hash, len(vals), len(fields))
+	}
+	if t.forKeys {
+		qs, errs = make([]Quota, len(names)), make([]error, len(names))
+		dec := quotaDecoder{forKeys: true}
+		for i, key := range names {
+			if v, ok := vals[i].(string); ok {
+				qs[i], errs[i] = dec.decode(key, v)
+			} else {
+				errs[i] = t.noQuota(key)
+			}
+		}
+		return qs, errs, nil
 	}
 	var def *Quota
 	var defErr error
-	if v, ok := vals[len(tenants)].(string); ok {
+	if v, ok := vals[len(names)].(string); ok {
 		var q Quota
 		if defErr = q.UnmarshalText([]byte(v)); defErr == nil {
 			def = &q
@@ -494,34 +561,34 @@ func (r *RedisQuotas) resolveMany(ctx context.Context, tenants []string) (qs []Q
 	r.mu.Lock()
 	r.lastDefault = def
 	r.mu.Unlock()
-	qs, errs = make([]Quota, len(tenants)), make([]error, len(tenants))
+	qs, errs = make([]Quota, len(names)), make([]error, len(names))
 	var dec quotaDecoder
-	for i, tenant := range tenants {
+	for i, name := range names {
 		v, ok := vals[i].(string)
 		switch {
 		case ok:
-			qs[i], errs[i] = dec.decode(tenant, v)
+			qs[i], errs[i] = dec.decode(name, v)
 		case def != nil:
 			qs[i] = *def
 		case defErr != nil:
 			errs[i] = defErr
 		default:
-			errs[i] = noQuota(tenant)
+			errs[i] = noQuota(name)
 		}
 	}
 	return qs, errs, nil
 }
 
-// invalidate drops cached lookups that a write to field changes: one
-// tenant's, or every one for the default.
-func (r *RedisQuotas) invalidate(field string) {
+// invalidate drops cached lookups that a write to field of t changes: one
+// tenant's or key's, or every tenant's for the default.
+func (r *RedisQuotas) invalidate(t *quotaTable, field string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if field == defaultField {
-		r.cache.clear()
+	if !t.forKeys && field == defaultField {
+		t.cache.clear()
 		return
 	}
-	r.cache.remove(field)
+	t.cache.remove(field)
 }
 
 // checkVersion returns an error wrapping ErrRedisVersion, before a write,
@@ -543,8 +610,19 @@ func (r *RedisQuotas) do(ctx context.Context, call func(context.Context) error) 
 	return nil
 }
 
-func noQuota(field string) error {
-	return fmt.Errorf("%w for %s", ErrNoQuota, describe(field))
+// noQuota is the error for field of t's hash that holds no quota.
+func (t *quotaTable) noQuota(field string) error {
+	return fmt.Errorf("%w for %s", ErrNoQuota, describeIn(t.forKeys, field))
+}
+
+func noQuota(field string) error { return fmt.Errorf("%w for %s", ErrNoQuota, describe(field)) }
+
+// describeIn names field of the keys' hash, or of the tenants'.
+func describeIn(forKeys bool, field string) string {
+	if forKeys {
+		return fmt.Sprintf("key %q", field)
+	}
+	return describe(field)
 }
 
 func describe(field string) string {

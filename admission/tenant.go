@@ -13,18 +13,30 @@ const MaxTenantLen = 256
 // ValidateTenant reports whether tenant can be used as a tenant name: 1 to
 // MaxTenantLen bytes of valid UTF-8 without control characters. The error
 // wraps ErrInvalidTenant.
-func ValidateTenant(tenant string) error {
+func ValidateTenant(tenant string) error { return validateName(tenant, ErrInvalidTenant) }
+
+// MaxKeyLen is the longest key name (see KeyQuotas), in bytes.
+const MaxKeyLen = MaxTenantLen
+
+// ValidateKey reports whether key can be used as a key name (see
+// KeyQuotas): like a tenant, 1 to MaxKeyLen bytes of valid UTF-8 without
+// control characters. The error wraps ErrInvalidKey.
+func ValidateKey(key string) error { return validateName(key, ErrInvalidKey) }
+
+// validateName checks a tenant's or a key's name, with errors wrapping
+// sentinel.
+func validateName(name string, sentinel error) error {
 	switch {
-	case tenant == "":
-		return fmt.Errorf("%w: empty", ErrInvalidTenant)
-	case len(tenant) > MaxTenantLen:
-		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalidTenant, len(tenant), MaxTenantLen)
-	case !utf8.ValidString(tenant):
-		return fmt.Errorf("%w: %q is not valid UTF-8", ErrInvalidTenant, tenant)
+	case name == "":
+		return fmt.Errorf("%w: empty", sentinel)
+	case len(name) > MaxTenantLen:
+		return fmt.Errorf("%w: %d bytes, the limit is %d", sentinel, len(name), MaxTenantLen)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: %q is not valid UTF-8", sentinel, name)
 	}
-	for _, r := range tenant {
+	for _, r := range name {
 		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: %q holds control character %U", ErrInvalidTenant, tenant, r)
+			return fmt.Errorf("%w: %q holds control character %U", sentinel, name, r)
 		}
 	}
 	return nil

@@ -368,7 +368,7 @@ func (r *RedisQuotas) quotaBatch(ctx context.Context, tenants []string) ([]Quota
 	var missing []int
 	r.mu.Lock()
 	for i, tenant := range tenants {
-		if c, ok := r.cache.peek(tenant); ok {
+		if c, ok := r.tenants.cache.peek(tenant); ok {
 			qs[i], errs[i] = c.q, c.err
 		} else {
 			missing = append(missing, i)
@@ -381,7 +381,7 @@ func (r *RedisQuotas) quotaBatch(ctx context.Context, tenants []string) ([]Quota
 			names[j] = tenants[i]
 		}
 		now := time.Now()
-		got, gerrs, err := r.resolveMany(ctx, names)
+		got, gerrs, err := r.resolveMany(ctx, &r.tenants, names)
 		for j, i := range chunk {
 			if err != nil {
 				errs[i] = err
@@ -389,7 +389,7 @@ func (r *RedisQuotas) quotaBatch(ctx context.Context, tenants []string) ([]Quota
 			}
 			qs[i], errs[i] = got[j], gerrs[j]
 			if errs[i] == nil || errors.Is(errs[i], ErrNoQuota) || errors.Is(errs[i], ErrInvalidQuota) {
-				r.store(names[j], qs[i], errs[i], now)
+				r.store(&r.tenants, names[j], qs[i], errs[i], now)
 			}
 		}
 	}

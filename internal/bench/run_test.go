@@ -262,7 +262,7 @@ func TestConfigRejectsNonsense(t *testing.T) {
 		{"zipf exponent at most 1", Config{Zipf: 0.5}, "Zipf"},
 		{"unknown contender", Config{Only: []string{"nope"}}, `unknown contender "nope"`},
 		{"window not in ms", Config{Quota: admission.Quota{Limit: 1, Window: 1500 * time.Microsecond}}, "whole milliseconds"},
-		{"invalid quota", Config{Quota: admission.Quota{Limit: -1, Window: time.Second}}, "Limit"},
+		{"invalid quota", Config{Quota: admission.Quota{Limit: -2, Window: time.Second}}, "Limit"},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			_, err := Run(context.Background(), tc.cfg)
