@@ -274,7 +274,7 @@ func pick[T any](fair bool, v, f, b T) (T, T) {
 
 func (s *dispatchRun) progress(what string) { s.cfg.Progress(s.step + what) }
 
-// pair runs f for bare asynq and for fair dispatch, on a clean Redis each.
+// pair runs f for bare asynq and for fair dispatch.
 func (s *dispatchRun) pair(ctx context.Context, what string, f func(ctx context.Context, fair bool) error) error {
 	order := []bool{true, false}
 	if s.bareFirst {
@@ -286,14 +286,11 @@ func (s *dispatchRun) pair(ctx context.Context, what string, f func(ctx context.
 			name = "fair"
 		}
 		s.progress(what + ", " + name)
-		if err := cleanup(ctx, s.admin); err != nil {
-			return err
-		}
 		if err := f(ctx, fair); err != nil {
 			return fmt.Errorf("bench: %s, %s: %w", what, name, err)
 		}
 	}
-	return cleanup(ctx, s.admin)
+	return nil
 }
 
 // drained is one backlog drained.
@@ -519,9 +516,13 @@ type pool struct {
 	held     int // handlers waiting at the release
 }
 
-// start starts a pool on a client of its own. A fair pool returns once
-// producers see its workers.
+// start starts a pool on a client of its own, on a Redis cleared of what
+// the pools before left (a backlog's rest, the dispatcher's state). A fair
+// pool returns once producers see its workers.
 func (s *dispatchRun) start(ctx context.Context, spec poolSpec) (*pool, error) {
+	if err := cleanup(ctx, s.admin); err != nil {
+		return nil, err
+	}
 	rdb := redis.NewClient(withPool(s.opts, 2*spec.workers+s.cfg.Producers+8))
 	p := &pool{fair: spec.fair, task: spec.task, rdb: rdb, hold: make(chan struct{}), running: map[string]int{}, ended: map[string]int{}}
 	if !spec.hold {
