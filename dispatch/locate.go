@@ -500,6 +500,9 @@ func (p Place) Why() string {
 		}
 		return fmt.Sprintf("in flight: in asynq's hands (%s), counted against the tenant's cap", cmp.Or(p.TaskState, "state unknown"))
 	case NotHeld:
+		if p.Parked {
+			return "not held by the dispatcher, though asynq keeps it parked for it: no turn of the dispatcher will move it in"
+		}
 		return "not held by the dispatcher: asynq alone has it"
 	case Limbo:
 		if p.Reason == ReasonNone {

@@ -102,7 +102,10 @@ type taskReport struct {
 	ID    string `json:"id"`
 	// State is asynq's state of the task, "" when asynq does not hold it.
 	State string `json:"state"`
-	Type  string `json:"type,omitempty"`
+	// Parked reports that asynq keeps it scheduled at dispatch.ParkedUntil,
+	// for the dispatcher to move in at its turn.
+	Parked bool   `json:"parked"`
+	Type   string `json:"type,omitempty"`
 	// NextProcessAt is when asynq will run a scheduled or retry task.
 	NextProcessAt *time.Time `json:"next_process_at,omitempty"`
 	Retried       int        `json:"retried,omitempty"`
@@ -222,7 +225,7 @@ func (f taskFinder) read(ctx context.Context, queue, id string, onlyHeld bool) (
 	case err != nil:
 		return r, false, err
 	}
-	r.Tenant = cmp.Or(r.Tenant, pl.Tenant)
+	r.Tenant, r.Parked = cmp.Or(r.Tenant, pl.Tenant), pl.Parked
 	if r.Tenant != "" {
 		if q, err := f.quotas.Quota(ctx, r.Tenant); err == nil {
 			r.MaxInFlight = q.MaxInFlight
@@ -256,7 +259,7 @@ func writeTask(w io.Writer, r taskReport) {
 	switch {
 	case state == "":
 		state = "does not hold it"
-	case r.Dispatch != nil && r.Dispatch.Where != "in flight" && state == "scheduled":
+	case r.Parked:
 		state = "scheduled, parked for the dispatcher until its turn"
 	case r.NextProcessAt != nil:
 		state += " until " + r.NextProcessAt.Local().Format(time.RFC3339)
@@ -273,7 +276,11 @@ func writeTask(w io.Writer, r taskReport) {
 		fmt.Fprintf(w, "  tenant:     %s\n", r.Tenant)
 	}
 	d := r.Dispatch
-	if d == nil {
+	switch {
+	case d == nil && r.Parked:
+		fmt.Fprintln(w, "  dispatcher: holds no entry for it, though asynq keeps it parked for the dispatcher: no turn will move it in (run or delete it with asynq's tools)")
+		return
+	case d == nil:
 		fmt.Fprintln(w, "  dispatcher: holds nothing of it (the queue is not dispatched for its tenant, or the task's place was freed)")
 		return
 	}

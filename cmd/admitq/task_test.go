@@ -9,6 +9,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch"
 	"github.com/admitq/admitq/enqueue"
 	"github.com/admitq/admitq/internal/redistest"
 )
@@ -77,6 +78,16 @@ func TestTaskSaysWhereATaskIsAndWhy(t *testing.T) {
 	if text := mustRun(t, append(base, "task", "p")...).stdout; !strings.Contains(text, "task p in queue plain") || !strings.Contains(text, "asynq:      pending") ||
 		!strings.Contains(text, "dispatcher: holds nothing of it") {
 		t.Errorf("task p, a plain asynq task:\n%s", text)
+	}
+
+	// A task parked in asynq that the dispatcher holds no entry for is
+	// named as such: nothing will move it in.
+	if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID("orphan"), asynq.ProcessAt(dispatch.ParkedUntil)); err != nil {
+		t.Fatal(err)
+	}
+	if text := mustRun(t, append(base, "task", "orphan")...).stdout; !strings.Contains(text, "scheduled, parked for the dispatcher") ||
+		!strings.Contains(text, "holds no entry for it") {
+		t.Errorf("task orphan:\n%s", text)
 	}
 
 	// A task for later waits aside in limbo; deleted from asynq, it is
