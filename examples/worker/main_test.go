@@ -208,3 +208,12 @@ func TestACappedTenantsParkedTasksAllRun(t *testing.T) {
 		t.Errorf("/metrics does not count 5 starts for noisy:\n%s", body)
 	}
 }
+
+// The example's worker and admitq worker run side by side on one machine:
+// their metrics ports differ.
+func TestMetricsPortIsNotAdmitqWorkers(t *testing.T) {
+	const admitqWorker = "127.0.0.1:9464" // cmd/admitq's defaultMetricsAddr
+	if defaultMetricsAddr == admitqWorker {
+		t.Errorf("defaultMetricsAddr is %s, admitq worker's default too", defaultMetricsAddr)
+	}
+}
