@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch/internal/rule"
 	"github.com/admitq/admitq/lua"
 )
 
@@ -73,11 +74,11 @@ func New(rdb redis.UniversalClient, g *admission.Gate, log *slog.Logger) *Dispat
 
 // queueKeys are a queue's keys, named as fair.lua's header names them.
 type queueKeys struct {
-	prefix                                     string // the dispatcher's key prefix for the queue
-	taskPrefix                                 string // asynq's task key prefix for the queue
-	vt, sleep, run, meta, workers              string
-	pending, active, scheduled                 string
-	grants, limbo, fresh, debts                string
+	prefix                            string // the dispatcher's key prefix for the queue
+	taskPrefix                        string // asynq's task key prefix for the queue
+	vt, sleep, run, meta, workers     string
+	pending, active, scheduled        string
+	grants, limbo, fresh, debts, held string
 }
 
 func (d *Dispatcher) keysFor(queue string) queueKeys {
@@ -87,14 +88,14 @@ func (d *Dispatcher) keysFor(queue string) queueKeys {
 		prefix: p, taskPrefix: a + "t:",
 		vt: p + "vt", sleep: p + "sleep", run: p + "run", meta: p + "meta", workers: p + "workers",
 		pending: a + "pending", active: a + "active", scheduled: a + "scheduled",
-		grants: p + "grants", limbo: p + "limbo", fresh: p + "fresh", debts: p + "debts",
+		grants: p + "grants", limbo: p + "limbo", fresh: p + "fresh", debts: p + "debts", held: p + "held",
 	}
 }
 
 // scriptKeys are k in the order of fair.lua's KEYS.
 func (k queueKeys) scriptKeys() []string {
 	return []string{k.vt, k.sleep, k.run, k.meta, k.workers, k.pending, k.active, k.scheduled,
-		k.grants, k.limbo, k.fresh, k.debts}
+		k.grants, k.limbo, k.fresh, k.debts, k.held}
 }
 
 // tenantKey is tenant's record in the queue, waitingKey its line.
@@ -165,15 +166,28 @@ func (d *Dispatcher) Mode(ctx context.Context, queue string) (served, fair bool,
 	return m.served, m.fair, nil
 }
 
-// warnDirect logs once per queue that a capped tenant's task went straight
-// in because no worker with a gate serves the queue.
+// limitsOf is what q says of a tenant's place in a dispatched queue.
+func limitsOf(q admission.Quota) rule.Limits {
+	return rule.Limits{Cap: q.MaxInFlight, Weight: rule.Weight(q.EffectiveWeight()), Paused: q.Paused}
+}
+
+// flag is b as the scripts take it.
+func flag(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// warnDirect logs once per queue that a capped or paused tenant's task
+// went straight in because no worker with a gate serves the queue.
 func (d *Dispatcher) warnDirect(queue, tenant string) {
 	d.mu.Lock()
 	told := d.told[queue]
 	d.told[queue] = true
 	d.mu.Unlock()
 	if !told {
-		d.log.Warn("admitq: no worker with a Gate serves this queue, so capped tenants' tasks go in uncapped; run its workers with worker.Config{Gate: g}",
+		d.log.Warn("admitq: no worker with a Gate serves this queue, so capped and paused tenants' tasks go in uncapped; run its workers with worker.Config{Gate: g}",
 			"queue", queue, "tenant", tenant)
 	}
 }

@@ -68,10 +68,11 @@ func (d *Dispatcher) Park(ctx context.Context, t Task, q admission.Quota) (Ticke
 	if err != nil {
 		return Ticket{}, err
 	}
-	if !served && q.MaxInFlight > 0 {
+	held := q.MaxInFlight > 0 || q.Paused
+	if !served && held {
 		d.warnDirect(t.Queue, t.Tenant)
 	}
-	if !served || !fair && q.MaxInFlight == 0 {
+	if !served || !fair && !held {
 		return Ticket{Verdict: Direct, task: t}, nil
 	}
 	maxParked := q.MaxParked
@@ -79,7 +80,7 @@ func (d *Dispatcher) Park(ctx context.Context, t Task, q admission.Quota) (Ticke
 		maxParked = admission.DefaultMaxParked
 	}
 	res, err := d.run(ctx, d.scripts.park, t.Queue, t.Tenant, t.ID, micros(t.NotBefore),
-		max(t.UniqueTTL.Milliseconds(), 0), q.MaxInFlight, maxParked, rule.Weight(q.EffectiveWeight()))
+		max(t.UniqueTTL.Milliseconds(), 0), q.MaxInFlight, maxParked, rule.Weight(q.EffectiveWeight()), flag(q.Paused))
 	if err != nil {
 		return Ticket{}, err
 	}
@@ -101,7 +102,7 @@ func (d *Dispatcher) Park(ctx context.Context, t Task, q admission.Quota) (Ticke
 		tk.Verdict = Full
 	case parkDirect:
 		tk.Verdict = Direct
-		if q.MaxInFlight > 0 {
+		if held {
 			d.warnDirect(t.Queue, t.Tenant)
 		}
 	default:

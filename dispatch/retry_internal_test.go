@@ -49,7 +49,7 @@ var q1 = admission.Quota{Limit: 100000, Window: time.Second, MaxInFlight: 1}
 func TestARetryOfAGrantedIDGivesNothingBack(t *testing.T) {
 	ctx := context.Background()
 	d, rdb, ac := rig(t, q1)
-	d.turnRaw(ctx, t, 0, 0, 0) // register a fair worker
+	d.turnRaw(ctx, t, 0, 0, 0, 0) // register a fair worker
 	tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: "a"}, q1)
 	if err != nil || tk.Verdict != Straight {
 		t.Fatalf("a: %v %v", tk.Verdict, err)
@@ -66,7 +66,7 @@ func TestARetryOfAGrantedIDGivesNothingBack(t *testing.T) {
 	}
 	// a finishes (done): b is granted.
 	rdb.Del(ctx, "asynq:{default}:t:a")
-	picks := d.turnRaw(ctx, t, 1, 1, "a", 1000, 1, 1, 1.0, 0)
+	picks := d.turnRaw(ctx, t, 1, 1, "a", 1000, 1, 1, 1000, 0, 0, 0)
 	if len(picks) != 1 {
 		t.Fatalf("picks %v", picks)
 	}
@@ -84,7 +84,7 @@ func TestARetryOfAGrantedIDGivesNothingBack(t *testing.T) {
 	ops := d.admit(ctx, "default", picks)
 	d.move(ctx, "default", ops)
 	for range 5 {
-		d.turnRaw(ctx, t, 2, 0, 0)
+		d.turnRaw(ctx, t, 2, 0, 0, 0)
 		d.repairAll(ctx, "default")
 	}
 	z, _ := rdb.ZScore(ctx, "asynq:{default}:scheduled", "b").Result()
@@ -102,7 +102,7 @@ func TestARetryOfAGrantedIDGivesNothingBack(t *testing.T) {
 func TestANotBeforeBefore1970IsNow(t *testing.T) {
 	ctx := context.Background()
 	d, _, ac := rig(t, q1)
-	d.turnRaw(ctx, t, 0, 0, 0)
+	d.turnRaw(ctx, t, 0, 0, 0, 0)
 	tk, _ := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: "a"}, q1)
 	if tk.Verdict != Straight {
 		t.Fatal(tk.Verdict)
@@ -149,7 +149,7 @@ func TestStraightInKeepsTheFairOrder(t *testing.T) {
 		}
 		return tk.Verdict
 	}
-	d.turnRaw(ctx, t, 0, 0, 0) // a fair worker of concurrency 1: room for 3
+	d.turnRaw(ctx, t, 0, 0, 0, 0) // a fair worker of concurrency 1: room for 3
 	for _, id := range []string{"a1", "a2", "a3"} {
 		if v := park("a", id); v != Straight {
 			t.Fatalf("%s: %v, want straight in: the queue has room", id, v)
@@ -159,7 +159,7 @@ func TestStraightInKeepsTheFairOrder(t *testing.T) {
 		t.Fatalf("b1: %v, want wait: the queue is full", v)
 	}
 	// A second worker makes room; b waits with an earlier tag than a's.
-	a := append([]any{"fake2|8|1", 3_000_000, 0}, 0, 0)
+	a := append([]any{"fake2|8|1", 3_000_000, 0}, 0, 0, 0)
 	if _, err := d.run(ctx, d.scripts.dispatch, "default", a...); err != nil {
 		t.Fatal(err)
 	}

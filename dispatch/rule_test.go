@@ -22,7 +22,7 @@ import (
 // dispatcher's scripts on a real redis-server and against the Go model of
 // its rule (package rule), and fails on the first difference: a producer's
 // verdict, a turn's grants and their order, or any state the rule keeps
-// (the floor, each tenant's tag, tasks in flight, cap, weight and
+// (the floor, each tenant's tag, tasks in flight, cap, weight, pause and
 // estimate, the runnable tenants and their start tags).
 func TestScriptsFollowTheRule(t *testing.T) {
 	for seed := uint64(1); seed <= 8; seed++ {
@@ -55,7 +55,7 @@ func replay(t *testing.T, seed uint64, steps int) {
 		rng: rand.New(rand.NewPCG(seed, 7)), quota: map[string]admission.Quota{}, retried: map[string]bool{}}
 	// A fair worker with room for everything: the rule, not the room, is
 	// under test here.
-	if _, err := d.run(r.ctx, d.scripts.dispatch, "default", "replay|100000|1", 600_000_000, 0, 0, 0); err != nil {
+	if _, err := d.run(r.ctx, d.scripts.dispatch, "default", "replay|100000|1", 600_000_000, 0, 0, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	tenants := []string{"a", "b", "c", "d", "e|x"}
@@ -63,7 +63,7 @@ func replay(t *testing.T, seed uint64, steps int) {
 		T := tenants[r.rng.IntN(len(tenants))]
 		if r.rng.IntN(3) == 0 || r.quota[T] == (admission.Quota{}) {
 			r.quota[T] = admission.Quota{Limit: 100_000, Window: time.Second, MaxInFlight: r.rng.IntN(4),
-				Weight: []float64{0, 1, 2, 3, 0.5}[r.rng.IntN(5)], MaxParked: 1 << 20}
+				Weight: []float64{0, 1, 2, 3, 0.5}[r.rng.IntN(5)], MaxParked: 1 << 20, Paused: r.rng.IntN(6) == 0}
 		}
 		switch n := r.rng.IntN(10); {
 		case n < 5:
@@ -89,7 +89,7 @@ func (r *replayer) park(T string) {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	_, in := r.model.Park(T, id, q.MaxInFlight, rule.Weight(q.Weight), 1<<30)
+	_, in := r.model.Park(T, id, limitsOf(q), 1<<30)
 	if want := map[bool]Verdict{true: Straight, false: Wait}[in]; tk.Verdict != want {
 		r.t.Fatalf("park %s: the script says %v, the model %v", id, tk.Verdict, want)
 	}
@@ -127,8 +127,9 @@ func (r *replayer) turn() {
 			r.retried[id] = true
 		}
 		r.d.rdb.HSet(r.ctx, r.k.taskPrefix+id, "state", state)
-		fins = append(fins, id, ran, map[bool]int{true: 1, false: 0}[done], q.MaxInFlight, rule.Weight(q.Weight))
-		r.model.Finish(id, ran, done, q.MaxInFlight, rule.Weight(q.Weight))
+		lim := limitsOf(q)
+		fins = append(fins, id, ran, flag(done), lim.Cap, lim.Weight, flag(lim.Paused))
+		r.model.Finish(id, ran, done, lim)
 		if done {
 			r.moved = append(r.moved[:i], r.moved[i+1:]...)
 			i--
@@ -137,9 +138,23 @@ func (r *replayer) turn() {
 	}
 	args = append(append(args, n), fins...)
 	args = appendOps(args, r.pendingOps)
+	// The limits of a tenant or two as their quotas say now: a pause or a
+	// resume without a task of theirs.
+	var updates []any
+	for _, T := range []string{"a", "c", "e|x"} {
+		if q, ok := r.quota[T]; ok && r.rng.IntN(3) == 0 {
+			lim := limitsOf(q)
+			updates = append(updates, T, lim.Cap, lim.Weight, flag(lim.Paused))
+		}
+	}
+	args = append(append(args, len(updates)/4), updates...)
 	wake := r.asleep // asleep since the last turn: this one wakes them
 	r.asleep = nil
 	r.applyOps()
+	for i := 0; i < len(updates); i += 4 {
+		T := updates[i].(string)
+		r.model.Update(T, limitsOf(r.quota[T]))
+	}
 	res, err := r.d.run(r.ctx, r.d.scripts.dispatch, "default", args...)
 	if err != nil {
 		r.t.Fatal(err)
@@ -228,8 +243,8 @@ func (r *replayer) compare(step int) {
 	}
 	for T, m := range r.model.Tenants {
 		h := rdb.HGetAll(ctx, k.tenantKey(T)).Val()
-		got := [5]int64{atoi(h["tag"]), atoi(h["n"]), atoi(h["cap"]), atoi(h["wm"]), atoi(h["est"])}
-		want := [5]int64{m.Tag, int64(m.N), int64(m.Cap), m.Weight, m.Estimate}
+		got := [6]int64{atoi(h["tag"]), atoi(h["n"]), atoi(h["cap"]), atoi(h["wm"]), atoi(h["est"]), atoi(h["paused"])}
+		want := [6]int64{m.Tag, int64(m.N), int64(m.Cap), m.Weight, m.Estimate, int64(flag(m.Paused))}
 		if got != want {
 			t.Fatalf("step %d: tenant %s (tag n cap wm est) %v, the model's %v", step, T, got, want)
 		}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/dispatch/internal/rule"
 )
@@ -26,6 +28,10 @@ const (
 	// in flight against asynq.
 	repairEvery = 2 * time.Second
 	callTimeout = 2 * time.Second
+	// syncEvery is how often a loop looks up the quotas of its queue's
+	// paused tenants and the next syncTenants in line.
+	syncEvery   = time.Second
+	syncTenants = 100
 )
 
 // Server runs the dispatch of one worker's queues: a loop per queue that
@@ -53,6 +59,10 @@ type loop struct {
 	s     *Server
 	queue string
 	ch    chan finish
+	// sent are the limits last handed in for the tenants the loop looks
+	// after (paused ones and the next in line), updates those to hand in
+	// with the next turn.
+	sent, updates map[string]rule.Limits
 }
 
 // Worker is what Serve needs to know of a worker.
@@ -94,7 +104,8 @@ func (d *Dispatcher) Serve(w Worker) (*Server, error) {
 		cancel:  cancel,
 	}
 	for _, q := range queues {
-		l := &loop{s: s, queue: q, ch: make(chan finish, 4*concurrency)}
+		l := &loop{s: s, queue: q, ch: make(chan finish, 4*concurrency),
+			sent: map[string]rule.Limits{}, updates: map[string]rule.Limits{}}
 		cctx, ccancel := context.WithTimeout(ctx, callTimeout)
 		_, err := l.turn(cctx, nil, nil, heartbeat, 0)
 		ccancel()
@@ -168,6 +179,7 @@ func (l *loop) run(ctx context.Context) {
 	var fs []finish
 	var ops []moveOp // the last grants' moves, for the next turn
 	repair := time.Now().Add(repairEvery)
+	sync := time.Now()
 	retry := time.Millisecond
 	for {
 		select {
@@ -183,6 +195,12 @@ func (l *loop) run(ctx context.Context) {
 		}
 		fs = l.drain(fs)
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		if time.Now().After(sync) {
+			if err := l.syncLimits(cctx); err != nil && ctx.Err() == nil {
+				l.s.d.log.Warn("admitq: reading paused tenants failed", "queue", l.queue, "err", err)
+			}
+			sync = time.Now().Add(syncEvery)
+		}
 		tr, err := l.turn(cctx, fs, ops, heartbeat, l.s.most)
 		if err == nil {
 			fs = tr.later
@@ -216,6 +234,41 @@ func (l *loop) run(ctx context.Context) {
 		}
 		t.Reset(next)
 	}
+}
+
+// syncLimits looks up the quotas of the queue's paused tenants and of the
+// next SyncTenants in line, and queues for the next turn the limits that
+// changed since they were last handed in: a pause or a resume reaches the
+// queue within about syncEvery, without a finish or a new task of the
+// tenant.
+func (l *loop) syncLimits(ctx context.Context) error {
+	k := l.s.d.keysFor(l.queue)
+	var held, next *redis.StringSliceCmd
+	_, err := l.s.d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		held = p.SRandMemberN(ctx, k.held, syncTenants)
+		next = p.ZRange(ctx, k.vt, 0, syncTenants-1)
+		return nil
+	})
+	if err != nil {
+		return l.s.d.recoverFrom(err)
+	}
+	seen := make(map[string]bool, len(l.sent))
+	for _, T := range append(held.Val(), next.Val()...) {
+		seen[T] = true
+		q, err := l.s.d.gate.Quota(ctx, T)
+		if err != nil {
+			continue // no quota now: the tenant keeps what it has
+		}
+		if lim, ok := l.sent[T]; !ok || lim != limitsOf(q) {
+			l.updates[T] = limitsOf(q)
+		}
+	}
+	for T := range l.sent {
+		if !seen[T] {
+			delete(l.sent, T)
+		}
+	}
+	return nil
 }
 
 // repair runs a repair pass over the queue, and reports its stats when the
@@ -259,23 +312,28 @@ type turnResult struct {
 // turn runs fair_dispatch.lua: heartbeat (ttl 0 leaves), finishes, the
 // moves ops (admit's), and up to most grants.
 func (l *loop) turn(ctx context.Context, fs []finish, ops []moveOp, ttl time.Duration, most int) (turnResult, error) {
-	args := make([]any, 0, 5+5*len(fs)+1+3*len(ops))
+	args := make([]any, 0, 5+6*len(fs)+1+3*len(ops)+1+4*len(l.updates))
 	args = append(args, l.s.member, ttl.Microseconds(), most, len(fs))
 	for _, f := range fs {
-		done, cap, wm := 0, -1, int64(rule.WeightScale)
-		if f.done {
-			done = 1
-		}
+		lim := rule.Limits{Cap: -1, Weight: rule.WeightScale}
 		if q, err := l.s.d.gate.Quota(ctx, f.tenant); err == nil {
-			cap, wm = q.MaxInFlight, rule.Weight(q.EffectiveWeight())
+			lim = limitsOf(q)
 		}
-		args = append(args, f.id, f.ran.Microseconds(), done, cap, wm)
+		args = append(args, f.id, f.ran.Microseconds(), flag(f.done), lim.Cap, lim.Weight, flag(lim.Paused))
 	}
 	args = appendOps(args, ops)
+	args = append(args, len(l.updates))
+	for T, lim := range l.updates {
+		args = append(args, T, lim.Cap, lim.Weight, flag(lim.Paused))
+	}
 	res, err := l.s.d.run(ctx, l.s.d.scripts.dispatch, l.queue, args...)
 	if err != nil {
 		return turnResult{}, err
 	}
+	for T, lim := range l.updates {
+		l.sent[T] = lim
+	}
+	clear(l.updates)
 	picks, rest, err := readPicks(res)
 	if err == nil && len(rest) < 2 {
 		err = fmt.Errorf("dispatch: fair_dispatch.lua returned %d values", len(res))

@@ -33,6 +33,8 @@
 --          them, so they take space in the queue already
 -- KEYS[12] debts: ZSET tenant -> µs, idle tenants whose tag is ahead of
 --          the floor, forgiven when the queue goes idle
+-- KEYS[13] held: SET of paused tenants, for the workers to look up their
+--          quotas and resume them
 -- ARGV[1]  the dispatcher's key prefix for the queue, <prefix>:fair:{<q>}:
 -- ARGV[2]  asynq's task key prefix, asynq:{<q>}:t:
 -- Each script's own ARGV starts at ARGV[3].
@@ -42,10 +44,10 @@
 -- P..'t:'..tenant, a HASH tag (start tag of its next task), n (tasks in
 -- run), cap (MaxInFlight, 0 none), wm (weight in thousandths), est (run
 -- time µs, a moving mean), used (worker time µs charged in total), l
--- (entries in limbo).
+-- (entries in limbo), paused (1: Quota.Paused holds its waiting tasks).
 local vt, sleep, run, meta, workers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local pending, active, scheduled = KEYS[6], KEYS[7], KEYS[8]
-local grants, limbo, fresh, debts = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local grants, limbo, fresh, debts, held = KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local P, TP = ARGV[1], ARGV[2]
 local call = redis.call
 local t = call('TIME')
@@ -130,11 +132,15 @@ end
 
 -- refresh puts tenant T among those that may go in, at the later of its
 -- own tag and the floor (an idle or blocked tenant banks no credit), when
--- it has a task waiting, is under its cap and awake; else it takes T out.
+-- it has a task waiting, is under its cap, awake and not paused; else it
+-- takes T out.
 local function refresh(T)
-  local h = call('HMGET', P .. 't:' .. T, 'tag', 'n', 'cap')
+  local h = call('HMGET', P .. 't:' .. T, 'tag', 'n', 'cap', 'paused')
   local cap = toint(h[3])
-  if (cap > 0 and toint(h[2]) >= cap) or call('ZSCORE', sleep, T) or call('LLEN', P .. 'w:' .. T) == 0 then
+  if h[4] == '1' then
+    call('ZREM', vt, T)
+    call('SADD', held, T)
+  elseif (cap > 0 and toint(h[2]) >= cap) or call('ZSCORE', sleep, T) or call('LLEN', P .. 'w:' .. T) == 0 then
     call('ZREM', vt, T)
   else
     call('ZADD', vt, int(math.max(toint(h[1]), floor)), T)
@@ -154,6 +160,7 @@ local function settle(T)
   elseif toint(h[3]) <= floor then
     call('DEL', th)
     call('ZREM', debts, T)
+    call('SREM', held, T)
   else
     call('PEXPIRE', th, IDLE)
     call('ZADD', debts, nowS, T)
@@ -171,6 +178,7 @@ local function forgive()
     local th = P .. 't:' .. T
     if toint(call('HGET', th, 'l')) == 0 then
       call('DEL', th)
+      call('SREM', held, T)
     end
   end
 end
@@ -398,6 +406,33 @@ local function moveIn(id, r, e)
   call('HSET', run, id, 'p' .. string.sub(r, 2))
   call('HDEL', grants, id)
   return true
+end
+
+-- limits records tenant T's quota as it is now (cap, weight in
+-- thousandths, paused "1" or "0"), when the queue has a record of it.
+local function limits(T, cap, wm, paused)
+  local th = P .. 't:' .. T
+  if call('EXISTS', th) == 0 then
+    return
+  end
+  call('HSET', th, 'cap', cap, 'wm', wm, 'paused', paused)
+  if paused ~= '1' then
+    call('SREM', held, T)
+  end
+  refresh(T)
+end
+
+-- updates applies the n updates (quads tenant, cap, weight in thousandths,
+-- paused) in ARGV from ARGV[a], n first, and returns the ARGV index after
+-- them.
+local function updates(a)
+  local n = tonumber(ARGV[a])
+  a = a + 1
+  for _ = 1, n do
+    limits(ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
+    a = a + 4
+  end
+  return a
 end
 
 -- moveOps applies the n move ops (triples op, task ID, µs) in ARGV from

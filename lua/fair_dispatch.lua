@@ -9,12 +9,14 @@
 --          then lapses now, and still holds the queue dispatched for
 --          RESTART_GRACE)
 -- ARGV[5]  most grants to make
--- ARGV[6]  n, then n fives: task ID, run time µs, done (1: the task left
+-- ARGV[6]  n, then n sixes: task ID, run time µs, done (1: the task left
 --          asynq's hands or will, 0: it will be retried), and its tenant's
---          MaxInFlight and weight in thousandths now (cap -1: unknown, keep
---          what is stored)
+--          MaxInFlight, weight in thousandths and paused (1 or 0) now (cap
+--          -1: unknown, keep what is stored)
 -- then     m, then m move ops, as fair_move.lua takes them: the previous
 --          turn's grants, admitted since, go in (or back) here
+-- then     k, then k quads: tenant, MaxInFlight, weight in thousandths,
+--          paused: tenants' quotas as they are now (a pause or a resume)
 -- Returns  {n, then n pairs tenant, waiting entry granted (state g: the
 --          caller admits and moves them), tenants waiting, the earliest µs
 --          a sleeping tenant wakes or an entry in limbo is due (0: none),
@@ -31,7 +33,7 @@ local member, ttl, most = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 call('ZADD', workers, int(now + math.max(ttl, 0)), member)
 
 -- finish hands in task id, which ran for ran µs.
-local function finish(id, ran, done, cap, wm)
+local function finish(id, ran, done, cap, wm, paused)
   local r = call('HGET', run, id)
   if not r then
     return true
@@ -43,7 +45,10 @@ local function finish(id, ran, done, cap, wm)
   local s, est, since, T = runEntry(r)
   local th = P .. 't:' .. T
   if cap >= 0 then
-    call('HSET', th, 'cap', cap, 'wm', wm)
+    call('HSET', th, 'cap', cap, 'wm', wm, 'paused', paused)
+    if paused ~= '1' then
+      call('SREM', held, T)
+    end
   end
   local h = call('HMGET', th, 'tag', 'wm', 'est', 'used')
   local twm = toint(h[2])
@@ -72,13 +77,15 @@ end
 local a = 7
 local later = {}
 for i = 1, tonumber(ARGV[6]) do
-  if not finish(ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2] == '1', tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])) then
+  if not finish(ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2] == '1', tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), ARGV[a + 5]) then
     later[#later + 1] = i
   end
-  a = a + 5
+  a = a + 6
 end
 
-moveOps(a)
+local _
+_, a = moveOps(a)
+updates(a)
 wake()
 recall()
 seen()

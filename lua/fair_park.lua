@@ -9,13 +9,14 @@
 -- ARGV[7]  the tenant's MaxInFlight (0: no cap)
 -- ARGV[8]  the tenant's MaxParked
 -- ARGV[9]  the tenant's weight in thousandths (> 0)
+-- ARGV[10] the tenant's Paused: 1 or 0
 -- Returns  {verdict, now µs, tasks the tenant has waiting}, verdict:
 --          "wait": the entry is stored, the caller writes the task parked
 --          "in": granted (state f), the caller admits and writes it
 --          "full": nothing stored, the backlog is at MaxParked
 --          "direct": no worker with a gate served the queue within
---            RESTART_GRACE (or none is fair and the tenant has no cap):
---            nothing stored
+--            RESTART_GRACE (or none is fair and the tenant has no cap and
+--            is not paused): nothing stored
 --          "in-again": the ID is in run already (a retry), nothing
 --            changes; the caller admits and writes it, and gives nothing
 --            back
@@ -30,10 +31,10 @@
 -- limbo until then, holding no place and no one back, and then goes to the
 -- head of its tenant's line.
 local T, id, nb, uttl = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local cap, maxParked, wm = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local cap, maxParked, wm, paused = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10]
 
 local recent, fair, total = capacity()
-if not recent or (not fair and cap == 0) then
+if not recent or (not fair and cap == 0 and paused ~= '1') then
   return {'direct', now, 0}
 end
 if call('HEXISTS', run, id) == 1 then
@@ -44,15 +45,18 @@ if isParked(id) then
 end
 seen()
 local th, w = P .. 't:' .. T, P .. 'w:' .. T
-local h = call('HMGET', th, 'tag', 'n', 'cap', 'wm')
-if toint(h[3]) ~= cap or toint(h[4]) ~= wm then
-  call('HSET', th, 'cap', cap, 'wm', wm)
+local h = call('HMGET', th, 'tag', 'n', 'cap', 'wm', 'paused')
+if toint(h[3]) ~= cap or toint(h[4]) ~= wm or (h[5] or '0') ~= paused then
+  call('HSET', th, 'cap', cap, 'wm', wm, 'paused', paused)
+  if paused ~= '1' then
+    call('SREM', held, T)
+  end
 end
 local waiting = call('LLEN', w)
 local later = tonumber(nb) > now + 1000000
 local start = math.max(toint(h[1]), floor)
 local head = call('ZRANGE', vt, 0, 0, 'WITHSCORES')
-if waiting == 0 and not later and (cap == 0 or toint(h[2]) < cap) and not call('ZSCORE', sleep, T)
+if waiting == 0 and not later and paused ~= '1' and (cap == 0 or toint(h[2]) < cap) and not call('ZSCORE', sleep, T)
     and (#head == 0 or start <= tonumber(head[2])) and room(fair, total) > 0 then
   grant(T, id, nil, start)
   save()

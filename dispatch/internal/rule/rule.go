@@ -71,9 +71,11 @@ type Tenant struct {
 	Tag int64
 	// N is how many of its tasks the dispatcher let in that asynq holds.
 	N int
-	// Cap is its MaxInFlight (0: none), Weight its weight in thousandths.
+	// Cap is its MaxInFlight (0: none), Weight its weight in thousandths,
+	// and Paused holds all of its waiting tasks.
 	Cap    int
 	Weight int64
+	Paused bool
 	// Estimate is its run time µs, a moving mean (0: none yet); Used the
 	// worker time µs charged in total.
 	Estimate, Used int64
@@ -132,7 +134,7 @@ func (q *Queue) tenant(T string) *Tenant {
 // takes it out otherwise. Every change to a tenant ends with it.
 func (q *Queue) Refresh(T string) {
 	t := q.Tenants[T]
-	if t == nil || len(t.Waiting) == 0 || t.Asleep || (t.Cap > 0 && t.N >= t.Cap) {
+	if t == nil || len(t.Waiting) == 0 || t.Asleep || t.Paused || (t.Cap > 0 && t.N >= t.Cap) {
 		delete(q.Runnable, T)
 		return
 	}
@@ -153,10 +155,29 @@ func (q *Queue) Head() (string, int64, bool) {
 	return best, tag, found
 }
 
-// Set records T's cap and weight as its quota says now.
-func (q *Queue) Set(T string, cap int, wm int64) {
+// Limits are what a tenant's quota says of its place in a queue now.
+type Limits struct {
+	// Cap is its MaxInFlight (0: none), Weight its weight in thousandths
+	// (see Weight), and Paused holds its waiting tasks.
+	Cap    int
+	Weight int64
+	Paused bool
+}
+
+// Set records T's limits as its quota says now.
+func (q *Queue) Set(T string, l Limits) {
 	t := q.tenant(T)
-	t.Cap, t.Weight = cap, wm
+	t.Cap, t.Weight, t.Paused = l.Cap, l.Weight, l.Paused
+}
+
+// Update records the limits of T, if the queue has a record of it, and
+// makes it runnable or not by them: a paused tenant resumes, in order, or
+// a newly paused one stops going in.
+func (q *Queue) Update(T string, l Limits) {
+	if q.Tenants[T] != nil {
+		q.Set(T, l)
+		q.Refresh(T)
+	}
 }
 
 // grant lets task id of T in at start tag start, charging its estimate.
@@ -170,17 +191,17 @@ func (q *Queue) grant(T, id string, start int64) Grant {
 	return Grant{Tenant: T, ID: id, Start: start}
 }
 
-// Park decides a producer's task id of T (cap and weight as its quota says
-// now) when space more tasks may go into the queue: it goes straight in
-// (granted at once, true) when T has nothing waiting, is awake and under
-// its cap, no runnable tenant has an earlier start tag, and the queue has
-// space; else it waits at the end of T's line (false).
-func (q *Queue) Park(T, id string, cap int, wm int64, space int) (Grant, bool) {
-	q.Set(T, cap, wm)
+// Park decides a producer's task id of T (limits l, as its quota says now)
+// when space more tasks may go into the queue: it goes straight in
+// (granted at once, true) when T has nothing waiting, is awake, not paused
+// and under its cap, no runnable tenant has an earlier start tag, and the
+// queue has space; else it waits at the end of T's line (false).
+func (q *Queue) Park(T, id string, l Limits, space int) (Grant, bool) {
+	q.Set(T, l)
 	t := q.Tenants[T]
 	start := max(t.Tag, q.Floor)
 	_, head, any := q.Head()
-	if len(t.Waiting) == 0 && !t.Asleep && (cap == 0 || t.N < cap) && (!any || start <= head) && space > 0 {
+	if len(t.Waiting) == 0 && !t.Asleep && !l.Paused && (l.Cap == 0 || t.N < l.Cap) && (!any || start <= head) && space > 0 {
 		return q.grant(T, id, start), true
 	}
 	t.Waiting = append(t.Waiting, id)
@@ -213,14 +234,14 @@ func (q *Queue) Pick(most, space int, skip func(id string) bool) []Grant {
 // Finish hands in task id, which ran for ran µs: its tenant is charged
 // what it ran less the estimate it was charged at its grant, and the
 // estimates move towards ran. A task that is done leaves; one asynq will
-// retry keeps its place, to be charged in full when it runs again. cap and
-// wm are its tenant's quota now.
-func (q *Queue) Finish(id string, ran int64, done bool, cap int, wm int64) {
+// retry keeps its place, to be charged in full when it runs again. l are
+// its tenant's limits now.
+func (q *Queue) Finish(id string, ran int64, done bool, l Limits) {
 	r, ok := q.InFlight[id]
 	if !ok {
 		return
 	}
-	q.Set(r.Tenant, cap, wm)
+	q.Set(r.Tenant, l)
 	t := q.Tenants[r.Tenant]
 	t.Tag += Charge(ran-r.Estimate, t.Weight)
 	if t.Estimate == 0 {

@@ -1,0 +1,75 @@
+package dispatch_test
+
+import (
+	"testing"
+	"time"
+)
+
+// A paused tenant's tasks wait, in order, while other tenants' run; its
+// running tasks finish; on resume its tasks go in, in order, within about
+// a second, with no task of its own to wake the queue.
+func TestPausedTenantWaitsAndResumesInOrder(t *testing.T) {
+	s := newStack(t, generous)
+	s.startWorker(4, true)
+	paused := generous
+	paused.Paused = true
+	s.setQuota("p", paused)
+	held := s.enqueue("p", 20, time.Millisecond)
+	others := s.enqueue("o", 20, time.Millisecond)
+	s.waitRuns(others, 20*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	for _, id := range held {
+		if n := s.ran(id); n != 0 {
+			t.Fatalf("task %s of a paused tenant ran %d times", id, n)
+		}
+	}
+	s.setQuota("p", generous)
+	start := time.Now()
+	s.waitRuns(held, 20*time.Second)
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("a resumed tenant's tasks took %v to run; want about a second", d)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var order []string
+	for _, e := range s.started {
+		if e.tenant == "p" {
+			order = append(order, e.id)
+		}
+	}
+	for i := range held {
+		if i >= len(order) || order[i] != held[i] {
+			t.Fatalf("a resumed tenant's tasks started in the order %v, want %v", order, held)
+		}
+	}
+}
+
+// Pausing a tenant that has a backlog and runs holds its waiting tasks
+// within about a second, with no task of its own to say so.
+func TestPauseStopsABacklogGoingIn(t *testing.T) {
+	s := newStack(t, generous)
+	s.startWorker(2, true)
+	ids := s.enqueue("p", 200, 20*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	paused := generous
+	paused.Paused = true
+	s.setQuota("p", paused)
+	time.Sleep(1500 * time.Millisecond) // a sync, and the tasks let in before it
+	n := 0
+	for _, id := range ids {
+		n += s.ran(id)
+	}
+	time.Sleep(time.Second)
+	m := 0
+	for _, id := range ids {
+		m += s.ran(id)
+	}
+	if m != n {
+		t.Errorf("a paused tenant started %d more tasks in a second after its pause took hold", m-n)
+	}
+	if n == len(ids) {
+		t.Fatalf("all %d tasks ran before the pause: the test proves nothing", n)
+	}
+	s.setQuota("p", generous)
+	s.waitRuns(ids, 30*time.Second)
+}
