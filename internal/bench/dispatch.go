@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,11 +43,11 @@ type DispatchConfig struct {
 	// the pool of the light-tenant, capped-tenant and lone-tenant runs [16].
 	Concurrency int `json:"concurrency"`
 	Workers     int `json:"workers"`
-	// Producers is the goroutines that enqueue a backlog [16]. Enqueues is
-	// the calls of each producer-rate run [2,000], made by one goroutine and
-	// by Producers.
-	Producers int `json:"producers"`
-	Enqueues  int `json:"enqueues"`
+	// Producers is the goroutines that enqueue a backlog [16]. EnqueueFor
+	// is how long each producer-rate run calls Enqueue [1s], from one
+	// goroutine and from Producers.
+	Producers  int           `json:"producers"`
+	EnqueueFor time.Duration `json:"enqueue_for_ns"`
 	// Light is the light tenants [8], each sending a task every Every task
 	// times [10] for LightFor [4s] beside one tenant's backlog.
 	Light    int           `json:"light"`
@@ -68,7 +69,7 @@ func (c DispatchConfig) withDefaults() DispatchConfig {
 		d int
 	}{
 		{&c.Tasks, 3000}, {&c.SlowTasks, 1500}, {&c.Concurrency, 64}, {&c.Workers, 16},
-		{&c.Producers, 16}, {&c.Enqueues, 2000}, {&c.Light, 8}, {&c.Every, 10},
+		{&c.Producers, 16}, {&c.Light, 8}, {&c.Every, 10},
 		{&c.CapTasks, 400}, {&c.MaxInFlight, 4}, {&c.Runs, 1},
 	} {
 		if *f.v <= 0 {
@@ -77,6 +78,9 @@ func (c DispatchConfig) withDefaults() DispatchConfig {
 	}
 	if c.LightFor <= 0 {
 		c.LightFor = 4 * time.Second
+	}
+	if c.EnqueueFor <= 0 {
+		c.EnqueueFor = time.Second
 	}
 	if c.Progress == nil {
 		c.Progress = func(string) {}
@@ -313,7 +317,7 @@ func (s *dispatchRun) drain(ctx context.Context, fair bool, workers int, task ti
 	if err != nil {
 		return drained{}, err
 	}
-	if _, err := p.enqueue(ctx, "solo", n, s.cfg.Producers); err != nil {
+	if _, _, err := p.enqueue(ctx, "solo", n, s.cfg.Producers, time.Time{}); err != nil {
 		return drained{}, err
 	}
 	p.release()
@@ -348,8 +352,8 @@ func (s *dispatchRun) produce(ctx context.Context, fair bool, goroutines int) (f
 		return 0, err
 	}
 	defer p.close()
-	took, err := p.enqueue(ctx, "producer", s.cfg.Enqueues, goroutines)
-	return float64(s.cfg.Enqueues) / took.Seconds(), err
+	sent, took, err := p.enqueue(ctx, "producer", math.MaxInt, goroutines, time.Now().Add(s.cfg.EnqueueFor))
+	return float64(sent) / took.Seconds(), err
 }
 
 // waits are light tasks' waits from Enqueue to start, in task times.
@@ -627,20 +631,22 @@ func (p *pool) send(ctx context.Context, tenant string, t *asynq.Task) error {
 	return err
 }
 
-// enqueue sends n tasks for tenant, one Enqueue each, from goroutines at
-// once, and returns how long that took.
-func (p *pool) enqueue(ctx context.Context, tenant string, n, goroutines int) (time.Duration, error) {
-	var next atomic.Int64
+// enqueue sends tasks for tenant, one Enqueue each, from goroutines at
+// once: n of them, or as many as it can before until when that is not
+// zero. It returns how many it sent and how long that took.
+func (p *pool) enqueue(ctx context.Context, tenant string, n, goroutines int, until time.Time) (int, time.Duration, error) {
+	var next, sent atomic.Int64
 	errs := make(chan error, goroutines)
 	var wg sync.WaitGroup
 	begin := time.Now()
 	for range goroutines {
 		wg.Go(func() {
-			for next.Add(1) <= int64(n) {
+			for next.Add(1) <= int64(n) && (until.IsZero() || time.Now().Before(until)) {
 				if err := p.send(ctx, tenant, asynq.NewTask("bench", stamp())); err != nil {
 					errs <- err
 					return
 				}
+				sent.Add(1)
 			}
 		})
 	}
@@ -648,9 +654,9 @@ func (p *pool) enqueue(ctx context.Context, tenant string, n, goroutines int) (t
 	took := time.Since(begin)
 	select {
 	case err := <-errs:
-		return 0, fmt.Errorf("enqueueing for %s: %w", tenant, err)
+		return 0, 0, fmt.Errorf("enqueueing for %s: %w", tenant, err)
 	default:
-		return took, nil
+		return int(sent.Load()), took, nil
 	}
 }
 
@@ -720,7 +726,7 @@ func (r DispatchReport) WriteText(w io.Writer) error {
 	fmt.Fprintf(w, "fair dispatch against bare asynq, on one Redis, %d run(s)\n", c.Runs)
 	fmt.Fprintf(w, "drain: %d tasks (%d at 20 ms) of one tenant enqueued by %d goroutines while %d workers are held, then drained; Redis CPU and commands from enqueue to the last task's end\n",
 		c.Tasks, c.SlowTasks, c.Producers, c.Concurrency)
-	fmt.Fprintf(w, "Enqueue: %d calls into a queue whose %d workers are all held (a fair queue at its depth: each task waits its turn)\n", c.Enqueues, c.Concurrency)
+	fmt.Fprintf(w, "Enqueue: calls for %v into a queue whose %d workers are all held (a fair queue at its depth: each task waits its turn)\n", c.EnqueueFor, c.Concurrency)
 	fmt.Fprintf(w, "light wait: enqueue to start, fair pool of %d, %d light tenants each sending every %d task times for %v beside a backlog (about %d waits at 200 ms)\n",
 		c.Workers, c.Light, c.Every, c.LightFor, c.Light*int(c.LightFor/(200*time.Millisecond*time.Duration(c.Every))))
 	fmt.Fprintf(w, "capped: mean running ÷ cap, sampled while it has tasks waiting, 20 ms tasks, fair pool of %d. lone tenant: the drain above with %d workers\n\n",

@@ -33,7 +33,7 @@ func TestRunDispatchTiny(t *testing.T) {
 
 	var steps []string
 	rep, err := RunDispatch(ctx, DispatchConfig{
-		Redis: srv.Options(), Tasks: 60, SlowTasks: 30, Concurrency: 8, Workers: 6, Producers: 4, Enqueues: 40,
+		Redis: srv.Options(), Tasks: 60, SlowTasks: 30, Concurrency: 8, Workers: 6, Producers: 4, EnqueueFor: 100 * time.Millisecond,
 		Light: 2, Every: 2, LightFor: 500 * time.Millisecond, CapTasks: 24, MaxInFlight: 2,
 		Progress: func(s string) { steps = append(steps, s) },
 	})
