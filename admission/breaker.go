@@ -147,6 +147,7 @@ type nodeBreakers struct {
 	cc      *redis.ClusterClient
 	timeout time.Duration
 	logger  *slog.Logger
+	causes  *causes // added to each master's client that lacks it (causes.watchNode)
 
 	mu     sync.Mutex
 	m      map[string]*nodeBreaker
@@ -198,6 +199,7 @@ func (n *nodeBreakers) of(ctx context.Context, key string) *breaker {
 			nb.close()
 		}
 		n.m[addr] = nb
+		n.causes.watchNode(node)
 		n.sweepLocked(ctx)
 	}
 	return nb.breaker

@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
-	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
-	"weak"
 
 	"github.com/redis/go-redis/v9"
 
@@ -26,8 +23,8 @@ const causeMaxAge = 5 * time.Second
 // deadline exceeded", while the reason (a refused connection, an unknown
 // host) lies in a dial that go-redis retried in the background; causes lets
 // the ErrUnavailable error name it. It is a redis.Hook, added to the client
-// by the first New or NewRedisQuotas on it (see watchCauses); it costs
-// nothing until a call fails.
+// by the first New or NewRedisQuotas on it (see watchCauses); until a call
+// fails it costs a comparison of each command's name.
 type causes struct {
 	last atomic.Pointer[cause]
 }
@@ -41,43 +38,73 @@ type cause struct {
 // Every Gate and RedisQuotas on one client shares it: go-redis cannot
 // remove a hook, and a hook of its own for each would lengthen every
 // command's chain of hooks for as long as the client lives, one more for
-// each Gate ever made on it. A client of another type gets a hook of its
-// own each time.
+// each Gate ever made on it. The client itself says whether it has one
+// (findCauses): nothing in the package remembers clients. Two made on one
+// client at the same moment may each add one, which is harmless. A client
+// of a type other than go-redis's own three gets a hook of its own each
+// time.
 func watchCauses(rdb redis.UniversalClient) *causes {
 	switch cl := rdb.(type) {
 	case *redis.Client:
-		return sharedCauses(cl, rdb)
+		if cl == nil {
+			return &causes{}
+		}
 	case *redis.ClusterClient:
-		return sharedCauses(cl, rdb)
+		if cl == nil {
+			return &causes{}
+		}
 	case *redis.Ring:
-		return sharedCauses(cl, rdb)
+		if cl == nil {
+			return &causes{}
+		}
+	default:
+		c := &causes{}
+		c.watch(rdb)
+		return c
+	}
+	if c := findCauses(rdb); c != nil {
+		return c
 	}
 	c := &causes{}
 	c.watch(rdb)
 	return c
 }
 
-// watched holds each client's causes hook, by a weak pointer to the client
-// (any holding a weak.Pointer[T]), until the client is collected.
-var watched sync.Map
+// probeCommand names the command findCauses sends through a client's
+// hooks. It never reaches Redis.
+const probeCommand = "admitq-causes-probe"
 
-// sharedCauses returns the causes hook of the client p, which is rdb,
-// adding it the first time.
-func sharedCauses[T any](p *T, rdb redis.UniversalClient) *causes {
-	if p == nil {
-		return &causes{}
+// causesProbe asks the causes hooks of a client's chain to name
+// themselves, as a context value of a probeCommand.
+type causesProbe struct {
+	found []*causes
+	// all lets the probe go on past the first causes hook, down the
+	// whole chain, to count them (for tests).
+	all bool
+}
+
+type causesProbeKey struct{}
+
+// findCauses returns the causes hook already on rdb, or nil.
+func findCauses(rdb redis.UniversalClient) *causes {
+	p := &causesProbe{}
+	probeCauses(rdb, p)
+	if len(p.found) == 0 {
+		return nil
 	}
-	key := weak.Make(p)
-	if c, ok := watched.Load(key); ok {
-		return c.(*causes)
-	}
-	c := &causes{}
-	if prev, loaded := watched.LoadOrStore(key, c); loaded {
-		return prev.(*causes)
-	}
-	runtime.AddCleanup(p, func(key weak.Pointer[T]) { watched.Delete(key) }, key)
-	c.watch(rdb)
-	return c
+	return p.found[0]
+}
+
+// probeCauses sends rdb a probeCommand carrying p, with a context
+// cancelled before it is sent. A causes hook answers it and, unless p.all
+// is set, stops it there; on a client without one the command fails in
+// go-redis on its cancelled context before a connection is taken, so it
+// never reaches Redis. Hooks added to the client before any causes hook
+// see it go by.
+func probeCauses(rdb redis.UniversalClient, p *causesProbe) {
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), causesProbeKey{}, p))
+	cancel()
+	_ = rdb.Process(ctx, redis.NewCmd(ctx, probeCommand))
 }
 
 // watch adds c to rdb, and on a cluster to each node client it makes. It
@@ -93,6 +120,21 @@ func (c *causes) watch(rdb redis.UniversalClient) {
 		// A cluster client's own hooks see a command's last error, not the
 		// dials of the node clients it makes, where a refusal shows.
 		cc.OnNewNode(func(node *redis.Client) { node.AddHook(c) })
+	}
+}
+
+// watchNode adds c to node, a cluster master's client, unless it has a
+// causes hook already. watch has the cluster client add c to each node
+// client it makes from then on, but not to those it made before: the
+// seeds' clients, which findCauses's probe itself makes when it finds no
+// hook. A gate calls this for each master the first time it routes to
+// it, so that a master's refused dials explain its tenants' errors.
+func (c *causes) watchNode(node *redis.Client) {
+	if c == nil || node == nil {
+		return
+	}
+	if findCauses(node) == nil {
+		node.AddHook(c)
 	}
 }
 
@@ -119,9 +161,17 @@ func (c *causes) DialHook(next redis.DialHook) redis.DialHook {
 	}
 }
 
-// ProcessHook implements redis.Hook.
+// ProcessHook implements redis.Hook. It also answers findCauses's probe.
 func (c *causes) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == probeCommand {
+			if p, ok := ctx.Value(causesProbeKey{}).(*causesProbe); ok {
+				p.found = append(p.found, c)
+				if !p.all {
+					return nil
+				}
+			}
+		}
 		err := next(ctx, cmd)
 		if err != nil {
 			c.record(err)

@@ -77,7 +77,7 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 	g.back = newGiveBack(rdb, o.timeout, g.forgetDenial)
 	g.brk = newBreaker(func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, o.timeout, o.logger)
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		g.nodes = &nodeBreakers{cc: cc, timeout: o.timeout, logger: o.logger, m: make(map[string]*nodeBreaker)}
+		g.nodes = &nodeBreakers{cc: cc, timeout: o.timeout, logger: o.logger, causes: g.causes, m: make(map[string]*nodeBreaker)}
 	}
 	// Every pipeline tells the breaker of its Redis how it went, even when
 	// all its callers have left: callers whose own deadlines are shorter

@@ -188,6 +188,10 @@ func TestRedisQuotasVersion(t *testing.T) {
 		{"SetDefault", func() error { return rq.SetDefault(t.Context(), q) }},
 		{"Delete", func() error { return rq.Delete(t.Context(), "t") }},
 		{"DeleteDefault", func() error { return rq.DeleteDefault(t.Context()) }},
+		{"SetKey", func() error {
+			return rq.SetKey(t.Context(), "api:stripe", admission.Quota{Limit: admission.NoLimit, MaxInFlight: 3})
+		}},
+		{"DeleteKey", func() error { return rq.DeleteKey(t.Context(), "api:stripe") }},
 	}
 	for _, w := range writes {
 		if err := w.write(); !errors.Is(err, admission.ErrRedisVersion) || !strings.Contains(err.Error(), "6.2.14") {
@@ -204,6 +208,9 @@ func TestRedisQuotasVersion(t *testing.T) {
 	good := admission.NewRedisQuotas(srv.Client(t), admission.WithPrefix("vq"))
 	if err := good.Set(t.Context(), "t", q); err != nil {
 		t.Fatalf("Set on Redis 7+ = %v", err)
+	}
+	if err := good.SetKey(t.Context(), "api:stripe", admission.Quota{Limit: admission.NoLimit, MaxInFlight: 3}); err != nil {
+		t.Fatalf("SetKey on Redis 7+ = %v", err)
 	}
 }
 
