@@ -41,9 +41,12 @@ producers and workers (--metrics; admitq worker serves them at
 It binds to loopback by default. Any other address needs a token, from
 --auth-token or ` + dashboardTokenEnv + ` (better: it stays out of ps); with a
 token, every page and every write needs it. A sign-in lasts 12 hours on the
-server and ends at sign-out; sign-in attempts are limited per address. Behind
-a proxy that ends TLS, --trust-proxy makes cookies Secure when the proxy
-sends X-Forwarded-Proto: https.`,
+server and ends at sign-out. Sign-in attempts are limited per client
+address: past 5, each waits its turn, one every 2s, so that the right token
+still gets in. Behind a proxy, --trust-proxy counts them against the client
+address the proxy saw (X-Forwarded-For's right-most hop that is not the
+proxy's, else X-Real-IP) and makes cookies Secure when the proxy sends
+X-Forwarded-Proto: https.`,
 		Example: `  admitq dashboard
   ADMITQ_DASHBOARD_TOKEN=$(openssl rand -hex 16) admitq dashboard --addr :8080
   admitq dashboard --metrics http://10.0.0.5:9464/metrics,http://10.0.0.6:9464/metrics`,
@@ -94,7 +97,7 @@ sends X-Forwarded-Proto: https.`,
 	fs.StringVar(&addr, "addr", "127.0.0.1:8080", "address to serve on; one that is not loopback needs a token")
 	fs.BoolVar(&readOnly, "read-only", false, "refuse every write: quota changes here and task actions in asynqmon")
 	fs.StringVar(&token, "auth-token", "", "token every page and write needs (env "+dashboardTokenEnv+")")
-	fs.BoolVar(&trustProxy, "trust-proxy", false, "believe X-Forwarded-Proto: https from a TLS-terminating proxy in front, so cookies are Secure; set only when every request comes through it")
+	fs.BoolVar(&trustProxy, "trust-proxy", false, "believe the proxy in front: X-Forwarded-For or X-Real-IP for the client address that sign-in attempts count against, X-Forwarded-Proto: https for Secure cookies; set only when every request comes through it")
 	fs.StringVar(&queue, "queue", "default", "asynq queue of the tenants' tasks, for links to them in asynqmon")
 	fs.StringVar(&metricsURLs, "metrics", "http://"+defaultMetricsAddr+"/metrics", "Prometheus /metrics URLs of producers and workers, comma-separated; \"\" reads none")
 	return cmd

@@ -35,9 +35,10 @@ const (
 	maxBodyBytes = 1 << 20
 
 	// Sign-in attempts per client address: a burst of loginBurst, then
-	// one every loginEvery.
+	// one every loginEvery, with at most loginQueue waiting their turn.
 	loginBurst = 5
 	loginEvery = 2 * time.Second
+	loginQueue = 3
 	// maxLoginClients bounds the addresses remembered; past it, new ones
 	// share one bucket, so that many addresses cannot grow the map.
 	maxLoginClients = 10000
@@ -110,26 +111,34 @@ func (ss *sessions) end(id string) {
 
 // loginLimiter is a token bucket per client address for sign-in attempts,
 // as Redis's own AUTH has none and a token can be guessed offline only if
-// it is short: this makes guessing online slow.
+// it is short: this makes guessing online slow. Past its burst an address
+// does not lose its attempts, it waits for them: each is compared in its
+// turn, one per every, so that the right token still gets in (late) while
+// guesses stay at that pace. Only when queue attempts are already waiting
+// is one refused without being compared.
 type loginLimiter struct {
 	mu      sync.Mutex
 	burst   float64
 	every   time.Duration
+	queue   float64
 	buckets map[string]*bucket
 }
 
+// bucket is an address's attempts: below zero, tokens counts the
+// attempts waiting their turn.
 type bucket struct {
 	tokens float64
 	at     time.Time
 }
 
-func newLoginLimiter(burst int, every time.Duration) *loginLimiter {
-	return &loginLimiter{burst: float64(burst), every: every, buckets: map[string]*bucket{}}
+func newLoginLimiter(burst int, every time.Duration, queue int) *loginLimiter {
+	return &loginLimiter{burst: float64(burst), every: every, queue: float64(queue), buckets: map[string]*bucket{}}
 }
 
-// take spends one attempt of client's; when none is left it returns how
-// long until one is.
-func (l *loginLimiter) take(client string, now time.Time) (ok bool, wait time.Duration) {
+// take reserves one attempt of client's, to be made after delay (0 within
+// the burst). When queue attempts are already waiting it reserves nothing,
+// ok is false, and wait is how long until one could be.
+func (l *loginLimiter) take(client string, now time.Time) (ok bool, delay, wait time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.buckets[client]
@@ -151,11 +160,19 @@ func (l *loginLimiter) take(client string, now time.Time) (ok bool, wait time.Du
 		}
 	}
 	b.tokens, b.at = l.refill(b, now), now
-	if b.tokens >= 1 {
-		b.tokens--
-		return true, 0
+	if b.tokens-1 < -l.queue {
+		return false, 0, l.after(1 - l.queue - b.tokens)
 	}
-	return false, time.Duration((1 - b.tokens) * float64(l.every))
+	b.tokens--
+	return true, l.after(-b.tokens), 0
+}
+
+// after is how long n attempts take to come back (0 for n <= 0).
+func (l *loginLimiter) after(n float64) time.Duration {
+	if n <= 0 {
+		return 0
+	}
+	return time.Duration(n * float64(l.every))
 }
 
 // refund gives back an attempt: a right token costs nothing, so that
@@ -172,13 +189,93 @@ func (l *loginLimiter) refill(b *bucket, now time.Time) float64 {
 	return math.Min(l.burst, b.tokens+float64(now.Sub(b.at))/float64(l.every))
 }
 
-// clientAddr is the address sign-in attempts are counted against: the
-// peer's IP. X-Forwarded-For is not read, since any client can send one.
-func clientAddr(r *http.Request) string {
-	if h, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		return h
+// clientAddr is the address sign-in attempts are counted against. Without
+// Config.TrustProxy it is the TCP peer's IP: X-Forwarded-For is not read,
+// since any client can send one. With it, the peer is a proxy, so it is
+// the right-most address in X-Forwarded-For that is not the proxy's own
+// or loopback (the hop the proxy saw; the ones left of it are whatever
+// the client wrote), else X-Real-IP, else the peer. An IPv6 address counts
+// as its /64, which one host usually holds whole.
+func (s *Server) clientAddr(r *http.Request) string {
+	peer := r.RemoteAddr
+	if h, _, err := net.SplitHostPort(peer); err == nil {
+		peer = h
 	}
-	return r.RemoteAddr
+	peerIP := net.ParseIP(peer)
+	if peerIP == nil {
+		return peer
+	}
+	if s.cfg.TrustProxy {
+		if ip := forwardedFor(r.Header, peerIP); ip != nil {
+			return addrKey(ip)
+		}
+		if ip := parseHop(r.Header.Get("X-Real-IP")); ip != nil {
+			return addrKey(ip)
+		}
+	}
+	return addrKey(peerIP)
+}
+
+// forwardedFor returns the right-most hop of X-Forwarded-For (all its
+// lines, in order) that is neither the proxy nor loopback, or nil. A hop
+// that is not an IP stops the walk: what is left of it cannot be trusted.
+func forwardedFor(h http.Header, proxy net.IP) net.IP {
+	var hops []string
+	for _, v := range h.Values("X-Forwarded-For") {
+		hops = append(hops, strings.Split(v, ",")...)
+	}
+	for i := len(hops) - 1; i >= 0; i-- {
+		ip := parseHop(hops[i])
+		if ip == nil {
+			return nil
+		}
+		if !ip.Equal(proxy) && !ip.IsLoopback() {
+			return ip
+		}
+	}
+	return nil
+}
+
+// parseHop reads one address of X-Forwarded-For or X-Real-IP: an IP,
+// perhaps with a port ("192.0.2.1:443", "[2001:db8::1]:443").
+func parseHop(s string) net.IP {
+	s = strings.TrimSpace(s)
+	if h, _, err := net.SplitHostPort(s); err == nil {
+		s = h
+	}
+	return net.ParseIP(strings.Trim(s, "[]"))
+}
+
+func addrKey(ip net.IP) string {
+	if ip4 := ip.To4(); ip4 != nil {
+		return ip4.String()
+	}
+	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
+}
+
+// checkToken compares given with the token in client's turn (see
+// loginLimiter), in constant time. It returns retry > 0, without
+// comparing, when the client already has loginQueue attempts waiting; ok
+// false when the token is wrong or r ended while waiting.
+func (s *Server) checkToken(r *http.Request, client, given string) (ok bool, retry time.Duration) {
+	ok, delay, retry := s.logins.take(client, time.Now())
+	if !ok {
+		return false, retry
+	}
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			return false, 0
+		}
+	}
+	if !equal(given, s.cfg.Token) {
+		return false, 0
+	}
+	s.logins.refund(client)
+	return true, 0
 }
 
 // secure reports whether r came over TLS: to this server, or to a proxy
@@ -193,22 +290,14 @@ func (s *Server) secure(r *http.Request) bool {
 
 // authorized reports whether r carries the token, as a bearer header, or
 // a live session's cookie. With no token set everyone is. A bearer header
-// is a guess like a sign-in, so it spends an attempt of the client's
-// (given back when right); wait is not 0 when none was left.
+// is a guess like a sign-in, so it takes its turn like one (checkToken);
+// wait is not 0 when the client's turns are all taken.
 func (s *Server) authorized(r *http.Request) (ok bool, wait time.Duration) {
 	if s.cfg.Token == "" {
 		return true, 0
 	}
 	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
-		client := clientAddr(r)
-		if ok, wait := s.logins.take(client, time.Now()); !ok {
-			return false, wait
-		}
-		if !equal(strings.TrimPrefix(h, "Bearer "), s.cfg.Token) {
-			return false, 0
-		}
-		s.logins.refund(client)
-		return true, 0
+		return s.checkToken(r, s.clientAddr(r), strings.TrimPrefix(h, "Bearer "))
 	}
 	c, err := r.Cookie(sessionCookie)
 	return err == nil && s.sessions.valid(c.Value, time.Now()), 0

@@ -2,13 +2,17 @@ package dashboard
 
 import (
 	"bytes"
+	"context"
 	"io"
+	"log/slog"
 	"mime/multipart"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -198,46 +202,232 @@ func TestASessionEndsAtLogoutAndExpiresOnTheServer(t *testing.T) {
 	}
 }
 
+// dashboardPacing is st.dashboard with sign-in attempts coming back one
+// every every, so that a test sees the limiter's pace in milliseconds.
+func (st *stack) dashboardPacing(t *testing.T, cfg Config, every time.Duration) *httptest.Server {
+	t.Helper()
+	cfg.Redis = st.rdb
+	cfg.Queue = testQueue
+	cfg.Logger = slog.New(slog.NewTextHandler(st.log, nil))
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.logins = newLoginLimiter(loginBurst, every, loginQueue)
+	hs := httptest.NewServer(d)
+	t.Cleanup(func() {
+		hs.Close()
+		_ = d.Close()
+	})
+	return hs
+}
+
+// guessAll sends n sign-ins with a wrong token at once, with header, and
+// counts the answers by status; -429 counts those without Retry-After.
+func guessAll(t *testing.T, base string, n int, header http.Header) map[int]int {
+	t.Helper()
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			resp := signIn(t, base, "guess"+strings.Repeat("x", i%7), "/", header)
+			mu.Lock()
+			codes[resp.StatusCode]++
+			if resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get("Retry-After") == "" {
+				codes[-resp.StatusCode]++
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return codes
+}
+
 func TestSignInAttemptsAreLimited(t *testing.T) {
 	st := newStack(t)
-	_, hs := st.dashboard(t, Config{Token: "sekrit"})
-	const guesses = 200
-	codes := map[int]int{}
+	const every = 300 * time.Millisecond
+	hs := st.dashboardPacing(t, Config{Token: "sekrit"}, every)
+	const guesses = 60
 	start := time.Now()
-	for i := range guesses {
-		codes[signIn(t, hs.URL, "guess"+strings.Repeat("x", i%7), "/", nil).StatusCode]++
+	codes := guessAll(t, hs.URL, guesses, nil)
+	elapsed := time.Since(start)
+	t.Logf("%d guesses at once in %v: %v", guesses, elapsed.Round(time.Millisecond), codes)
+	// The burst is compared at once, loginQueue more in their turns, one
+	// per every, and a turn may come back while the others are refused.
+	most := loginBurst + loginQueue + int(elapsed/every) + 1
+	if codes[http.StatusUnauthorized] > most {
+		t.Errorf("%d of %d guesses were compared, want at most %d in %v", codes[http.StatusUnauthorized], guesses, most, elapsed)
 	}
-	t.Logf("%d guesses in %v: %v", guesses, time.Since(start).Round(time.Millisecond), codes)
-	if codes[http.StatusUnauthorized] > loginBurst+1 {
-		t.Errorf("%d of %d guesses were checked, want at most %d", codes[http.StatusUnauthorized], guesses, loginBurst+1)
+	if codes[http.StatusUnauthorized]+codes[http.StatusTooManyRequests] != guesses || codes[http.StatusTooManyRequests] == 0 {
+		t.Errorf("answers %v, want 401 and 429 only, and some 429", codes)
 	}
-	if codes[http.StatusTooManyRequests] < guesses-loginBurst-1 {
-		t.Errorf("only %d of %d guesses were refused as too many", codes[http.StatusTooManyRequests], guesses)
+	if codes[-http.StatusTooManyRequests] > 0 {
+		t.Errorf("%d answers 429 without Retry-After", codes[-http.StatusTooManyRequests])
 	}
-	// The right token is refused too while the address is over its limit:
-	// otherwise the 429 itself would tell a guess apart.
+}
+
+// TestTheRightTokenGetsInWhileItsAddressIsLimited: an address past its
+// burst of wrong tokens waits its turn, and the right token then signs in
+// (by form and by bearer header), where it used to be refused with the
+// guesses, which locked every operator behind one proxy out.
+func TestTheRightTokenGetsInWhileItsAddressIsLimited(t *testing.T) {
+	st := newStack(t)
+	const every = 200 * time.Millisecond
+	hs := st.dashboardPacing(t, Config{Token: "sekrit"}, every)
+	for i := range loginBurst {
+		if got := signIn(t, hs.URL, "guess", "/", nil).StatusCode; got != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d: %d, want 401", i, got)
+		}
+	}
+	start := time.Now()
 	resp := signIn(t, hs.URL, "sekrit", "/", nil)
-	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
-		t.Errorf("the token over the limit: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	if resp.StatusCode != http.StatusSeeOther || sessionOf(t, resp) == nil {
+		t.Fatalf("the right token past the burst: %d, want 303 and a session", resp.StatusCode)
+	}
+	if waited := time.Since(start); waited < every/2 {
+		t.Errorf("the right token past the burst was compared after %v, want its turn (about %v): a limited address must not compare at once", waited, every)
+	}
+	for range loginBurst {
+		signIn(t, hs.URL, "guess", "/", nil)
+	}
+	req, _ := http.NewRequest(http.MethodGet, hs.URL+"/api/tenants", nil)
+	req.Header.Set("Authorization", "Bearer sekrit")
+	if got := do(t, req).StatusCode; got != http.StatusOK {
+		t.Errorf("the right bearer token past the burst: %d, want 200", got)
+	}
+}
+
+// TestSignInLimitIsPerClientAddress: behind a trusted proxy, each client
+// address the proxy saw has its own limit, and what a client writes left
+// of it in X-Forwarded-For changes nothing; without --trust-proxy the
+// header is ignored.
+func TestSignInLimitIsPerClientAddress(t *testing.T) {
+	st := newStack(t)
+	proxied := st.dashboardPacing(t, Config{Token: "sekrit", TrustProxy: true}, time.Minute)
+	direct := st.dashboardPacing(t, Config{Token: "sekrit"}, time.Minute)
+	from := func(hops string) http.Header { return http.Header{"X-Forwarded-For": {hops}} }
+
+	// With every at a minute, the queue does not move during the test:
+	// fill it with the burst, then attempts that wait their turn (their
+	// requests given up after a moment: the turn stays taken), until one
+	// is refused.
+	fill := func(base string, header http.Header) {
+		t.Helper()
+		for range loginBurst {
+			if got := signIn(t, base, "guess", "/", header).StatusCode; got != http.StatusUnauthorized {
+				t.Fatalf("a guess within the burst: %d", got)
+			}
+		}
+		for i := 0; ; i++ {
+			if i > loginQueue {
+				t.Fatalf("%d attempts past the burst waited their turn, want %d", i, loginQueue)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/login", strings.NewReader("token=guess"))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			for k, v := range header {
+				req.Header[k] = v
+			}
+			resp, err := noRedirect.Do(req)
+			cancel()
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusTooManyRequests {
+					t.Fatalf("an attempt past the burst, with every a minute: %d, want it to wait or 429", resp.StatusCode)
+				}
+				return
+			}
+		}
+	}
+
+	fill(proxied.URL, from("203.0.113.1"))
+	for _, c := range []struct {
+		desc string
+		hops http.Header
+		want int
+	}{
+		{"the limited client", from("203.0.113.1"), http.StatusTooManyRequests},
+		{"the limited client, with a made-up hop left of it", from("198.51.100.7, 203.0.113.1"), http.StatusTooManyRequests},
+		{"the limited client, then a proxy on loopback", from("203.0.113.1, 127.0.0.1"), http.StatusTooManyRequests},
+		{"the limited client, by X-Real-IP", http.Header{"X-Real-IP": {"203.0.113.1"}}, http.StatusTooManyRequests},
+		{"another client", from("203.0.113.2"), http.StatusUnauthorized},
+		{"another client, naming the limited one left of it", from("203.0.113.1, 203.0.113.2"), http.StatusUnauthorized},
+		{"another client, by X-Real-IP", http.Header{"X-Real-IP": {"203.0.113.3"}}, http.StatusUnauthorized},
+	} {
+		if got := signInStatus(t, proxied.URL, c.hops); got != c.want {
+			t.Errorf("behind a trusted proxy, %s: %d, want %d", c.desc, got, c.want)
+		}
+	}
+
+	fill(direct.URL, from("203.0.113.1"))
+	if got := signInStatus(t, direct.URL, from("203.0.113.2")); got != http.StatusTooManyRequests {
+		t.Errorf("without TrustProxy, another X-Forwarded-For from the same peer: %d, want 429 (the header is not believed)", got)
+	}
+}
+
+func signInStatus(t *testing.T, base string, header http.Header) int {
+	t.Helper()
+	return signIn(t, base, "guess", "/", header).StatusCode
+}
+
+func TestClientAddr(t *testing.T) {
+	trusted := &Server{cfg: Config{TrustProxy: true}}
+	direct := &Server{}
+	for _, c := range []struct {
+		desc   string
+		s      *Server
+		peer   string
+		header http.Header
+		want   string
+	}{
+		{"the peer", direct, "192.0.2.1:5000", nil, "192.0.2.1"},
+		{"the peer, X-Forwarded-For not believed", direct, "192.0.2.1:5000", http.Header{"X-Forwarded-For": {"203.0.113.1"}}, "192.0.2.1"},
+		{"the peer, X-Real-IP not believed", direct, "192.0.2.1:5000", http.Header{"X-Real-IP": {"203.0.113.1"}}, "192.0.2.1"},
+		{"behind a proxy, no header: the proxy", trusted, "10.0.0.2:5000", nil, "10.0.0.2"},
+		{"the right-most hop", trusted, "10.0.0.2:5000", http.Header{"X-Forwarded-For": {"198.51.100.7, 203.0.113.1"}}, "203.0.113.1"},
+		{"the right-most hop over several lines", trusted, "10.0.0.2:5000", http.Header{"X-Forwarded-For": {"198.51.100.7", "203.0.113.1"}}, "203.0.113.1"},
+		{"the proxy's own hop and loopback skipped", trusted, "10.0.0.2:5000", http.Header{"X-Forwarded-For": {"203.0.113.1, 10.0.0.2, 127.0.0.1"}}, "203.0.113.1"},
+		{"a hop with a port", trusted, "10.0.0.2:5000", http.Header{"X-Forwarded-For": {"203.0.113.1:443"}}, "203.0.113.1"},
+		{"garbage right-most: the peer, not what is left of it", trusted, "10.0.0.2:5000", http.Header{"X-Forwarded-For": {"203.0.113.1, nonsense"}}, "10.0.0.2"},
+		{"X-Real-IP without X-Forwarded-For", trusted, "10.0.0.2:5000", http.Header{"X-Real-IP": {"203.0.113.9"}}, "203.0.113.9"},
+		{"an IPv6 client counts as its /64", trusted, "10.0.0.2:5000", http.Header{"X-Forwarded-For": {"2001:db8:1:2:aaaa::1"}}, "2001:db8:1:2::/64"},
+		{"an IPv6 peer with a port", direct, "[2001:db8:1:2::5]:5000", nil, "2001:db8:1:2::/64"},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "/login", nil)
+		r.RemoteAddr = c.peer
+		for k, v := range c.header {
+			r.Header[http.CanonicalHeaderKey(k)] = v
+		}
+		if got := c.s.clientAddr(r); got != c.want {
+			t.Errorf("%s: %q, want %q", c.desc, got, c.want)
+		}
 	}
 }
 
 func TestTheLimiterRefillsOverTime(t *testing.T) {
-	l := newLoginLimiter(2, time.Second)
+	l := newLoginLimiter(2, time.Second, 1)
 	t0 := time.Unix(1000, 0)
-	for i, want := range []bool{true, true, false} {
-		if ok, _ := l.take("a", t0); ok != want {
-			t.Errorf("attempt %d: %v, want %v", i, ok, want)
+	for i, want := range []struct {
+		ok    bool
+		delay time.Duration
+	}{{true, 0}, {true, 0}, {true, time.Second}, {false, 0}} {
+		if ok, delay, _ := l.take("a", t0); ok != want.ok || delay != want.delay {
+			t.Errorf("attempt %d: %v after %v, want %v after %v", i, ok, delay, want.ok, want.delay)
 		}
 	}
-	if ok, _ := l.take("b", t0); !ok {
+	if ok, delay, _ := l.take("b", t0); !ok || delay != 0 {
 		t.Error("another address shares the first's bucket")
 	}
-	if ok, wait := l.take("a", t0.Add(500*time.Millisecond)); ok || wait != 500*time.Millisecond {
-		t.Errorf("half a second later: %v, wait %v", ok, wait)
+	if ok, _, wait := l.take("a", t0.Add(500*time.Millisecond)); ok || wait != 500*time.Millisecond {
+		t.Errorf("half a second later, with one waiting: %v, wait %v, want refused for 500ms", ok, wait)
 	}
-	if ok, _ := l.take("a", t0.Add(1100*time.Millisecond)); !ok {
-		t.Error("a second later the bucket has not refilled")
+	if ok, delay, _ := l.take("a", t0.Add(1100*time.Millisecond)); !ok || delay != 900*time.Millisecond {
+		t.Errorf("1.1 s later: %v after %v, want a turn after 900ms", ok, delay)
+	}
+	l.refund("a")
+	if ok, delay, _ := l.take("a", t0.Add(1100*time.Millisecond)); !ok || delay != 900*time.Millisecond {
+		t.Errorf("after a refund: %v after %v, want the refunded turn after 900ms", ok, delay)
 	}
 }
 
@@ -267,26 +457,38 @@ func TestCookiesAreSecureOverTLSOrATrustedProxy(t *testing.T) {
 // to guess the token, so it shares the sign-in limit.
 func TestBearerGuessesAreLimitedToo(t *testing.T) {
 	st := newStack(t)
-	_, hs := st.dashboard(t, Config{Token: "sekrit"})
+	const every = 300 * time.Millisecond
+	hs := st.dashboardPacing(t, Config{Token: "sekrit"}, every)
 	bearer := func(token string) *http.Response {
 		req, _ := http.NewRequest(http.MethodGet, hs.URL+"/api/tenants", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
 		return do(t, req)
 	}
-	// A right token costs nothing: many calls in a row all pass.
+	// A right token costs nothing: many calls in a row all pass at once.
+	start := time.Now()
 	for i := range 3 * loginBurst {
 		if got := bearer("sekrit").StatusCode; got != http.StatusOK {
 			t.Fatalf("call %d with the token: %d", i, got)
 		}
 	}
+	if d := time.Since(start); d > every*loginBurst {
+		t.Errorf("%d calls with the token took %v: they waited turns", 3*loginBurst, d)
+	}
+	var mu sync.Mutex
 	codes := map[int]int{}
-	for range 100 {
-		codes[bearer("guess").StatusCode]++
+	var wg sync.WaitGroup
+	start = time.Now()
+	for range 60 {
+		wg.Go(func() {
+			code := bearer("guess").StatusCode
+			mu.Lock()
+			codes[code]++
+			mu.Unlock()
+		})
 	}
-	if codes[http.StatusUnauthorized] > loginBurst || codes[http.StatusTooManyRequests] < 100-loginBurst {
-		t.Errorf("100 wrong bearer tokens: %v, want at most %d checked", codes, loginBurst)
-	}
-	if resp := bearer("sekrit"); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
-		t.Errorf("the token over the limit: %d", resp.StatusCode)
+	wg.Wait()
+	most := loginBurst + loginQueue + int(time.Since(start)/every) + 1
+	if codes[http.StatusUnauthorized] > most || codes[http.StatusTooManyRequests] == 0 {
+		t.Errorf("60 wrong bearer tokens at once: %v, want at most %d compared and the rest 429", codes, most)
 	}
 }

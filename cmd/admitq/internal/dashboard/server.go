@@ -158,8 +158,11 @@ type Config struct {
 	// Token, when not "", is needed for every page and every write.
 	Token string
 	// TrustProxy believes a proxy's X-Forwarded-Proto: https, so that
-	// cookies are Secure behind a proxy that ends TLS. Set it only when
-	// every request comes through such a proxy.
+	// cookies are Secure behind a proxy that ends TLS, and counts sign-in
+	// attempts against the client address the proxy saw (the right-most
+	// hop of X-Forwarded-For that is not the proxy's, else X-Real-IP)
+	// instead of the proxy's. Set it only when every request comes
+	// through such a proxy.
 	TrustProxy bool
 	// ReadOnly refuses every write, here and in asynqmon.
 	ReadOnly bool
@@ -255,7 +258,7 @@ func New(cfg Config) (*Server, error) {
 		listTTL: listTTL,
 
 		sessions: newSessions(SessionTTL),
-		logins:   newLoginLimiter(loginBurst, loginEvery),
+		logins:   newLoginLimiter(loginBurst, loginEvery, loginQueue),
 	}
 	// The gate reads quotas from the list the page already holds, so that a
 	// row costs Redis one script call and no quota lookup.

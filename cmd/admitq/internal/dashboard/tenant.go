@@ -313,19 +313,20 @@ func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
-	if ok, wait := s.logins.take(clientAddr(r), time.Now()); !ok {
-		s.log.Warn("dashboard: sign-in attempts over the limit", "from", r.RemoteAddr)
+	client := s.clientAddr(r)
+	ok, wait := s.checkToken(r, client, r.PostForm.Get("token"))
+	if wait > 0 {
+		s.log.Warn("dashboard: sign-in attempts over the limit", "from", client)
 		w.Header().Set("Retry-After", retryAfter(wait))
 		s.render(w, http.StatusTooManyRequests, "login.html", map[string]any{"Next": next, "Token": true,
 			"Error": "Too many sign-in attempts from your address: try again in " + retryAfter(wait) + " s."})
 		return
 	}
-	if !equal(r.PostForm.Get("token"), s.cfg.Token) {
-		s.log.Warn("dashboard: sign-in with a wrong token", "from", r.RemoteAddr)
+	if !ok {
+		s.log.Warn("dashboard: sign-in with a wrong token", "from", client)
 		s.render(w, http.StatusUnauthorized, "login.html", map[string]any{"Next": next, "Token": true, "Error": "That is not the dashboard's token."})
 		return
 	}
-	s.logins.refund(clientAddr(r))
 	id, exp := s.sessions.create(time.Now())
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: id, Path: "/", HttpOnly: true, Secure: s.secure(r),
