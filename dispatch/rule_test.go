@@ -283,3 +283,30 @@ func TestScriptsDeclareTheRulesConstants(t *testing.T) {
 		t.Errorf("waiting entry %q, want %q", got, want)
 	}
 }
+
+// TestRoomIsTheRules parks tasks of new tenants into a fair queue until
+// one waits: as many go straight in as rule.Room gives.
+func TestRoomIsTheRules(t *testing.T) {
+	for _, c := range []int{1, 8, 16, 64} {
+		d, _, _ := rig(t, admission.Quota{Limit: 100_000, Window: time.Second})
+		ctx := context.Background()
+		if _, err := d.run(ctx, d.scripts.dispatch, "default", fmt.Sprintf("w|%d|1", c), 600_000_000, 0, 0, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		q := admission.Quota{Limit: 100_000, Window: time.Second}
+		in := 0
+		for i := range 200 {
+			tk, err := d.Park(ctx, Task{Queue: "default", Tenant: fmt.Sprint("t", i), ID: fmt.Sprint("id", i)}, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tk.Verdict != Straight {
+				break
+			}
+			in++
+		}
+		if want := rule.Room(c, 0); in != want {
+			t.Errorf("concurrency %d: %d tasks went straight in, rule.Room says %d", c, in, want)
+		}
+	}
+}

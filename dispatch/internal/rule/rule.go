@@ -65,6 +65,15 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
+// Room is how many more tasks a fair queue takes when its live gate
+// workers run total tasks at once and it holds inQueue (pending, active,
+// granted or being written): the workers' concurrency and an eighth more
+// (at least 2), so that a granted task waits behind little more than the
+// next free worker, and a tenant's cap is spent running, not queued.
+func Room(total, inQueue int) int {
+	return total + max(2, total/8) - inQueue
+}
+
 // Tenant is one tenant's part of a queue.
 type Tenant struct {
 	// Tag is the start tag of its next task, unless the floor is later.
