@@ -60,7 +60,8 @@ const (
 	// ReasonUnserved: no live worker with a gate serves the queue, so
 	// nothing moves until one does.
 	ReasonUnserved
-	// ReasonPaused: its tenant's quota is paused (Quota.Paused).
+	// ReasonPaused: its tenant is paused (Quota.Paused, as the dispatcher
+	// last stored it).
 	ReasonPaused
 	// ReasonCap: its tenant is at its cap (Place.InFlight of Place.Cap).
 	ReasonCap
@@ -165,6 +166,9 @@ type Place struct {
 	// stored it (0: none), which a quota change reaches at the tenant's
 	// next park or finish.
 	InFlight, Cap int
+	// Paused reports that the dispatcher holds the tenant's waiting tasks
+	// for its Quota.Paused, as it last stored it.
+	Paused bool
 	// Stage and Since tell where an InFlight task is and since when.
 	Stage Stage
 	Since time.Time
@@ -291,7 +295,7 @@ func (d *Dispatcher) readTenant(ctx context.Context, k queueKeys, pl *Place) err
 	var rec *redis.SliceCmd
 	var waiting *redis.IntCmd
 	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		rec = p.HMGet(ctx, k.tenantKey(pl.Tenant), "n", "cap")
+		rec = p.HMGet(ctx, k.tenantKey(pl.Tenant), "n", "cap", "paused")
 		waiting = p.LLen(ctx, k.waitingKey(pl.Tenant))
 		return nil
 	})
@@ -299,6 +303,7 @@ func (d *Dispatcher) readTenant(ctx context.Context, k queueKeys, pl *Place) err
 		return fmt.Errorf("dispatch: reading tenant %q in queue %q: %w", pl.Tenant, pl.Queue, err)
 	}
 	pl.InFlight, pl.Cap = storedInt(rec.Val()[0]), storedInt(rec.Val()[1])
+	pl.Paused = storedInt(rec.Val()[2]) == 1
 	pl.TenantWaiting = int(waiting.Val())
 	return nil
 }
@@ -343,11 +348,10 @@ func (d *Dispatcher) findInLine(ctx context.Context, k queueKeys, pl *Place) (bo
 	if rank.Err() == nil {
 		pl.TenantsAhead = int(rank.Val())
 	}
-	q, qerr := d.gate.Quota(ctx, pl.Tenant)
 	switch {
 	case !pl.Served:
 		pl.Reason = ReasonUnserved
-	case qerr == nil && q.Paused:
+	case pl.Paused:
 		pl.Reason = ReasonPaused
 	case pl.Cap > 0 && pl.InFlight >= pl.Cap:
 		pl.Reason = ReasonCap

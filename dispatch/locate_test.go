@@ -70,10 +70,21 @@ func TestLocateWaitingBehindTheCap(t *testing.T) {
 	paused := capped1
 	paused.Paused = true
 	s.setQuota("acme", paused)
-	if p := s.locate("c"); p.Reason != dispatch.ReasonPaused || !strings.Contains(dispatch.ParkedWhy(p, nil), "parked: the tenant is paused") {
-		t.Errorf("c of a paused tenant = %+v, want held by the pause", p)
+	// The pause reaches the dispatcher with acme's next task (or finish).
+	if d := s.put("acme", "d", "10ms"); d.Outcome != admission.Parked {
+		t.Fatalf("d of paused acme: %v, want parked", d.Outcome)
+	}
+	for _, id := range []string{"c", "d"} {
+		p := s.locate(id)
+		if p.Reason != dispatch.ReasonPaused || !p.Paused || !strings.HasPrefix(dispatch.ParkedWhy(p, nil), "parked: the tenant is paused") {
+			t.Errorf("%s of a paused tenant = %+v, want held by the pause", id, p)
+		}
 	}
 	s.setQuota("acme", capped1)
+	s.put("acme", "e", "10ms")
+	if p := s.locate("c"); p.Reason != dispatch.ReasonCap || p.Paused {
+		t.Errorf("c after the resume = %+v, want held by the cap again", p)
+	}
 
 	_, err = dispatch.New(s.rdb, s.gate, nil).Locate(context.Background(), "default", "nobody")
 	if !errors.Is(err, dispatch.ErrTaskNotFound) {
