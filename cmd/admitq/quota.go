@@ -22,7 +22,7 @@ import (
 func (a *app) newQuotaCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "quota",
-		Short: "Set, show and delete per-tenant quotas",
+		Short: "Set, update, pause, show and delete per-tenant quotas",
 		Long: `Quotas live in the Redis hash <prefix>:quotas. Running producers pick up a
 change within a second. A tenant without a quota of its own gets the default.`,
 		// Without a RunE, cobra would print the help for a missing or
