@@ -101,6 +101,17 @@ func readCounters(fams []*dto.MetricFamily) map[string]counters {
 	return out
 }
 
+// hasDecisions reports whether fams holds a decision series: a source
+// without one is a worker, not a producer.
+func hasDecisions(fams []*dto.MetricFamily) bool {
+	for _, f := range fams {
+		if f.GetName() == "admitq_gate_decisions_total" && len(f.GetMetric()) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // rates samples the sources every interval and keeps, per tenant, the
 // rates of the last history: a ring of points shared by all tenants. A
 // point is each source's increase divided by the time since that source's
@@ -117,6 +128,7 @@ type rates struct {
 	series map[string][]counters // per tenant, per interval: the increase per second, aligned with times
 	prev   []map[string]counters // per source: the totals last read
 	prevAt []time.Time           // per source: when they were read
+	decs   []bool                // per source: its last answer had decisions
 	errs   map[string]string     // per source name: the last error, if any
 }
 
@@ -129,6 +141,7 @@ func newRates(sources []Source, every, history time.Duration) *rates {
 		series:   map[string][]counters{},
 		prev:     make([]map[string]counters, len(sources)),
 		prevAt:   make([]time.Time, len(sources)),
+		decs:     make([]bool, len(sources)),
 		errs:     map[string]string{},
 	}
 }
@@ -154,6 +167,7 @@ func (r *rates) sample(ctx context.Context) {
 	defer cancel()
 	at := r.now() // when the sources are read: each counts up to about then
 	read := make([]map[string]counters, len(r.sources))
+	decs := make([]bool, len(r.sources))
 	errs := make([]error, len(r.sources))
 	var wg sync.WaitGroup
 	for i, s := range r.sources {
@@ -163,7 +177,7 @@ func (r *rates) sample(ctx context.Context) {
 				errs[i] = err
 				return
 			}
-			read[i] = readCounters(fams)
+			read[i], decs[i] = readCounters(fams), hasDecisions(fams)
 		})
 	}
 	wg.Wait()
@@ -189,6 +203,7 @@ func (r *rates) sample(ctx context.Context) {
 			continue // a source that did not answer adds nothing this time
 		}
 		delete(r.errs, name)
+		r.decs[i] = decs[i]
 		if r.prev[i] != nil { // the first read only sets the baseline
 			secs := at.Sub(r.prevAt[i]).Seconds()
 			if secs <= 0 {
@@ -299,6 +314,10 @@ type view struct {
 	Series map[string]ratePoints `json:"series"`
 	Flags  map[string]flags      `json:"flags"`
 	Errors []string              `json:"errors,omitempty"`
+	// NoDecisions: some source answered, and none exports decisions
+	// (admitq_gate_decisions_total), so the decision charts stay empty.
+	// Producers export them; admitq worker exports task starts only.
+	NoDecisions bool `json:"no_decisions,omitempty"`
 }
 
 // view returns, for the tenants asked (and, when rest, the sum of those
@@ -311,6 +330,15 @@ func (r *rates) view(tenants []string, since int64, rest bool, exclude map[strin
 	for name, e := range r.errs {
 		v.Errors = append(v.Errors, fmt.Sprintf("%s: %s", name, e))
 	}
+	answered := false
+	v.NoDecisions = true
+	for i := range r.sources {
+		answered = answered || r.prev[i] != nil
+		if r.decs[i] {
+			v.NoDecisions = false
+		}
+	}
+	v.NoDecisions = v.NoDecisions && answered
 	from := 0
 	for from < len(r.times) && r.times[from].UnixMilli() <= since {
 		from++

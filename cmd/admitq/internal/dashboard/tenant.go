@@ -28,6 +28,8 @@ type formPage struct {
 	New       bool // the tenant name is a field: the form on the tenants page came back
 	Own       string
 	Default   string
+	Paused    bool // the tenant's own quota is paused (or, on the default's page, the default)
+	CanPause  bool // a tenant page: it has a quota of its own or a default to pause with
 	Values    map[string]string
 	Errors    map[string]string
 	Error     string
@@ -54,6 +56,7 @@ func (s *Server) formPage(w http.ResponseWriter, r *http.Request, tenant string,
 		p.Values = quotaValues(def)
 		if isDefault {
 			p.Warning = quotaWarning(def)
+			p.Paused = def.Paused
 		}
 	} else if !errors.Is(err, admission.ErrNoQuota) {
 		p.Error = errorText(err)
@@ -64,9 +67,11 @@ func (s *Server) formPage(w http.ResponseWriter, r *http.Request, tenant string,
 			p.Own = q.String()
 			p.Values = quotaValues(q)
 			p.Warning = quotaWarning(q)
+			p.Paused = q.Paused
 		case !errors.Is(err, admission.ErrNoQuota):
 			p.Error = errorText(err)
 		}
+		p.CanPause = p.Own != "" || p.Default != ""
 	}
 	return p
 }
@@ -115,6 +120,7 @@ type tenantView struct {
 	Entries  []entry `json:"entries"`
 	Rates    view    `json:"rates"`
 	Error    string  `json:"error,omitempty"`
+	NoQuota  bool    `json:"no_quota,omitempty"` // no quota of its own and no default
 }
 
 type entry struct {
@@ -148,6 +154,11 @@ func (s *Server) handleTenantAPI(w http.ResponseWriter, r *http.Request) {
 	}
 	v.Rates = s.rates.view([]string{tenant}, since, false, nil)
 	u, err := s.gate.Usage(r.Context(), tenant)
+	if errors.Is(err, admission.ErrNoQuota) {
+		v.NoQuota = true // the page's lead says so; it is not a failure
+		writeJSON(w, v)
+		return
+	}
 	if err != nil {
 		v.Error = errorText(err)
 		writeJSON(w, v)
@@ -261,9 +272,12 @@ func (s *Server) handleQuota(w http.ResponseWriter, r *http.Request) {
 		}
 		http.Redirect(w, r, "/?"+deleted, http.StatusSeeOther)
 		return
+	case "pause", "resume":
+		s.pauseTenant(w, r, tenant, isDefault, action == "pause")
+		return
 	case "set":
 	default:
-		http.Error(w, "action: want set or delete", http.StatusBadRequest)
+		http.Error(w, "action: want set, delete, pause or resume", http.StatusBadRequest)
 		return
 	}
 	q, fieldErrs, err := parseQuotaForm(r)
@@ -277,6 +291,24 @@ func (s *Server) handleQuota(w http.ResponseWriter, r *http.Request) {
 			p.Error = errorText(err)
 		}
 		back(http.StatusBadRequest, p)
+		return
+	}
+	// A paused quota stays paused through an edit, as with admitq quota
+	// set: the form has no Paused field, and resuming is a button of its own.
+	var old admission.Quota
+	var oldErr error
+	if isDefault {
+		old, oldErr = s.quotas.GetDefault(ctx)
+	} else {
+		old, oldErr = s.quotas.Get(ctx, tenant)
+	}
+	switch {
+	case oldErr == nil:
+		q.Paused = old.Paused
+	case !errors.Is(oldErr, admission.ErrNoQuota):
+		p := s.formPage(w, r, tenant, isDefault)
+		p.Error = errorText(oldErr)
+		back(http.StatusInternalServerError, p)
 		return
 	}
 	if isDefault {
@@ -343,4 +375,58 @@ func (s *Server) handleLogout(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: s.secure(r), SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+// pauseTenant sets (pause) or clears the Paused of tenant's quota, as
+// admitq quota pause and resume do: a tenant on the default is paused
+// with a copy of the default; one with no quota and no default is refused
+// already, so there is nothing to pause; resuming a tenant without a quota
+// of its own changes nothing. handleQuota has checked the token, CSRF and
+// read-only rules and parsed the form.
+func (s *Server) pauseTenant(w http.ResponseWriter, r *http.Request, tenant string, isDefault, pause bool) {
+	if isDefault {
+		http.Error(w, "pause and resume are for a tenant, not the default", http.StatusBadRequest)
+		return
+	}
+	ctx := r.Context()
+	fail := func(status int, msg string) {
+		p := s.formPage(w, r, tenant, false)
+		p.Error = msg
+		s.render(w, status, "tenant.html", p)
+	}
+	q, err := s.quotas.Get(ctx, tenant)
+	fromDefault := false
+	switch {
+	case errors.Is(err, admission.ErrNoQuota) && !pause:
+		fail(http.StatusConflict, "This tenant has no quota of its own, so it is not paused; nothing changed.")
+		return
+	case errors.Is(err, admission.ErrNoQuota):
+		d, derr := s.quotas.GetDefault(ctx)
+		if errors.Is(derr, admission.ErrNoQuota) {
+			fail(http.StatusConflict, "This tenant has no quota and there is no default: its tasks are refused already; nothing paused.")
+			return
+		}
+		if derr != nil {
+			fail(http.StatusInternalServerError, errorText(derr))
+			return
+		}
+		q, fromDefault = d, true
+	case err != nil:
+		fail(http.StatusInternalServerError, errorText(err))
+		return
+	}
+	if q.Paused != pause || fromDefault {
+		q.Paused = pause
+		if err := s.quotas.Set(ctx, tenant, q); err != nil {
+			fail(http.StatusInternalServerError, errorText(err))
+			return
+		}
+		msg := "dashboard: tenant resumed"
+		if pause {
+			msg = "dashboard: tenant paused"
+		}
+		s.log.Info(msg, "tenant", tenant, "quota", q.String(), "by", s.actor(r))
+		s.forgetList()
+	}
+	http.Redirect(w, r, "/tenants/"+pathEscape(tenant)+"?saved="+url.QueryEscape(q.String()), http.StatusSeeOther)
 }

@@ -159,6 +159,8 @@ type row struct {
 	Shown     string  `json:"shown"`  // the name as the table shows it: see shownTenant
 	Key       string  `json:"key"`    // the tenant, or defaultKey: the row's key in Rates.Series
 	OnDefault bool    `json:"on_default,omitempty"`
+	NoQuota   bool    `json:"no_quota,omitempty"` // no quota of its own and no default: the gate refuses its tasks
+	Paused    bool    `json:"paused,omitempty"`   // its quota (its own, or the default it is on) is paused
 	Quota     string  `json:"quota"`
 	Limit     int     `json:"limit"`
 	Mode      string  `json:"mode"`
@@ -182,7 +184,8 @@ type tenantsPage struct {
 	Pages    int    `json:"pages"`
 	Total    int    `json:"total"`      // tenants matching the query
 	All      int    `json:"all"`        // tenants with a quota of their own
-	Others   int    `json:"on_default"` // tenants listed without one: a window in Redis, or seen in the rates
+	Others   int    `json:"on_default"` // tenants listed without one, while there is a default: a window in Redis, or seen in the rates
+	NoQuota  int    `json:"no_quota"`   // the same while there is no default: they have no quota at all
 	PageSize int    `json:"page_size"`
 	Every    int64  `json:"every_ms"`
 	HasDepth bool   `json:"has_depth"` // some tenant is capped: show the depth columns
@@ -240,7 +243,11 @@ func (s *Server) tenantsPage(ctx context.Context, query string, page int, flagge
 			others += len(extra)
 		}
 	}
-	p.Others = others
+	if list.quotas.Default != nil {
+		p.Others = others
+	} else {
+		p.NoQuota = others
+	}
 	matches := listed
 	if query != "" || flagged {
 		q := strings.ToLower(query)
@@ -266,14 +273,18 @@ func (s *Server) tenantsPage(ctx context.Context, query string, page int, flagge
 	for i, t := range shown {
 		r := row{Tenant: t, Shown: shownTenant(t), Key: t, Link: "/tenants/" + pathEscape(t)}
 		if q, own := list.quotas.Tenants[t]; own {
-			r.Quota, r.Limit, r.Mode = q.String(), q.Limit, q.Mode.String()
+			r.Quota, r.Limit, r.Mode, r.Paused = q.String(), q.Limit, q.Mode.String(), q.Paused
 		} else if d := list.quotas.Default; d != nil {
 			r.OnDefault = true
-			r.Quota, r.Limit, r.Mode = d.String()+" (default)", d.Limit, d.Mode.String()
+			r.Quota, r.Limit, r.Mode, r.Paused = d.String()+" (default)", d.Limit, d.Mode.String(), d.Paused
 		} else {
+			r.NoQuota = true
 			r.Quota = "no quota"
 		}
 		p.Rows[i] = r
+		if r.NoQuota {
+			continue // Usage would only say ErrNoQuota: the row says it already
+		}
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
@@ -303,7 +314,7 @@ func (s *Server) tenantsPage(ctx context.Context, query string, page int, flagge
 
 	d := list.quotas.Default
 	if d != nil {
-		p.Default = &row{Tenant: DefaultRow, Shown: DefaultRow, Key: defaultKey, Quota: d.String(), Limit: d.Limit, Mode: d.Mode.String(), Link: "/default", Others: others}
+		p.Default = &row{Tenant: DefaultRow, Shown: DefaultRow, Key: defaultKey, Quota: d.String(), Limit: d.Limit, Mode: d.Mode.String(), Link: "/default", Others: others, Paused: d.Paused}
 	}
 	p.Rates = s.rates.view(shown, since, d != nil, list.own)
 	for i := range p.Rows {

@@ -73,6 +73,7 @@
     u.searchParams.set("since", full ? "0" : String(buf.lastTime()));
     const v = await (await fetch(u, { credentials: "same-origin" })).json();
     if (v.error) set("st-next", v.error);
+    if (v.no_quota) ["st-window", "st-reserved", "st-next"].forEach(id => set(id, "no quota"));
     if (v.limit) {
       set("st-window", v.in_window.toLocaleString() + " / " + v.limit.toLocaleString());
       set("st-reserved", v.reserved.toLocaleString());
@@ -86,6 +87,8 @@
       timeline(v);
     }
     // The key of the page's rates: the tenant, or the default's key.
+    const nd = document.getElementById("no-decisions");
+    if (nd) nd.hidden = !(v.rates && v.rates.no_decisions);
     const pts = v.rates && v.rates.series ? v.rates.series[v.tenant] : null;
     buf.add((v.rates && v.rates.times) || [], pts);
     dec.setData(buf.decisions());

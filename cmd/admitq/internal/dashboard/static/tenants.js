@@ -42,6 +42,8 @@
       const a = A.el("a", { href: r.link, title: r.tenant }, r.shown || r.tenant);
       c.tenant.appendChild(a);
       if (r.on_default) c.tenant.appendChild(A.el("span", { class: "badge def", title: "no quota of its own: the default applies" }, "default"));
+      if (r.paused) c.tenant.appendChild(A.el("span", { class: "badge paused", title: "paused: none of its tasks goes into a dispatched queue until resumed" }, "paused"));
+      if (r.no_quota) c.tenant.appendChild(A.el("span", { class: "badge none", title: "no quota of its own and no default: its tasks are refused (ErrNoQuota)" }, "no quota"));
       if (isDef) c.others = c.tenant.appendChild(A.el("div", { class: "sub", "data-k": "others" }));
       c.quota = cell(tr, "quota");
       c.mode = cell(tr, "mode");
@@ -78,6 +80,9 @@
       if (isDef) {
         c.in_window.textContent = c.reserved.textContent = c.next_free.textContent = "";
         c.others.textContent = r.others ? A.plural(r.others, "tenant") + " on it, marked default" : "";
+      } else if (r.no_quota) {
+        c.in_window.textContent = c.reserved.textContent = c.next_free.textContent = "";
+        c.next_free.className = "";
       } else if (r.error) {
         c.in_window.textContent = "";
         c.reserved.textContent = "";
@@ -120,6 +125,7 @@
     const from = p.total ? (p.page - 1) * p.page_size + 1 : 0;
     sum.textContent = A.plural(p.all, "tenant") + (p.all === 1 ? " with a quota of its own" : " with a quota of their own") +
       (p.on_default ? ", " + p.on_default.toLocaleString() + " on the default" : "") +
+      (p.no_quota ? ", " + p.no_quota.toLocaleString() + " with no quota" : "") +
       (p.query || p.flagged ? ", " + p.total.toLocaleString() + (p.total === 1 ? " matches" : " match") : "") +
       (p.total ? " · " + from.toLocaleString() + "–" + Math.min(p.total, from + p.page_size - 1).toLocaleString() : "");
     const pager = document.getElementById("pager");
@@ -139,6 +145,7 @@
     const pe = document.getElementById("page-error");
     pe.hidden = !p.error;
     pe.textContent = p.error || "";
+    document.getElementById("no-decisions").hidden = !(p.rates && p.rates.no_decisions);
     const re = document.getElementById("rates-error");
     const errs = (p.rates && p.rates.errors) || [];
     re.hidden = !errs.length;
