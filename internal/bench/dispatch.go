@@ -188,19 +188,22 @@ type dispatchRun struct {
 	step      string // "run i/n: " when there are several
 }
 
+// all runs every part of the scenario once.
 func (s *dispatchRun) all(ctx context.Context) error {
-	cfg := s.cfg
-	for _, task := range drainTasks {
-		n := cfg.Tasks
-		if task >= 20*time.Millisecond {
-			n = cfg.SlowTasks
-		}
-		var fair, bare drained
-		if err := s.pair(ctx, fmt.Sprintf("drain %d tasks of %v", n, task), func(ctx context.Context, f bool) error {
-			d, err := s.drain(ctx, f, cfg.Concurrency, task, n)
-			fair, bare = pick(f, d, fair, bare)
+	for _, part := range []func(context.Context) error{s.drains, s.producers, s.lights, s.caps, s.lone} {
+		if err := part(ctx); err != nil {
 			return err
-		}); err != nil {
+		}
+	}
+	return nil
+}
+
+// drains: Redis's CPU and commands per task and the drain rate of one
+// tenant's backlog.
+func (s *dispatchRun) drains(ctx context.Context) error {
+	for _, task := range drainTasks {
+		fair, bare, err := s.drainPair(ctx, s.cfg.Concurrency, task)
+		if err != nil {
 			return err
 		}
 		at := ", " + fmtTask(task) + " tasks"
@@ -212,7 +215,12 @@ func (s *dispatchRun) all(ctx context.Context) error {
 		}
 		s.rep.add("drain rate"+at, "tasks/s", target, fair.rate, bare.rate)
 	}
-	for _, goroutines := range []int{1, cfg.Producers} {
+	return nil
+}
+
+// producers: Enqueue calls per second, sequential and concurrent.
+func (s *dispatchRun) producers(ctx context.Context) error {
+	for _, goroutines := range []int{1, s.cfg.Producers} {
 		var fair, bare float64
 		if err := s.pair(ctx, fmt.Sprintf("Enqueue from %d goroutines", goroutines), func(ctx context.Context, f bool) error {
 			r, err := s.produce(ctx, f, goroutines)
@@ -223,6 +231,11 @@ func (s *dispatchRun) all(ctx context.Context) error {
 		}
 		s.rep.add(fmt.Sprintf("Enqueue rate, %d goroutine%s", goroutines, map[bool]string{true: "s"}[goroutines > 1]), "calls/s", "≥ 0.45×", fair, bare)
 	}
+	return nil
+}
+
+// lights: light tenants' waits beside a backlog, in task times.
+func (s *dispatchRun) lights(ctx context.Context) error {
 	for _, task := range lightTasks {
 		s.progress(fmt.Sprintf("light tenants beside a backlog, %v tasks", task))
 		w, err := s.light(ctx, task)
@@ -235,37 +248,54 @@ func (s *dispatchRun) all(ctx context.Context) error {
 		s.rep.add("light wait p99"+at, "task times", target, w.p99)
 		s.rep.add("light wait max"+at, "task times", "", w.max)
 	}
+	return nil
+}
+
+// caps: how much of its cap a capped tenant uses.
+func (s *dispatchRun) caps(ctx context.Context) error {
 	for _, c := range []struct {
 		name, target   string
 		busy, capsOnly bool
 	}{
 		{"alone", "≥ 71%", false, false},
 		{"alone, caps only (Gate without Fair)", "", false, true},
-		{fmt.Sprintf("busy queue (share %.1f)", float64(cfg.Workers)/3), "≥ 90%", true, false},
+		{fmt.Sprintf("busy queue (share %.1f)", float64(s.cfg.Workers)/3), "≥ 90%", true, false},
 	} {
 		s.progress("a capped tenant, " + c.name)
 		used, err := s.capped(ctx, c.busy, c.capsOnly)
 		if err != nil {
 			return fmt.Errorf("bench: capped tenant, %s: %w", c.name, err)
 		}
-		s.rep.add(fmt.Sprintf("capped at %d, %s: share of cap used", cfg.MaxInFlight, c.name), "of cap", c.target, used)
+		s.rep.add(fmt.Sprintf("capped at %d, %s: share of cap used", s.cfg.MaxInFlight, c.name), "of cap", c.target, used)
 	}
+	return nil
+}
+
+// lone: a lone tenant's drain time on the smaller pool.
+func (s *dispatchRun) lone(ctx context.Context) error {
 	for _, task := range loneTasks {
-		n := cfg.Tasks
-		if task >= 20*time.Millisecond {
-			n = cfg.SlowTasks
-		}
-		var fair, bare drained
-		if err := s.pair(ctx, fmt.Sprintf("a lone tenant's %d tasks of %v", n, task), func(ctx context.Context, f bool) error {
-			d, err := s.drain(ctx, f, cfg.Workers, task, n)
-			fair, bare = pick(f, d, fair, bare)
-			return err
-		}); err != nil {
+		fair, bare, err := s.drainPair(ctx, s.cfg.Workers, task)
+		if err != nil {
 			return err
 		}
 		s.rep.add("lone tenant's drain time, "+fmtTask(task)+" tasks", "s", "", fair.took.Seconds(), bare.took.Seconds())
 	}
 	return nil
+}
+
+// drainPair drains a backlog with bare asynq and with fair dispatch: Tasks
+// of them, or SlowTasks of 20 ms and more.
+func (s *dispatchRun) drainPair(ctx context.Context, workers int, task time.Duration) (fair, bare drained, err error) {
+	n := s.cfg.Tasks
+	if task >= 20*time.Millisecond {
+		n = s.cfg.SlowTasks
+	}
+	err = s.pair(ctx, fmt.Sprintf("drain %d tasks of %v with %d workers", n, task, workers), func(ctx context.Context, f bool) error {
+		d, err := s.drain(ctx, f, workers, task, n)
+		fair, bare = pick(f, d, fair, bare)
+		return err
+	})
+	return fair, bare, err
 }
 
 // pick stores v as the fair or the bare result.

@@ -78,8 +78,8 @@ func TestRunDispatchTiny(t *testing.T) {
 			t.Errorf("light waits at %s: p50 %.2f, p99 %.2f, max %.2f task times, want in order", task, p50, p99, max)
 		}
 	}
-	if len(steps) == 0 || !strings.Contains(steps[len(steps)-1], "lone tenant") {
-		t.Errorf("progress ended at %q, want the lone tenant's runs", steps[len(steps)-1:])
+	if len(steps) == 0 || !strings.Contains(steps[len(steps)-1], "with 6 workers") {
+		t.Errorf("progress ended at %q, want the lone tenant's drain on the 6 workers", steps[len(steps)-1:])
 	}
 
 	b, err := json.Marshal(rep)
