@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -171,6 +172,14 @@ func (s *stack) handler() asynq.Handler {
 			if n <= p || s.peakAll.CompareAndSwap(p, n) {
 				break
 			}
+		}
+		if hold, ok := strings.CutPrefix(string(t.Payload()), "throttle:"); ok && s.ran(id) == 1 {
+			d, _ := time.ParseDuration(hold)
+			s.total.Add(-1)
+			s.mu.Lock()
+			s.running[tenant]--
+			s.mu.Unlock()
+			return worker.Throttled(d)
 		}
 		if string(t.Payload()) == "block" {
 			select {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/admitq/admitq/dispatch/internal/rule"
 )
 
 // ErrTaskNotFound is returned by Locate when neither asynq nor the
@@ -240,7 +242,7 @@ func (d *Dispatcher) Locate(ctx context.Context, queue, taskID string) (Place, e
 		}
 	}
 	if pl.Fair {
-		pl.Room = room(concurrency, int(npend.Val()+nact.Val()+ngrants.Val()+nfresh.Val()))
+		pl.Room = rule.Room(concurrency, int(npend.Val()+nact.Val()+ngrants.Val()+nfresh.Val()))
 	}
 
 	if r := flight.Val(); r != "" {
@@ -276,13 +278,6 @@ func (d *Dispatcher) Locate(ctx context.Context, queue, taskID string) (Place, e
 		return pl, fmt.Errorf("%w: %q in queue %q: neither asynq nor the dispatcher holds it", ErrTaskNotFound, taskID, queue)
 	}
 	return pl, nil
-}
-
-// room is how many more tasks a fair queue takes, as fair.lua's room()
-// reckons it, when its live gate workers run concurrency tasks at once and
-// it holds inQueue (pending, active, granted or being written).
-func room(concurrency, inQueue int) int {
-	return concurrency + max(2, concurrency/2) - inQueue
 }
 
 // tenantHeader is enqueue.TenantHeader, which enqueue (importing this

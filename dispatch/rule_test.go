@@ -111,6 +111,7 @@ func (r *replayer) turn() {
 	most := r.rng.IntN(4)
 	args = append(args, most)
 	var fins []any
+	var held []string // tenants a throttled task holds, until the next turn
 	n := 0
 	for i := 0; i < len(r.moved) && n < 3; i++ {
 		if r.rng.IntN(3) != 0 {
@@ -128,8 +129,12 @@ func (r *replayer) turn() {
 		}
 		r.d.rdb.HSet(r.ctx, r.k.taskPrefix+id, "state", state)
 		lim := limitsOf(q)
-		fins = append(fins, id, ran, flag(done), lim.Cap, lim.Weight, flag(lim.Paused))
-		r.model.Finish(id, ran, done, lim)
+		hold := !done && r.rng.IntN(2) == 0 // a throttled task holds its tenant
+		fins = append(fins, id, ran, flag(done), lim.Cap, lim.Weight, flag(lim.Paused), flag(hold))
+		r.model.Finish(id, ran, done, lim, hold)
+		if hold {
+			held = append(held, T)
+		}
 		if done {
 			r.moved = append(r.moved[:i], r.moved[i+1:]...)
 			i--
@@ -149,7 +154,7 @@ func (r *replayer) turn() {
 	}
 	args = append(append(args, len(updates)/4), updates...)
 	wake := r.asleep // asleep since the last turn: this one wakes them
-	r.asleep = nil
+	r.asleep = held
 	r.applyOps()
 	for i := 0; i < len(updates); i += 4 {
 		T := updates[i].(string)

@@ -53,6 +53,7 @@ type finish struct {
 	id, tenant string
 	ran        time.Duration
 	done       bool
+	hold       time.Duration // how long to hold its tenant's waiting tasks
 }
 
 type loop struct {
@@ -132,8 +133,19 @@ func (d *Dispatcher) Serve(w Worker) (*Server, error) {
 // gate reads it now, updates its cap and weight there. It may block
 // briefly while the queue's loop catches up.
 func (s *Server) Finished(queue, tenant, id string, ran time.Duration, done bool) {
-	if l := s.loops[queue]; l != nil && id != "" {
-		l.ch <- finish{id: id, tenant: tenant, ran: ran, done: done}
+	s.finished(finish{id: id, tenant: tenant, ran: ran, done: done}, queue)
+}
+
+// Throttled tells the dispatcher that the worker's task id of tenant in
+// queue, which ran for ran, was throttled downstream and will be retried:
+// it keeps its place, and the tenant's waiting tasks are held for hold.
+func (s *Server) Throttled(queue, tenant, id string, ran, hold time.Duration) {
+	s.finished(finish{id: id, tenant: tenant, ran: ran, hold: hold}, queue)
+}
+
+func (s *Server) finished(f finish, queue string) {
+	if l := s.loops[queue]; l != nil && f.id != "" {
+		l.ch <- f
 	}
 }
 
@@ -312,14 +324,14 @@ type turnResult struct {
 // turn runs fair_dispatch.lua: heartbeat (ttl 0 leaves), finishes, the
 // moves ops (admit's), and up to most grants.
 func (l *loop) turn(ctx context.Context, fs []finish, ops []moveOp, ttl time.Duration, most int) (turnResult, error) {
-	args := make([]any, 0, 5+6*len(fs)+1+3*len(ops)+1+4*len(l.updates))
+	args := make([]any, 0, 5+7*len(fs)+1+3*len(ops)+1+4*len(l.updates))
 	args = append(args, l.s.member, ttl.Microseconds(), most, len(fs))
 	for _, f := range fs {
 		lim := rule.Limits{Cap: -1, Weight: rule.WeightScale}
 		if q, err := l.s.d.gate.Quota(ctx, f.tenant); err == nil {
 			lim = limitsOf(q)
 		}
-		args = append(args, f.id, f.ran.Microseconds(), flag(f.done), lim.Cap, lim.Weight, flag(lim.Paused))
+		args = append(args, f.id, f.ran.Microseconds(), flag(f.done), lim.Cap, lim.Weight, flag(lim.Paused), max(f.hold.Microseconds(), 0))
 	}
 	args = appendOps(args, ops)
 	args = append(args, len(l.updates))

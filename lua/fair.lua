@@ -127,7 +127,7 @@ local function room(fair, total)
     return math.huge
   end
   local inq = call('LLEN', pending) + call('LLEN', active) + call('HLEN', grants) + call('ZCARD', fresh)
-  return total + math.max(2, math.floor(total / 8)) - inq
+  return total + math.max(2, math.floor(total / 4)) - inq
 end
 
 -- refresh puts tenant T among those that may go in, at the later of its

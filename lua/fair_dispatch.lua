@@ -9,10 +9,11 @@
 --          then lapses now, and still holds the queue dispatched for
 --          RESTART_GRACE)
 -- ARGV[5]  most grants to make
--- ARGV[6]  n, then n sixes: task ID, run time µs, done (1: the task left
---          asynq's hands or will, 0: it will be retried), and its tenant's
+-- ARGV[6]  n, then n sevens: task ID, run time µs, done (1: the task left
+--          asynq's hands or will, 0: it will be retried), its tenant's
 --          MaxInFlight, weight in thousandths and paused (1 or 0) now (cap
---          -1: unknown, keep what is stored)
+--          -1: unknown, keep what is stored), and how long to hold the
+--          tenant's waiting tasks, µs (0: not at all; worker.Throttled)
 -- then     m, then m move ops, as fair_move.lua takes them: the previous
 --          turn's grants, admitted since, go in (or back) here
 -- then     k, then k quads: tenant, MaxInFlight, weight in thousandths,
@@ -33,10 +34,17 @@ local member, ttl, most = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 call('ZADD', workers, int(now + math.max(ttl, 0)), member)
 
 -- finish hands in task id, which ran for ran µs.
-local function finish(id, ran, done, cap, wm, paused)
+local function finish(id, ran, done, cap, wm, paused, hold)
   local r = call('HGET', run, id)
   if not r then
     return true
+  end
+  if hold > 0 then
+    local _, _, _, T = runEntry(r)
+    local wake = now + hold
+    if toint(call('ZSCORE', sleep, T)) < wake then
+      call('ZADD', sleep, int(wake), T)
+    end
   end
   local state = done and call('HGET', TP .. id, 'state')
   if state == 'active' then
@@ -77,10 +85,11 @@ end
 local a = 7
 local later = {}
 for i = 1, tonumber(ARGV[6]) do
-  if not finish(ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2] == '1', tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), ARGV[a + 5]) then
+  if not finish(ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2] == '1', tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
+      ARGV[a + 5], tonumber(ARGV[a + 6])) then
     later[#later + 1] = i
   end
-  a = a + 6
+  a = a + 7
 end
 
 local _

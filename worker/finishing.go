@@ -26,7 +26,15 @@ func (f finishing) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
 	defer func() {
 		id, _ := asynq.GetTaskID(ctx)
 		queue, _ := asynq.GetQueueName(ctx)
-		f.disp.Finished(queue, t.Headers()[enqueue.TenantHeader], id, time.Since(start), ends(ctx, err, f.isFailure))
+		tenant := t.Headers()[enqueue.TenantHeader]
+		var te *ThrottledError
+		if errors.As(err, &te) && !ends(ctx, err, f.isFailure) {
+			// A downstream service throttled the tenant: its waiting
+			// tasks wait as long as this one.
+			f.disp.Throttled(queue, tenant, id, time.Since(start), max(te.RetryAfter, time.Millisecond))
+			return
+		}
+		f.disp.Finished(queue, tenant, id, time.Since(start), ends(ctx, err, f.isFailure))
 	}()
 	return f.next.ProcessTask(ctx, t)
 }

@@ -71,7 +71,7 @@ func floorDiv(a, b int64) int64 {
 // (at least 2), so that a granted task waits behind little more than the
 // next free worker, and a tenant's cap is spent running, not queued.
 func Room(total, inQueue int) int {
-	return total + max(2, total/8) - inQueue
+	return total + max(2, total/4) - inQueue
 }
 
 // Tenant is one tenant's part of a queue.
@@ -244,13 +244,17 @@ func (q *Queue) Pick(most, space int, skip func(id string) bool) []Grant {
 // what it ran less the estimate it was charged at its grant, and the
 // estimates move towards ran. A task that is done leaves; one asynq will
 // retry keeps its place, to be charged in full when it runs again. l are
-// its tenant's limits now.
-func (q *Queue) Finish(id string, ran int64, done bool, l Limits) {
+// its tenant's limits now; hold puts the tenant to sleep (a downstream
+// service throttled it: worker.Throttled).
+func (q *Queue) Finish(id string, ran int64, done bool, l Limits, hold bool) {
 	r, ok := q.InFlight[id]
 	if !ok {
 		return
 	}
 	q.Set(r.Tenant, l)
+	if hold {
+		q.Tenants[r.Tenant].Asleep = true
+	}
 	t := q.Tenants[r.Tenant]
 	t.Tag += Charge(ran-r.Estimate, t.Weight)
 	if t.Estimate == 0 {

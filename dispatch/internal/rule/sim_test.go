@@ -70,7 +70,7 @@ func (f fair) park(t simTenant, id string, space int) bool {
 }
 func (f fair) pick(space int) []Grant { return f.q.Pick(space, space, nil) }
 func (f fair) finish(t simTenant, id string, ran int64) {
-	f.q.Finish(id, ran, true, Limits{Cap: t.cap, Weight: Weight(t.weight)})
+	f.q.Finish(id, ran, true, Limits{Cap: t.cap, Weight: Weight(t.weight)}, false)
 }
 func (f fair) runnable() bool { return len(f.q.Runnable) > 0 }
 

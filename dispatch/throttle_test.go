@@ -1,0 +1,43 @@
+package dispatch_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// A task throttled downstream (worker.Throttled) holds its tenant's waiting
+// tasks for as long as it asked, while other tenants' tasks run; then the
+// tenant's tasks go in again, the throttled one among them.
+func TestThrottledHoldsTheTenant(t *testing.T) {
+	s := newStack(t, generous)
+	s.startWorker(2, true)
+	ctx := context.Background()
+	first := "t-throttled"
+	s.sent.Store(first, time.Now())
+	if _, _, err := s.client.Enqueue(ctx, "t", asynq.NewTask("work", []byte("throttle:1500ms")), asynq.TaskID(first)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the first task runs", func() bool { return s.ran(first) == 1 })
+	throttled := time.Now()
+	held := s.enqueue("t", 5, time.Millisecond)
+	others := s.enqueue("o", 20, time.Millisecond)
+	s.waitRuns(others, 10*time.Second)
+	if since := time.Since(throttled); since < time.Second {
+		for _, id := range held {
+			if s.ran(id) > 0 {
+				t.Fatalf("task %s of a throttled tenant ran %v after the throttle, inside its 1.5s", id, since)
+			}
+		}
+	}
+	s.waitRuns(held, 10*time.Second)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.started {
+		if e.tenant == "t" && e.id != first && e.at.Sub(throttled) < 1400*time.Millisecond {
+			t.Errorf("task %s of a throttled tenant started %v after the throttle; want the tenant held 1.5s", e.id, e.at.Sub(throttled))
+		}
+	}
+}
