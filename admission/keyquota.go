@@ -103,7 +103,7 @@ func (r *RedisQuotas) SetKey(ctx context.Context, key string, q Quota) error {
 	if err := q.ValidateAsKey(); err != nil {
 		return fmt.Errorf("key %q: %w", key, err)
 	}
-	return r.write(ctx, &r.keys, key, q)
+	return r.write(ctx, &r.keys, key, &q)
 }
 
 // GetKey returns key's quota, or an error wrapping ErrNoQuota when it has

@@ -143,11 +143,14 @@ func TestNoLimitAdmitsWithoutRedis(t *testing.T) {
 	for _, mode := range []admission.Mode{admission.Log, admission.Counter} {
 		t.Run(mode.String(), func(t *testing.T) {
 			rdb := srv.Client(t)
-			count := &commandCount{}
-			rdb.AddHook(count)
 			q := admission.Quota{Limit: admission.NoLimit, Mode: mode}
 			g := admission.New(rdb, static(q), admission.WithPrefix("nolimit-"+mode.String()))
 			t.Cleanup(func() { g.Close() })
+			// Added after New, so inside the gate's own hooks: it counts
+			// what reaches the connection, not New's probe of the hooks,
+			// which they stop.
+			count := &commandCount{}
+			rdb.AddHook(count)
 			ctx := t.Context()
 			check := func(call string, ds []admission.Decision, ids []string) {
 				t.Helper()

@@ -101,14 +101,14 @@ func (r *RedisQuotas) SetDefault(ctx context.Context, q Quota) error {
 }
 
 func (r *RedisQuotas) set(ctx context.Context, field string, q Quota) error {
-	return r.write(ctx, &r.tenants, field, q)
+	return r.write(ctx, &r.tenants, field, &q)
 }
 
 // write stores q under field of t's hash, or deletes field for a nil q,
 // and drops what the cache holds of it.
-func (r *RedisQuotas) write(ctx context.Context, t *quotaTable, field string, q any) error {
+func (r *RedisQuotas) write(ctx context.Context, t *quotaTable, field string, q *Quota) error {
 	var b []byte
-	if q, ok := q.(Quota); ok {
+	if q != nil {
 		var err error
 		if b, err = q.MarshalText(); err != nil {
 			return err
