@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -664,7 +665,18 @@ func callError(ctx context.Context, op, tenant string, err error) error {
 	if unavailable(err) {
 		return fmt.Errorf("%w: %s %q: %w", ErrUnavailable, op, tenant, err)
 	}
+	if moved(err) {
+		// A cluster client follows MOVED; only a plain client on a
+		// cluster node lets it through.
+		return fmt.Errorf("%w: %s %q: %w; use a cluster client (redis.NewClusterClient, or --redis-cluster)", ErrClusterNode, op, tenant, err)
+	}
 	return fmt.Errorf("admitq: %s %q: %w", op, tenant, err)
+}
+
+// moved reports whether err is a cluster node's MOVED reply.
+func moved(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "MOVED ")
 }
 
 // notBeforeµs is the scripts' not-before argument for t: 0 for none, and

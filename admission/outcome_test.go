@@ -130,8 +130,8 @@ func TestFailedCallNeverReadsAsAdmitted(t *testing.T) {
 
 // testClusterPlainClientMoved: a plain client pointed at one node of a
 // cluster reaches only the slots that node serves. A tenant of another
-// node gets Redis's MOVED error, never a decision that reads as
-// admitted, and CheckServer says why beforehand.
+// node gets Redis's MOVED error, wrapped with ErrClusterNode, never a
+// decision that reads as admitted; CheckServer says so beforehand.
 func testClusterPlainClientMoved(t *testing.T, c *redistest.Cluster) {
 	q := admission.Quota{Limit: 5, Window: time.Minute, MaxDelay: time.Minute}
 	cc := c.Client(t)
@@ -155,7 +155,8 @@ func testClusterPlainClientMoved(t *testing.T, c *redistest.Cluster) {
 		g := admission.New(node, static(q), admission.WithPrefix("moved"), admission.WithBatching(batching))
 		t.Cleanup(func() { g.Close() })
 		checkFailed(t, t.Context(), g, elsewhere, func(err error) bool {
-			return strings.Contains(err.Error(), "MOVED") && !errors.Is(err, admission.ErrUnavailable)
+			return strings.Contains(err.Error(), "MOVED") && errors.Is(err, admission.ErrClusterNode) &&
+				strings.Contains(err.Error(), "cluster client") && !errors.Is(err, admission.ErrUnavailable)
 		})
 	}
 	if err := admission.CheckServer(t.Context(), node); !errors.Is(err, admission.ErrClusterNode) {

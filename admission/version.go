@@ -27,9 +27,10 @@ var ErrRedisVersion = errors.New("admitq: redis version too old")
 
 // ErrClusterNode is returned by CheckServer for a plain client (not a
 // *redis.ClusterClient) whose server is a node of a Redis Cluster: such a
-// client reaches only the hash slots that node serves, and every other
-// tenant's call fails with a MOVED error. Use a cluster client
-// (redis.NewClusterClient; admitq's --redis-cluster flag) instead.
+// client reaches only the hash slots that node serves. A call through one
+// for a tenant of another node fails with an error that wraps both it and
+// the node's MOVED reply. Use a cluster client (redis.NewClusterClient;
+// admitq's --redis-cluster flag) instead.
 var ErrClusterNode = errors.New("admitq: redis server is a cluster node")
 
 // versionCheck asks Redis its version once, on the first call of a Gate
