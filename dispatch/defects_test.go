@@ -171,3 +171,27 @@ func TestCappedTenantAloneKeepsItsCapBusy(t *testing.T) {
 		t.Errorf("at most %d ran at once; want the cap, 4", p)
 	}
 }
+
+// A parked asynq.Unique task archived from outside (asynqmon) never goes
+// in through the dispatcher; its lock still lasts only its own TTL, so the
+// same unique task is accepted again after it.
+func TestArchivedParkedUniqueTaskLockLastsItsOwnTTL(t *testing.T) {
+	s := newStack(t, capped1)
+	s.startWorker(2, false)
+	s.put("t", "a", "block")
+	eventually(t, 5*time.Second, "a starts", func() bool { return s.ran("a") == 1 })
+	ctx := context.Background()
+	task := func() *asynq.Task { return asynq.NewTask("unique", []byte("10ms")) }
+	info, d, err := s.client.Enqueue(ctx, "t", task(), asynq.Unique(time.Second))
+	if err != nil || d.Outcome != admission.Parked {
+		t.Fatalf("unique task: %v, %v; want parked", d.Outcome, err)
+	}
+	if err := s.ins.ArchiveTask("default", info.ID); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if _, _, err := s.client.Enqueue(ctx, "t", task(), asynq.Unique(time.Second)); errors.Is(err, asynq.ErrDuplicateTask) {
+		t.Fatalf("the same unique task 1.5 s after the first was archived while parked: %v; want accepted (the lock's TTL is 1 s)", err)
+	}
+	s.unblock("a")
+}

@@ -190,3 +190,18 @@ func (e waitingEntry) notBeforeTime() time.Time {
 	}
 	return time.UnixMicro(e.notBefore)
 }
+
+// LimitLock gives the asynq.Unique lock of task id, just written parked in
+// queue, the task's own ttl: asynq sets it to last until ParkedUntil plus
+// the TTL, so a parked task archived, deleted or run from outside would
+// hold it for centuries. The move shortens it again when the task goes in.
+func (d *Dispatcher) LimitLock(ctx context.Context, queue, id string, ttl time.Duration) error {
+	if ttl <= 0 {
+		return nil
+	}
+	k := d.keysFor(queue)
+	if err := d.scripts.lock.Run(ctx, d.rdb, []string{k.taskPrefix + id}, id, ttl.Milliseconds()).Err(); err != nil {
+		return fmt.Errorf("dispatch: queue %q, task %q: limiting its unique lock: %w", queue, id, d.recoverFrom(err))
+	}
+	return nil
+}

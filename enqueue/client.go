@@ -419,6 +419,12 @@ func (c *Client) write(cc *callContext, p prepared, d admission.Decision) (*asyn
 	}
 	info, err := c.asynq.EnqueueContext(cc, task) // the task carries every option
 	if err == nil {
+		if d.Outcome == admission.Parked && p.sched.unique > 0 {
+			// Best effort: the task is written, and its move shortens the
+			// lock again when it goes in; only a parked task that leaves
+			// from outside keeps a long lock if this fails.
+			_ = c.disp.LimitLock(cc, p.sched.queue, p.id, p.sched.unique)
+		}
 		return info, written, nil
 	}
 	f := c.fateOf(p, &cc.trace, err)

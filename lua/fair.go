@@ -18,6 +18,8 @@ var (
 	fairMoveSrc string
 	//go:embed fair_repair.lua
 	fairRepairSrc string
+	//go:embed unique_lock.lua
+	uniqueLockSrc string
 )
 
 // shebang declares a script with Redis 7 script flags (none): Redis then
@@ -55,3 +57,7 @@ func FairMove() FairScript { return fair(fairMoveSrc) }
 // FairRepair returns fair_repair.lua: the dispatcher's count checked
 // against asynq's view of each task.
 func FairRepair() FairScript { return fair(fairRepairSrc) }
+
+// UniqueLock returns unique_lock.lua: a parked task's asynq.Unique lock
+// gets the task's own TTL.
+func UniqueLock() *redis.Script { return redis.NewScript(uniqueLockSrc) }
