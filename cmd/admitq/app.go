@@ -54,7 +54,7 @@ func usageErrorf(format string, args ...any) error {
 // inputError marks errors that mean the user's input was wrong (a bad tenant
 // or quota) as usage errors, and passes others through.
 func inputError(err error) error {
-	if errors.Is(err, admission.ErrInvalidTenant) || errors.Is(err, admission.ErrInvalidKey) || errors.Is(err, admission.ErrInvalidQuota) {
+	if errors.Is(err, admission.ErrInvalidTenant) || errors.Is(err, admission.ErrInvalidQuota) {
 		return usageError(err)
 	}
 	return err
@@ -194,7 +194,6 @@ ADMITQ_REDIS_CLUSTER) for a Redis Cluster. admitq needs Redis 7 or newer.`,
 	root.AddCommand(
 		a.newDemoCmd(),
 		a.newQuotaCmd(),
-		a.newKeyCmd(), // key.go
 		a.newStatusCmd(),
 		a.newEnqueueCmd(),
 		a.newWorkerCmd(),
