@@ -6,13 +6,14 @@ import (
 	"fmt"
 )
 
-// Key quotas. A task may carry keys (enqueue.Keys) besides its tenant,
-// such as "api:stripe" for every task that calls one API, and each key may
-// have a quota of its own, kept beside the tenants' (StaticQuotas.Keys;
-// RedisQuotas.SetKey, in the hash {prefix}:keyquotas). A key's quota caps
-// the key's tasks pending or active in a dispatched queue, across all
-// tenants (MaxInFlight), and holds them (Paused); package dispatch applies
-// both. It has no rate limit: Limit is NoLimit and the fields only a
+// Key quotas. A key names something tasks share across tenants, such as
+// "api:stripe" for every task that calls one API, and each key may have a
+// quota of its own, kept beside the tenants' (StaticQuotas.Keys;
+// RedisQuotas.SetKey, in the hash {prefix}:keyquotas): a cap on the key's
+// tasks pending or active in a dispatched queue, across all tenants
+// (MaxInFlight), and a pause (Paused). This package stores, validates and
+// caches them; package dispatch does not apply them in this version, and
+// tasks cannot carry keys yet. It has no rate limit: Limit is NoLimit and the fields only a
 // tenant uses (Window, MaxDelay, Mode, MaxParked, Weight) are unset, since
 // a key's tasks are charged to their tenants' rates. A key without a quota
 // is unlimited: there is no default.
@@ -61,8 +62,7 @@ func (q Quota) ValidateAsKey() error {
 }
 
 // KeyQuota returns key's quota, and ok false when key has none: it is then
-// unlimited. Package dispatch and the admitq command read it for keys'
-// caps and pauses. It asks the gate's Quotas when that implements
+// unlimited. It asks the gate's Quotas when that implements
 // KeyQuotas (StaticQuotas and RedisQuotas do; with another, every key is
 // unlimited). A RedisQuotas answers from the cache it keeps for tenants'
 // quotas, refreshed the same way, so a change reaches every process within
