@@ -426,6 +426,9 @@ type moveOp struct {
 	id string
 	// sleep is how long the tenant is held back (opBack).
 	sleep time.Duration
+	// uniqueTTL is the task's asynq.Unique TTL, which its lock gets when
+	// it goes in (opGo).
+	uniqueTTL time.Duration
 }
 
 // fair.lua's move ops.
@@ -436,11 +439,16 @@ const (
 )
 
 // appendOps appends ops to args as fair.lua's moveOps reads them: n, then
-// n triples op, task ID, µs.
+// n triples op, task ID, and the sleep µs (opBack) or the unique TTL ms
+// (opGo).
 func appendOps(args []any, ops []moveOp) []any {
 	args = append(args, len(ops))
 	for _, o := range ops {
-		args = append(args, o.op, o.id, o.sleep.Microseconds())
+		n := o.sleep.Microseconds()
+		if o.op == opGo {
+			n = o.uniqueTTL.Milliseconds()
+		}
+		args = append(args, o.op, o.id, max(n, 0))
 	}
 	return args
 }
@@ -524,7 +532,7 @@ func (d *Dispatcher) admitRun(ctx context.Context, queue string, picks []pick, o
 	for i, dec := range ds {
 		switch dec.Outcome {
 		case admission.Admitted:
-			ops[i] = moveOp{op: opGo, id: ids[i]}
+			ops[i] = moveOp{op: opGo, id: ids[i], uniqueTTL: time.Duration(picks[i].entry.uniqueTTL) * time.Millisecond}
 		case admission.Deferred:
 			// Not now: give the reserved slot back and wait for it, so
 			// that the task is charged when it goes in, and goes in when

@@ -92,8 +92,8 @@ local function smooth(m, x, div)
   return m + math.floor((x - m) / div)
 end
 
-local floor = toint(call('HGET', meta, 'floor'))
-local qest = toint(call('HGET', meta, 'est'))
+local m0 = call('HMGET', meta, 'floor', 'est')
+local floor, qest = toint(m0[1]), toint(m0[2])
 
 -- save writes the queue's floor and estimate back.
 local function save()
@@ -147,6 +147,39 @@ local function refresh(T)
   end
 end
 
+-- owes reports whether any idle tenant of the queue owes worker time
+-- (debts is not empty): only then may a record carry an expiry to lift.
+local owing
+local function owes()
+  if owing == nil then
+    owing = call('ZCARD', debts) > 0
+  end
+  return owing
+end
+
+-- active makes record th of tenant T permanent again, as one with tasks
+-- waiting or in flight must be.
+local function active(th, T)
+  if owes() then
+    call('PERSIST', th)
+    call('ZREM', debts, T)
+  end
+end
+
+-- place puts T among the runnable tenants by what the caller knows of it
+-- (tag, tasks in flight n, cap, paused "1", waiting), reading only whether
+-- it sleeps: refresh, without reading the record.
+local function place(T, tag, n, cap, paused, waiting)
+  if paused == '1' then
+    call('ZREM', vt, T)
+    call('SADD', held, T)
+  elseif (cap > 0 and n >= cap) or waiting == 0 or call('ZSCORE', sleep, T) then
+    call('ZREM', vt, T)
+  else
+    call('ZADD', vt, int(math.max(tag, floor)), T)
+  end
+end
+
 -- settle forgets an idle tenant's record at once when it owes nothing (its
 -- tag is not ahead of the floor), and otherwise when the queue goes idle
 -- or after IDLE. A tenant with entries in limbo (field l) is not idle: its
@@ -155,8 +188,7 @@ local function settle(T)
   local th = P .. 't:' .. T
   local h = call('HMGET', th, 'n', 'l', 'tag')
   if toint(h[1]) > 0 or toint(h[2]) > 0 or call('LLEN', P .. 'w:' .. T) > 0 then
-    call('PERSIST', th)
-    call('ZREM', debts, T)
+    active(th, T)
   elseif toint(h[3]) <= floor then
     call('DEL', th)
     call('ZREM', debts, T)
@@ -164,6 +196,7 @@ local function settle(T)
   else
     call('PEXPIRE', th, IDLE)
     call('ZADD', debts, nowS, T)
+    owing = true
   end
 end
 
@@ -185,10 +218,11 @@ end
 
 -- grant lets task id (waiting entry e, or nil) of tenant T in at start tag
 -- start: it enters run in state g (with e) or f (without), and is charged
--- its estimate, which moves the floor.
+-- its estimate, which moves the floor. It returns T's new tag, tasks in
+-- flight and cap.
 local function grant(T, id, e, start)
   local th = P .. 't:' .. T
-  local h = call('HMGET', th, 'n', 'wm', 'est')
+  local h = call('HMGET', th, 'n', 'wm', 'est', 'cap')
   local wm = toint(h[2])
   if wm <= 0 then
     wm = WEIGHT_SCALE
@@ -199,14 +233,15 @@ local function grant(T, id, e, start)
   end
   call('HSET', run, id, (e and 'g' or 'f') .. '|' .. int(est) .. '|' .. nowS .. '|' .. T)
   floor = math.max(floor, start)
-  call('HSET', th, 'n', toint(h[1]) + 1, 'tag', int(start + math.max(charge(est, wm), 1)))
-  call('PERSIST', th)
-  call('ZREM', debts, T)
+  local tag, n = start + math.max(charge(est, wm), 1), toint(h[1]) + 1
+  call('HSET', th, 'n', n, 'tag', int(tag))
+  active(th, T)
   if e then
     call('HSET', grants, id, e)
   else
     call('ZADD', fresh, nowS, id)
   end
+  return tag, n, toint(h[4])
 end
 
 -- runEntry splits a run entry into state, estimate, since and tenant.
@@ -346,24 +381,32 @@ local function pick(most, space, out)
     else
       local id = entryID(e)
       if id and parked(id) then
-        grant(T, id, e, start)
+        -- T was runnable: awake and not paused
+        local tag, n, cap = grant(T, id, e, start)
         out[#out + 1], out[#out + 2] = T, e
         most, space = most - 1, space - 1
+        local waiting = call('LLEN', P .. 'w:' .. T)
+        if (cap > 0 and n >= cap) or waiting == 0 then
+          call('ZREM', vt, T)
+        else
+          call('ZADD', vt, int(math.max(tag, floor)), T)
+        end
       else
         drops = drops - 1
         if id and call('EXISTS', TP .. id) == 0 then
           toLimbo(T, e, now + 1000)
         end
+        refresh(T)
       end
-      refresh(T)
     end
   end
 end
 
 -- Move ops (fair_move.lua, and the tail of fair_dispatch.lua's ARGV):
--- GO moves a granted task into asynq's pending list; BACK puts it back at
--- the head of its tenant's line, refunds its charge and holds the tenant
--- for the op's µs; FREE lets a task out of run.
+-- GO moves a granted task into asynq's pending list (its lock gets the
+-- op's TTL ms); BACK puts it back at the head of its tenant's line,
+-- refunds its charge and holds the tenant for the op's µs; FREE lets a
+-- task out of run.
 local GO, BACK, FREE = 'go', 'back', 'free'
 
 -- back returns granted task id (run entry r, waiting entry e) to the head
@@ -386,10 +429,10 @@ local function back(id, r, e, us)
   refresh(T)
 end
 
--- moveIn moves granted task id (run entry r, waiting entry e) into asynq's
--- pending list while asynq still keeps it parked, and frees its place when
--- asynq no longer does. It reports whether the task moved.
-local function moveIn(id, r, e)
+-- moveIn moves granted task id (run entry r; its asynq.Unique TTL uttl ms)
+-- into asynq's pending list while asynq still keeps it parked, and frees
+-- its place when asynq no longer does. It reports whether the task moved.
+local function moveIn(id, r, uttl)
   local tk = TP .. id
   local h = call('HMGET', tk, 'state', 'unique_key')
   if h[1] ~= 'scheduled' or toint(call('ZSCORE', scheduled, id)) ~= PARKED then
@@ -399,8 +442,7 @@ local function moveIn(id, r, e)
   call('ZREM', scheduled, id)
   call('LPUSH', pending, id)
   call('HSET', tk, 'state', 'pending', 'pending_since', int(now * 1000))
-  local uttl = tonumber(string.match(e, '^%d+|%d+|(%d+)|'))
-  if h[2] and uttl and uttl > 0 and call('GET', h[2]) == id then
+  if h[2] and uttl > 0 and call('GET', h[2]) == id then
     call('PEXPIRE', h[2], uttl)
   end
   call('HSET', run, id, 'p' .. string.sub(r, 2))
@@ -435,10 +477,11 @@ local function updates(a)
   return a
 end
 
--- moveOps applies the n move ops (triples op, task ID, µs) in ARGV from
--- ARGV[a], n first, and returns how many tasks moved into the queue and
--- the ARGV index after the ops. A task moves only from state g: two movers
--- of one grant move it once.
+-- moveOps applies the n move ops (triples op, task ID, a number: the
+-- sleep µs of BACK, the asynq.Unique TTL ms of GO) in ARGV from ARGV[a], n
+-- first, and returns how many tasks moved into the queue and the ARGV
+-- index after the ops. A task moves only from state g: two movers of one
+-- grant move it once.
 local function moveOps(a)
   local moved = 0
   local n = tonumber(ARGV[a])
@@ -450,11 +493,15 @@ local function moveOps(a)
     if r and op == FREE then
       free(id, r)
     elseif r and string.sub(r, 1, 1) == 'g' then
-      local e = call('HGET', grants, id)
-      if e and op == BACK then
-        back(id, r, e, us)
-      elseif e and op == GO and moveIn(id, r, e) then
-        moved = moved + 1
+      if op == GO then
+        if moveIn(id, r, us) then
+          moved = moved + 1
+        end
+      elseif op == BACK then
+        local e = call('HGET', grants, id)
+        if e then
+          back(id, r, e, us)
+        end
       end
     end
   end

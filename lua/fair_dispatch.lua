@@ -33,51 +33,89 @@
 local member, ttl, most = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 call('ZADD', workers, int(now + math.max(ttl, 0)), member)
 
--- finish hands in task id, which ran for ran µs.
+-- finish hands in task id, which ran for ran µs. It reads the tenant's
+-- record once and writes it once.
 local function finish(id, ran, done, cap, wm, paused, hold)
   local r = call('HGET', run, id)
   if not r then
     return true
-  end
-  if hold > 0 then
-    local _, _, _, T = runEntry(r)
-    local wake = now + hold
-    if toint(call('ZSCORE', sleep, T)) < wake then
-      call('ZADD', sleep, int(wake), T)
-    end
   end
   local state = done and call('HGET', TP .. id, 'state')
   if state == 'active' then
     return false -- asynq has still to mark it done: its place stays taken
   end
   local s, est, since, T = runEntry(r)
-  local th = P .. 't:' .. T
-  if cap >= 0 then
-    call('HSET', th, 'cap', cap, 'wm', wm, 'paused', paused)
-    if paused ~= '1' then
-      call('SREM', held, T)
+  local th, w = P .. 't:' .. T, P .. 'w:' .. T
+  local h = call('HMGET', th, 'tag', 'wm', 'est', 'used', 'n', 'cap', 'paused', 'l')
+  if cap < 0 then
+    cap, wm, paused = toint(h[6]), toint(h[2]), h[7] or '0'
+  elseif paused ~= '1' and h[7] == '1' then
+    call('SREM', held, T)
+  end
+  local asleep = false
+  if hold > 0 then
+    local wake = now + hold
+    if toint(call('ZSCORE', sleep, T)) < wake then
+      call('ZADD', sleep, int(wake), T)
     end
+    asleep = true
   end
-  local h = call('HMGET', th, 'tag', 'wm', 'est', 'used')
-  local twm = toint(h[2])
-  if twm <= 0 then
-    twm = WEIGHT_SCALE
-  end
+  local twm = wm > 0 and wm or WEIGHT_SCALE
   local test = toint(h[3])
   test = test == 0 and ran or smooth(test, ran, TENANT_SMOOTHING)
-  call('HSET', th, 'tag', int(toint(h[1]) + charge(ran - est, twm)), 'est', int(test), 'used', int(toint(h[4]) + ran))
+  local tag = toint(h[1]) + charge(ran - est, twm)
   qest = qest == 0 and ran or smooth(qest, ran, QUEUE_SMOOTHING)
-  if state == 'scheduled' and isParked(id) then
-    requeue(id, r)
-  elseif done and state ~= 'retry' and state ~= 'pending' and state ~= 'scheduled' then
-    free(id, r)
+  local n = toint(h[5])
+  local rollback = state == 'scheduled' and isParked(id)
+  local leaves = rollback or (done and state ~= 'retry' and state ~= 'pending' and state ~= 'scheduled')
+  if leaves then
+    n = math.max(n - 1, 0)
+    call('HDEL', run, id)
+    if s == 'g' then
+      call('HDEL', grants, id)
+    elseif s == 'f' then
+      call('ZREM', fresh, id)
+    end
   else
     -- asynq will run it again: it keeps its place
     call('HSET', run, id, 'p|0|' .. since .. '|' .. T)
     if s == 'g' then
       call('HDEL', grants, id)
     end
-    refresh(T)
+  end
+  call('HSET', th, 'tag', int(tag), 'est', int(test), 'used', int(toint(h[4]) + ran), 'n', n,
+    'cap', cap, 'wm', wm, 'paused', paused)
+  if rollback then
+    -- Redis came back from a snapshot taken before the task's move: asynq
+    -- keeps it parked, so it goes back to the head of its tenant's line.
+    call('LPUSH', w, '0|' .. nowS .. '|0|' .. id)
+  end
+  local waiting = call('LLEN', w)
+  if paused == '1' then
+    call('ZREM', vt, T)
+    call('SADD', held, T)
+  elseif (cap > 0 and n >= cap) or waiting == 0 or asleep or call('ZSCORE', sleep, T) then
+    call('ZREM', vt, T)
+  else
+    call('ZADD', vt, int(math.max(tag, floor)), T)
+  end
+  if leaves then
+    -- settle, knowing the record
+    if n > 0 or toint(h[8]) > 0 or waiting > 0 then
+      active(th, T)
+    elseif tag <= floor then
+      call('DEL', th)
+      if owes() then
+        call('ZREM', debts, T)
+      end
+      if paused == '1' then
+        call('SREM', held, T)
+      end
+    else
+      call('PEXPIRE', th, IDLE)
+      call('ZADD', debts, nowS, T)
+      owing = true
+    end
   end
   return true
 end

@@ -54,25 +54,26 @@ if toint(h[3]) ~= cap or toint(h[4]) ~= wm or (h[5] or '0') ~= paused then
 end
 local waiting = call('LLEN', w)
 local later = tonumber(nb) > now + 1000000
-local start = math.max(toint(h[1]), floor)
-local head = call('ZRANGE', vt, 0, 0, 'WITHSCORES')
-if waiting == 0 and not later and paused ~= '1' and (cap == 0 or toint(h[2]) < cap) and not call('ZSCORE', sleep, T)
-    and (#head == 0 or start <= tonumber(head[2])) and room(fair, total) > 0 then
-  grant(T, id, nil, start)
-  save()
-  return {'in', now, 0}
+local tag, n = toint(h[1]), toint(h[2])
+local start = math.max(tag, floor)
+if waiting == 0 and not later and paused ~= '1' and (cap == 0 or n < cap) and not call('ZSCORE', sleep, T) then
+  local head = call('ZRANGE', vt, 0, 0, 'WITHSCORES')
+  if (#head == 0 or start <= tonumber(head[2])) and room(fair, total) > 0 then
+    grant(T, id, nil, start)
+    save()
+    return {'in', now, 0}
+  end
 end
 if waiting >= maxParked then
   settle(T)
   return {'full', now, waiting}
 end
 local e = nb .. '|' .. nowS .. '|' .. uttl .. '|' .. id
-call('PERSIST', th)
-call('ZREM', debts, T)
+active(th, T)
 if later then
   toLimbo(T, e, tonumber(nb))
   return {'wait', now, waiting}
 end
 call('RPUSH', w, e)
-refresh(T)
+place(T, tag, n, cap, paused, waiting + 1)
 return {'wait', now, waiting + 1}

@@ -244,14 +244,16 @@ func (q *Queue) Pick(most, space int, skip func(id string) bool) []Grant {
 // what it ran less the estimate it was charged at its grant, and the
 // estimates move towards ran. A task that is done leaves; one asynq will
 // retry keeps its place, to be charged in full when it runs again. l are
-// its tenant's limits now; hold puts the tenant to sleep (a downstream
+// its tenant's limits now (Cap -1: unknown, keep what it has); hold puts the tenant to sleep (a downstream
 // service throttled it: worker.Throttled).
 func (q *Queue) Finish(id string, ran int64, done bool, l Limits, hold bool) {
 	r, ok := q.InFlight[id]
 	if !ok {
 		return
 	}
-	q.Set(r.Tenant, l)
+	if l.Cap >= 0 { // else the quota could not be read: the tenant keeps its limits
+		q.Set(r.Tenant, l)
+	}
 	if hold {
 		q.Tenants[r.Tenant].Asleep = true
 	}
