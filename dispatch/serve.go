@@ -33,7 +33,7 @@ const (
 	syncEvery   = time.Second
 	syncTenants = 100
 	// gatherFor is how long a loop waits for more finishes after one.
-	gatherFor = 500 * time.Microsecond
+	gatherFor = 250 * time.Microsecond
 )
 
 // Server runs the dispatch of one worker's queues: a loop per queue that
@@ -215,8 +215,12 @@ func (l *loop) run(ctx context.Context) {
 			}
 			sync = time.Now().Add(syncEvery)
 		}
+		handed := len(fs)
 		tr, err := l.turn(cctx, fs, ops, heartbeat, l.s.most)
 		if err == nil {
+			if len(tr.later) < handed {
+				retry = time.Millisecond // asynq marked some done: no outage
+			}
 			fs = tr.later
 			ops = l.s.d.admit(cctx, l.queue, tr.picks)
 		} else if ctx.Err() == nil {
@@ -239,9 +243,6 @@ func (l *loop) run(ctx context.Context) {
 			next = busyTick
 		case tr.waiting > 0:
 			next = busyTick
-		}
-		if len(fs) == 0 {
-			retry = time.Millisecond
 		}
 		if err == nil && !tr.due.IsZero() {
 			next = min(next, max(time.Until(tr.due), time.Millisecond))

@@ -119,15 +119,15 @@ local function capacity()
 end
 
 -- room is how many more tasks may go into the queue (package rule's Room):
--- a fair queue holds its live gate workers' concurrency and an eighth more
--- (at least 2), pending, active, granted or being written, so a grant
--- waits behind little more than the next free worker.
+-- a fair queue holds its live gate workers' concurrency and half as much
+-- again (at least 2), pending, active, granted or being written, so a
+-- grant waits behind at most half a round of work.
 local function room(fair, total)
   if not fair then
     return math.huge
   end
   local inq = call('LLEN', pending) + call('LLEN', active) + call('HLEN', grants) + call('ZCARD', fresh)
-  return total + math.max(2, math.floor(total / 4)) - inq
+  return total + math.max(2, math.floor(total / 2)) - inq
 end
 
 -- refresh puts tenant T among those that may go in, at the later of its

@@ -67,11 +67,14 @@ func floorDiv(a, b int64) int64 {
 
 // Room is how many more tasks a fair queue takes when its live gate
 // workers run total tasks at once and it holds inQueue (pending, active,
-// granted or being written): the workers' concurrency and an eighth more
-// (at least 2), so that a granted task waits behind little more than the
-// next free worker, and a tenant's cap is spent running, not queued.
+// granted or being written): the workers' concurrency and half as much
+// again (at least 2). A granted task then waits behind at most half a
+// round of work, and the workers still find a task when they finish while
+// the dispatcher's turn that refills the queue is on its way (an eighth
+// more starved them on 2 ms tasks; twice the concurrency kept light
+// tenants waiting behind a whole round).
 func Room(total, inQueue int) int {
-	return total + max(2, total/4) - inQueue
+	return total + max(2, total/2) - inQueue
 }
 
 // Tenant is one tenant's part of a queue.
