@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch/internal/rule"
 	"github.com/admitq/admitq/internal/redistest"
 )
 
@@ -168,5 +170,93 @@ func TestStraightInKeepsTheFairOrder(t *testing.T) {
 	}
 	if v := park("c", "c1"); v != Straight {
 		t.Fatalf("c1: %v, want straight in: a new tenant starts at the floor, no later than b", v)
+	}
+}
+
+// A producer retrying an enqueue with the ID of a task that waits (the
+// first write went through) adds no second entry: it is told the task
+// waits, and its write finds the task there.
+func TestARetryOfAWaitingIDAddsNothing(t *testing.T) {
+	ctx := context.Background()
+	d, rdb, _ := rig(t, q1)
+	d.turnRaw(ctx, t, 0, 0, 0, 0)
+	park := func(id string) Ticket {
+		tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: id}, q1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tk
+	}
+	if tk := park("first"); tk.Verdict != Straight {
+		t.Fatalf("first: %v, want straight in", tk.Verdict)
+	}
+	if tk := park("w"); tk.Verdict != Wait {
+		t.Fatalf("w: %v, want wait: the tenant is at its cap", tk.Verdict)
+	}
+	rdb.HSet(ctx, "asynq:{default}:t:w", "state", "scheduled")
+	rdb.ZAdd(ctx, "asynq:{default}:scheduled", redis.Z{Score: float64(ParkedUntil.Unix()), Member: "w"})
+	for range 3 {
+		tk := park("w")
+		if tk.Verdict != Wait || !tk.again {
+			t.Fatalf("a retry of w: %v (again %v), want wait, again", tk.Verdict, tk.again)
+		}
+		if err := d.Abandon(ctx, tk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := rdb.LLen(ctx, "admitq:fair:{default}:w:t").Val(); n != 1 {
+		t.Errorf("%d entries wait for one task after three retries, want 1", n)
+	}
+}
+
+// A task that went straight in and that its producer never wrote gives its
+// place back after about a second, not after the repair pass's grace.
+func TestAnUnwrittenStraightInFreesItsPlaceInASecond(t *testing.T) {
+	ctx := context.Background()
+	d, _, _ := rig(t, q1)
+	d.turnRaw(ctx, t, 0, 0, 0, 0)
+	if tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: "lost"}, q1); err != nil || tk.Verdict != Straight {
+		t.Fatalf("lost: %v, %v; want straight in", tk.Verdict, err)
+	}
+	if tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: "next"}, q1); err != nil || tk.Verdict != Wait {
+		t.Fatalf("next: %v, %v; want wait", tk.Verdict, err)
+	}
+	start := time.Now()
+	for time.Since(start) < 3*time.Second {
+		d.turnRaw(ctx, t, 0, 0, 0, 0)
+		if n, _ := d.rdb.HGet(ctx, "admitq:fair:{default}:t:t", "n").Int(); n == 0 {
+			if took := time.Since(start); took > 1500*time.Millisecond {
+				t.Errorf("the unwritten task's place came back after %v, want about a second", took)
+			}
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("the unwritten task still holds its tenant's place after 3 s")
+}
+
+// Every worker with a gate adds room to a fair queue, fair or not.
+func TestEveryGateWorkerAddsRoom(t *testing.T) {
+	ctx := context.Background()
+	d, _, _ := rig(t, q1)
+	for _, m := range []string{"fair|2|1", "capsonly|6|0"} {
+		if _, err := d.run(ctx, d.scripts.dispatch, "default", m, 600_000_000, 0, 0, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := admission.Quota{Limit: 100_000, Window: time.Second}
+	in := 0
+	for i := range 50 {
+		tk, err := d.Park(ctx, Task{Queue: "default", Tenant: fmt.Sprint("t", i), ID: fmt.Sprint("id", i)}, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tk.Verdict != Straight {
+			break
+		}
+		in++
+	}
+	if want := rule.Room(8, 0); in != want {
+		t.Errorf("a fair worker of 2 and a caps-only one of 6: %d tasks went straight in, want %d (both count)", in, want)
 	}
 }

@@ -1,0 +1,78 @@
+package dispatch_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch"
+)
+
+// After Redis comes back from a snapshot taken between a grant and its
+// move, asynq keeps the task parked while the dispatcher counts it in
+// flight, with no entry left in its tenant's line. The repair pass puts it
+// back in line, so the tenant is not held at its cap for ever: its next
+// task runs within seconds, and the rolled-back task runs again.
+func TestRollbackToASnapshotDoesNotHoldTheCap(t *testing.T) {
+	s := newStack(t, capped1)
+	s.startWorker(2, true)
+	ctx := context.Background()
+	s.put("t", "x", "block")
+	eventually(t, 5*time.Second, "x starts", func() bool { return s.ran("x") == 1 })
+	if d := s.put("t", "a", "10ms"); d.Outcome != admission.Parked {
+		t.Fatalf("a: %v, want parked behind x", d.Outcome)
+	}
+	taskKey := "asynq:{default}:t:a"
+	snapshot, err := s.rdb.Dump(ctx, taskKey).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.unblock("x")
+	eventually(t, 5*time.Second, "a runs", func() bool { return s.ran("a") == 1 })
+	eventually(t, 5*time.Second, "a's place is free", func() bool {
+		return s.rdb.HExists(ctx, "admitq:fair:{default}:run", "a").Val() == false
+	})
+	// Redis as the snapshot left it after a's finish: asynq keeps a parked,
+	// the dispatcher counts it in flight, and no entry waits for it.
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.RestoreReplace(ctx, taskKey, 0, snapshot)
+		p.ZAdd(ctx, "asynq:{default}:scheduled", redis.Z{Score: float64(dispatch.ParkedUntil.Unix()), Member: "a"})
+		p.HSet(ctx, "admitq:fair:{default}:run", "a", fmt.Sprintf("p|0|%d|t", time.Now().Add(-time.Minute).UnixMicro()))
+		p.HSet(ctx, "admitq:fair:{default}:t:t", "n", 1, "cap", 1)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := s.put("t", "b", "10ms"); d.Outcome != admission.Parked {
+		t.Fatalf("b: %v, want parked: the tenant is at its cap", d.Outcome)
+	}
+	eventually(t, 8*time.Second, "b runs: the rolled-back task no longer holds the cap", func() bool { return s.ran("b") == 1 })
+	eventually(t, 5*time.Second, "a runs again", func() bool { return s.ran("a") == 2 })
+}
+
+// A queue stays dispatched for dispatch.RestartGrace after its last worker
+// with a gate left: a capped tenant's tasks park, in order, instead of
+// going in uncapped, and a worker that comes back runs them within the cap.
+func TestAWorkerRestartDoesNotOpenTheCap(t *testing.T) {
+	s := newStack(t, capped1)
+	w := s.startWorker(2, true)
+	w.Shutdown()
+	var ids []string
+	for i := range 4 {
+		id := fmt.Sprint("r", i)
+		if d := s.put("t", id, "20ms"); i > 0 && d.Outcome != admission.Parked {
+			t.Fatalf("task %d while no worker runs: %v, want parked (the cap holds across a restart)", i, d.Outcome)
+		}
+		ids = append(ids, id)
+	}
+	s.startWorker(2, true)
+	s.waitRuns(ids, 10*time.Second)
+	if p := s.peak["t"]; p != 1 {
+		t.Errorf("capped at 1, the tenant ran %d tasks at once after a restart", p)
+	}
+}
