@@ -80,6 +80,7 @@ type queueKeys struct {
 	vt, sleep, run, meta, workers     string
 	pending, active, scheduled        string
 	grants, limbo, fresh, debts, held string
+	deadlines, archived               string
 }
 
 func (d *Dispatcher) keysFor(queue string) queueKeys {
@@ -90,13 +91,14 @@ func (d *Dispatcher) keysFor(queue string) queueKeys {
 		vt: p + "vt", sleep: p + "sleep", run: p + "run", meta: p + "meta", workers: p + "workers",
 		pending: a + "pending", active: a + "active", scheduled: a + "scheduled",
 		grants: p + "grants", limbo: p + "limbo", fresh: p + "fresh", debts: p + "debts", held: p + "held",
+		deadlines: p + "deadlines", archived: a + "archived",
 	}
 }
 
 // scriptKeys are k in the order of fair.lua's KEYS.
 func (k queueKeys) scriptKeys() []string {
 	return []string{k.vt, k.sleep, k.run, k.meta, k.workers, k.pending, k.active, k.scheduled,
-		k.grants, k.limbo, k.fresh, k.debts, k.held}
+		k.grants, k.limbo, k.fresh, k.debts, k.held, k.deadlines, k.archived}
 }
 
 // tenantKey is tenant's record in the queue, waitingKey its line.

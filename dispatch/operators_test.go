@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/admission"
@@ -74,5 +75,31 @@ func TestAWorkerRestartDoesNotOpenTheCap(t *testing.T) {
 	s.waitRuns(ids, 10*time.Second)
 	if p := s.peak["t"]; p != 1 {
 		t.Errorf("capped at 1, the tenant ran %d tasks at once after a restart", p)
+	}
+}
+
+// A waiting task whose asynq.Deadline passes is archived at its turn, not
+// moved in to fail with "context deadline exceeded" and then wait out
+// asynq's retries in its tenant's place: the tenant's next task runs.
+func TestAnExpiredWaitingTaskIsArchivedAndHoldsNoPlace(t *testing.T) {
+	s := newStack(t, capped1)
+	s.startWorker(2, true)
+	s.put("t", "x", "block")
+	eventually(t, 5*time.Second, "x starts", func() bool { return s.ran("x") == 1 })
+	if d := s.put("t", "late", "10ms", asynq.Deadline(time.Now().Add(300*time.Millisecond))); d.Outcome != admission.Parked {
+		t.Fatalf("late: %v, want parked behind x", d.Outcome)
+	}
+	if d := s.put("t", "next", "10ms"); d.Outcome != admission.Parked {
+		t.Fatalf("next: %v, want parked", d.Outcome)
+	}
+	time.Sleep(500 * time.Millisecond)
+	s.unblock("x")
+	eventually(t, 5*time.Second, "the task behind the expired one runs", func() bool { return s.ran("next") == 1 })
+	if n := s.ran("late"); n != 0 {
+		t.Errorf("the expired task ran %d times", n)
+	}
+	info, err := s.ins.GetTaskInfo("default", "late")
+	if err != nil || info.State != asynq.TaskStateArchived {
+		t.Errorf("the expired task: %v, %v; want archived", info, err)
 	}
 }

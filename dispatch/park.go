@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/dispatch/internal/rule"
 )
@@ -39,6 +41,9 @@ type Task struct {
 	// UniqueTTL is its asynq.Unique TTL, if any, which its lock gets when
 	// it goes in.
 	UniqueTTL time.Duration
+	// Deadline is its asynq.Deadline, if any: a waiting task whose
+	// deadline passed is archived at its turn instead of going in.
+	Deadline time.Time
 }
 
 // Ticket is Park's answer.
@@ -80,7 +85,7 @@ func (d *Dispatcher) Park(ctx context.Context, t Task, q admission.Quota) (Ticke
 		maxParked = admission.DefaultMaxParked
 	}
 	res, err := d.run(ctx, d.scripts.park, t.Queue, t.Tenant, t.ID, micros(t.NotBefore),
-		max(t.UniqueTTL.Milliseconds(), 0), q.MaxInFlight, maxParked, rule.Weight(q.EffectiveWeight()), flag(q.Paused))
+		max(t.UniqueTTL.Milliseconds(), 0), q.MaxInFlight, maxParked, rule.Weight(q.EffectiveWeight()), flag(q.Paused), micros(t.Deadline))
 	if err != nil {
 		return Ticket{}, err
 	}
@@ -147,7 +152,13 @@ func (d *Dispatcher) Abandon(ctx context.Context, tk Ticket) error {
 		return d.move(ctx, t.Queue, []moveOp{{op: opFree, id: t.ID}})
 	case Wait:
 		e := waitingEntry{notBefore: micros(t.NotBefore), parked: tk.Now.UnixMicro(), uniqueTTL: max(t.UniqueTTL.Milliseconds(), 0), id: t.ID}
-		if err := d.rdb.LRem(ctx, d.keysFor(t.Queue).waitingKey(t.Tenant), 1, e.String()).Err(); err != nil {
+		k := d.keysFor(t.Queue)
+		_, err := d.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.LRem(ctx, k.waitingKey(t.Tenant), 1, e.String())
+			p.HDel(ctx, k.deadlines, t.ID)
+			return nil
+		})
+		if err != nil {
 			return fmt.Errorf("dispatch: queue %q: %w", t.Queue, err)
 		}
 	}

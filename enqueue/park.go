@@ -28,7 +28,7 @@ func (c *Client) admit(cc *callContext, p prepared) (admission.Decision, dispatc
 	tk := dispatch.Ticket{}
 	if q, err := c.gate.Quota(cc, p.tenant); err == nil {
 		task := dispatch.Task{Queue: p.sched.queue, Tenant: p.tenant, ID: p.id,
-			NotBefore: notBefore(p.sched.at), UniqueTTL: p.sched.unique}
+			NotBefore: notBefore(p.sched.at), UniqueTTL: p.sched.unique, Deadline: p.sched.deadline}
 		if tk, err = c.disp.Park(cc, task, q); err != nil {
 			return admission.Decision{}, tk, fmt.Errorf("%w: enqueue: tenant %q, task %q: %w", admission.ErrUnavailable, p.tenant, p.id, err)
 		}

@@ -52,6 +52,8 @@ type scheduling struct {
 	unique time.Duration
 	// group is the asynq.Group key; "" when none.
 	group string
+	// deadline is the asynq.Deadline; zero when none.
+	deadline time.Time
 }
 
 // readScheduling reads lists of options in the order asynq applies them,
@@ -77,6 +79,8 @@ func readScheduling(now time.Time, lists ...[]asynq.Option) scheduling {
 				s.unique, _ = o.Value().(time.Duration)
 			case asynq.GroupOpt:
 				s.group, _ = o.Value().(string)
+			case asynq.DeadlineOpt:
+				s.deadline, _ = o.Value().(time.Time)
 			}
 		}
 	}

@@ -35,6 +35,9 @@
 --          the floor, forgiven when the queue goes idle
 -- KEYS[13] held: SET of paused tenants, for the workers to look up their
 --          quotas and resume them
+-- KEYS[14] deadlines: HASH task ID -> its asynq.Deadline µs, for waiting
+--          tasks that have one
+-- KEYS[15] asynq:{<q>}:archived
 -- ARGV[1]  the dispatcher's key prefix for the queue, <prefix>:fair:{<q>}:
 -- ARGV[2]  asynq's task key prefix, asynq:{<q>}:t:
 -- Each script's own ARGV starts at ARGV[3].
@@ -48,6 +51,7 @@
 local vt, sleep, run, meta, workers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local pending, active, scheduled = KEYS[6], KEYS[7], KEYS[8]
 local grants, limbo, fresh, debts, held = KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+local deadlines, archived = KEYS[14], KEYS[15]
 local P, TP = ARGV[1], ARGV[2]
 local call = redis.call
 local t = call('TIME')
@@ -361,11 +365,41 @@ local function recall()
   end
 end
 
+-- expired reports whether waiting task id's asynq.Deadline has passed, and
+-- then archives it as asynq archives a task (never run: it could only fail
+-- with "context deadline exceeded"), so that it takes no place and no turn.
+local anyDeadlines
+local function hasDeadlines()
+  if anyDeadlines == nil then
+    anyDeadlines = call('HLEN', deadlines) > 0
+  end
+  return anyDeadlines
+end
+
+local function expired(id)
+  if not hasDeadlines() then
+    return false
+  end
+  local d = call('HGET', deadlines, id)
+  if not d then
+    return false
+  end
+  call('HDEL', deadlines, id)
+  if tonumber(d) > now then
+    return false
+  end
+  call('ZREM', scheduled, id)
+  call('ZADD', archived, math.floor(now / 1000000), id)
+  call('HSET', TP .. id, 'state', 'archived')
+  return true
+end
+
 -- pick grants up to most waiting tasks while the queue has space, the
 -- lowest start tag first, appending each as a pair tenant, entry to out.
 -- An entry whose task asynq holds but not parked (archived, or run from
 -- outside) is dropped; one whose task is missing (deleted, or not written
--- yet) goes to limbo. Neither holds its tenant back.
+-- yet) goes to limbo; one whose asynq.Deadline passed is archived. None
+-- holds its tenant back.
 local function pick(most, space, out)
   local drops = 256 -- entries dropped a call at most: deleted backlogs cost in steps
   while most > 0 and space > 0 and drops > 0 do
@@ -380,7 +414,7 @@ local function pick(most, space, out)
       settle(T)
     else
       local id = entryID(e)
-      if id and parked(id) then
+      if id and parked(id) and not expired(id) then
         -- T was runnable: awake and not paused
         local tag, n, cap = grant(T, id, e, start)
         out[#out + 1], out[#out + 2] = T, e
@@ -395,6 +429,8 @@ local function pick(most, space, out)
         drops = drops - 1
         if id and call('EXISTS', TP .. id) == 0 then
           toLimbo(T, e, now + 1000)
+        elseif id and hasDeadlines() then
+          call('HDEL', deadlines, id) -- archived or run from outside
         end
         refresh(T)
       end

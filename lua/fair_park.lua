@@ -10,6 +10,7 @@
 -- ARGV[8]  the tenant's MaxParked
 -- ARGV[9]  the tenant's weight in thousandths (> 0)
 -- ARGV[10] the tenant's Paused: 1 or 0
+-- ARGV[11] the task's asynq.Deadline µs (0 for none)
 -- Returns  {verdict, now µs, tasks the tenant has waiting}, verdict:
 --          "wait": the entry is stored, the caller writes the task parked
 --          "in": granted (state f), the caller admits and writes it
@@ -70,6 +71,9 @@ if waiting >= maxParked then
 end
 local e = nb .. '|' .. nowS .. '|' .. uttl .. '|' .. id
 active(th, T)
+if tonumber(ARGV[11]) > 0 then
+  call('HSET', deadlines, id, ARGV[11])
+end
 if later then
   toLimbo(T, e, tonumber(nb))
   return {'wait', now, waiting}
