@@ -103,3 +103,30 @@ func TestAnExpiredWaitingTaskIsArchivedAndHoldsNoPlace(t *testing.T) {
 		t.Errorf("the expired task: %v, %v; want archived", info, err)
 	}
 }
+
+// A waiting task run from outside (asynqmon's "run now", Inspector.RunTask)
+// counts against its tenant's cap once its turn comes: the cap is true
+// again, and the tenant's next task waits for it.
+func TestATaskRunFromOutsideCountsAgainstTheCap(t *testing.T) {
+	s := newStack(t, capped1)
+	s.startWorker(4, true)
+	s.put("t", "x", "block")
+	eventually(t, 5*time.Second, "x starts", func() bool { return s.ran("x") == 1 })
+	for _, id := range []string{"a", "b"} {
+		if d := s.put("t", id, "block"); d.Outcome != admission.Parked {
+			t.Fatalf("%s: %v, want parked", id, d.Outcome)
+		}
+	}
+	if err := s.ins.RunTask("default", "a"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "a runs from outside", func() bool { return s.ran("a") == 1 })
+	s.unblock("x")
+	time.Sleep(time.Second)
+	if n := s.ran("b"); n != 0 {
+		t.Fatalf("b started while a, run from outside, still runs: the cap of 1 was exceeded")
+	}
+	s.unblock("a")
+	eventually(t, 5*time.Second, "b runs once a ends", func() bool { return s.ran("b") == 1 })
+	s.unblock("b")
+}

@@ -221,10 +221,10 @@ local function forgive()
 end
 
 -- grant lets task id (waiting entry e, or nil) of tenant T in at start tag
--- start: it enters run in state g (with e) or f (without), and is charged
--- its estimate, which moves the floor. It returns T's new tag, tasks in
--- flight and cap.
-local function grant(T, id, e, start)
+-- start: it enters run in state g (with e) or f (without), or st when
+-- given (p: asynq has it already), and is charged its estimate, which
+-- moves the floor. It returns T's new tag, tasks in flight and cap.
+local function grant(T, id, e, start, st)
   local th = P .. 't:' .. T
   local h = call('HMGET', th, 'n', 'wm', 'est', 'cap')
   local wm = toint(h[2])
@@ -235,14 +235,15 @@ local function grant(T, id, e, start)
   if est == 0 then
     est = qest > 0 and qest or DEFAULT_ESTIMATE
   end
-  call('HSET', run, id, (e and 'g' or 'f') .. '|' .. int(est) .. '|' .. nowS .. '|' .. T)
+  st = st or (e and 'g' or 'f')
+  call('HSET', run, id, st .. '|' .. int(est) .. '|' .. nowS .. '|' .. T)
   floor = math.max(floor, start)
   local tag, n = start + math.max(charge(est, wm), 1), toint(h[1]) + 1
   call('HSET', th, 'n', n, 'tag', int(tag))
   active(th, T)
-  if e then
+  if st == 'g' then
     call('HSET', grants, id, e)
-  else
+  elseif st == 'f' then
     call('ZADD', fresh, nowS, id)
   end
   return tag, n, toint(h[4])
@@ -397,9 +398,10 @@ end
 -- pick grants up to most waiting tasks while the queue has space, the
 -- lowest start tag first, appending each as a pair tenant, entry to out.
 -- An entry whose task asynq holds but not parked (archived, or run from
--- outside) is dropped; one whose task is missing (deleted, or not written
--- yet) goes to limbo; one whose asynq.Deadline passed is archived. None
--- holds its tenant back.
+-- outside) is dropped, and one run from outside is counted against its
+-- tenant's cap while it runs; one whose task is missing (deleted, or not
+-- written yet) goes to limbo; one whose asynq.Deadline passed is archived.
+-- None holds its tenant back.
 local function pick(most, space, out)
   local drops = 256 -- entries dropped a call at most: deleted backlogs cost in steps
   while most > 0 and space > 0 and drops > 0 do
@@ -427,10 +429,17 @@ local function pick(most, space, out)
         end
       else
         drops = drops - 1
-        if id and call('EXISTS', TP .. id) == 0 then
+        local st = id and call('HGET', TP .. id, 'state')
+        if id and not st then
           toLimbo(T, e, now + 1000)
-        elseif id and hasDeadlines() then
-          call('HDEL', deadlines, id) -- archived or run from outside
+        elseif (st == 'pending' or st == 'active') and call('HEXISTS', run, id) == 0 then
+          -- Run from outside (asynqmon's "run now"): it counts against
+          -- its tenant's cap from now on, as if granted.
+          grant(T, id, nil, start, 'p')
+          space = space - 1
+        end
+        if id and hasDeadlines() then
+          call('HDEL', deadlines, id)
         end
         refresh(T)
       end
