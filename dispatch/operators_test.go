@@ -130,3 +130,25 @@ func TestATaskRunFromOutsideCountsAgainstTheCap(t *testing.T) {
 	eventually(t, 5*time.Second, "b runs once a ends", func() bool { return s.ran("b") == 1 })
 	s.unblock("b")
 }
+
+// A plain asynq server on a fair queue shows in Stats as a server without
+// a gate, for status, the dashboard and the workers' log to warn of.
+func TestStatsCountServersWithoutAGate(t *testing.T) {
+	s := newStack(t, capped1)
+	s.startWorker(2, true)
+	d := dispatch.New(s.rdb, s.gate, nil)
+	ctx := context.Background()
+	eventually(t, 10*time.Second, "asynq registers the gate worker", func() bool {
+		qs, err := d.Stats(ctx, "default")
+		return err == nil && qs.Workers == 1 && qs.Ungated == 0 && len(s.rdb.ZRange(ctx, "asynq:servers", 0, -1).Val()) == 1
+	})
+	plain := asynq.NewServerFromRedisClient(s.rdb, asynq.Config{Concurrency: 2, Queues: map[string]int{"default": 1}})
+	if err := plain.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })); err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Shutdown()
+	eventually(t, 10*time.Second, "the plain server shows as without a gate", func() bool {
+		qs, err := d.Stats(ctx, "default")
+		return err == nil && qs.Ungated == 1
+	})
+}

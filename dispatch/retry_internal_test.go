@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -258,5 +259,47 @@ func TestEveryGateWorkerAddsRoom(t *testing.T) {
 	}
 	if want := rule.Room(8, 0); in != want {
 		t.Errorf("a fair worker of 2 and a caps-only one of 6: %d tasks went straight in, want %d (both count)", in, want)
+	}
+}
+
+// evalCounter counts script calls through a client's hooks.
+type evalCounter struct{ n atomic.Int64 }
+
+func (c *evalCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *evalCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "evalsha" || cmd.Name() == "eval" {
+			c.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (c *evalCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A finish that asynq never marks done (its done write failed in an
+// outage, so the task stays active until asynq's recoverer takes it) is
+// handed in again after a pause that doubles to a second: no busy loop.
+func TestAFinishAsynqHasNotMarkedDoneBacksOff(t *testing.T) {
+	ctx := context.Background()
+	d, rdb, _ := rig(t, q1)
+	d.turnRaw(ctx, t, 0, 0, 0, 0)
+	if tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: "stuck"}, q1); err != nil || tk.Verdict != Straight {
+		t.Fatalf("stuck: %v, %v; want straight in", tk.Verdict, err)
+	}
+	rdb.HSet(ctx, "asynq:{default}:t:stuck", "state", "active")
+	srv, err := d.Serve(Worker{Queues: []string{"default"}, Concurrency: 1, Fair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	c := &evalCounter{}
+	rdb.AddHook(c)
+	srv.Finished("default", "t", "stuck", time.Millisecond, true)
+	time.Sleep(3 * time.Second)
+	t.Logf("%d script calls in 3 s", c.n.Load())
+	if n := c.n.Load(); n > 30 {
+		t.Errorf("%d script calls in 3 s for one finish asynq has not marked done; want a backoff (about a dozen)", n)
 	}
 }

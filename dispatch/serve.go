@@ -32,6 +32,9 @@ const (
 	// paused tenants and the next syncTenants in line.
 	syncEvery   = time.Second
 	syncTenants = 100
+	// fleetEvery is how often a loop that reports no stats reads them,
+	// to warn of asynq servers without a gate on its queue.
+	fleetEvery = time.Minute
 	// gatherFor is how long a loop waits for more finishes after one.
 	gatherFor = 250 * time.Microsecond
 )
@@ -66,6 +69,10 @@ type loop struct {
 	// after (paused ones and the next in line), updates those to hand in
 	// with the next turn.
 	sent, updates map[string]rule.Limits
+	// fleetRead is when the loop last read the queue's stats, ungated
+	// whether servers without a gate served it then (logged once).
+	fleetRead time.Time
+	ungated   bool
 }
 
 // Worker is what Serve needs to know of a worker.
@@ -310,10 +317,21 @@ func (l *loop) repair(ctx context.Context) {
 	if err := l.s.d.repairAll(ctx, l.queue); err != nil && ctx.Err() == nil {
 		l.s.d.log.Warn("admitq: dispatch repair pass failed", "queue", l.queue, "err", err)
 	}
+	if l.s.observe == nil && time.Now().Before(l.fleetRead.Add(fleetEvery)) {
+		return
+	}
+	qs, err := l.s.d.Stats(ctx, l.queue)
+	if err != nil {
+		return
+	}
+	l.fleetRead = time.Now()
+	if qs.Fair && qs.Ungated > 0 && !l.ungated {
+		l.s.d.log.Warn("admitq: asynq servers without a gate process this fair queue: they take its tasks out of turn and add no room to it; run every worker of the queue with worker.Config{Gate: g, Fair: true}",
+			"queue", l.queue, "servers_without_gate", qs.Ungated, "gate_workers", qs.Workers)
+	}
+	l.ungated = qs.Ungated > 0
 	if l.s.observe != nil {
-		if qs, err := l.s.d.Stats(ctx, l.queue); err == nil {
-			l.s.observe(qs)
-		}
+		l.s.observe(qs)
 	}
 }
 

@@ -26,6 +26,12 @@ type QueueStats struct {
 	// TenantsWaiting is how many tenants have tasks waiting, runnable or
 	// held back (asleep); Tenants lists at most StatsTenants of them.
 	TenantsWaiting int
+	// Ungated is how many live asynq servers process the queue without a
+	// gate (plain asynq servers, or workers without worker.Config.Gate):
+	// asynq's own count of the queue's servers less Workers. In a
+	// dispatched queue they take tasks the dispatcher has no room for, so
+	// they add no capacity to a fair queue.
+	Ungated int
 	// Tenants are the tenants with tasks waiting or in flight, by name.
 	Tenants []TenantStats
 }
@@ -60,8 +66,18 @@ const StatsTenants = 100
 // the queue.
 func (d *Dispatcher) Stats(ctx context.Context, queue string) (QueueStats, error) {
 	qs, names, err := d.readQueue(ctx, queue)
-	if err != nil || len(names) == 0 {
+	if err != nil {
 		return qs, err
+	}
+	if qs.Workers > 0 {
+		n, err := d.servers(ctx, queue, qs.Now.Unix())
+		if err != nil {
+			return QueueStats{}, err
+		}
+		qs.Ungated = max(n-qs.Workers, 0)
+	}
+	if len(names) == 0 {
+		return qs, nil
 	}
 	qs.Tenants, err = d.readTenants(ctx, queue, names)
 	if err != nil {

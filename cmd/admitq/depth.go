@@ -24,6 +24,8 @@ type dispatchStatus struct {
 	// Unserved: tasks are parked here and no live worker with a gate
 	// serves the queue, so none of them moves until one does.
 	Unserved bool `json:"unserved"`
+	// Ungated is how many asynq servers process the queue without a gate.
+	Ungated int `json:"servers_without_gate"`
 }
 
 type dispatchTenant struct {
@@ -73,7 +75,7 @@ func (s *statusReader) readDispatch(ctx context.Context) ([]dispatchStatus, erro
 		if err != nil {
 			return out, err
 		}
-		ds := dispatchStatus{Queue: q, Workers: qs.Workers, Fair: qs.Fair, Concurrency: qs.Concurrency, Tenants: []dispatchTenant{}}
+		ds := dispatchStatus{Queue: q, Workers: qs.Workers, Fair: qs.Fair, Concurrency: qs.Concurrency, Ungated: qs.Ungated, Tenants: []dispatchTenant{}}
 		parked := 0
 		for _, t := range qs.Tenants {
 			dt := dispatchTenant{Tenant: t.Tenant, Parked: t.Waiting, InFlight: t.InFlight, MaxInFlight: caps[t.Tenant],
@@ -150,6 +152,9 @@ func writeDispatch(w io.Writer, r statusReport) {
 		fmt.Fprintf(w, "queue %s: %d workers with a gate (%s)\n", q.Queue, q.Workers, kind)
 		if q.Unserved {
 			fmt.Fprintf(w, "warning: tasks are parked in queue %q and no worker with a Gate serves it: none moves until one does (worker.Config{Gate: g})\n", q.Queue)
+		}
+		if q.Fair && q.Ungated > 0 {
+			fmt.Fprintf(w, "warning: %d asynq servers without a Gate process fair queue %q: they take its tasks out of turn and add no room (worker.Config{Gate: g, Fair: true})\n", q.Ungated, q.Queue)
 		}
 		if len(q.Tenants) == 0 {
 			fmt.Fprintln(w)

@@ -125,6 +125,9 @@ func (s *Server) dispatchState(ctx context.Context) map[string]dispatch.TenantSt
 		if parked > 0 && qs.Workers == 0 {
 			s.unserved = append(s.unserved, fmt.Sprintf("Queue %q has %d parked tasks and no worker with a Gate serves it: none moves until one does.", q, parked))
 		}
+		if qs.Fair && qs.Ungated > 0 {
+			s.unserved = append(s.unserved, fmt.Sprintf("Fair queue %q is also processed by %d asynq servers without a Gate: they take its tasks out of turn and add no room to it.", q, qs.Ungated))
+		}
 		for _, t := range qs.Tenants {
 			a := by[t.Tenant]
 			a.Tenant = t.Tenant
