@@ -44,9 +44,12 @@ const (
 // pending or active against its cap, those parked behind the cap or their
 // turn, and its share of worker time against its weight.
 type depth struct {
-	InFlight  int     `json:"in_flight"`
-	Cap       int     `json:"cap"` // 0: no cap
-	AtCap     bool    `json:"at_cap"`
+	InFlight int  `json:"in_flight"`
+	Cap      int  `json:"cap"` // 0: no cap
+	AtCap    bool `json:"at_cap"`
+	// OverCap: more in flight than the cap, which was just lowered; the
+	// excess drains as its tasks end.
+	OverCap   bool    `json:"over_cap"`
 	Parked    int     `json:"parked"`
 	MaxParked int     `json:"max_parked"`                 // the effective bound
 	OldestAge int64   `json:"oldest_parked_ms,omitempty"` // how long the first parked task has waited; 0 when none is
@@ -64,6 +67,7 @@ func depthOf(u admission.Usage, ts dispatch.TenantStats, now time.Time) *depth {
 	d := &depth{InFlight: ts.InFlight, Cap: u.Quota.MaxInFlight, Parked: ts.Waiting, MaxParked: u.Quota.MaxParked,
 		Weight: u.Quota.EffectiveWeight(), Share: ts.Share}
 	d.AtCap = d.Cap > 0 && d.InFlight >= d.Cap
+	d.OverCap = d.Cap > 0 && d.InFlight > d.Cap
 	if d.MaxParked == 0 {
 		d.MaxParked = admission.DefaultMaxParked
 	}

@@ -31,7 +31,8 @@ window.admitq = (function () {
   }
   function fmtDepth(d) {
     if (!d.cap) { return d.in_flight.toLocaleString(); }
-    return d.in_flight.toLocaleString() + " / " + d.cap.toLocaleString() + (d.at_cap ? " (at cap)" : "");
+    var note = d.over_cap ? " (over a lowered cap: draining)" : d.at_cap ? " (at cap)" : "";
+    return d.in_flight.toLocaleString() + " / " + d.cap.toLocaleString() + note;
   }
   function fmtParked(d, bound) {
     const s = d.parked.toLocaleString() + (bound ? " / " + d.max_parked.toLocaleString() : "");
