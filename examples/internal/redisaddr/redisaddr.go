@@ -174,7 +174,7 @@ func Ping(ctx context.Context, o *redis.Options) error {
 	err := admission.CheckServer(ctx, rdb)
 	switch {
 	case errors.Is(err, admission.ErrClusterNode):
-		return fmt.Errorf("Redis at %s is a node of a Redis Cluster, and the examples take one server; "+
+		return fmt.Errorf("the Redis at %s is a node of a Redis Cluster, and the examples take one server; "+
 			"give a Redis that is not in a cluster (the admitq command takes a cluster with --redis-cluster)", o.Addr)
 	case errors.Is(err, admission.ErrRedisVersion):
 		return errors.New(strings.TrimPrefix(err.Error(), "admitq: "))
