@@ -207,7 +207,6 @@ func (d *Dispatcher) Locate(ctx context.Context, queue, taskID string) (Place, e
 		members              *redis.ZSliceCmd
 		npend, nact, ngrants *redis.IntCmd
 		nfresh               *redis.IntCmd
-		slack                *redis.StringCmd
 	)
 	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		now = p.Time(ctx)
@@ -217,7 +216,6 @@ func (d *Dispatcher) Locate(ctx context.Context, queue, taskID string) (Place, e
 		members = p.ZRangeWithScores(ctx, k.workers, 0, -1)
 		npend, nact = p.LLen(ctx, k.pending), p.LLen(ctx, k.active)
 		ngrants, nfresh = p.HLen(ctx, k.grants), p.ZCard(ctx, k.fresh)
-		slack = p.HGet(ctx, k.meta, "slack")
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -244,8 +242,7 @@ func (d *Dispatcher) Locate(ctx context.Context, queue, taskID string) (Place, e
 		}
 	}
 	if pl.Fair {
-		asked, _ := slack.Int()
-		pl.Room = rule.Room(concurrency, asked, int(npend.Val()+nact.Val()+ngrants.Val()+nfresh.Val()))
+		pl.Room = rule.Room(concurrency, int(npend.Val()+nact.Val()+ngrants.Val()+nfresh.Val()))
 	}
 
 	if r := flight.Val(); r != "" {

@@ -257,7 +257,7 @@ func TestEveryGateWorkerAddsRoom(t *testing.T) {
 		}
 		in++
 	}
-	if want := rule.Room(8, 0, 0); in != want {
+	if want := rule.Room(8, 0); in != want {
 		t.Errorf("a fair worker of 2 and a caps-only one of 6: %d tasks went straight in, want %d (both count)", in, want)
 	}
 }

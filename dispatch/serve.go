@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -45,15 +44,13 @@ const (
 // waiting tasks while the queue has space, and repairs. Make one with
 // Serve; Close stops it.
 type Server struct {
-	d      *Dispatcher
-	member string
-	most   int
-	// concurrency is the worker's, for the slack it asks for.
-	concurrency int
-	observe     func(QueueStats)
-	loops       map[string]*loop
-	cancel      context.CancelFunc
-	wg          sync.WaitGroup
+	d       *Dispatcher
+	member  string
+	most    int
+	observe func(QueueStats)
+	loops   map[string]*loop
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 // finish is a task a worker finished.
@@ -76,46 +73,6 @@ type loop struct {
 	// whether servers without a gate served it then (logged once).
 	fleetRead time.Time
 	ungated   bool
-	pace      pace
-}
-
-// pace measures what a fair queue should hold beyond its workers'
-// concurrency for this worker not to idle: the tasks that finish while the
-// refill that follows a finish is on its way (the turn that grants, the
-// admission and the turn that moves), per task the worker runs at once.
-type pace struct {
-	since    time.Time // start of the window being counted
-	finishes int       // finishes handed in since
-	rate     float64   // finishes a second, a moving mean over windows
-	refill   float64   // seconds, a moving mean
-}
-
-// paceWindow is how long a window of finishes pace counts lasts.
-const paceWindow = 100 * time.Millisecond
-
-// observe records a turn that handed in finishes, and the time its grants
-// take to go in (refill).
-func (p *pace) observe(now time.Time, finishes int, refill time.Duration) {
-	if p.since.IsZero() {
-		p.since = now
-	}
-	p.finishes += finishes
-	if dt := now.Sub(p.since); dt >= paceWindow {
-		p.rate += (float64(p.finishes)/dt.Seconds() - p.rate) / 4
-		p.since, p.finishes = now, 0
-	}
-	if refill > 0 {
-		p.refill += (refill.Seconds() - p.refill) / 8
-	}
-}
-
-// permille is the slack this worker asks for, in thousandths of its
-// concurrency, with one task to spare; 0 until it has measured.
-func (p *pace) permille(concurrency int) int {
-	if p.rate == 0 || p.refill == 0 {
-		return 0
-	}
-	return int(math.Ceil((p.rate*p.refill + 1) * 1000 / float64(concurrency)))
 }
 
 // Worker is what Serve needs to know of a worker.
@@ -149,13 +106,12 @@ func (d *Dispatcher) Serve(w Worker) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		d:           d,
-		member:      hex.EncodeToString(b[:]) + "|" + strconv.Itoa(concurrency) + "|" + flag,
-		most:        2 * concurrency,
-		concurrency: concurrency,
-		observe:     w.Observe,
-		loops:       make(map[string]*loop, len(queues)),
-		cancel:      cancel,
+		d:       d,
+		member:  hex.EncodeToString(b[:]) + "|" + strconv.Itoa(concurrency) + "|" + flag,
+		most:    2 * concurrency,
+		observe: w.Observe,
+		loops:   make(map[string]*loop, len(queues)),
+		cancel:  cancel,
 	}
 	for _, q := range queues {
 		l := &loop{s: s, queue: q, ch: make(chan finish, 4*concurrency),
@@ -267,20 +223,13 @@ func (l *loop) run(ctx context.Context) {
 			sync = time.Now().Add(syncEvery)
 		}
 		handed := len(fs)
-		began := time.Now()
 		tr, err := l.turn(cctx, fs, ops, heartbeat, l.s.most)
 		if err == nil {
 			if len(tr.later) < handed {
 				retry = time.Millisecond // asynq marked some done: no outage
 			}
-			turned := time.Since(began)
 			fs = tr.later
 			ops = l.s.d.admit(cctx, l.queue, tr.picks)
-			var refill time.Duration
-			if len(tr.picks) > 0 {
-				refill = time.Since(began) + turned // and the turn that moves them
-			}
-			l.pace.observe(time.Now(), handed-len(tr.later), refill)
 		} else if ctx.Err() == nil {
 			// The ops are kept for the next turn; their grants wait in
 			// state g, where a repair pass would find them.
@@ -428,7 +377,6 @@ func (l *loop) turn(ctx context.Context, fs []finish, ops []moveOp, ttl time.Dur
 	for T, lim := range l.updates {
 		args = append(args, T, lim.Cap, lim.Weight, flag(lim.Paused))
 	}
-	args = append(args, l.pace.permille(l.s.concurrency))
 	res, err := l.s.d.run(ctx, l.s.d.scripts.dispatch, l.queue, args...)
 	if err != nil {
 		return turnResult{}, err

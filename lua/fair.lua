@@ -96,12 +96,12 @@ local function smooth(m, x, div)
   return m + math.floor((x - m) / div)
 end
 
-local m0 = call('HMGET', meta, 'floor', 'est', 'slack')
-local floor, qest, slack = toint(m0[1]), toint(m0[2]), toint(m0[3])
+local m0 = call('HMGET', meta, 'floor', 'est')
+local floor, qest = toint(m0[1]), toint(m0[2])
 
--- save writes the queue's floor, estimate and slack back.
+-- save writes the queue's floor and estimate back.
 local function save()
-  call('HSET', meta, 'floor', int(floor), 'est', int(qest), 'slack', slack)
+  call('HSET', meta, 'floor', int(floor), 'est', int(qest))
 end
 
 -- capacity reads the queue's workers with a gate: whether any served it
@@ -123,21 +123,15 @@ local function capacity()
 end
 
 -- room is how many more tasks may go into the queue (package rule's Room):
--- a fair queue holds its live gate workers' concurrency and a slack,
--- pending, active, granted or being written. The slack is what the workers
--- last asked for, in thousandths of the concurrency (about the tasks that
--- finish while a refill is on its way), at least 2 and at most the
--- concurrency; half the concurrency until one asks.
+-- a fair queue holds its live gate workers' concurrency and half as much
+-- again (at least 2), pending, active, granted or being written, so a
+-- grant waits behind at most half a round of work.
 local function room(fair, total)
   if not fair then
     return math.huge
   end
   local inq = call('LLEN', pending) + call('LLEN', active) + call('HLEN', grants) + call('ZCARD', fresh)
-  local extra = math.max(2, math.floor(total / 2))
-  if slack > 0 then
-    extra = math.min(math.max(math.floor((total * slack + 999) / 1000), 2), math.max(total, 2))
-  end
-  return total + extra - inq
+  return total + math.max(2, math.floor(total / 2)) - inq
 end
 
 -- refresh puts tenant T among those that may go in, at the later of its

@@ -18,8 +18,6 @@
 --          turn's grants, admitted since, go in (or back) here
 -- then     k, then k quads: tenant, MaxInFlight, weight in thousandths,
 --          paused: tenants' quotas as they are now (a pause or a resume)
--- then     the slack the worker asks for, in thousandths of the queue's
---          concurrency (see room; 0 or absent: leave it)
 -- Returns  {n, then n pairs tenant, waiting entry granted (state g: the
 --          caller admits and moves them), tenants waiting, the earliest µs
 --          a sleeping tenant wakes or an entry in limbo is due (0: none),
@@ -134,10 +132,7 @@ end
 
 local _
 _, a = moveOps(a)
-a = updates(a)
-if (tonumber(ARGV[a]) or 0) > 0 then
-  slack = tonumber(ARGV[a])
-end
+updates(a)
 wake()
 recall()
 seen()

@@ -67,25 +67,14 @@ func floorDiv(a, b int64) int64 {
 
 // Room is how many more tasks a fair queue takes when its live gate
 // workers run total tasks at once and it holds inQueue (pending, active,
-// granted or being written): the workers' concurrency and a slack
-// (Slack), so that the workers find a task when they finish while the
-// dispatcher's turn that refills the queue is on its way, and a granted
-// task waits behind little more than that.
-func Room(total, permille, inQueue int) int {
-	return total + Slack(total, permille) - inQueue
-}
-
-// Slack is the tasks a fair queue holds beyond its workers' concurrency
-// total, when the workers asked for permille thousandths of their
-// concurrency: about the tasks that finish while a refill is on its way
-// (the finish rate times the refill time), which the workers measure. It
-// is at least 2 and at most total; before a worker has measured (permille
-// 0), half of total.
-func Slack(total, permille int) int {
-	if permille <= 0 {
-		return max(2, total/2)
-	}
-	return min(max((total*permille+999)/1000, 2), max(total, 2))
+// granted or being written): the workers' concurrency and half as much
+// again (at least 2). A granted task then waits behind at most half a
+// round of work, and the workers still find a task when they finish while
+// the dispatcher's turn that refills the queue is on its way (an eighth
+// more starved them on 2 ms tasks; twice the concurrency kept light
+// tenants waiting behind a whole round).
+func Room(total, inQueue int) int {
+	return total + max(2, total/2) - inQueue
 }
 
 // Tenant is one tenant's part of a queue.
