@@ -10,7 +10,7 @@ import (
 // a second, with no task of its own to wake the queue.
 func TestPausedTenantWaitsAndResumesInOrder(t *testing.T) {
 	s := newStack(t, generous)
-	s.startWorker(4, true)
+	s.startWorker(1, true) // one at a time: starts in the order they go in
 	paused := generous
 	paused.Paused = true
 	s.setQuota("p", paused)
