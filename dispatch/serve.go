@@ -35,8 +35,6 @@ const (
 	// fleetEvery is how often a loop that reports no stats reads them,
 	// to warn of asynq servers without a gate on its queue.
 	fleetEvery = time.Minute
-	// gatherFor is how long a loop waits for more finishes after one.
-	gatherFor = 250 * time.Microsecond
 )
 
 // Server runs the dispatch of one worker's queues: a loop per queue that
@@ -211,7 +209,7 @@ func (l *loop) run(ctx context.Context) {
 			}
 			return
 		case f := <-l.ch:
-			fs = l.gather(append(fs, f))
+			fs = append(fs, f)
 		case <-t.C:
 		}
 		fs = l.drain(fs)
@@ -291,24 +289,6 @@ func (l *loop) syncLimits(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// gather waits up to gatherFor for more finishes after one came in, so
-// that a turn hands in (and grants for) several: on short tasks a turn a
-// finish would cost Redis a script call a task. It stops early once it
-// holds a quarter of the most grants a turn makes.
-func (l *loop) gather(fs []finish) []finish {
-	t := time.NewTimer(gatherFor)
-	defer t.Stop()
-	for len(fs) < max(l.s.most/4, 1) {
-		select {
-		case f := <-l.ch:
-			fs = append(fs, f)
-		case <-t.C:
-			return fs
-		}
-	}
-	return fs
 }
 
 // repair runs a repair pass over the queue, and reports its stats when the
