@@ -59,7 +59,7 @@ func readmeWorker(charge func(ctx context.Context, tenant string, payload []byte
 	err := w.Run(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		throttle, err := charge(ctx, worker.Tenant(ctx), t.Payload())
 		if throttle > 0 {
-			return worker.Throttled(throttle) // the API throttled this tenant: retried then, not a failure
+			return worker.Throttled(throttle) // retried then, not a failure; the tenant's waiting tasks wait too
 		}
 		return err
 	}))
