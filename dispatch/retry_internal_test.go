@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -245,19 +244,7 @@ func TestEveryGateWorkerAddsRoom(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	q := admission.Quota{Limit: 100_000, Window: time.Second}
-	in := 0
-	for i := range 50 {
-		tk, err := d.Park(ctx, Task{Queue: "default", Tenant: fmt.Sprint("t", i), ID: fmt.Sprint("id", i)}, q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if tk.Verdict != Straight {
-			break
-		}
-		in++
-	}
-	if want := rule.Room(8, 0); in != want {
+	if in, want := straightIns(t, d), rule.Room(8, 0); in != want {
 		t.Errorf("a fair worker of 2 and a caps-only one of 6: %d tasks went straight in, want %d (both count)", in, want)
 	}
 }

@@ -298,20 +298,25 @@ func TestRoomIsTheRules(t *testing.T) {
 		if _, err := d.run(ctx, d.scripts.dispatch, "default", fmt.Sprintf("w|%d|1", c), 600_000_000, 0, 0, 0, 0); err != nil {
 			t.Fatal(err)
 		}
-		q := admission.Quota{Limit: 100_000, Window: time.Second}
-		in := 0
-		for i := range 200 {
-			tk, err := d.Park(ctx, Task{Queue: "default", Tenant: fmt.Sprint("t", i), ID: fmt.Sprint("id", i)}, q)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tk.Verdict != Straight {
-				break
-			}
-			in++
-		}
-		if want := rule.Room(c, 0); in != want {
+		if in, want := straightIns(t, d), rule.Room(c, 0); in != want {
 			t.Errorf("concurrency %d: %d tasks went straight in, rule.Room says %d", c, in, want)
 		}
 	}
+}
+
+// straightIns parks tasks of new tenants into the default queue until one
+// waits, and returns how many went straight in: the queue's room.
+func straightIns(t *testing.T, d *Dispatcher) int {
+	t.Helper()
+	q := admission.Quota{Limit: 100_000, Window: time.Second}
+	for i := range 1000 {
+		tk, err := d.Park(context.Background(), Task{Queue: "default", Tenant: fmt.Sprint("t", i), ID: fmt.Sprint("id", i)}, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tk.Verdict != Straight {
+			return i
+		}
+	}
+	return 1000
 }
