@@ -46,7 +46,7 @@ type Dispatcher struct {
 }
 
 type scripts struct {
-	park, dispatch, move, repair lua.FairScript
+	park, dispatch, move, repair, adopt lua.FairScript
 	lock                         *redis.Script
 	// plain is set once the server refused a shebang (miniredis does):
 	// the scripts then run without one.
@@ -67,7 +67,7 @@ func New(rdb redis.UniversalClient, g *admission.Gate, log *slog.Logger) *Dispat
 	}
 	return &Dispatcher{
 		rdb: rdb, gate: g, log: log,
-		scripts: &scripts{park: lua.FairPark(), dispatch: lua.FairDispatch(), move: lua.FairMove(), repair: lua.FairRepair(), lock: lua.UniqueLock()},
+		scripts: &scripts{park: lua.FairPark(), dispatch: lua.FairDispatch(), move: lua.FairMove(), repair: lua.FairRepair(), adopt: lua.FairAdopt(), lock: lua.UniqueLock()},
 		modes:   make(map[string]mode),
 		told:    make(map[string]bool),
 	}

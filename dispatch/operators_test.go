@@ -105,8 +105,9 @@ func TestAnExpiredWaitingTaskIsArchivedAndHoldsNoPlace(t *testing.T) {
 }
 
 // A waiting task run from outside (asynqmon's "run now", Inspector.RunTask)
-// counts against its tenant's cap once its turn comes: the cap is true
-// again, and the tenant's next task waits for it.
+// counts against its tenant's cap within a repair pass, while the task
+// that held the cap still runs: the cap is true again, and the tenant's
+// next task waits for both.
 func TestATaskRunFromOutsideCountsAgainstTheCap(t *testing.T) {
 	s := newStack(t, capped1)
 	s.startWorker(4, true)
@@ -121,6 +122,10 @@ func TestATaskRunFromOutsideCountsAgainstTheCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "a runs from outside", func() bool { return s.ran("a") == 1 })
+	eventually(t, 5*time.Second, "a counts against the cap beside x", func() bool {
+		n, _ := s.rdb.HGet(context.Background(), "admitq:fair:{default}:t:t", "n").Int()
+		return n == 2
+	})
 	s.unblock("x")
 	time.Sleep(time.Second)
 	if n := s.ran("b"); n != 0 {

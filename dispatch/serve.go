@@ -294,7 +294,7 @@ func (l *loop) syncLimits(ctx context.Context) error {
 // repair runs a repair pass over the queue, and reports its stats when the
 // worker asked for them.
 func (l *loop) repair(ctx context.Context) {
-	if err := l.s.d.repairAll(ctx, l.queue); err != nil && ctx.Err() == nil {
+	if err := errors.Join(l.s.d.repairAll(ctx, l.queue), l.s.d.adopt(ctx, l.queue)); err != nil && ctx.Err() == nil {
 		l.s.d.log.Warn("admitq: dispatch repair pass failed", "queue", l.queue, "err", err)
 	}
 	if l.s.observe == nil && time.Now().Before(l.fleetRead.Add(fleetEvery)) {

@@ -18,6 +18,8 @@ var (
 	fairMoveSrc string
 	//go:embed fair_repair.lua
 	fairRepairSrc string
+	//go:embed fair_adopt.lua
+	fairAdoptSrc string
 	//go:embed unique_lock.lua
 	uniqueLockSrc string
 )
@@ -57,6 +59,10 @@ func FairMove() FairScript { return fair(fairMoveSrc) }
 // FairRepair returns fair_repair.lua: the dispatcher's count checked
 // against asynq's view of each task.
 func FairRepair() FairScript { return fair(fairRepairSrc) }
+
+// FairAdopt returns fair_adopt.lua: tasks run from outside counted against
+// their tenants' places.
+func FairAdopt() FairScript { return fair(fairAdoptSrc) }
 
 // UniqueLock returns unique_lock.lua: a parked task's asynq.Unique lock
 // gets the task's own TTL.

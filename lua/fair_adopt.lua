@@ -1,0 +1,24 @@
+-- fair_adopt.lua: counts tasks run from outside (asynqmon's "run now",
+-- Inspector.RunTask and RunAll) against their tenants' places: a task of a
+-- tenant the queue has a record of that asynq holds pending or active, and
+-- that the dispatcher did not let in, enters run in state p, charged as a
+-- grant, so that a cap is true again. Its waiting entry is dropped at its
+-- turn. Runs after fair.lua (KEYS and the first two ARGV are its).
+--
+-- ARGV[3]  n, then n pairs: task ID, its tenant (from the task's header)
+-- Returns  {tasks adopted}
+local adopted = 0
+local a = 4
+for _ = 1, tonumber(ARGV[3]) do
+  local id, T = ARGV[a], ARGV[a + 1]
+  a = a + 2
+  local st = call('HGET', TP .. id, 'state')
+  local th = P .. 't:' .. T
+  if (st == 'pending' or st == 'active') and call('HEXISTS', run, id) == 0 and call('EXISTS', th) == 1 then
+    grant(T, id, nil, math.max(toint(call('HGET', th, 'tag')), floor), 'p')
+    refresh(T)
+    adopted = adopted + 1
+  end
+end
+save()
+return {adopted}
