@@ -47,7 +47,7 @@ type Dispatcher struct {
 
 type scripts struct {
 	park, dispatch, move, repair, adopt lua.FairScript
-	lock                         *redis.Script
+	lock                                *redis.Script
 	// plain is set once the server refused a shebang (miniredis does):
 	// the scripts then run without one.
 	plain atomic.Bool
