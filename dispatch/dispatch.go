@@ -128,14 +128,8 @@ func (d *Dispatcher) run(ctx context.Context, s lua.FairScript, queue string, ar
 	return res, nil
 }
 
-// RestartGrace is how long a queue stays dispatched after its last worker
-// with a gate left or lapsed: producers keep holding capped, paused and
-// fair tasks meanwhile, so that a worker's restart does not open the caps.
-// A queue that no worker with a gate served for longer goes straight in.
-const RestartGrace = 30 * time.Second
-
-// Mode reports whether a worker with a gate serves queue or did within
-// RestartGrace (served), and whether one of them is fair, as read from
+// Mode reports whether a worker with a gate serves queue or did within its
+// restart grace (served), and whether one of them is fair, as read from
 // Redis at most once a second.
 func (d *Dispatcher) Mode(ctx context.Context, queue string) (served, fair bool, err error) {
 	d.mu.Lock()
@@ -155,13 +149,12 @@ func (d *Dispatcher) Mode(ctx context.Context, queue string) (served, fair bool,
 		return false, false, fmt.Errorf("dispatch: reading queue %q's workers: %w", queue, d.recoverFrom(err))
 	}
 	m = mode{read: time.Now()}
-	since := now.Val().Add(-RestartGrace).UnixMicro()
 	for _, z := range members.Val() {
-		if int64(z.Score) < since {
-			continue
+		w, ok := parseWorkerMember(z.Member.(string))
+		if _, recent := w.state(int64(z.Score), now.Val().UnixMicro()); ok && recent {
+			m.served = true
+			m.fair = m.fair || w.fair
 		}
-		m.served = true
-		m.fair = m.fair || strings.HasSuffix(z.Member.(string), "|1")
 	}
 	d.mu.Lock()
 	d.modes[queue] = m

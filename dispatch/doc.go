@@ -15,13 +15,22 @@
 // the measured time when the task ends, admits it through the Gate's slot
 // rule at that moment (so the rate holds for start times) and moves it into
 // asynq's pending list in one atomic script that checks asynq's state of
-// the task first. A queue that no live worker with a Gate serves is never
-// waited on: tasks go straight to asynq, as without the dispatcher.
+// the task first. A queue that no worker with a Gate has served for its
+// restart grace (DefaultRestartGrace, 30 s) is never waited on: tasks go
+// straight to asynq, as without the dispatcher.
 //
-// A fair queue holds at most twice its fair workers' total concurrency of
-// tasks, pending, active or granted, so a light tenant's task waits behind
-// at most about one round of work. Outside fair queues only capped tenants'
-// tasks are dispatched, and space is not limited.
+// A fair queue holds at most its gate workers' total concurrency and half
+// as much again of tasks, pending, active or granted, so a light tenant's
+// task waits behind at most about half a round of work. Outside fair
+// queues only capped and paused tenants' tasks are dispatched, and space is
+// not limited. Quota.Paused holds a tenant's waiting tasks, and
+// worker.Throttled holds them for as long as it asks.
+//
+// The rule itself (start tags in integer virtual time, the floor, weights,
+// caps, pause) is one Go model, dispatch/internal/rule, which the scripts
+// mirror step for step; the package's tests replay seeded workloads
+// against both, and a seeded simulation checks the model's shares against
+// a max-min fair oracle.
 //
 // Every key of a queue shares asynq's hash tag for it, {<queue>}, so each
 // step is one script on one Redis Cluster slot. The tenant's rate log lives

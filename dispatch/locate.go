@@ -228,17 +228,16 @@ func (d *Dispatcher) Locate(ctx context.Context, queue, taskID string) (Place, e
 	pl.Parked = pl.TaskState == "scheduled" && score.Err() == nil && int64(score.Val()) == ParkedUntil.Unix()
 	concurrency := 0
 	for _, z := range members.Val() {
-		// A member is "<id>|<concurrency>|<fair: 0 or 1>", scored with its
-		// expiry; a lapsed one still makes the queue fair for a while.
-		f := strings.Split(z.Member.(string), "|")
-		if len(f) != 3 || int64(z.Score) < pl.Now.Add(-RestartGrace).UnixMicro() {
+		// A lapsed member still makes the queue fair for its restart grace.
+		w, ok := parseWorkerMember(z.Member.(string))
+		live, recent := w.state(int64(z.Score), pl.Now.UnixMicro())
+		if !ok || !recent {
 			continue
 		}
-		pl.Fair = pl.Fair || f[2] == "1"
-		if int64(z.Score) >= pl.Now.UnixMicro() {
+		pl.Fair = pl.Fair || w.fair
+		if live {
 			pl.Served = true
-			c, _ := strconv.Atoi(f[1])
-			concurrency += c
+			concurrency += w.concurrency
 		}
 	}
 	if pl.Fair {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/dispatch"
+	"github.com/admitq/admitq/worker"
 )
 
 // After Redis comes back from a snapshot taken between a grant and its
@@ -56,7 +57,7 @@ func TestRollbackToASnapshotDoesNotHoldTheCap(t *testing.T) {
 	eventually(t, 5*time.Second, "a runs again", func() bool { return s.ran("a") == 2 })
 }
 
-// A queue stays dispatched for dispatch.RestartGrace after its last worker
+// A queue stays dispatched for dispatch.DefaultRestartGrace after its last worker
 // with a gate left: a capped tenant's tasks park, in order, instead of
 // going in uncapped, and a worker that comes back runs them within the cap.
 func TestAWorkerRestartDoesNotOpenTheCap(t *testing.T) {
@@ -156,4 +157,34 @@ func TestStatsCountServersWithoutAGate(t *testing.T) {
 		qs, err := d.Stats(ctx, "default")
 		return err == nil && qs.Ungated == 1
 	})
+}
+
+// A worker's own restart grace: one of a second holds the queue
+// dispatched for that second after it stops, and then tasks go in
+// straight; a negative one not at all.
+func TestAWorkersRestartGraceIsItsOwn(t *testing.T) {
+	for _, c := range []struct {
+		grace   time.Duration
+		parked  bool // a capped tenant's second task just after the stop
+		wait    time.Duration
+		parked2 bool // and after wait
+	}{
+		{time.Second, true, 1500 * time.Millisecond, false},
+		{-1, false, 0, false},
+	} {
+		s := newStack(t, capped1)
+		w := worker.NewFromRedis(s.rdb, worker.Config{Concurrency: 2, Gate: s.gate, Fair: true, RestartGrace: c.grace})
+		if err := w.Start(s.handler()); err != nil {
+			t.Fatal(err)
+		}
+		w.Shutdown()
+		s.put("t", fmt.Sprint("a", c.grace), "1s")
+		if d := s.put("t", fmt.Sprint("b", c.grace), "10ms"); (d.Outcome == admission.Parked) != c.parked {
+			t.Errorf("grace %v, just after the stop: %v, want parked %v", c.grace, d.Outcome, c.parked)
+		}
+		time.Sleep(c.wait + 1100*time.Millisecond) // and the producer's view of the queue, a second old at most
+		if d := s.put("t", fmt.Sprint("c", c.grace), "10ms"); (d.Outcome == admission.Parked) != c.parked2 {
+			t.Errorf("grace %v, %v after the stop: %v, want parked %v", c.grace, c.wait, d.Outcome, c.parked2)
+		}
+	}
 }

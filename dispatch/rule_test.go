@@ -270,7 +270,7 @@ func TestScriptsDeclareTheRulesConstants(t *testing.T) {
 		"TENANT_SMOOTHING": rule.TenantSmoothing,
 		"QUEUE_SMOOTHING":  rule.QueueSmoothing,
 		"PARKED":           ParkedUntil.Unix(),
-		"RESTART_GRACE":    RestartGrace.Microseconds(),
+		"RESTART_GRACE":    DefaultRestartGrace.Microseconds(),
 	}
 	src := lua.FairPrelude()
 	for name, v := range want {

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -84,6 +83,11 @@ type Worker struct {
 	// Observe, when set, receives each queue's Stats every couple of
 	// seconds. It must not block.
 	Observe func(QueueStats)
+	// RestartGrace is how long its queues stay dispatched after it leaves
+	// or lapses, for producers to keep holding capped, paused and fair
+	// tasks while it restarts: 0 means DefaultRestartGrace, a negative
+	// value none.
+	RestartGrace time.Duration
 }
 
 // Serve records w on its queues at once (so producers follow within a
@@ -98,14 +102,17 @@ func (d *Dispatcher) Serve(w Worker) (*Server, error) {
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	flag := "0"
-	if fair {
-		flag = "1"
+	grace := w.RestartGrace
+	switch {
+	case grace == 0:
+		grace = DefaultRestartGrace
+	case grace < 0:
+		grace = 0
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		d:       d,
-		member:  hex.EncodeToString(b[:]) + "|" + strconv.Itoa(concurrency) + "|" + flag,
+		member:  workerMember{id: hex.EncodeToString(b[:]), concurrency: concurrency, fair: fair, grace: grace}.String(),
 		most:    2 * concurrency,
 		observe: w.Observe,
 		loops:   make(map[string]*loop, len(queues)),

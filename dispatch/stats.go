@@ -19,7 +19,7 @@ type QueueStats struct {
 	// Now is the Redis time of the reading.
 	Now time.Time
 	// Workers is how many live workers with a gate serve the queue, and
-	// Concurrency the total of the fair ones among them.
+	// Concurrency their total: every one adds room to a fair queue.
 	Workers, Concurrency int
 	// Fair reports whether a live fair worker serves the queue.
 	Fair bool
@@ -118,15 +118,11 @@ func (d *Dispatcher) readQueue(ctx context.Context, queue string) (QueueStats, [
 	}
 	qs := QueueStats{Queue: queue, Now: now.Val(), TenantsWaiting: int(nvt.Val() + nsleep.Val())}
 	for _, z := range members.Val() {
-		if int64(z.Score) < qs.Now.UnixMicro() {
-			continue
-		}
-		qs.Workers++
-		f := strings.Split(z.Member.(string), "|")
-		if len(f) == 3 && f[2] == "1" {
-			qs.Fair = true
-			c, _ := strconv.Atoi(f[1])
-			qs.Concurrency += c
+		w, ok := parseWorkerMember(z.Member.(string))
+		if live, _ := w.state(int64(z.Score), qs.Now.UnixMicro()); ok && live {
+			qs.Workers++
+			qs.Fair = qs.Fair || w.fair
+			qs.Concurrency += w.concurrency
 		}
 	}
 	names := append(vt.Val(), sleep.Val()...)

@@ -19,9 +19,10 @@
 --          park, written by its producer; p: in asynq's hands
 -- KEYS[4]  meta: HASH floor (the virtual time: start tag of the latest
 --          grant, never lower), est (the queue's mean run time µs)
--- KEYS[5]  workers: ZSET "<id>|<concurrency>|<fair: 0 or 1>" -> expiry µs;
---          a member that left or lapsed stays RESTART_GRACE more, so that a
---          restart does not open the caps
+-- KEYS[5]  workers: ZSET "<id>|<concurrency>|<fair: 0 or 1>|<restart grace
+--          ms>" -> expiry µs; a member that left or lapsed stays its restart
+--          grace more (RESTART_GRACE for one without), so that a restart
+--          does not open the caps
 -- KEYS[6]  asynq:{<q>}:pending, KEYS[7] asynq:{<q>}:active,
 -- KEYS[8]  asynq:{<q>}:scheduled
 -- KEYS[9]  grants: HASH task ID -> its waiting entry, for tasks in state g
@@ -72,7 +73,8 @@ local IDLE = 3600000
 local LIMBO = 3600000000
 local FRESH_GRACE = 1000000
 -- RESTART_GRACE is how long, in µs, a queue stays dispatched after its
--- last worker with a gate left, so that a restart does not open the caps.
+-- last worker with a gate left, so that a restart does not open the caps,
+-- for a worker's record that names no grace of its own.
 local RESTART_GRACE = 30000000
 
 local function int(x)
@@ -105,18 +107,27 @@ local function save()
 end
 
 -- capacity reads the queue's workers with a gate: whether any served it
--- within RESTART_GRACE (dispatched), whether one of them is fair, and the
--- live ones' total concurrency, fair or not (every gate worker adds room).
+-- within its restart grace (dispatched), whether one of them is fair, and
+-- the live ones' total concurrency, fair or not (every gate worker adds
+-- room). It drops the records whose grace is over.
 local function capacity()
-  call('ZREMRANGEBYSCORE', workers, '-inf', '(' .. int(now - RESTART_GRACE))
   local recent, fair, total = false, false, 0
   local ms = call('ZRANGE', workers, 0, -1, 'WITHSCORES')
   for i = 1, #ms, 2 do
-    local c, f = string.match(ms[i], '|(%d+)|([01])$')
-    recent = true
-    fair = fair or f == '1'
-    if tonumber(ms[i + 1]) >= now then
-      total = total + tonumber(c)
+    local c, f, g = string.match(ms[i], '|(%d+)|([01])|(%d+)$')
+    if not c then
+      c, f = string.match(ms[i], '|(%d+)|([01])$')
+    end
+    local expiry = tonumber(ms[i + 1])
+    local grace = g and tonumber(g) * 1000 or RESTART_GRACE
+    if not c or expiry + grace < now then
+      call('ZREM', workers, ms[i])
+    else
+      recent = true
+      fair = fair or f == '1'
+      if expiry >= now then
+        total = total + tonumber(c)
+      end
     end
   end
   return recent, fair, total

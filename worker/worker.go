@@ -121,9 +121,9 @@ type Config struct {
 
 	// Fair, with Gate, makes the Worker's queues fair: tenants share the
 	// workers' time by Quota.Weight (0 means 1), work-conserving, and a
-	// queue holds at most twice its fair workers' total concurrency of
-	// tasks, the rest waiting durably in order of their tenants' virtual
-	// time. Fair without Gate is an error from Start.
+	// queue holds at most its gate workers' total concurrency and half as
+	// much again of tasks, the rest waiting durably in order of their
+	// tenants' virtual time. Fair without Gate is an error from Start.
 	Fair bool
 
 	// OnDispatch, when set with Gate, receives the dispatch state of each
@@ -131,6 +131,13 @@ type Config struct {
 	// tenant waiting, in flight, worker time against weight), for gauges
 	// such as metrics.ObserveDispatch. It must not block. Nil means none.
 	OnDispatch func(dispatch.QueueStats)
+
+	// RestartGrace, with Gate, is how long the Worker's queues stay
+	// dispatched after it stops or its heartbeat lapses: producers keep
+	// parking capped, paused and fair tasks meanwhile, so that a restart of
+	// a one-worker deployment does not open the caps. 0 means
+	// dispatch.DefaultRestartGrace (30 s); a negative value means none.
+	RestartGrace time.Duration
 
 	// Logger receives asynq's log lines (with component=asynq) and a line
 	// with the stack for each recovered panic. Nil means slog.Default(), read
@@ -153,6 +160,7 @@ type Worker struct {
 	gate    *admission.Gate
 	fair    bool
 	observe func(dispatch.QueueStats)
+	grace   time.Duration // Config.RestartGrace
 	// client is the caller's Redis client (NewFromRedis), which the Worker
 	// uses and does not close; nil for New.
 	client redis.UniversalClient
@@ -181,6 +189,7 @@ func New(r asynq.RedisConnOpt, cfg Config) *Worker {
 		gate:    cfg.Gate,
 		fair:    cfg.Fair,
 		observe: cfg.OnDispatch,
+		grace:   cfg.RestartGrace,
 		done:    make(chan struct{}),
 	}
 }
@@ -278,7 +287,7 @@ func (w *Worker) Start(h asynq.Handler) error {
 		// queues before the first task is fetched.
 		if disp, err = dispatch.New(rdb, w.gate, w.log).Serve(dispatch.Worker{
 			Queues: slices.Sorted(maps.Keys(w.cfg.Queues)), Concurrency: w.cfg.Concurrency,
-			Fair: w.fair, Observe: w.observe,
+			Fair: w.fair, Observe: w.observe, RestartGrace: w.grace,
 		}); err != nil {
 			w.closeClient(rdb)
 			return fmt.Errorf("worker: serving the dispatcher: %w", err)
