@@ -205,7 +205,7 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notB
 		return nil, err
 	}
 	ids = orNew(ids, g.ids, q)
-	nb := notBeforeµs(notBefore)
+	nb := notBeforeMicros(notBefore)
 	a := ask{tenant: tenant, key: windowKey(g.opts.prefix, tenant, q), q: q, gran: g.gran, ids: ids, fresh: fresh, notBefore: nb}
 	return g.decide(ctx, &a)
 }
@@ -457,10 +457,10 @@ func (g *Gate) remote(ctx context.Context, a *ask, budget time.Duration) ([]Deci
 	return ds, r.hint, nil
 }
 
-// parse reads r's part of a script reply: the server time nowµs; res,
+// parse reads r's part of a script reply: the server time nowUs; res,
 // which holds outcome, slot and remaining for each of r's IDs; and the
 // retry hint (see admit.lua), 0 for none. It sets r.ds, r.hint and r.err.
-func (r *request) parse(nowµs int64, res []int64, hintµs int64) {
+func (r *request) parse(nowUs int64, res []int64, hintUs int64) {
 	r.ds, r.hint, r.err = nil, time.Time{}, nil
 	if len(res) != 3*len(r.ids) {
 		r.err = fmt.Errorf("admitq: admit script returned %d values for %d IDs", len(res), len(r.ids))
@@ -470,7 +470,7 @@ func (r *request) parse(nowµs int64, res []int64, hintµs int64) {
 	if len(r.ids) != 1 {
 		ds = make([]Decision, len(r.ids))
 	}
-	now := time.UnixMicro(nowµs)
+	now := time.UnixMicro(nowUs)
 	for i, id := range r.ids {
 		code, at, remaining := res[3*i], res[3*i+1], res[3*i+2]
 		d := Decision{Tenant: r.tenant, ID: id, Now: now, At: time.UnixMicro(at), Remaining: int(remaining)}
@@ -481,8 +481,8 @@ func (r *request) parse(nowµs int64, res []int64, hintµs int64) {
 		ds[i] = d
 	}
 	r.ds = ds
-	if hintµs > 0 {
-		r.hint = time.UnixMicro(hintµs)
+	if hintUs > 0 {
+		r.hint = time.UnixMicro(hintUs)
 	}
 }
 
@@ -679,10 +679,10 @@ func moved(err error) bool {
 	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "MOVED ")
 }
 
-// notBeforeµs is the scripts' not-before argument for t: 0 for none, and
+// notBeforeMicros is the scripts' not-before argument for t: 0 for none, and
 // for a time already past, so that such requests join the requests
 // without one, in their groups.
-func notBeforeµs(t time.Time) int64 {
+func notBeforeMicros(t time.Time) int64 {
 	if t.IsZero() || !t.After(time.Now()) {
 		return 0
 	}

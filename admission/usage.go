@@ -206,7 +206,7 @@ func (g *Gate) rankLogs(ctx, bctx context.Context, res []UsageResult, held []int
 		}
 		return
 	}
-	nowµs := now.UnixMicro()
+	nowUs := now.UnixMicro()
 	inParallel(slices.Collect(slices.Chunk(idx, maxResolveBatch)), func(chunk []int) {
 		var counts []int64 // set by the call; read only once it has returned
 		var errs []error
@@ -215,7 +215,7 @@ func (g *Gate) rankLogs(ctx, bctx context.Context, res []UsageResult, held []int
 			cmds := make([]*redis.IntCmd, len(chunk))
 			for j, i := range chunk {
 				u := &res[i].Usage
-				from := "(" + strconv.FormatInt(nowµs-u.Quota.Window.Microseconds(), 10)
+				from := "(" + strconv.FormatInt(nowUs-u.Quota.Window.Microseconds(), 10)
 				cmds[j] = pipe.ZCount(ctx, logKey(g.opts.prefix, u.Tenant), from, "+inf")
 			}
 			_, _ = pipe.Exec(ctx) // errors are read per command

@@ -16,8 +16,8 @@ import (
 
 // admitArgs are admit.lua's ARGV for one key, one quota (limit per window
 // µs, no delay, no granularity) and ids.
-func admitArgs(limit, windowµs int, ids ...string) []any {
-	args := []any{1, limit, windowµs, 0, 1, 1, 0, len(ids)}
+func admitArgs(limit, windowUs int, ids ...string) []any {
+	args := []any{1, limit, windowUs, 0, 1, 1, 0, len(ids)}
 	for _, id := range ids {
 		args = append(args, id)
 	}
