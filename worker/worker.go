@@ -49,6 +49,9 @@ const (
 	DefaultDispatchTaskCheckInterval = 10 * time.Millisecond
 )
 
+// startCheckTimeout bounds Start's check of the server.
+const startCheckTimeout = 5 * time.Second
+
 // Config configures a Worker. The zero value is usable: it processes the
 // "default" queue with one goroutine per CPU and logs to slog.Default().
 type Config struct {
@@ -283,6 +286,15 @@ func (w *Worker) Start(h asynq.Handler) error {
 	srv := asynq.NewServerFromRedisClient(rdb, w.cfg)
 	var disp *dispatch.Server
 	if w.gate != nil {
+		// The dispatcher's scripts need Redis 7 and one server (or a
+		// cluster client): say so now, not at the first task.
+		ctx, cancel := context.WithTimeout(context.Background(), startCheckTimeout)
+		err := admission.CheckServer(ctx, rdb)
+		cancel()
+		if err != nil {
+			w.closeClient(rdb)
+			return fmt.Errorf("worker: %w", err)
+		}
 		// Recorded before asynq starts, so that producers route to the
 		// queues before the first task is fetched.
 		if disp, err = dispatch.New(rdb, w.gate, w.log).Serve(dispatch.Worker{
