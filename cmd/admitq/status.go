@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/cmd/admitq/internal/quotainput"
 )
 
 // defaultStatusLimit is how many tenants status shows unless told.
@@ -558,7 +559,7 @@ func writeStatus(w io.Writer, r statusReport) error {
 		if !t.now.IsZero() {
 			now = t.now // reads of many tenants take a while: each against its own time
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%s\n", name, q, t.InWindow, t.Quota.Limit, t.Reserved, nextFree(now, *t.NextFree))
+		fmt.Fprintf(tw, "%s\t%s\t%d/%s\t%d\t%s\n", name, q, t.InWindow, quotainput.FormatLimit(t.Quota.Limit), t.Reserved, nextFree(now, *t.NextFree))
 	}
 	if more := r.Total - len(r.Tenants); more > 0 {
 		fmt.Fprintf(tw, "… and %d more tenants (--limit 0 shows them all)\n", more)

@@ -465,3 +465,17 @@ func TestStatusWatchDrainRates(t *testing.T) {
 		}
 	}
 }
+
+// A tenant with no rate limit shows its window as n/none, not n/-1.
+func TestStatusNoLimit(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	base := []string{"--redis", srv.URL()}
+	if err := admission.NewRedisQuotas(srv.Client(t)).Set(t.Context(), "free", admission.Quota{Limit: admission.NoLimit, Weight: 2}); err != nil {
+		t.Fatal(err)
+	}
+	text := mustRun(t, append(base, "status", "free")...).stdout
+	if !strings.Contains(text, "0/none") || strings.Contains(text, "/-1") {
+		t.Errorf("status of a tenant with no rate limit:\n%s\nwant its window as 0/none", text)
+	}
+}
