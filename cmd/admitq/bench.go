@@ -30,7 +30,7 @@ transaction-pipeline and plain Lua sliding windows of the design notes, a
 fixed-window counter, go-redis/redis_rate, bare asynq Enqueue and
 enqueue.Client.Enqueue.
 
-It runs them twice. First at equal outcomes: a limit of 1,000,000 per
+It runs them twice. First at equal outcomes: a limit of 100,000 per
 --window (or --limit, if larger), which no tenant reaches, so every
 contender admits every call; the ratios against the gate, and Counter mode
 beside Log mode, come from this run. Then at --limit, where the gate defers
