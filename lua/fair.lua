@@ -221,7 +221,7 @@ local function forgive()
   if call('HLEN', run) > 0 or call('ZCARD', vt) > 0 or call('ZCARD', sleep) > 0 then
     return
   end
-  for _, T in ipairs(call('ZRANGE', debts, 0, 99)) do
+  for _, T in ipairs(call('ZRANGE', debts, 0, 999)) do
     call('ZREM', debts, T)
     local th = P .. 't:' .. T
     if toint(call('HGET', th, 'l')) == 0 then
