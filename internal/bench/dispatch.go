@@ -151,21 +151,11 @@ func (r *DispatchReport) add(name, unit, target string, fair float64, bare ...fl
 func RunDispatch(ctx context.Context, cfg DispatchConfig) (DispatchReport, error) {
 	cfg = cfg.withDefaults()
 	rep := DispatchReport{Config: cfg}
-	opts := cfg.Redis
-	if opts == nil {
-		addr, stop, err := startRedis(ctx)
-		if err != nil {
-			return rep, err
-		}
-		defer stop()
-		opts = &redis.Options{Addr: addr}
+	opts, admin, done, err := scenarioRedis(ctx, cfg.Redis)
+	if err != nil {
+		return rep, err
 	}
-	admin := redis.NewClient(withPool(opts, 2))
-	defer admin.Close()
-	if err := admin.Ping(ctx).Err(); err != nil {
-		return rep, fmt.Errorf("bench: redis at %s: %w", opts.Addr, err)
-	}
-	defer cleanup(ctx, admin)
+	defer done()
 	for i := range cfg.Runs {
 		s := &dispatchRun{cfg: cfg, opts: opts, admin: admin, rep: &rep, bareFirst: i%2 == 0}
 		if cfg.Runs > 1 {

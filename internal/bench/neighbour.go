@@ -138,27 +138,43 @@ type neighbourContender struct {
 	light *admission.Quota
 }
 
+// scenarioRedis gives a scenario its Redis: opts, or a throwaway
+// redis-server when opts is nil, and an admin client on it that has
+// answered a ping. done removes the scenario's keys, closes the client and
+// stops the server.
+func scenarioRedis(ctx context.Context, opts *redis.Options) (_ *redis.Options, admin *redis.Client, done func(), err error) {
+	stop := func() {}
+	if opts == nil {
+		addr, s, err := startRedis(ctx)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		opts, stop = &redis.Options{Addr: addr}, s
+	}
+	admin = redis.NewClient(withPool(opts, 2))
+	if err := admin.Ping(ctx).Err(); err != nil {
+		_ = admin.Close()
+		stop()
+		return nil, nil, nil, fmt.Errorf("bench: redis at %s: %w", opts.Addr, err)
+	}
+	return opts, admin, func() {
+		_ = cleanup(ctx, admin)
+		_ = admin.Close()
+		stop()
+	}, nil
+}
+
 // RunNeighbour runs the noisy-neighbour scenario for bare asynq, admitq
 // with rate limits only and admitq with MaxInFlight, one after another on
 // one Redis, with real asynq workers.
 func RunNeighbour(ctx context.Context, cfg NeighbourConfig) (NeighbourReport, error) {
 	cfg = cfg.withDefaults()
 	rep := NeighbourReport{Config: cfg}
-	opts := cfg.Redis
-	if opts == nil {
-		addr, stop, err := startRedis(ctx)
-		if err != nil {
-			return rep, err
-		}
-		defer stop()
-		opts = &redis.Options{Addr: addr}
+	opts, admin, done, err := scenarioRedis(ctx, cfg.Redis)
+	if err != nil {
+		return rep, err
 	}
-	admin := redis.NewClient(withPool(opts, 2))
-	defer admin.Close()
-	if err := admin.Ping(ctx).Err(); err != nil {
-		return rep, fmt.Errorf("bench: redis at %s: %w", opts.Addr, err)
-	}
-	defer cleanup(ctx, admin)
+	defer done()
 	rate := admission.Quota{Limit: cfg.Rate, Window: time.Second, MaxDelay: time.Duration(cfg.Backlog/cfg.Rate+60) * time.Second}
 	capped := rate
 	capped.MaxInFlight, capped.MaxParked = cfg.MaxInFlight, cfg.Backlog+cfg.Light*1000
