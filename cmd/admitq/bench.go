@@ -228,18 +228,9 @@ func (a *app) benchDispatch(cmd *cobra.Command, cfg bench.Config, runs int, asJS
 	if cmd.Flags().Changed("concurrency") {
 		dc.Concurrency = cfg.Concurrency
 	}
-	if a.redisURLOrEnv() != "" {
-		rc, err := a.redisConfig()
-		if err != nil {
-			return err
-		}
-		if err := ping(cmd.Context(), rc, a.timeout); err != nil {
-			return err
-		}
-		dc.Redis = rc.single
-	}
-	if isTerminal(a.stderr) {
-		dc.Progress = func(s string) { fmt.Fprintf(a.stderr, "\r\x1b[Kdispatch: %s", s) }
+	var err error
+	if dc.Redis, dc.Progress, err = a.scenarioInputs(cmd, "dispatch"); err != nil {
+		return err
 	}
 	rep, err := bench.RunDispatch(cmd.Context(), dc)
 	if dc.Progress != nil {

@@ -3,10 +3,33 @@ package main
 import (
 	"fmt"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/admitq/admitq/internal/bench"
 )
+
+// scenarioInputs reads what a bench scenario takes from the command line:
+// its Redis (nil for a throwaway one), once it answered a ping, and a
+// progress line when stderr is a terminal.
+func (a *app) scenarioInputs(cmd *cobra.Command, name string) (*redis.Options, func(string), error) {
+	var opts *redis.Options
+	if a.redisURLOrEnv() != "" {
+		rc, err := a.redisConfig()
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := ping(cmd.Context(), rc, a.timeout); err != nil {
+			return nil, nil, err
+		}
+		opts = rc.single
+	}
+	var progress func(string)
+	if isTerminal(a.stderr) {
+		progress = func(s string) { fmt.Fprintf(a.stderr, "\r\x1b[K%s: %s", name, s) }
+	}
+	return opts, progress, nil
+}
 
 // benchNeighbour runs `bench --only neighbour`: bare asynq, admitq with
 // rate limits only and admitq with MaxInFlight, side by side, with a noisy
@@ -17,18 +40,9 @@ func (a *app) benchNeighbour(cmd *cobra.Command, cfg bench.Config, asJSON bool) 
 	if cmd.Flags().Changed("duration") {
 		nc.Duration = cfg.Duration
 	}
-	if a.redisURLOrEnv() != "" {
-		rc, err := a.redisConfig()
-		if err != nil {
-			return err
-		}
-		if err := ping(cmd.Context(), rc, a.timeout); err != nil {
-			return err
-		}
-		nc.Redis = rc.single
-	}
-	if isTerminal(a.stderr) {
-		nc.Progress = func(s string) { fmt.Fprintf(a.stderr, "\r\x1b[Kneighbour: %s", s) }
+	var err error
+	if nc.Redis, nc.Progress, err = a.scenarioInputs(cmd, "neighbour"); err != nil {
+		return err
 	}
 	rep, err := bench.RunNeighbour(cmd.Context(), nc)
 	if nc.Progress != nil {
