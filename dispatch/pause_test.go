@@ -1,8 +1,12 @@
 package dispatch_test
 
 import (
+	"context"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/admitq/admitq/dispatch"
 )
 
 // A paused tenant's tasks wait, in order, while other tenants' run; its
@@ -18,6 +22,13 @@ func TestPausedTenantWaitsAndResumesInOrder(t *testing.T) {
 	others := s.enqueue("o", 20, time.Millisecond)
 	s.waitRuns(others, 20*time.Second)
 	time.Sleep(300 * time.Millisecond)
+	qs, err := dispatch.New(s.rdb, s.gate, nil).Stats(context.Background(), "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(qs.Tenants, func(ts dispatch.TenantStats) bool { return ts.Tenant == "p" }); i < 0 || !qs.Tenants[i].Paused || qs.Tenants[i].Waiting != len(held) {
+		t.Errorf("Stats of a paused tenant with %d waiting: %+v", len(held), qs.Tenants)
+	}
 	for _, id := range held {
 		if n := s.ran(id); n != 0 {
 			t.Fatalf("task %s of a paused tenant ran %d times", id, n)

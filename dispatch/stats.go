@@ -24,7 +24,8 @@ type QueueStats struct {
 	// Fair reports whether a live fair worker serves the queue.
 	Fair bool
 	// TenantsWaiting is how many tenants have tasks waiting, runnable or
-	// held back (asleep); Tenants lists at most StatsTenants of them.
+	// held back (asleep), besides paused ones; Tenants lists at most
+	// StatsTenants of them, and at most StatsTenants paused ones.
 	TenantsWaiting int
 	// Ungated is how many live asynq servers process the queue without a
 	// gate (plain asynq servers, or workers without worker.Config.Gate):
@@ -48,6 +49,10 @@ type TenantStats struct {
 	// MaxInFlight (0: none), and AtCap reports InFlight >= Cap > 0.
 	InFlight, Cap int
 	AtCap         bool
+	// Paused reports that Quota.Paused holds its waiting tasks; Held that
+	// they are held back for a while, by its rate or by a downstream
+	// service's throttle (worker.Throttled).
+	Paused, Held bool
 	// Weight is its share under contention (1 by default).
 	Weight float64
 	// WorkerTime is the worker time its tasks ran since it last went idle,
@@ -96,11 +101,11 @@ func (d *Dispatcher) Stats(ctx context.Context, queue string) (QueueStats, error
 }
 
 // readQueue reads queue's workers and the names of its active tenants:
-// those eligible, asleep, or with tasks in flight.
+// those eligible, asleep, paused, or with tasks in flight.
 func (d *Dispatcher) readQueue(ctx context.Context, queue string) (QueueStats, []string, error) {
 	k := d.keysFor(queue)
 	var now *redis.TimeCmd
-	var vt, sleep *redis.StringSliceCmd
+	var vt, sleep, held *redis.StringSliceCmd
 	var nvt, nsleep *redis.IntCmd
 	var members *redis.ZSliceCmd
 	var run *redis.MapStringStringCmd
@@ -108,6 +113,7 @@ func (d *Dispatcher) readQueue(ctx context.Context, queue string) (QueueStats, [
 		now = p.Time(ctx)
 		vt = p.ZRange(ctx, k.vt, 0, StatsTenants-1)
 		sleep = p.ZRange(ctx, k.sleep, 0, StatsTenants-1)
+		held = p.SRandMemberN(ctx, k.held, StatsTenants)
 		nvt, nsleep = p.ZCard(ctx, k.vt), p.ZCard(ctx, k.sleep)
 		run = p.HGetAll(ctx, k.run)
 		members = p.ZRangeWithScores(ctx, k.workers, 0, -1)
@@ -126,7 +132,7 @@ func (d *Dispatcher) readQueue(ctx context.Context, queue string) (QueueStats, [
 		}
 	}
 	names := append(vt.Val(), sleep.Val()...)
-	names = names[:min(len(names), StatsTenants)]
+	names = append(names[:min(len(names), StatsTenants)], held.Val()...)
 	for _, r := range run.Val() {
 		if f := strings.SplitN(r, "|", 4); len(f) == 4 {
 			names = append(names, f[3])
@@ -142,9 +148,11 @@ func (d *Dispatcher) readTenants(ctx context.Context, queue string, names []stri
 	hashes := make([]*redis.SliceCmd, len(names))
 	lens := make([]*redis.IntCmd, len(names))
 	heads := make([]*redis.StringCmd, len(names))
+	asleep := make([]*redis.FloatCmd, len(names))
 	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, t := range names {
-			hashes[i] = p.HMGet(ctx, k.tenantKey(t), "n", "cap", "wm", "used")
+			hashes[i] = p.HMGet(ctx, k.tenantKey(t), "n", "cap", "wm", "used", "paused")
+			asleep[i] = p.ZScore(ctx, k.sleep, t)
 			lens[i] = p.LLen(ctx, k.waitingKey(t))
 			heads[i] = p.LIndex(ctx, k.waitingKey(t), 0)
 		}
@@ -158,6 +166,7 @@ func (d *Dispatcher) readTenants(ctx context.Context, queue string, names []stri
 		h := hashes[i].Val()
 		ts := TenantStats{Tenant: t, Waiting: int(lens[i].Val()), Weight: 1}
 		n, cap, wm, used := field(h, 0), field(h, 1), field(h, 2), field(h, 3)
+		ts.Paused, ts.Held = h[4] == "1", asleep[i].Err() == nil
 		ts.InFlight, ts.Cap = int(n), int(cap)
 		if wm > 0 {
 			ts.Weight = float64(wm) / rule.WeightScale

@@ -2,10 +2,13 @@ package dispatch_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
+
+	"github.com/admitq/admitq/dispatch"
 )
 
 // A task throttled downstream (worker.Throttled) holds its tenant's waiting
@@ -23,6 +26,13 @@ func TestThrottledHoldsTheTenant(t *testing.T) {
 	eventually(t, 5*time.Second, "the first task runs", func() bool { return s.ran(first) == 1 })
 	throttled := time.Now()
 	held := s.enqueue("t", 5, time.Millisecond)
+	qs, err := dispatch.New(s.rdb, s.gate, nil).Stats(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(qs.Tenants, func(ts dispatch.TenantStats) bool { return ts.Tenant == "t" }); i < 0 || !qs.Tenants[i].Held {
+		t.Errorf("Stats of a throttled tenant: %+v, want it held", qs.Tenants)
+	}
 	others := s.enqueue("o", 20, time.Millisecond)
 	s.waitRuns(others, 10*time.Second)
 	if since := time.Since(throttled); since < time.Second {

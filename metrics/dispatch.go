@@ -14,6 +14,8 @@ type depthGauges struct {
 	worker   *prometheus.GaugeVec
 	share    *prometheus.GaugeVec
 	weight   *prometheus.GaugeVec
+	paused   *prometheus.GaugeVec
+	held     *prometheus.GaugeVec
 }
 
 func newDepthGauges() depthGauges {
@@ -27,11 +29,13 @@ func newDepthGauges() depthGauges {
 		worker:   vec("admitq_tenant_worker_seconds", "Worker time a tenant's tasks ran in a dispatched queue since the tenant was last idle."),
 		share:    vec("admitq_tenant_worker_share", "A tenant's share of the worker time of the tenants active in a dispatched queue, 0 to 1."),
 		weight:   vec("admitq_tenant_weight", "A tenant's weight in a fair queue (Quota.Weight, 0 read as 1)."),
+		paused:   vec("admitq_tenant_paused", "1 while Quota.Paused holds a tenant's parked tasks in a dispatched queue."),
+		held:     vec("admitq_tenant_held", "1 while a tenant's parked tasks are held back for a while, by its rate or a downstream throttle (worker.Throttled)."),
 	}
 }
 
 func (g depthGauges) all() []*prometheus.GaugeVec {
-	return []*prometheus.GaugeVec{g.inFlight, g.parked, g.oldest, g.worker, g.share, g.weight}
+	return []*prometheus.GaugeVec{g.inFlight, g.parked, g.oldest, g.worker, g.share, g.weight, g.paused, g.held}
 }
 
 func (g depthGauges) describe(ch chan<- *prometheus.Desc) {
@@ -46,9 +50,17 @@ func (g depthGauges) collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// gauge is b as a 0/1 gauge value.
+func gauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // ObserveDispatch sets the dispatch gauges of qs's queue to what qs holds:
 // each active tenant's tasks in flight and parked, its worker time, share
-// and weight. A tenant no longer active there loses its series. A worker
+// and weight, and whether it is paused or held back. A tenant no longer active there loses its series. A worker
 // with a Gate reports each of its queues every couple of seconds
 // (worker.Config.OnDispatch). Tenants past WithMaxTenants share the
 // "other" series, which then shows the last of them observed.
@@ -69,5 +81,7 @@ func (m *Metrics) ObserveDispatch(qs dispatch.QueueStats) {
 		g.worker.WithLabelValues(qs.Queue, tenant).Set(t.WorkerTime.Seconds())
 		g.share.WithLabelValues(qs.Queue, tenant).Set(t.Share)
 		g.weight.WithLabelValues(qs.Queue, tenant).Set(t.Weight)
+		g.paused.WithLabelValues(qs.Queue, tenant).Set(gauge(t.Paused))
+		g.held.WithLabelValues(qs.Queue, tenant).Set(gauge(t.Held))
 	}
 }
