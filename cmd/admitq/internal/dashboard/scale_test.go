@@ -93,10 +93,14 @@ func TestARefreshCostsOneCallPerRowShown(t *testing.T) {
 	p = get("page=200&since=" + strconv.FormatInt(time.Now().UnixMilli(), 10))
 	again := commands(t, st)
 	// Commands that the usage script runs inside Redis count in
-	// commandstats too: TIME and ZCOUNT, in the script's one call.
+	// commandstats too: TIME and ZCOUNT, in the script's one call. A
+	// connection the pool dials meanwhile (under load, for a concurrent
+	// call) says HELLO and names itself: not a cost of the refresh.
 	outside := 0
 	for name, n := range again {
-		if name != "evalsha" && name != "time" && name != "zcount" {
+		switch name {
+		case "evalsha", "time", "zcount", "hello", "client|setinfo":
+		default:
 			outside += n
 		}
 	}
