@@ -133,20 +133,7 @@ func TestPauseNeedsWhatAQuotaEditNeeds(t *testing.T) {
 	_, tok := st.dashboard(t, Config{Token: "sekrit"})
 	csrf := strings.Repeat("7c", 32)
 	pause := func() url.Values { return url.Values{"action": {"pause"}, "tenant": {"acme"}} }
-	for _, c := range []struct {
-		desc   string
-		base   string
-		csrf   string
-		header http.Header
-		want   int
-	}{
-		{"no CSRF token", open.URL, "", nil, http.StatusForbidden},
-		{"a CSRF field that is not its cookie", open.URL, csrf, http.Header{"X-Field": {"!"}}, http.StatusForbidden},
-		{"a cross-site request", open.URL, csrf, http.Header{"Sec-Fetch-Site": {"cross-site"}}, http.StatusForbidden},
-		{"a read-only dashboard", ro.URL, csrf, nil, http.StatusForbidden},
-		{"no token sent", tok.URL, csrf, nil, http.StatusUnauthorized},
-		{"a wrong token", tok.URL, csrf, http.Header{"Authorization": {"Bearer sekriT"}}, http.StatusUnauthorized},
-	} {
+	for _, c := range refusedWrites(open.URL, ro.URL, tok.URL, csrf) {
 		if got := post(t, c.base, pause(), c.csrf, c.header).StatusCode; got != c.want {
 			t.Errorf("%s: %d, want %d", c.desc, got, c.want)
 		}

@@ -56,6 +56,28 @@ func post(t *testing.T, base string, form url.Values, csrf string, header http.H
 	return resp
 }
 
+// refusedWrite is a way a write must be refused, whatever its action.
+type refusedWrite struct {
+	desc, base, csrf string
+	header           http.Header
+	want             int
+}
+
+// refusedWrites are the ways a write must be refused by the dashboards at
+// open (no token), ro (read-only) and tok (token "sekrit"), with csrf as
+// the CSRF token where one is sent.
+func refusedWrites(open, ro, tok, csrf string) []refusedWrite {
+	return []refusedWrite{
+		{"no CSRF token", open, "", nil, http.StatusForbidden},
+		{"a CSRF field that is not its cookie", open, csrf, http.Header{"X-Field": {"!"}}, http.StatusForbidden},
+		{"a cross-site request, CSRF token and all", open, csrf, http.Header{"Sec-Fetch-Site": {"cross-site"}}, http.StatusForbidden},
+		{"a read-only dashboard", ro, csrf, nil, http.StatusForbidden},
+		{"a dashboard with a token, and no token sent", tok, csrf, nil, http.StatusUnauthorized},
+		{"a dashboard with a token, and a wrong one sent", tok, csrf, http.Header{"Authorization": {"Bearer sekriT"}}, http.StatusUnauthorized},
+		{"a DNS-rebound host name on a dashboard without a token", open, csrf, http.Header{"Host": {"evil.example"}}, http.StatusForbidden},
+	}
+}
+
 func TestWritesAreRefusedUnlessEveryCheckPasses(t *testing.T) {
 	st := newStack(t)
 	st.setQuota(t, "acme", admission.Quota{Limit: 5, Window: time.Minute})
@@ -66,21 +88,7 @@ func TestWritesAreRefusedUnlessEveryCheckPasses(t *testing.T) {
 	set := func() url.Values {
 		return url.Values{"action": {"set"}, "tenant": {"acme"}, "limit": {"1"}, "window": {"1s"}, "mode": {"log"}}
 	}
-	for _, c := range []struct {
-		desc   string
-		base   string
-		csrf   string
-		header http.Header
-		want   int
-	}{
-		{"no CSRF token", open.URL, "", nil, http.StatusForbidden},
-		{"a CSRF field that is not its cookie", open.URL, csrf, http.Header{"X-Field": {"!"}}, http.StatusForbidden},
-		{"a cross-site request, CSRF token and all", open.URL, csrf, http.Header{"Sec-Fetch-Site": {"cross-site"}}, http.StatusForbidden},
-		{"a read-only dashboard", ro.URL, csrf, nil, http.StatusForbidden},
-		{"a dashboard with a token, and no token sent", tok.URL, csrf, nil, http.StatusUnauthorized},
-		{"a dashboard with a token, and a wrong one sent", tok.URL, csrf, http.Header{"Authorization": {"Bearer sekriT"}}, http.StatusUnauthorized},
-		{"a DNS-rebound host name on a dashboard without a token", open.URL, csrf, http.Header{"Host": {"evil.example"}}, http.StatusForbidden},
-	} {
+	for _, c := range refusedWrites(open.URL, ro.URL, tok.URL, csrf) {
 		req := post(t, c.base, set(), c.csrf, c.header)
 		if req.StatusCode != c.want {
 			t.Errorf("%s: status %d, want %d", c.desc, req.StatusCode, c.want)
