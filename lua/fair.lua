@@ -145,23 +145,6 @@ local function room(fair, total)
   return total + math.max(2, math.floor(total / 2)) - inq
 end
 
--- refresh puts tenant T among those that may go in, at the later of its
--- own tag and the floor (an idle or blocked tenant banks no credit), when
--- it has a task waiting, is under its cap, awake and not paused; else it
--- takes T out.
-local function refresh(T)
-  local h = call('HMGET', P .. 't:' .. T, 'tag', 'n', 'cap', 'paused')
-  local cap = toint(h[3])
-  if h[4] == '1' then
-    call('ZREM', vt, T)
-    call('SADD', held, T)
-  elseif (cap > 0 and toint(h[2]) >= cap) or call('ZSCORE', sleep, T) or call('LLEN', P .. 'w:' .. T) == 0 then
-    call('ZREM', vt, T)
-  else
-    call('ZADD', vt, int(math.max(toint(h[1]), floor)), T)
-  end
-end
-
 -- owes reports whether any idle tenant of the queue owes worker time
 -- (debts is not empty): only then may a record carry an expiry to lift.
 local owing
@@ -181,18 +164,29 @@ local function active(th, T)
   end
 end
 
--- place puts T among the runnable tenants by what the caller knows of it
--- (tag, tasks in flight n, cap, paused "1", waiting), reading only whether
--- it sleeps: refresh, without reading the record.
-local function place(T, tag, n, cap, paused, waiting)
+-- place puts tenant T among those that may go in, at the later of its own
+-- tag and the floor (an idle or blocked tenant banks no credit), when it
+-- has a task waiting, is under its cap, awake and not paused; else it takes
+-- T out. The caller gives what it knows of T: its tag, tasks in flight n,
+-- cap and paused ("1"), and, when it knows them, how many tasks wait and
+-- whether it sleeps (nil: read them).
+local function place(T, tag, n, cap, paused, waiting, sleeping)
   if paused == '1' then
     call('ZREM', vt, T)
     call('SADD', held, T)
-  elseif (cap > 0 and n >= cap) or waiting == 0 or call('ZSCORE', sleep, T) then
+  elseif (cap > 0 and n >= cap) or sleeping or (sleeping == nil and call('ZSCORE', sleep, T))
+      or (waiting or call('LLEN', P .. 'w:' .. T)) == 0 then
     call('ZREM', vt, T)
   else
     call('ZADD', vt, int(math.max(tag, floor)), T)
   end
+end
+
+-- refresh places tenant T by its record. Every change to a tenant ends
+-- with it, or with place.
+local function refresh(T)
+  local h = call('HMGET', P .. 't:' .. T, 'tag', 'n', 'cap', 'paused')
+  place(T, toint(h[1]), toint(h[2]), toint(h[3]), h[4])
 end
 
 -- settle forgets an idle tenant's record at once when it owes nothing (its
@@ -432,12 +426,7 @@ local function pick(most, space, out)
         local tag, n, cap = grant(T, id, e, start)
         out[#out + 1], out[#out + 2] = T, e
         most, space = most - 1, space - 1
-        local waiting = call('LLEN', P .. 'w:' .. T)
-        if (cap > 0 and n >= cap) or waiting == 0 then
-          call('ZREM', vt, T)
-        else
-          call('ZADD', vt, int(math.max(tag, floor)), T)
-        end
+        place(T, tag, n, cap, '0', nil, false)
       else
         drops = drops - 1
         local st = id and call('HGET', TP .. id, 'state')

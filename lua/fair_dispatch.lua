@@ -91,14 +91,7 @@ local function finish(id, ran, done, cap, wm, paused, hold)
     call('LPUSH', w, '0|' .. nowS .. '|0|' .. id)
   end
   local waiting = call('LLEN', w)
-  if paused == '1' then
-    call('ZREM', vt, T)
-    call('SADD', held, T)
-  elseif (cap > 0 and n >= cap) or waiting == 0 or asleep or call('ZSCORE', sleep, T) then
-    call('ZREM', vt, T)
-  else
-    call('ZADD', vt, int(math.max(tag, floor)), T)
-  end
+  place(T, tag, n, cap, paused, waiting, asleep or nil)
   if leaves then
     -- settle, knowing the record
     if n > 0 or toint(h[8]) > 0 or waiting > 0 then
