@@ -44,7 +44,32 @@ type Task struct {
 	// Deadline is its asynq.Deadline, if any: a waiting task whose
 	// deadline passed is archived at its turn instead of going in.
 	Deadline time.Time
+	// Priority orders the task among its tenant's waiting tasks: higher
+	// first, FIFO within a priority (MinPriority to MaxPriority; 0 by
+	// default).
+	Priority int
+	// Keys are the concurrency keys the task counts against besides its
+	// tenant, each with its quota as it is now (at most MaxKeys, each
+	// named once).
+	Keys []Key
 }
+
+// Key is a concurrency key a task carries (enqueue.Keys), with what its
+// quota says now: the key's MaxInFlight (0: no cap) across all tenants in
+// the queue, and whether it is Paused.
+type Key struct {
+	Name        string
+	MaxInFlight int
+	Paused      bool
+}
+
+// The bounds of Task.Priority and Task.Keys.
+const (
+	MinPriority = -1000
+	MaxPriority = 1000
+	// MaxKeys is how many keys a task may carry.
+	MaxKeys = 8
+)
 
 // Ticket is Park's answer.
 type Ticket struct {

@@ -56,6 +56,8 @@ type finish struct {
 	ran        time.Duration
 	done       bool
 	hold       time.Duration // how long to hold its tenant's waiting tasks
+	key        string        // a concurrency key to hold for keyHold
+	keyHold    time.Duration
 }
 
 type loop struct {
@@ -155,6 +157,14 @@ func (s *Server) Finished(queue, tenant, id string, ran time.Duration, done bool
 // it keeps its place, and the tenant's waiting tasks are held for hold.
 func (s *Server) Throttled(queue, tenant, id string, ran, hold time.Duration) {
 	s.finished(finish{id: id, tenant: tenant, ran: ran, hold: hold}, queue)
+}
+
+// ThrottledKey tells the dispatcher that the worker's task id of tenant in
+// queue, which ran for ran, was throttled downstream on concurrency key
+// key and will be retried: it keeps its place, and every waiting task
+// carrying key, whatever its tenant, is held for hold.
+func (s *Server) ThrottledKey(queue, tenant, id, key string, ran, hold time.Duration) {
+	s.finished(finish{id: id, tenant: tenant, ran: ran, keyHold: hold, key: key}, queue)
 }
 
 func (s *Server) finished(f finish, queue string) {

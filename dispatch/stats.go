@@ -35,7 +35,30 @@ type QueueStats struct {
 	Ungated int
 	// Tenants are the tenants with tasks waiting or in flight, by name.
 	Tenants []TenantStats
+	// Keys are the queue's concurrency keys with tasks waiting or in
+	// flight, by name, at most StatsKeys of them.
+	Keys []KeyStats
 }
+
+// KeyStats is one concurrency key's part of a dispatched queue.
+type KeyStats struct {
+	Key string
+	// InFlight is how many tasks carrying the key the dispatcher let in
+	// that asynq still holds; Cap is the key's MaxInFlight (0: none), and
+	// AtCap reports InFlight >= Cap > 0.
+	InFlight, Cap int
+	AtCap         bool
+	// Waiting is how many tasks carrying the key wait their turn.
+	Waiting int
+	// Paused reports that the key's Quota.Paused holds its tasks; Held
+	// that a downstream service's throttle (worker.ThrottledKey) holds
+	// them until HeldUntil.
+	Paused, Held bool
+	HeldUntil    time.Time
+}
+
+// StatsKeys is how many keys Stats lists at most.
+const StatsKeys = 100
 
 // TenantStats is one tenant's part of a dispatched queue.
 type TenantStats struct {
