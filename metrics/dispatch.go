@@ -38,16 +38,36 @@ func (g depthGauges) all() []*prometheus.GaugeVec {
 	return []*prometheus.GaugeVec{g.inFlight, g.parked, g.oldest, g.worker, g.share, g.weight, g.paused, g.held}
 }
 
-func (g depthGauges) describe(ch chan<- *prometheus.Desc) {
-	for _, v := range g.all() {
-		v.Describe(ch)
+// gauges are every dispatch gauge: the tenants' and the keys'.
+func (m *Metrics) gauges() []*prometheus.GaugeVec {
+	return append(m.depth.all(), m.keys.all()...)
+}
+
+// keyGauges are each concurrency key's part of the dispatched worker
+// queues. Keys have no label mapping of their own: Stats lists at most
+// dispatch.StatsKeys of a queue's keys, and a key no longer listed loses its
+// series, so a queue holds at most that many series of each.
+type keyGauges struct {
+	inFlight *prometheus.GaugeVec
+	waiting  *prometheus.GaugeVec
+	paused   *prometheus.GaugeVec
+	held     *prometheus.GaugeVec
+}
+
+func newKeyGauges() keyGauges {
+	vec := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"queue", "key"})
+	}
+	return keyGauges{
+		inFlight: vec("admitq_key_in_flight", "Tasks carrying a concurrency key that the dispatcher let into a queue and asynq still holds, across all tenants."),
+		waiting:  vec("admitq_key_waiting", "Tasks carrying a concurrency key that wait their turn in a dispatched queue."),
+		paused:   vec("admitq_key_paused", "1 while the key's Quota.Paused holds its tasks in a dispatched queue."),
+		held:     vec("admitq_key_held", "1 while a downstream throttle (worker.ThrottledKey) holds a key's tasks in a dispatched queue."),
 	}
 }
 
-func (g depthGauges) collect(ch chan<- prometheus.Metric) {
-	for _, v := range g.all() {
-		v.Collect(ch)
-	}
+func (g keyGauges) all() []*prometheus.GaugeVec {
+	return []*prometheus.GaugeVec{g.inFlight, g.waiting, g.paused, g.held}
 }
 
 // gauge is b as a 0/1 gauge value.
@@ -60,12 +80,14 @@ func gauge(b bool) float64 {
 
 // ObserveDispatch sets the dispatch gauges of qs's queue to what qs holds:
 // each active tenant's tasks in flight and parked, its worker time, share
-// and weight, and whether it is paused or held back. A tenant no longer active there loses its series. A worker
+// and weight, and whether it is paused or held back; each listed
+// concurrency key's tasks in flight and waiting, and whether it is paused or
+// held. A tenant or key no longer listed there loses its series. A worker
 // with a Gate reports each of its queues every couple of seconds
 // (worker.Config.OnDispatch). Tenants past WithMaxTenants share the
 // "other" series, which then shows the last of them observed.
 func (m *Metrics) ObserveDispatch(qs dispatch.QueueStats) {
-	for _, v := range m.depth.all() {
+	for _, v := range m.gauges() {
 		v.DeletePartialMatch(prometheus.Labels{"queue": qs.Queue})
 	}
 	for _, t := range qs.Tenants {
@@ -83,5 +105,13 @@ func (m *Metrics) ObserveDispatch(qs dispatch.QueueStats) {
 		g.weight.WithLabelValues(qs.Queue, tenant).Set(t.Weight)
 		g.paused.WithLabelValues(qs.Queue, tenant).Set(gauge(t.Paused))
 		g.held.WithLabelValues(qs.Queue, tenant).Set(gauge(t.Held))
+	}
+	keys := qs.Keys[:min(len(qs.Keys), dispatch.StatsKeys)] // Stats's bound, whoever built qs
+	for _, k := range keys {
+		g := m.keys
+		g.inFlight.WithLabelValues(qs.Queue, k.Key).Set(float64(k.InFlight))
+		g.waiting.WithLabelValues(qs.Queue, k.Key).Set(float64(k.Waiting))
+		g.paused.WithLabelValues(qs.Queue, k.Key).Set(gauge(k.Paused))
+		g.held.WithLabelValues(qs.Queue, k.Key).Set(gauge(k.Held))
 	}
 }

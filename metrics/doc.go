@@ -1,7 +1,7 @@
 // Package metrics exports Prometheus metrics for admitq producers and
 // workers.
 //
-// One Metrics value holds twelve series:
+// One Metrics value holds these series:
 //
 //	admitq_gate_decisions_total{tenant,outcome}    counter: gate decisions, outcome = admitted|deferred|parked|rejected
 //	admitq_tasks_processed_total{tenant}            counter: handler runs that ended, failed or not (as asynq counts "processed")
@@ -15,6 +15,12 @@
 //	admitq_tenant_worker_seconds{queue,tenant}            gauge: worker time since the tenant was last idle there
 //	admitq_tenant_worker_share{queue,tenant}              gauge: its share of the worker time of the queue's active tenants
 //	admitq_tenant_weight{queue,tenant}                    gauge: its Quota.Weight (0 read as 1)
+//	admitq_tenant_paused{queue,tenant}                    gauge: 1 while its Quota.Paused holds its parked tasks
+//	admitq_tenant_held{queue,tenant}                      gauge: 1 while its rate or a downstream throttle (worker.Throttled) holds them
+//	admitq_key_in_flight{queue,key}                       gauge: tasks carrying the concurrency key that asynq holds, all tenants'
+//	admitq_key_waiting{queue,key}                         gauge: tasks carrying the key that wait their turn
+//	admitq_key_paused{queue,key}                          gauge: 1 while the key's Quota.Paused holds its tasks
+//	admitq_key_held{queue,key}                            gauge: 1 while a downstream throttle (worker.ThrottledKey) holds them
 //
 // The four outcomes are the gate's (admission.Outcome): admitted (runs
 // now), deferred (waits in asynq's scheduled set for its slot), parked (the task
@@ -23,7 +29,7 @@
 //
 // A producer reports each decision with ObserveDecision; a worker wraps its
 // handler in Middleware, and a worker with a gate reports the depth gauges
-// with ObserveDepth (worker.Config.OnDepth). A process that does both shares one Metrics.
+// with ObserveDispatch (worker.Config.OnDispatch). A process that does both shares one Metrics.
 // Metrics is a prometheus.Collector: register it with the registry you
 // serve.
 //
@@ -41,15 +47,21 @@
 //
 // # Label cardinality
 //
-// Every series has a tenant label, so each tenant costs about 24 series
+// Every series but the keys' has a tenant label, so each tenant costs about 24 series
 // (3 decision counters, which start at zero, and a parked one once the
 // tenant has a task parked; 4 task counters; and a histogram of 14 buckets
 // plus +Inf, its sum and count), and a tenant active in a dispatched queue
-// 6 gauges more per queue. Past WithMaxTenants distinct tenants (DefaultMaxTenants,
+// 8 gauges more per queue. Past WithMaxTenants distinct tenants (DefaultMaxTenants,
 // 1000) further tenants are counted under the label value OtherTenant, so a
 // flood of new tenant names cannot grow the registry without bound. To choose
 // the label yourself (a plan or a shard instead of the tenant, say), use
 // WithTenantLabel. Tasks that carry no tenant are counted under tenant="".
+//
+// A concurrency key costs 4 gauges per queue while the dispatcher lists it
+// there (tasks carrying it wait or run). The dispatcher lists at most
+// dispatch.StatsKeys keys a queue, and each reading deletes the series of
+// keys it no longer lists, so keys need no bound of their own; they take
+// none of the tenants' label values.
 //
 // # Queueing delay
 //

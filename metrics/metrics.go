@@ -92,7 +92,8 @@ type Metrics struct {
 	started   *prometheus.CounterVec
 	busy      *prometheus.CounterVec
 	delay     *prometheus.HistogramVec
-	depth     depthGauges // depth.go
+	depth     depthGauges // dispatch.go
+	keys      keyGauges   // dispatch.go
 
 	label     func(string) string
 	isFailure func(error) bool
@@ -152,6 +153,7 @@ func New(opts ...Option) *Metrics {
 			Buckets: o.buckets,
 		}, []string{"tenant"}),
 		depth:      newDepthGauges(),
+		keys:       newKeyGauges(),
 		label:      o.label,
 		isFailure:  o.isFailure,
 		now:        time.Now,
@@ -168,7 +170,9 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.started.Describe(ch)
 	m.busy.Describe(ch)
 	m.delay.Describe(ch)
-	m.depth.describe(ch)
+	for _, v := range m.gauges() {
+		v.Describe(ch)
+	}
 }
 
 // Collect implements prometheus.Collector.
@@ -179,7 +183,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.started.Collect(ch)
 	m.busy.Collect(ch)
 	m.delay.Collect(ch)
-	m.depth.collect(ch)
+	for _, v := range m.gauges() {
+		v.Collect(ch)
+	}
 }
 
 var outcomes = []admission.Outcome{admission.Admitted, admission.Deferred, admission.Rejected}
