@@ -194,6 +194,7 @@ ADMITQ_REDIS_CLUSTER) for a Redis Cluster. admitq needs Redis 7 or newer.`,
 	root.AddCommand(
 		a.newDemoCmd(),
 		a.newQuotaCmd(),
+		a.newKeyCmd(), // key.go
 		a.newStatusCmd(),
 		a.newEnqueueCmd(),
 		a.newWorkerCmd(),
