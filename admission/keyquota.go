@@ -11,12 +11,14 @@ import (
 // quota of its own, kept beside the tenants' (StaticQuotas.Keys;
 // RedisQuotas.SetKey, in the hash {prefix}:keyquotas): a cap on the key's
 // tasks pending or active in a dispatched queue, across all tenants
-// (MaxInFlight), and a pause (Paused). This package stores, validates and
-// caches them; package dispatch does not apply them in this version, and
-// tasks cannot carry keys yet. It has no rate limit: Limit is NoLimit and the fields only a
-// tenant uses (Window, MaxDelay, Mode, MaxParked, Weight) are unset, since
-// a key's tasks are charged to their tenants' rates. A key without a quota
-// is unlimited: there is no default.
+// (MaxInFlight), and a pause (Paused). A task carries keys through
+// enqueue.Keys; this package stores, validates and caches their quotas,
+// the producer reads them (Gate.KeyQuota) as it hands the task to the
+// dispatcher, and package dispatch applies them in the queues a worker
+// with a gate serves. A key's quota has no rate limit: Limit is NoLimit
+// and the fields only a tenant uses (Window, MaxDelay, Mode, MaxParked,
+// Weight) are unset, since a key's tasks are charged to their tenants'
+// rates. A key without a quota is unlimited: there is no default.
 
 // KeyQuotas looks up keys' quotas. StaticQuotas and RedisQuotas implement
 // it; a Gate whose Quotas does not has no key quotas (Gate.KeyQuota).

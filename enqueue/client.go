@@ -152,9 +152,12 @@ func newClient(g *admission.Gate, opts []Option) *Client {
 //
 // The task's ID is the tenant's log entry: an asynq.TaskID option (the
 // call's over the task's), or one Enqueue makes. A task with its own
-// asynq.ProcessAt or ProcessIn is charged for when it will run. Options
-// asynq would refuse are refused before admission, and the task itself is
-// not modified: the tenant goes in the enqueued copy's headers.
+// asynq.ProcessAt or ProcessIn is charged for when it will run. Keys and
+// Priority, given here or to asynq.NewTask, put the task under concurrency
+// keys' quotas and order it among its tenant's waiting tasks; asynq never
+// sees them. Options asynq would refuse, and bad Keys or Priority, are
+// refused before admission (ErrInvalidOption), and the task itself is not
+// modified: the tenant and keys go in the enqueued copy's headers.
 //
 // When the write fails after admission, the slot goes back only when no
 // task can hold it; any other failure is ambiguous (IsAmbiguous): retry
@@ -292,8 +295,9 @@ type prepared struct {
 	tenant string
 	task   *asynq.Task // the caller's task
 	// opts are every option the task is enqueued with, in the order asynq
-	// applies them: the task's own, the caller's Enqueue options, then the
-	// ID if made here. There is room for one more, the slot of a deferred
+	// applies them: the task's own, the caller's Enqueue options (neither
+	// with Keys or Priority, which are Enqueue's), then the ID if made
+	// here. There is room for one more, the slot of a deferred
 	// task. The enqueued task carries them all, so that asynq, which
 	// appends Enqueue's options to the task's, has nothing to copy.
 	opts  []asynq.Option
@@ -325,8 +329,10 @@ func (c *Client) prepare(tenant string, task *asynq.Task, opts []asynq.Option) (
 		return prepared{}, err
 	}
 	s := readScheduling(time.Now(), topts, opts)
+	// asynq ignores options it does not know, but Keys and Priority are
+	// Enqueue's alone: they are read above and not passed on.
 	all := make([]asynq.Option, 0, len(topts)+len(opts)+2)
-	all = append(append(all, topts...), opts...)
+	all = appendForAsynq(appendForAsynq(all, topts), opts)
 	p := prepared{tenant: tenant, task: task, sched: s, id: s.id}
 	if s.id == "" {
 		p.id, p.made = c.newID(), true
@@ -413,6 +419,13 @@ func (c *Client) write(cc *callContext, p prepared, d admission.Decision) (*asyn
 	th := task.Headers()
 	th[TenantHeader] = p.tenant
 	th[SlotHeader] = strconv.FormatInt(slot.UnixMilli(), 10)
+	if len(p.sched.keys) > 0 {
+		th[KeysHeader] = keysHeader(p.sched.keys)
+	} else {
+		// The caller's headers may hold a stale one, as a task a worker
+		// handled and enqueues again does.
+		delete(th, KeysHeader)
+	}
 	if ctx.Err() != nil {
 		// Done after admission: asynq is not called.
 		return nil, unwritten, fmt.Errorf("enqueue: tenant %q, task %q: not enqueued: %w", p.tenant, p.id, ctxError(ctx))

@@ -31,6 +31,23 @@
 // across tenants, while each tenant's log is its own: where tenants pick
 // IDs (say, from idempotency keys), put the tenant in the ID.
 //
+// Keys and priority. Keys("api:stripe", ...) makes a task count against
+// each key's quota in its queue as well as its tenant's: a key's
+// MaxInFlight caps its tasks pending or active across all tenants, and
+// Paused holds them (admission.RedisQuotas.SetKey). Priority(p) orders a
+// task among its tenant's waiting tasks, higher first, first in, first out
+// within a priority, and never moves the tenant ahead of another. Both act
+// in a dispatched queue, where a task waits (Parked) until its tenant and
+// every key it carries let it in, and a task held by a full, paused or
+// throttled key holds back no task that does not carry it; in a queue that
+// no worker with a gate serves the task goes in as it would without them,
+// and the producer logs that once. The enqueued task carries its keys in
+// the header KeysHeader, for worker.Keys and worker.ThrottledKey. A bad
+// key, more than MaxKeys keys or a priority out of range is refused with
+// ErrInvalidOption, and nothing is written:
+//
+//	_, _, err := client.Enqueue(ctx, "acme", task, enqueue.Keys("api:stripe"), enqueue.Priority(10))
+//
 // Scheduled tasks. A task with its own asynq.ProcessAt or ProcessIn is
 // charged for the time it will run, not for now (Gate.AdmitAt): its slot
 // is the first free one from that time (to the second, as asynq runs it)
@@ -54,8 +71,8 @@
 // caller's own ID keeps it, for a retry with that ID. A Client made by New,
 // which cannot see what its asynq.Client sends, treats every failure after
 // asynq was called as ambiguous but a Redis error reply before the write.
-// The tenant travels in the task's headers under TenantHeader; package
-// worker hands it to handlers.
+// The tenant travels in the task's headers under TenantHeader, and its
+// keys under KeysHeader; package worker hands them to handlers.
 //
 // NewFromRedis is the usual way to make a Client: it makes the asynq.Client
 // itself, on the Redis of the worker queues, and the task writes of

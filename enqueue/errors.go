@@ -13,6 +13,14 @@ import (
 // nothing was enqueued.
 var ErrRejected = errors.New("enqueue: rejected")
 
+// ErrInvalidOption is matched, through errors.Is, by the error for a task
+// whose options Enqueue refuses before anything is written: a blank
+// asynq.Queue, TaskID or Group, an asynq.Unique TTL under a second (which
+// asynq would refuse), a Keys option with a bad key name (the error matches
+// admission.ErrInvalidKey too) or more than MaxKeys distinct keys, and a
+// Priority outside MinPriority to MaxPriority. The error names the option.
+var ErrInvalidOption = errors.New("enqueue: invalid option")
+
 // ErrOutOfMemory is matched, through errors.Is, by an Enqueue error whose
 // task asynq's Redis refused for want of memory (maxmemory, noeviction):
 // nothing was written and the task's slot went back, so the caller may

@@ -8,3 +8,10 @@ const TenantHeader = "admitq-tenant"
 // time, in Unix milliseconds, from which the gate let it run. A worker
 // measures queueing delay from it (package metrics).
 const SlotHeader = "admitq-slot"
+
+// KeysHeader is the asynq task header that carries the concurrency keys
+// the task was enqueued with (Keys): sorted, each once, separated by a
+// newline ("\n"), which no key holds. Enqueue sets it on a task with keys
+// and removes it from one without, and package worker reads it
+// (worker.Keys, worker.ThrottledKey).
+const KeysHeader = "admitq-keys"

@@ -76,15 +76,17 @@ func (c *Client) admitAll(ctx context.Context, tenant string, ps []prepared) (ds
 }
 
 // dispatched reports whether a queue of ps is dispatched for tenant: a
-// worker with a gate serves it, and it is fair or the tenant is capped.
+// worker with a gate serves it, and it is fair, the tenant is capped or
+// paused, or the task carries keys.
 func (c *Client) dispatched(ctx context.Context, tenant string, ps []prepared) bool {
 	q, err := c.gate.Quota(ctx, tenant)
 	if err != nil {
 		return false
 	}
+	held := q.MaxInFlight > 0 || q.Paused
 	for _, p := range ps {
 		served, fair, err := c.disp.Mode(ctx, p.sched.queue)
-		if err != nil || served && (fair || q.MaxInFlight > 0) {
+		if err != nil || served && (fair || held || len(p.sched.keys) > 0) {
 			return true
 		}
 	}

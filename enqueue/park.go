@@ -27,8 +27,13 @@ const defaultQueue = "default"
 func (c *Client) admit(cc *callContext, p prepared) (admission.Decision, dispatch.Ticket, error) {
 	tk := dispatch.Ticket{}
 	if q, err := c.gate.Quota(cc, p.tenant); err == nil {
+		keys, err := c.keyQuotas(cc, p)
+		if err != nil {
+			return admission.Decision{}, tk, err
+		}
 		task := dispatch.Task{Queue: p.sched.queue, Tenant: p.tenant, ID: p.id,
-			NotBefore: notBefore(p.sched.at), UniqueTTL: p.sched.unique, Deadline: p.sched.deadline}
+			NotBefore: notBefore(p.sched.at), UniqueTTL: p.sched.unique, Deadline: p.sched.deadline,
+			Priority: p.sched.priority, Keys: keys}
 		if tk, err = c.disp.Park(cc, task, q); err != nil {
 			return admission.Decision{}, tk, fmt.Errorf("%w: enqueue: tenant %q, task %q: %w", admission.ErrUnavailable, p.tenant, p.id, err)
 		}
@@ -51,6 +56,30 @@ func (c *Client) admit(cc *callContext, p prepared) (admission.Decision, dispatc
 		_ = c.abandon(cc, tk, unwritten, nil)
 	}
 	return ds[0], tk, nil
+}
+
+// keyQuotas returns p's keys, in order, each with its quota as the gate
+// reads it now: a key without one caps and pauses nothing. A quota that
+// cannot be read fails the task as the dispatcher's failures do, with an
+// error that matches admission.ErrUnavailable, unless the stored quota is
+// itself invalid (admission.ErrInvalidQuota).
+func (c *Client) keyQuotas(ctx context.Context, p prepared) ([]dispatch.Key, error) {
+	if len(p.sched.keys) == 0 {
+		return nil, nil
+	}
+	keys := make([]dispatch.Key, len(p.sched.keys))
+	for i, k := range p.sched.keys {
+		q, _, err := c.gate.KeyQuota(ctx, k) // no quota: the zero Quota
+		switch {
+		case err == nil:
+		case errors.Is(err, admission.ErrUnavailable), errors.Is(err, admission.ErrInvalidQuota):
+			return nil, fmt.Errorf("enqueue: tenant %q, task %q: the quota of key %q: %w", p.tenant, p.id, k, err)
+		default:
+			return nil, fmt.Errorf("%w: enqueue: tenant %q, task %q: the quota of key %q: %w", admission.ErrUnavailable, p.tenant, p.id, k, err)
+		}
+		keys[i] = dispatch.Key{Name: k, MaxInFlight: q.MaxInFlight, Paused: q.Paused}
+	}
+	return keys, nil
 }
 
 // abandon gives back what the dispatcher holds for a task (tk) whose

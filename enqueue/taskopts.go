@@ -54,6 +54,11 @@ type scheduling struct {
 	group string
 	// deadline is the asynq.Deadline; zero when none.
 	deadline time.Time
+	// keys are the task's concurrency keys, from Keys: sorted, each once;
+	// nil when none.
+	keys []string
+	// priority is the task's Priority; 0 when none.
+	priority int
 }
 
 // readScheduling reads lists of options in the order asynq applies them,
@@ -81,6 +86,10 @@ func readScheduling(now time.Time, lists ...[]asynq.Option) scheduling {
 				s.group, _ = o.Value().(string)
 			case asynq.DeadlineOpt:
 				s.deadline, _ = o.Value().(time.Time)
+			case KeysOpt:
+				s.keys, _ = optionKeys(o) // checkOptions refused bad ones
+			case PriorityOpt:
+				s.priority, _ = optionPriority(o)
 			}
 		}
 	}
@@ -91,7 +100,9 @@ func readScheduling(now time.Time, lists ...[]asynq.Option) scheduling {
 // queue name, task ID or group key, or a Unique TTL under a second. Enqueue
 // checks before admission, since asynq's refusal, a plain error like any
 // other, could not be told from a failed write after it, and would cost the
-// tenant a slot until the window passes.
+// tenant a slot until the window passes. It refuses bad Keys and Priority
+// options too, as asynq does its own, wherever they stand. Every error
+// matches ErrInvalidOption.
 func checkOptions(lists ...[]asynq.Option) error {
 	for _, opts := range lists {
 		for _, o := range opts {
@@ -101,11 +112,19 @@ func checkOptions(lists ...[]asynq.Option) error {
 			switch v := o.Value(); o.Type() {
 			case asynq.QueueOpt, asynq.TaskIDOpt, asynq.GroupOpt:
 				if s, ok := v.(string); ok && isBlank(s) {
-					return fmt.Errorf("enqueue: option %v is blank", o)
+					return fmt.Errorf("%w %v: blank", ErrInvalidOption, o)
 				}
 			case asynq.UniqueOpt:
 				if d, ok := v.(time.Duration); ok && d < time.Second {
-					return fmt.Errorf("enqueue: option %v: asynq needs a Unique TTL of at least 1s", o)
+					return fmt.Errorf("%w %v: asynq needs a Unique TTL of at least 1s", ErrInvalidOption, o)
+				}
+			case KeysOpt:
+				if _, err := optionKeys(o); err != nil {
+					return err
+				}
+			case PriorityOpt:
+				if _, err := optionPriority(o); err != nil {
+					return err
 				}
 			}
 		}

@@ -1,7 +1,7 @@
 // Package worker runs asynq servers that process tasks enqueued through
 // admitq's enqueue package.
 //
-// A Worker is an asynq.Server with three additions and admitq's defaults:
+// A Worker is an asynq.Server with these additions and admitq's defaults:
 //
 //   - Tenant(ctx) tells a handler which tenant its task belongs to. enqueue.Client
 //     stamps the tenant into the task header enqueue.TenantHeader; the Worker
@@ -10,7 +10,11 @@
 //     task type, so a log line or error report says whose task broke.
 //   - A handler returns Throttled(d) when a downstream service throttles the
 //     tenant. The task is retried after d without counting as a failure: its
-//     retry budget and the queue's failure stats are untouched.
+//     retry budget and the queue's failure stats are untouched. In a
+//     dispatched queue (Config.Gate) the tenant's waiting tasks are held for
+//     d too. ThrottledKey(key, d) does the same for one of the task's
+//     concurrency keys (enqueue.Keys, read back with Keys(ctx)): every
+//     waiting task carrying the key is held for d, whatever its tenant.
 //   - FirstStart(ctx) tells a task's first start from its reruns, including
 //     those after a throttled retry or a shutdown, which asynq's retry count
 //     does not show.
@@ -32,6 +36,10 @@
 //		}
 //		if resp.StatusCode == http.StatusTooManyRequests {
 //			return worker.Throttled(resp.RetryAfter)
+//		}
+//		if resp.StatusCode == http.StatusServiceUnavailable {
+//			// The API is overloaded for everyone: hold every task of its key.
+//			return worker.ThrottledKey("api:billing", resp.RetryAfter)
 //		}
 //		return nil
 //	}))

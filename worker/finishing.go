@@ -27,11 +27,23 @@ func (f finishing) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
 		id, _ := asynq.GetTaskID(ctx)
 		queue, _ := asynq.GetQueueName(ctx)
 		tenant := t.Headers()[enqueue.TenantHeader]
-		var te *ThrottledError
-		if errors.As(err, &te) && !ends(ctx, err, f.isFailure) {
-			// A downstream service throttled the tenant: its waiting
-			// tasks wait as long as this one.
-			f.disp.Throttled(queue, tenant, id, time.Since(start), max(te.RetryAfter, time.Millisecond))
+		if te, ok := asThrottled(err); ok && !ends(ctx, err, f.isFailure) {
+			hold := max(te.RetryAfter, time.Millisecond)
+			switch {
+			case !te.onKey():
+				// A downstream service throttled the tenant: its waiting
+				// tasks wait as long as this one.
+				f.disp.Throttled(queue, tenant, id, time.Since(start), hold)
+			case carries(t, te.Key):
+				// It throttled one of the task's keys: every task of the
+				// key waits as long, whatever its tenant.
+				f.disp.ThrottledKey(queue, tenant, id, te.Key, time.Since(start), hold)
+			default:
+				// A key the task does not carry (tenantHandler warns):
+				// the task is retried and keeps its place; nothing is
+				// held.
+				f.disp.Finished(queue, tenant, id, time.Since(start), false)
+			}
 			return
 		}
 		f.disp.Finished(queue, tenant, id, time.Since(start), ends(ctx, err, f.isFailure))

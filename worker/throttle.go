@@ -8,11 +8,17 @@ import (
 	"github.com/hibiken/asynq"
 )
 
-// ThrottledError is returned by a handler, usually through Throttled, when a
-// downstream service is throttling the task's tenant. The Worker retries the
-// task no earlier than RetryAfter from now, and does not count the attempt as
-// a failure: the task's retry count and the queue's failed counter stay as
+// ThrottledError is returned by a handler, usually through Throttled or
+// ThrottledKey, when a downstream service is throttling the task's tenant,
+// or one of its concurrency keys (Key). The Worker retries the task no
+// earlier than RetryAfter from now, and does not count the attempt as a
+// failure: the task's retry count and the queue's failed counter stay as
 // they were, so a tenant held back downstream never exhausts its retries.
+//
+// In a dispatched queue (Config.Gate) the Worker also tells the
+// dispatcher, which holds for RetryAfter the tenant's waiting tasks (Key
+// empty) or every waiting task that carries Key, whatever its tenant; other
+// tasks go on.
 //
 // The handler may wrap it (fmt.Errorf("billing: %w", err)); the Worker finds
 // it with errors.As.
@@ -27,10 +33,23 @@ type ThrottledError struct {
 	// negative means at the next check for delayed tasks
 	// (Config.DelayedTaskCheckInterval).
 	RetryAfter time.Duration
+	// Key is the concurrency key that is throttled (ThrottledKey); empty
+	// when it is the tenant (Throttled).
+	Key string
+	// keyed marks ThrottledKey's error, whose Key may be "" (a key no
+	// task carries), from Throttled's.
+	keyed bool
 }
 
-// Error says that the task is throttled and for how long.
+// onKey reports whether e throttles a key rather than the tenant.
+func (e *ThrottledError) onKey() bool { return e.keyed || e.Key != "" }
+
+// Error says that the task is throttled, on which key if any, and for how
+// long.
 func (e *ThrottledError) Error() string {
+	if e.onKey() {
+		return fmt.Sprintf("worker: throttled downstream on key %q, retry after %v", e.Key, e.RetryAfter)
+	}
 	return fmt.Sprintf("worker: throttled downstream, retry after %v", e.RetryAfter)
 }
 
@@ -38,8 +57,33 @@ func (e *ThrottledError) Error() string {
 // after d without counting a failure. Return it from a handler when a
 // downstream service answers "slow down" (HTTP 429, Retry-After: d) for this
 // task's tenant.
+//
+// In a dispatched queue (Config.Gate), the tenant's waiting tasks are held
+// for d too: a 429 for one task is a 429 for its tenant.
 func Throttled(d time.Duration) error {
 	return &ThrottledError{RetryAfter: d}
+}
+
+// ThrottledKey returns a *ThrottledError with Key key: like Throttled, the
+// Worker retries the task after d without counting a failure, and in a
+// dispatched queue (Config.Gate) it holds for d every waiting task that
+// carries key (enqueue.Keys), whatever its tenant, instead of the tenant's
+// tasks. Return it when a downstream service that the key stands for (a
+// shared API, say) answers "slow down" for everyone.
+//
+// key should be one of the task's keys (Keys). For a key the task does not
+// carry, "" among them, the task is still retried after d without counting
+// a failure, nothing is held, and the Worker logs a warning naming the key,
+// once per key.
+func ThrottledKey(key string, d time.Duration) error {
+	return &ThrottledError{RetryAfter: d, Key: key, keyed: true}
+}
+
+// asThrottled finds a *ThrottledError in err.
+func asThrottled(err error) (*ThrottledError, bool) {
+	var te *ThrottledError
+	ok := errors.As(err, &te)
+	return te, ok
 }
 
 // isFailure returns the asynq.Config.IsFailure the Worker runs with: a

@@ -424,7 +424,7 @@ func (w *Worker) handler(h asynq.Handler, rdb redis.UniversalClient, disp *dispa
 	for i := len(w.mw) - 1; i >= 0; i-- {
 		h = w.mw[i](h)
 	}
-	h = tenantHandler{next: h, log: w.log, starts: &starts{rdb: rdb, script: lua.Started()}}
+	h = tenantHandler{next: h, log: w.log, starts: &starts{rdb: rdb, script: lua.Started()}, keys: newKeyWarnings(w.log)}
 	if disp != nil {
 		// Outermost, so that it sees a recovered panic as the error it is.
 		h = finishing{next: h, disp: disp, isFailure: w.cfg.IsFailure}
@@ -442,7 +442,10 @@ func Tenant(ctx context.Context) string {
 	return s
 }
 
+// withTenant puts t's tenant (Tenant) and keys (Keys) into ctx, and
+// returns the tenant.
 func withTenant(ctx context.Context, t *asynq.Task) (context.Context, string) {
+	ctx = withKeys(ctx, t)
 	tenant := t.Headers()[enqueue.TenantHeader]
 	if tenant == "" {
 		return ctx, ""
@@ -450,12 +453,15 @@ func withTenant(ctx context.Context, t *asynq.Task) (context.Context, string) {
 	return context.WithValue(ctx, tenantKey{}, tenant), tenant
 }
 
-// tenantHandler puts the task's tenant into the context and recovers panics.
-// asynq recovers panics too, but its error names neither tenant nor task type.
+// tenantHandler puts the task's tenant and keys into the context and
+// recovers panics. asynq recovers panics too, but its error names neither
+// tenant nor task type. It warns of a ThrottledKey for a key the task does
+// not carry.
 type tenantHandler struct {
 	next   asynq.Handler
 	log    *slog.Logger
 	starts *starts
+	keys   *keyWarnings
 }
 
 func (h tenantHandler) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
@@ -469,7 +475,9 @@ func (h tenantHandler) ProcessTask(ctx context.Context, t *asynq.Task) (err erro
 			err = &PanicError{Tenant: tenant, TaskType: t.Type(), Value: v}
 		}
 	}()
-	return h.next.ProcessTask(ctx, t)
+	err = h.next.ProcessTask(ctx, t)
+	h.keys.check(ctx, t, err)
+	return err
 }
 
 // PanicError is the error a task fails with when its handler (or a
