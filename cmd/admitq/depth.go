@@ -21,6 +21,9 @@ type dispatchStatus struct {
 	Fair        bool             `json:"fair"`        // one of them is fair
 	Concurrency int              `json:"concurrency"` // the fair workers' total
 	Tenants     []dispatchTenant `json:"tenants"`
+	// Keys are the queue's concurrency keys with tasks parked or in
+	// flight, by name, at most dispatch.StatsKeys (status.go).
+	Keys []dispatchKey `json:"keys"`
 	// Unserved: tasks are parked here and no live worker with a gate
 	// serves the queue, so none of them moves until one does.
 	Unserved bool `json:"unserved"`
@@ -56,8 +59,9 @@ type dispatchTenant struct {
 	DrainETA  *float64 `json:"drain_eta_s,omitempty"`
 }
 
-// readDispatch reads every dispatched queue's state.
-func (s *statusReader) readDispatch(ctx context.Context) ([]dispatchStatus, error) {
+// readDispatch reads every dispatched queue's state. keyQuotas are the
+// stored key quotas, whose caps and pauses the keys' rows show.
+func (s *statusReader) readDispatch(ctx context.Context, keyQuotas map[string]admission.Quota) ([]dispatchStatus, error) {
 	g := admission.New(s.rdb, s.quotas, s.opts...)
 	defer g.Close()
 	d := dispatch.New(s.rdb, g, nil)
@@ -89,6 +93,7 @@ func (s *statusReader) readDispatch(ctx context.Context) ([]dispatchStatus, erro
 			parked += t.Waiting
 			ds.Tenants = append(ds.Tenants, dt)
 		}
+		ds.Keys = toDispatchKeys(qs, keyQuotas)
 		ds.Unserved = parked > 0 && qs.Workers == 0
 		out = append(out, ds)
 	}
@@ -178,5 +183,9 @@ func writeDispatch(w io.Writer, r statusReport) {
 			fmt.Fprintln(w)
 		}
 		fmt.Fprintln(w)
+		if len(q.Keys) > 0 {
+			writeDispatchKeys(w, q) // status.go
+			fmt.Fprintln(w)
+		}
 	}
 }

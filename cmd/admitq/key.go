@@ -395,20 +395,26 @@ func toKeyList(all map[string]admission.Quota) keyList {
 }
 
 // writeKeyTable writes keys' quotas as a table, or none when there are
-// none. Long keys are shortened as tenants are (tableTenant).
+// none.
 func writeKeyTable(w io.Writer, keys []keyEntry, none string) error {
 	if len(keys) == 0 {
 		_, err := fmt.Fprintln(w, none)
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tMAX IN FLIGHT\tPAUSED")
+	writeKeyRows(tw, keys)
+	return tw.Flush()
+}
+
+// writeKeyRows writes keys' quotas as tab-separated rows under a header,
+// for a tabwriter. Long keys are shortened as tenants are (tableTenant).
+func writeKeyRows(w io.Writer, keys []keyEntry) {
+	fmt.Fprintln(w, "KEY\tMAX IN FLIGHT\tPAUSED")
 	for _, k := range keys {
 		limit := "-"
 		if k.MaxInFlight > 0 {
 			limit = strconv.Itoa(k.MaxInFlight)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", tableTenant(k.Key), limit, map[bool]string{true: "paused", false: "-"}[k.Paused])
+		fmt.Fprintf(w, "%s\t%s\t%s\n", tableTenant(k.Key), limit, map[bool]string{true: "paused", false: "-"}[k.Paused])
 	}
-	return tw.Flush()
 }

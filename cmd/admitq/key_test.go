@@ -3,12 +3,16 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
+	"text/tabwriter"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch"
 	"github.com/admitq/admitq/internal/redistest"
 )
 
@@ -269,5 +273,114 @@ func TestKeyHelp(t *testing.T) {
 		if strings.Contains(r.stdout, "--weight") || strings.Contains(r.stdout, "--limit") {
 			t.Errorf("%v shows a flag a key's quota does not have:\n%s", c.args, r.stdout)
 		}
+	}
+}
+
+// status lists the stored key quotas after the tenants, text and JSON,
+// the first --limit of them in natural order; with none, no section.
+func TestStatusShowsKeyQuotas(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	base := []string{"--redis", srv.URL()}
+	if text := mustRun(t, append(base, "status")...).stdout; strings.Contains(text, "MAX IN FLIGHT  PAUSED") {
+		t.Errorf("status without key quotas shows a key table:\n%s", text)
+	}
+	if r := statusOf(t, base); r.KeyQuotas == nil || len(r.KeyQuotas) != 0 || r.KeyQuotasTotal != 0 {
+		t.Errorf("status --json without key quotas: key_quotas %v, total %d; want [] and 0", r.KeyQuotas, r.KeyQuotasTotal)
+	}
+	for _, k := range []string{"shard-10", "shard-2", "api:stripe"} {
+		mustRun(t, append(base, "key", "set", k, "--max-in-flight", "20")...)
+	}
+	mustRun(t, append(base, "key", "pause", "shard-2")...)
+	mustRun(t, append(base, "quota", "set", "acme", "--limit", "5", "--window", "1s")...)
+
+	text := mustRun(t, append(base, "status")...).stdout
+	for _, line := range []string{
+		"acme",
+		"KEY         MAX IN FLIGHT  PAUSED",
+		"api:stripe  20             -",
+		"shard-2     20             paused",
+		"shard-10    20             -",
+	} {
+		if !strings.Contains(text, line) {
+			t.Errorf("status lacks %q:\n%s", line, text)
+		}
+	}
+	r := statusOf(t, base)
+	want := []keyEntry{{Key: "api:stripe", MaxInFlight: 20}, {Key: "shard-2", MaxInFlight: 20, Paused: true}, {Key: "shard-10", MaxInFlight: 20}}
+	if diff := cmp.Diff(want, r.KeyQuotas); diff != "" || r.KeyQuotasTotal != 3 {
+		t.Errorf("status --json key_quotas (-want,+got):\n%s\ntotal %d, want 3", diff, r.KeyQuotasTotal)
+	}
+	if r := statusOf(t, base, "--limit", "1"); len(r.KeyQuotas) != 1 || r.KeyQuotasTotal != 3 {
+		t.Errorf("status --limit 1: key quotas %v of %d, want 1 of 3", r.KeyQuotas, r.KeyQuotasTotal)
+	}
+	if text := mustRun(t, append(base, "status", "--limit", "1")...).stdout; !strings.Contains(text, "… and 2 more key quotas (admitq key list shows them all)") {
+		t.Errorf("status --limit 1 does not say more key quotas are stored:\n%s", text)
+	}
+}
+
+// A queue's keys become status's rows with the cap and pause of the key's
+// quota now, and the table says what holds each.
+func TestStatusKeyRows(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	until := now.Add(2500 * time.Millisecond)
+	qs := dispatch.QueueStats{Queue: "default", Now: now, Keys: []dispatch.KeyStats{
+		{Key: "api:stripe", InFlight: 20, Cap: 20, AtCap: true, Waiting: 7},
+		{Key: "api:slow", InFlight: 3, Cap: 3, AtCap: true, Waiting: 1},      // its cap lowered to 1 since
+		{Key: "db:reports", Waiting: 4, Paused: true},                        // resumed since
+		{Key: "mail", InFlight: 1, Waiting: 2, Held: true, HeldUntil: until}, // no quota: the dispatcher's view
+	}}
+	quotas := map[string]admission.Quota{
+		"api:stripe": {Limit: admission.NoLimit, MaxInFlight: 20},
+		"api:slow":   {Limit: admission.NoLimit, MaxInFlight: 1},
+		"db:reports": {Limit: admission.NoLimit},
+	}
+	held := 2.5
+	want := []dispatchKey{
+		{Key: "api:stripe", Parked: 7, InFlight: 20, MaxInFlight: 20, AtCap: true},
+		{Key: "api:slow", Parked: 1, InFlight: 3, MaxInFlight: 1, AtCap: true, OverCap: true},
+		{Key: "db:reports", Parked: 4},
+		{Key: "mail", Parked: 2, InFlight: 1, Held: true, HeldUntil: &until, HeldFor: &held},
+	}
+	got := toDispatchKeys(qs, quotas)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("toDispatchKeys (-want,+got):\n%s", diff)
+	}
+
+	got[2].Paused = true
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	writeDispatch(tw, statusReport{Dispatch: []dispatchStatus{{Queue: "default", Workers: 1, Tenants: []dispatchTenant{{Tenant: "acme", Parked: 14, Weight: 1}}, Keys: got}}})
+	if err := tw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{
+		"KEY         PARKED  IN FLIGHT                          HELD",
+		"api:stripe  7       20/20 (at cap)                     -",
+		"api:slow    1       3/1, over a lowered cap: draining  -",
+		"db:reports  4       0                                  paused",
+		"mail        2       1                                  held 2.5s (until " + until.Local().Format("15:04:05.000") + ")",
+	} {
+		if !strings.Contains(b.String(), line+"\n") {
+			t.Errorf("the dispatch table lacks the line %q:\n%s", line, b.String())
+		}
+	}
+	if !strings.Contains(b.String(), "TENANT  PARKED") || strings.Index(b.String(), "TENANT") > strings.Index(b.String(), "KEY") {
+		t.Errorf("want the tenants, then the keys:\n%s", b.String())
+	}
+
+	// At the bound, the table says so.
+	many := make([]dispatchKey, dispatch.StatsKeys)
+	for i := range many {
+		many[i] = dispatchKey{Key: "k" + strconv.Itoa(i)}
+	}
+	b.Reset()
+	writeDispatchKeys(&b, dispatchStatus{Keys: many})
+	if !strings.Contains(b.String(), "(status shows at most 100 keys a queue)") {
+		t.Errorf("a full key list does not say it is bounded:\n%s", b.String()[len(b.String())-200:])
+	}
+	if keyHoldText(dispatchKey{Paused: true, Held: true}) != "paused, held" {
+		t.Errorf("paused and held: %q", keyHoldText(dispatchKey{Paused: true, Held: true}))
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/cmd/admitq/internal/quotainput"
+	"github.com/admitq/admitq/dispatch"
 )
 
 // defaultStatusLimit is how many tenants status shows unless told.
@@ -189,6 +190,12 @@ type statusReport struct {
 	Queues []queueStatus `json:"queues"`
 	// Dispatch are the queues that workers with a gate serve, or did.
 	Dispatch []dispatchStatus `json:"dispatch"`
+	// KeyQuotas are the stored concurrency keys' quotas, in natural order
+	// of their keys, the first --limit of them; KeyQuotasTotal is how many
+	// there are. Both are read for a listing only: with named tenants,
+	// KeyQuotas is null.
+	KeyQuotas      []keyEntry `json:"key_quotas"`
+	KeyQuotasTotal int        `json:"key_quotas_total"`
 	// Eviction holds each server's maxmemory-policy when one is not
 	// noeviction: such a Redis evicts tenants' logs once full, and every
 	// bound breaks silently.
@@ -251,7 +258,7 @@ func (s *statusReader) readNamed(ctx context.Context, named []string) (statusRep
 	defer gate.Close()
 	rows := s.collect(ctx, sq, gate.UsageBatch(ctx, read), idle, bad)
 	r := statusReport{Time: rows.time, Total: len(named), Tenants: rows.inOrder(named)}
-	return s.finish(ctx, r, rows, len(named))
+	return s.finish(ctx, r, rows, len(named), false)
 }
 
 // readListing reads the tenants the listing finds: matched by --match,
@@ -278,7 +285,7 @@ func (s *statusReader) readListing(ctx context.Context) (statusReport, error) {
 		r.Tenants = rows.inOrder(shown)
 	}
 	r.Time = rows.time
-	return s.finish(ctx, r, rows, len(read)+len(idle)+len(bad))
+	return s.finish(ctx, r, rows, len(read)+len(idle)+len(bad), true)
 }
 
 // split sorts tenants into those to read, those with nothing in Redis
@@ -376,9 +383,10 @@ func (tr tenantRows) inOrder(names []string) []tenantStatus {
 	return out
 }
 
-// finish adds asynq's queues to r, and joins what failed: the rows that
-// could not be read (of counted tenants) and the queues.
-func (s *statusReader) finish(ctx context.Context, r statusReport, tr tenantRows, counted int) (statusReport, error) {
+// finish adds asynq's queues, the dispatched queues and, for a listing,
+// the key quotas to r, and joins what failed: the rows that could not be
+// read (of counted tenants), the queues and the key quotas.
+func (s *statusReader) finish(ctx context.Context, r statusReport, tr tenantRows, counted int, listing bool) (statusReport, error) {
 	var errAll []error
 	if len(tr.errs) > 0 {
 		errAll = append(errAll, fmt.Errorf("%d of %d tenants could not be read; the first: %w", len(tr.errs), counted, tr.errs[0]))
@@ -388,7 +396,16 @@ func (s *statusReader) finish(ctx context.Context, r statusReport, tr tenantRows
 	if err != nil {
 		errAll = append(errAll, err)
 	}
-	r.Dispatch, err = s.readDispatch(ctx) // depth.go
+	var keyQuotas map[string]admission.Quota
+	if listing {
+		// Named tenants are read without scanning a hash: no key quotas.
+		keyQuotas, err = s.quotas.ListKeys(ctx)
+		if err != nil {
+			errAll = append(errAll, fmt.Errorf("key quotas: %w", err))
+		}
+		r.KeyQuotas, r.KeyQuotasTotal = s.shownKeyQuotas(keyQuotas)
+	}
+	r.Dispatch, err = s.readDispatch(ctx, keyQuotas) // depth.go
 	if err != nil {
 		errAll = append(errAll, err)
 	}
@@ -565,6 +582,13 @@ func writeStatus(w io.Writer, r statusReport) error {
 		fmt.Fprintf(tw, "… and %d more tenants (--limit 0 shows them all)\n", more)
 	}
 	fmt.Fprintln(tw)
+	if len(r.KeyQuotas) > 0 {
+		writeKeyRows(tw, r.KeyQuotas)
+		if more := r.KeyQuotasTotal - len(r.KeyQuotas); more > 0 {
+			fmt.Fprintf(tw, "… and %d more key quotas (admitq key list shows them all)\n", more)
+		}
+		fmt.Fprintln(tw)
+	}
 	writeDispatch(tw, r)
 	for _, addr := range slices.Sorted(maps.Keys(r.Eviction)) {
 		fmt.Fprintf(tw, "warning: %s has maxmemory-policy %s: once full it evicts tenants' logs and every bound breaks silently; set it to noeviction\n", addr, r.Eviction[addr])
@@ -578,6 +602,106 @@ func writeStatus(w io.Writer, r statusReport) error {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\n", q.Queue, q.Pending, q.Scheduled, q.Active, q.Retry)
 	}
 	return tw.Flush()
+}
+
+// shownKeyQuotas are the stored key quotas status shows, in natural order
+// of their keys, the first --limit of them (0: all), and how many there
+// are.
+func (s *statusReader) shownKeyQuotas(all map[string]admission.Quota) ([]keyEntry, int) {
+	keys := slices.Collect(maps.Keys(all))
+	sortNatural(keys)
+	if s.list.limit > 0 && len(keys) > s.list.limit {
+		keys = keys[:s.list.limit]
+	}
+	out := make([]keyEntry, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, toKeyEntry(k, all[k]))
+	}
+	return out, len(all)
+}
+
+// dispatchKey is a concurrency key in a dispatched queue, as status shows
+// it: its tasks parked and in flight, against its cap, and what holds them.
+type dispatchKey struct {
+	Key    string `json:"key"`
+	Parked int    `json:"parked"` // tasks carrying the key that wait their turn
+	// InFlight is how many tasks carrying the key the dispatcher let in
+	// that asynq still holds. MaxInFlight is the cap in the key's quota
+	// now (0: none); AtCap and OverCap are as a tenant's.
+	InFlight    int  `json:"in_flight"`
+	MaxInFlight int  `json:"max_in_flight"`
+	AtCap       bool `json:"at_cap"`
+	OverCap     bool `json:"over_cap"`
+	// Paused: the key's quota holds its tasks. Held: a downstream
+	// service's throttle (worker.ThrottledKey) holds them until HeldUntil.
+	Paused    bool       `json:"paused"`
+	Held      bool       `json:"held"`
+	HeldUntil *time.Time `json:"held_until,omitempty"`
+	// HeldFor is how long the throttle still holds them, in seconds, at
+	// the time of the reading.
+	HeldFor *float64 `json:"held_for_s,omitempty"`
+}
+
+// toDispatchKeys turns a queue's key stats into status's rows: the cap and
+// the pause as the key's stored quota has them now, when it is in
+// quotas (a listing reads them all), else as the dispatcher applies them.
+func toDispatchKeys(qs dispatch.QueueStats, quotas map[string]admission.Quota) []dispatchKey {
+	out := make([]dispatchKey, 0, len(qs.Keys))
+	for _, k := range qs.Keys {
+		dk := dispatchKey{Key: k.Key, Parked: k.Waiting, InFlight: k.InFlight, MaxInFlight: k.Cap, Paused: k.Paused, Held: k.Held}
+		if q, ok := quotas[k.Key]; ok {
+			dk.MaxInFlight, dk.Paused = q.MaxInFlight, q.Paused
+		}
+		dk.AtCap = dk.MaxInFlight > 0 && dk.InFlight >= dk.MaxInFlight
+		dk.OverCap = dk.MaxInFlight > 0 && dk.InFlight > dk.MaxInFlight
+		if k.Held && !k.HeldUntil.IsZero() {
+			until := k.HeldUntil
+			dk.HeldUntil = &until
+			if d := until.Sub(qs.Now).Seconds(); d > 0 {
+				dk.HeldFor = &d
+			}
+		}
+		out = append(out, dk)
+	}
+	return out
+}
+
+// keyHoldText says what holds a key's tasks: "paused", "held 2.5s (until
+// 15:04:05.000)", both, or "-".
+func keyHoldText(k dispatchKey) string {
+	var parts []string
+	if k.Paused {
+		parts = append(parts, "paused")
+	}
+	if k.Held {
+		held := "held"
+		if k.HeldFor != nil {
+			held += " " + (time.Duration(*k.HeldFor * float64(time.Second))).Round(100*time.Millisecond).String()
+		}
+		if k.HeldUntil != nil {
+			held += " (until " + k.HeldUntil.Local().Format("15:04:05.000") + ")"
+		}
+		parts = append(parts, held)
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// writeDispatchKeys writes a dispatched queue's concurrency keys: their
+// tasks parked, in flight against the key's cap, and what holds them.
+func writeDispatchKeys(w io.Writer, q dispatchStatus) {
+	if len(q.Keys) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "KEY\tPARKED\tIN FLIGHT\tHELD")
+	for _, k := range q.Keys {
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", tableTenant(k.Key), k.Parked, flightOfCap(k.InFlight, k.MaxInFlight), keyHoldText(k))
+	}
+	if len(q.Keys) >= dispatch.StatsKeys {
+		fmt.Fprintf(w, "(status shows at most %d keys a queue)\n", dispatch.StatsKeys)
+	}
 }
 
 func nextFree(now, next time.Time) string {
