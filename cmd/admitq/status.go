@@ -42,8 +42,13 @@ func (a *app) newStatusCmd() *cobra.Command {
 		Use:   "status [TENANT...] [--limit N] [--sort usage|name] [--match GLOB] [--json] [--watch [--interval D]]",
 		Short: "Show tenants' windows and asynq's queues",
 		Long: `For each tenant: its quota, the entries in its window, the reservations ahead
-of now and the next free slot. Then asynq's queues: tasks pending, scheduled
-and active.
+of now and the next free slot. Then the concurrency keys' quotas (admitq key),
+the first --limit of them, when no TENANT is named. Then each dispatched
+queue (one that workers with a gate serve): its tenants, and its concurrency
+keys with tasks parked or in flight (at most 100), each against the key's
+cap, and whether it is paused or held by a downstream throttle
+(worker.ThrottledKey). Then asynq's queues: tasks pending, scheduled and
+active.
 
 With no TENANT, status lists every tenant that has a quota of its own, and
 every tenant on the default quota that has a window in Redis now: one given
