@@ -351,6 +351,27 @@ func csrfOK(r *http.Request) bool {
 	return equal(r.PostForm.Get(csrfField), c.Value)
 }
 
+// writable checks what every form that writes needs beyond guard's checks
+// (the token, the loopback Host, cross-origin protection): a dashboard
+// that is not read-only, a small URL-encoded form, and its CSRF token. It
+// answers the request and returns false when one fails; the form is parsed
+// when it returns true.
+func (s *Server) writable(w http.ResponseWriter, r *http.Request) bool {
+	if s.cfg.ReadOnly {
+		http.Error(w, "this dashboard is read-only (--read-only)", http.StatusForbidden)
+		return false
+	}
+	if status, err := parseForm(w, r); err != nil {
+		http.Error(w, err.Error(), status)
+		return false
+	}
+	if !csrfOK(r) {
+		http.Error(w, "the form's CSRF token is missing or stale: reload the page and try again", http.StatusForbidden)
+		return false
+	}
+	return true
+}
+
 // parseForm reads a URL-encoded form of at most maxFormBytes. Anything
 // else (multipart above all, which net/http would spool to disk) is
 // refused with the status to answer.

@@ -48,6 +48,10 @@ func TestEveryRouteRefusesToBeFramed(t *testing.T) {
 	for _, c := range []struct{ desc, base, method, path string }{
 		{"the tenants page", open.URL, "GET", "/"},
 		{"the tenants API", open.URL, "GET", "/api/tenants"},
+		{"the keys page", open.URL, "GET", "/keys"},
+		{"a key's page", open.URL, "GET", "/keys/api:stripe"},
+		{"the keys API", open.URL, "GET", "/api/keys"},
+		{"a key's pause button", open.URL, "POST", "/key"},
 		{"asynqmon's page", open.URL, "GET", "/asynq/"},
 		{"asynqmon's API", open.URL, "GET", "/asynq/api/queues"},
 		{"a write to asynqmon's API", open.URL, "DELETE", "/asynq/api/queues/dash/pending_tasks:delete_all"},
@@ -88,6 +92,8 @@ func TestFormsTakeOnlySmallURLEncodedBodies(t *testing.T) {
 	}{
 		{"a multipart sign-in", "/login", mw.FormDataContentType(), mp.Bytes(), http.StatusUnsupportedMediaType},
 		{"a multipart quota form", "/quota", mw.FormDataContentType(), mp.Bytes(), http.StatusUnsupportedMediaType},
+		{"a multipart key form", "/key", mw.FormDataContentType(), mp.Bytes(), http.StatusUnsupportedMediaType},
+		{"a URL-encoded key form of 2 MB", "/key", "application/x-www-form-urlencoded", append([]byte("key="), bytes.Repeat([]byte("x"), 2<<20)...), http.StatusRequestEntityTooLarge},
 		{"a sign-in without a content type", "/login", "", []byte("token=sekrit"), http.StatusUnsupportedMediaType},
 		{"a URL-encoded sign-in of 2 MB", "/login", "application/x-www-form-urlencoded", append([]byte("token="), bytes.Repeat([]byte("x"), 2<<20)...), http.StatusRequestEntityTooLarge},
 	} {

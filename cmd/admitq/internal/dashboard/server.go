@@ -108,20 +108,34 @@ func (s *Server) warnings(ctx context.Context) []string {
 func (s *Server) dispatchState(ctx context.Context) map[string]dispatch.TenantStats {
 	s.dispMu.Lock()
 	defer s.dispMu.Unlock()
+	s.readDispatch(ctx)
+	return s.dispByTenant
+}
+
+// dispatchQueues returns what the dispatcher holds per queue, read at most
+// once a second (with dispatchState).
+func (s *Server) dispatchQueues(ctx context.Context) []dispatch.QueueStats {
+	s.dispMu.Lock()
+	defer s.dispMu.Unlock()
+	s.readDispatch(ctx)
+	return s.dispQueues
+}
+
+// readDispatch reads every dispatched queue's state, unless it did less
+// than a second ago, and sums it by tenant. It keeps the last reading
+// when Redis fails. Call it with dispMu held.
+func (s *Server) readDispatch(ctx context.Context) {
 	if time.Since(s.dispRead) < time.Second {
-		return s.dispByTenant
+		return
+	}
+	all, err := s.queueStats(ctx)
+	if err != nil {
+		return
 	}
 	by := map[string]dispatch.TenantStats{}
-	queues, err := s.disp.Queues(ctx)
-	if err != nil {
-		return s.dispByTenant
-	}
 	s.unserved = s.unserved[:0]
-	for _, q := range queues {
-		qs, err := s.disp.Stats(ctx, q)
-		if err != nil {
-			continue
-		}
+	for _, qs := range all {
+		q := qs.Queue
 		parked := 0
 		for _, t := range qs.Tenants {
 			parked += t.Waiting
@@ -144,8 +158,25 @@ func (s *Server) dispatchState(ctx context.Context) map[string]dispatch.TenantSt
 			by[t.Tenant] = a
 		}
 	}
-	s.dispByTenant, s.dispRead = by, time.Now()
-	return by
+	s.dispByTenant, s.dispQueues, s.dispRead = by, all, time.Now()
+}
+
+// readQueueStats reads the state of every queue the dispatcher has state
+// for, by name. A queue whose state cannot be read is left out.
+func (s *Server) readQueueStats(ctx context.Context) ([]dispatch.QueueStats, error) {
+	queues, err := s.disp.Queues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]dispatch.QueueStats, 0, len(queues))
+	for _, q := range queues {
+		qs, err := s.disp.Stats(ctx, q)
+		if err != nil {
+			continue
+		}
+		out = append(out, qs)
+	}
+	return out, nil
 }
 
 // Config says where the dashboard reads and what it allows.
@@ -201,14 +232,19 @@ type Server struct {
 	dispMu       sync.Mutex
 	dispRead     time.Time
 	dispByTenant map[string]dispatch.TenantStats
-	unserved     []string  // warnings of queues with parked tasks and no worker with a gate
-	policyRead   time.Time // when evicting was read
-	evicting     []string  // warnings of servers whose maxmemory-policy evicts
+	dispQueues   []dispatch.QueueStats // by queue name
+	unserved     []string              // warnings of queues with parked tasks and no worker with a gate
+	policyRead   time.Time             // when evicting was read
+	evicting     []string              // warnings of servers whose maxmemory-policy evicts
 	rates        *rates
 	mon          *asynqmon.HTTPHandler
 	sessions     *sessions
 	logins       *loginLimiter
 	log          *slog.Logger
+
+	// queueStats reads every dispatched queue's state: readQueueStats, but
+	// in tests that hand the dashboard a state of their own.
+	queueStats func(context.Context) ([]dispatch.QueueStats, error)
 
 	listMu      sync.Mutex
 	list        *tenantList
@@ -271,6 +307,7 @@ func New(cfg Config) (*Server, error) {
 	// row costs Redis one script call and no quota lookup.
 	s.gate = admission.New(cfg.Redis, listQuotas{s}, opts...)
 	s.disp = dispatch.New(cfg.Redis, s.gate, nil)
+	s.queueStats = s.readQueueStats
 	static, _ := fs.Sub(assets, "static")
 	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	s.mux.HandleFunc("GET /{$}", s.handleTenants)
@@ -279,6 +316,10 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /default", s.handleDefault)
 	s.mux.HandleFunc("GET /api/tenant", s.handleTenantAPI)
 	s.mux.HandleFunc("POST /quota", s.handleQuota)
+	s.mux.HandleFunc("GET /keys", s.handleKeys)
+	s.mux.HandleFunc("GET /keys/{key}", s.handleKey)
+	s.mux.HandleFunc("GET /api/keys", s.handleKeysAPI)
+	s.mux.HandleFunc("POST /key", s.handleKeyWrite)
 	s.mux.HandleFunc("GET /login", s.handleLoginForm)
 	s.mux.HandleFunc("POST /login", s.handleLogin)
 	s.mux.HandleFunc("POST /logout", s.handleLogout)

@@ -27,6 +27,12 @@ import (
 // differs from the cookie.
 func post(t *testing.T, base string, form url.Values, csrf string, header http.Header) *http.Response {
 	t.Helper()
+	return postTo(t, base, "/quota", form, csrf, header)
+}
+
+// postTo is post to another form's path.
+func postTo(t *testing.T, base, path string, form url.Values, csrf string, header http.Header) *http.Response {
+	t.Helper()
 	if csrf != "" {
 		form.Set(csrfField, csrf)
 	}
@@ -35,7 +41,7 @@ func post(t *testing.T, base string, form url.Values, csrf string, header http.H
 		header = header.Clone()
 		header.Del("X-Field")
 	}
-	req, _ := http.NewRequest(http.MethodPost, base+"/quota", strings.NewReader(form.Encode()))
+	req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	if csrf != "" {
 		req.AddCookie(&http.Cookie{Name: csrfCookie, Value: csrf})
@@ -116,7 +122,7 @@ func TestReadsNeedTheTokenWhenThereIsOne(t *testing.T) {
 	st := newStack(t)
 	_, hs := st.dashboard(t, Config{Token: "sekrit"})
 	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	for path, want := range map[string]int{"/": http.StatusSeeOther, "/api/tenants": http.StatusUnauthorized, "/asynq/api/queues": http.StatusUnauthorized, "/login": http.StatusOK, "/static/app.js": http.StatusOK} {
+	for path, want := range map[string]int{"/": http.StatusSeeOther, "/api/tenants": http.StatusUnauthorized, "/keys": http.StatusSeeOther, "/keys/api:stripe": http.StatusSeeOther, "/api/keys": http.StatusUnauthorized, "/asynq/api/queues": http.StatusUnauthorized, "/login": http.StatusOK, "/static/app.js": http.StatusOK} {
 		resp, err := c.Get(hs.URL + path)
 		if err != nil {
 			t.Fatal(err)

@@ -213,16 +213,7 @@ func (s *Server) timeline(ctx context.Context, tenant string, u admission.Usage,
 
 // handleQuota sets or deletes a tenant's quota or the default, from a form.
 func (s *Server) handleQuota(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.ReadOnly {
-		http.Error(w, "this dashboard is read-only (--read-only)", http.StatusForbidden)
-		return
-	}
-	if status, err := parseForm(w, r); err != nil {
-		http.Error(w, err.Error(), status)
-		return
-	}
-	if !csrfOK(r) {
-		http.Error(w, "the form's CSRF token is missing or stale: reload the page and try again", http.StatusForbidden)
+	if !s.writable(w, r) {
 		return
 	}
 	isDefault := r.PostFormValue("default") == "1"

@@ -137,6 +137,12 @@ func (s *Server) forgetList() {
 	s.list = nil
 	s.listGen++
 	s.listMu.Unlock()
+	s.forgetDispatch()
+}
+
+// forgetDispatch makes the next page read the dispatcher again: after a
+// write here that changes what it holds (a pause).
+func (s *Server) forgetDispatch() {
 	s.dispMu.Lock()
 	s.dispRead = time.Time{}
 	s.dispMu.Unlock()
