@@ -1,5 +1,6 @@
 // Package dashboard is the web app of admitq dashboard: a live page of every
-// tenant's window and rates, quota editing, and asynqmon under /asynq/.
+// tenant's window and rates, quota editing, pause and resume of tenants and
+// concurrency keys, and asynqmon under /asynq/.
 //
 //	srv, err := dashboard.New(dashboard.Config{
 //		Redis:   rdb,
@@ -34,6 +35,18 @@
 // 30 seconds) and those the metrics counted within the charts' history.
 // Rates are each source's increase divided by the time since its last
 // successful read.
+//
+// # Concurrency keys
+//
+// The keys page (/keys) shows, per dispatched queue, the keys the
+// dispatcher lists there (dispatch.QueueStats.Keys, at most
+// dispatch.StatsKeys a queue, read with the tenants' dispatch state at most
+// once a second): tasks in flight against the key's cap, tasks waiting,
+// and whether the key's quota pauses them or a downstream throttle holds
+// them. Below are the key quotas (RedisQuotas.ListKeys). A key's page
+// (/keys/KEY) has Pause and Resume, which set the Paused of its quota and
+// keep its cap, as admitq key pause and resume do, under the same checks
+// as every other write.
 //
 // # Access
 //
