@@ -92,3 +92,42 @@ func ExampleClient_EnqueueBatch() {
 	// report-3 deferred at 09:00:02
 	// report-4: enqueue: tenant "acme" rejected, over quota: retry after 1s (at 2100-01-01T09:00:01Z)
 }
+
+func ExampleKeys() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	mr.SetTime(time.Date(2100, 1, 1, 9, 0, 0, 0, time.UTC))
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	// Each tenant may have 2 tasks in flight; the Stripe API takes 20 at
+	// once across all tenants. The caps hold in a queue that a worker with
+	// the gate serves (worker.Config.Gate); this example runs none.
+	q := admission.Quota{Limit: admission.NoLimit, MaxInFlight: 2}
+	quotas := admission.StaticQuotas{Default: &q, Keys: map[string]admission.Quota{
+		"api:stripe": {Limit: admission.NoLimit, MaxInFlight: 20},
+	}}
+	gate := admission.New(rdb, quotas)
+	defer gate.Close()
+	client := enqueue.NewFromRedis(rdb, gate)
+
+	ctx := context.Background()
+	task := asynq.NewTask("invoice:charge", []byte(`{"invoice":42}`))
+	info, d, err := client.Enqueue(ctx, "acme", task, enqueue.Keys("api:stripe"), enqueue.Priority(10))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("%s, keys %q\n", d.Outcome, info.Headers[enqueue.KeysHeader])
+
+	_, _, err = client.Enqueue(ctx, "acme", task, enqueue.Priority(5000))
+	fmt.Println(errors.Is(err, enqueue.ErrInvalidOption), err)
+	_, _, err = client.Enqueue(ctx, "acme", task, enqueue.Keys("api:stripe", ""))
+	fmt.Println(errors.Is(err, admission.ErrInvalidKey), err)
+	// Output:
+	// admitted, keys "api:stripe"
+	// true enqueue: invalid option Priority(5000): a priority is -1000 to 1000
+	// true enqueue: invalid option Keys("api:stripe", ""): admitq: invalid key: empty
+}

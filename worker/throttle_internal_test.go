@@ -24,6 +24,8 @@ func TestIsFailure(t *testing.T) {
 		{"wrapped throttled is not a failure", nil, fmt.Errorf("billing: %w", Throttled(time.Second)), false},
 		{"throttled is not a failure even if the user's IsFailure says so", always, Throttled(time.Second), false},
 		{"joined throttled is not a failure", nil, errors.Join(plain, Throttled(time.Second)), false},
+		{"a throttled key is not a failure", always, fmt.Errorf("stripe: %w", ThrottledKey("api:stripe", time.Second)), false},
+		{"a throttled key the task may not carry is not a failure", always, ThrottledKey("", time.Second), false},
 		{"plain error is a failure by default", nil, plain, true},
 		{"plain error is decided by the user's IsFailure", never, plain, false},
 		{"nil is not a failure by default", nil, nil, false},
@@ -51,6 +53,7 @@ func TestRetryDelay(t *testing.T) {
 		{"wrapped throttled waits RetryAfter too", fixed, fmt.Errorf("x: %w", Throttled(2*time.Second)), 2700 * time.Millisecond},
 		{"throttled without delay waits for the next second", nil, Throttled(0), 700 * time.Millisecond},
 		{"negative RetryAfter counts as zero", nil, Throttled(-time.Minute), 700 * time.Millisecond},
+		{"a throttled key waits RetryAfter too", fixed, ThrottledKey("api:stripe", 2*time.Second), 2700 * time.Millisecond},
 		{"plain error is decided by the user's RetryDelayFunc", fixed, errors.New("x"), 42 * time.Second},
 	}
 	for _, tc := range tests {
