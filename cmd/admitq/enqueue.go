@@ -17,10 +17,12 @@ import (
 
 func (a *app) newEnqueueCmd() *cobra.Command {
 	var tenant, typ, payload, queue, id string
+	var keys []string
+	var priority int
 	cmd := &cobra.Command{
-		Use:   "enqueue --tenant T --type X [--payload JSON|@file] [--queue Q] [--id ID]",
+		Use:   "enqueue --tenant T --type X [--payload JSON|@file] [--queue Q] [--id ID] [--key K]... [--priority P]",
 		Short: "Send one task through the gate",
-		Long: `Sends one task through the gate and prints the decision, one of four:
+		Long: fmt.Sprintf(`Sends one task through the gate and prints the decision, one of four:
 admitted (runs now), deferred until its slot, parked in a dispatched queue
 (with what it waits on: the tenant at its --max-in-flight cap, held by its
 rate, or its turn in a fair queue), or rejected with when to retry (over its
@@ -29,9 +31,16 @@ rate, or its parked backlog full).
 The queue name may not hold spaces or control characters: no worker could
 be told to read it.
 
-Exit status: 0 admitted, deferred or parked, 3 rejected, 1 error, 2 bad usage.`,
+--key puts the task under a concurrency key's quota as well as its tenant's
+(admitq key set); give it once for each key, up to %d. --priority orders
+the task among its tenant's waiting tasks, higher first (%d to %d, 0 by
+default); it never moves the tenant ahead of another. Keys and priority hold
+tasks only in a dispatched queue, one that a worker with a gate serves.
+
+Exit status: 0 admitted, deferred or parked, 3 rejected, 1 error, 2 bad usage.`, enqueue.MaxKeys, enqueue.MinPriority, enqueue.MaxPriority),
 		Example: `  admitq enqueue --tenant acme --type email:send --payload '{"to":"a@example.com"}'
-  admitq enqueue --tenant acme --type report --payload @report.json --queue low`,
+  admitq enqueue --tenant acme --type report --payload @report.json --queue low
+  admitq enqueue --tenant acme --type charge --key api:stripe --priority 10`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, f := range []string{"tenant", "type"} {
@@ -54,6 +63,15 @@ Exit status: 0 admitted, deferred or parked, 3 rejected, 1 error, 2 bad usage.`,
 			if cmd.Flags().Changed("id") && strings.TrimSpace(id) == "" {
 				return usageErrorf("--id is empty")
 			}
+			if err := validateKeys("--key", keys...); err != nil {
+				return err
+			}
+			if n := len(distinct(keys)); n > enqueue.MaxKeys {
+				return usageErrorf("--key: %d distinct keys, a task may carry at most %d", n, enqueue.MaxKeys)
+			}
+			if priority < enqueue.MinPriority || priority > enqueue.MaxPriority {
+				return usageErrorf("--priority %d: want %d to %d", priority, enqueue.MinPriority, enqueue.MaxPriority)
+			}
 			body, err := readPayload(payload)
 			if err != nil {
 				return err
@@ -61,6 +79,12 @@ Exit status: 0 admitted, deferred or parked, 3 rejected, 1 error, 2 bad usage.`,
 			opts := []asynq.Option{asynq.Queue(queue)}
 			if id != "" {
 				opts = append(opts, asynq.TaskID(id))
+			}
+			if len(keys) > 0 {
+				opts = append(opts, enqueue.Keys(keys...))
+			}
+			if cmd.Flags().Changed("priority") {
+				opts = append(opts, enqueue.Priority(priority))
 			}
 
 			rdb, _, err := a.dial(cmd.Context())
@@ -83,6 +107,8 @@ Exit status: 0 admitted, deferred or parked, 3 rejected, 1 error, 2 bad usage.`,
 				fmt.Fprintf(a.stdout, "rejected, retry after %v (at %s)\n",
 					roundDelay(rej.RetryAfter()), rej.Decision.At.Local().Format(time.RFC3339))
 				return &exitError{code: exitRejected}
+			case errors.Is(err, enqueue.ErrInvalidOption):
+				return usageError(err)
 			case err != nil:
 				return inputError(err)
 			case d.Outcome == admission.Parked:
@@ -103,7 +129,18 @@ Exit status: 0 admitted, deferred or parked, 3 rejected, 1 error, 2 bad usage.`,
 	fs.StringVar(&payload, "payload", "", "task payload: JSON, or @file to read it from a file")
 	fs.StringVar(&queue, "queue", "default", "asynq queue")
 	fs.StringVar(&id, "id", "", "task ID; under a log-mode quota, sending the same ID again takes no second slot (default: a new UUID)")
+	fs.StringArrayVar(&keys, "key", nil, "concurrency `key` the task counts against besides its tenant, e.g. api:stripe; repeat for more")
+	fs.IntVar(&priority, "priority", 0, fmt.Sprintf("order among the tenant's waiting tasks, higher first (%d to %d)", enqueue.MinPriority, enqueue.MaxPriority))
 	return cmd
+}
+
+// distinct is ss without repeats.
+func distinct(ss []string) map[string]bool {
+	m := make(map[string]bool, len(ss))
+	for _, s := range ss {
+		m[s] = true
+	}
+	return m
 }
 
 // fullRetry is when to try again after a rejection for a full parked

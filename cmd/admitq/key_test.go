@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,9 +11,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/hibiken/asynq"
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/dispatch"
+	"github.com/admitq/admitq/enqueue"
 	"github.com/admitq/admitq/internal/redistest"
 )
 
@@ -382,5 +385,57 @@ func TestStatusKeyRows(t *testing.T) {
 	}
 	if keyHoldText(dispatchKey{Paused: true, Held: true}) != "paused, held" {
 		t.Errorf("paused and held: %q", keyHoldText(dispatchKey{Paused: true, Held: true}))
+	}
+}
+
+// enqueue --key and --priority: the task carries its keys; bad ones are
+// a usage error in one line, and nothing is written.
+func TestEnqueueKeysAndPriority(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	url := srv.URL()
+	base := []string{"--redis", url, "enqueue", "--tenant", "acme", "--type", "x"}
+	many := []string{}
+	for i := range enqueue.MaxKeys + 1 {
+		many = append(many, "--key", "k"+strconv.Itoa(i))
+	}
+	for _, c := range []struct {
+		desc string
+		args []string
+		want string
+	}{
+		{"an empty key", []string{"--key", ""}, "--key: admitq: invalid key: empty"},
+		{"a key with a control character", []string{"--key", "api\x01stripe"}, "holds control character U+0001"},
+		{"a key over 256 bytes", []string{"--key", strings.Repeat("k", admission.MaxKeyLen+1)}, "257 bytes, the limit is 256"},
+		{"too many keys", many, "--key: 9 distinct keys, a task may carry at most 8"},
+		{"a priority too high", []string{"--priority", "1001"}, "--priority 1001: want -1000 to 1000"},
+		{"a priority too low", []string{"--priority", "-1001"}, "--priority -1001: want -1000 to 1000"},
+		{"a priority not a number", []string{"--priority", "high"}, `invalid argument "high" for "--priority"`},
+	} {
+		r := admitq(t, append(slices.Clone(base), c.args...)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%s: %v\nwant exit %d and stderr holding %q", c.desc, r, exitUsage, c.want)
+		}
+		oneLine(t, c.desc, r.stderr)
+		if n, err := rdb.DBSize(t.Context()).Result(); err != nil || n != 0 {
+			t.Fatalf("%s: DBSIZE = %d, %v; want nothing written", c.desc, n, err)
+		}
+	}
+
+	// In a queue no worker with a gate serves, keys and priority hold
+	// nothing: the task goes in, carrying its keys (each once).
+	mustRun(t, "--redis", url, "quota", "set", "acme", "--limit", "none")
+	mustRun(t, "--redis", url, "key", "set", "api:stripe", "--max-in-flight", "1")
+	r := mustRun(t, append(slices.Clone(base), "--id", "t1", "--key", "api:stripe", "--key", "db", "--key", "api:stripe", "--priority", "5")...)
+	if r.stdout != "admitted: task t1 in queue default\n" {
+		t.Errorf("enqueue --key --priority: %v", r)
+	}
+	info, err := asynq.NewInspectorFromRedisClient(rdb).GetTaskInfo("default", "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.Headers[enqueue.KeysHeader]; !strings.Contains(got, "api:stripe") || !strings.Contains(got, "db") || strings.Count(got, "api:stripe") != 1 {
+		t.Errorf("the task's %s header is %q, want api:stripe and db, each once", enqueue.KeysHeader, got)
 	}
 }
