@@ -20,6 +20,8 @@ func (a *app) newBenchCmd() *cobra.Command {
 		limit           int
 		asJSON, check   bool
 		runs            int
+		flow            bench.FlowConfig
+		scale           float64
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--concurrency 64] [--tenants 1000] [--limit 100] [--duration 5s] [--json]",
@@ -68,6 +70,18 @@ ratio: Redis CPU and commands per task and the drain rate of a backlog
 backlog in task times, how much of its cap a capped tenant uses, and a lone
 tenant's drain time. --runs repeats it and prints each ratio's spread.
 
+--only flow runs concurrency keys and pause on a fair pool of --concurrency
+workers (64), each part against the same work without them: --tenants
+tenants (1,000) with tasks of 10 ms carrying a key capped at --key-cap (20)
+beside tasks carrying none (the most of the key's tasks running at once,
+the pool's busy share, the keyless tasks' throughput); Redis CPU and
+commands per task with one and with three keys on every task; and a paused
+tenant's 10,000 waiting tasks resumed (the time to drain them, and how far
+they started from enqueue order). It exits 1 when an invariant broke (the
+key above its cap, a task lost or run twice, a paused tenant's task
+running, a tenant capped at 1 out of order). --scale multiplies its task
+counts; --runs repeats it.
+
 Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`,
 		Example: `  admitq bench
   admitq bench --redis redis://127.0.0.1:6379 --duration 10s --json > bench.json
@@ -110,6 +124,27 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 			if cfg.Warmup == 0 {
 				cfg.Warmup = -1 // bench.Config: negative is none, 0 the default
 			}
+			if !slices.Contains(cfg.Only, bench.Flow) {
+				for _, f := range []string{"scale", "key-cap"} {
+					if cmd.Flags().Changed(f) {
+						return usageErrorf("--%s: only --only %s takes it", f, bench.Flow)
+					}
+				}
+			}
+			if slices.Contains(cfg.Only, bench.Flow) {
+				switch {
+				case len(cfg.Only) > 1:
+					return usageErrorf("--only %s: the flow-control scenario runs alone", strings.Join(cfg.Only, ","))
+				case a.redisCluster != "":
+					return usageErrorf("--only %s: the flow-control scenario runs on one Redis server; give --redis, not --redis-cluster", bench.Flow)
+				case !(scale > 0) || scale > 100:
+					return usageErrorf("--scale %v: want above 0, at most 100", scale)
+				case flow.KeyCap < 1:
+					return usageErrorf("--key-cap %d: want at least 1", flow.KeyCap)
+				}
+				flow.Runs = runs
+				return a.benchFlow(cmd, cfg, flow, scale, asJSON)
+			}
 			if slices.Contains(cfg.Only, bench.Dispatch) {
 				if len(cfg.Only) > 1 {
 					return usageErrorf("--only %s: the dispatcher scenario runs alone", strings.Join(cfg.Only, ","))
@@ -120,7 +155,7 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 				return a.benchDispatch(cmd, cfg, runs, asJSON)
 			}
 			if cmd.Flags().Changed("runs") {
-				return usageErrorf("--runs: only --only %s takes it (the other modes spread noise with --rounds)", bench.Dispatch)
+				return usageErrorf("--runs: only --only %s takes it, and --only %s (the other modes spread noise with --rounds)", bench.Dispatch, bench.Flow)
 			}
 			if slices.Contains(cfg.Only, bench.Neighbour) {
 				if len(cfg.Only) > 1 {
@@ -210,8 +245,10 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 	f.IntVar(&cfg.Rounds, "rounds", 3, "slices each contender's --duration is run in, round-robin with the others, to spread out noise")
 	f.DurationVar(&cfg.Warmup, "warmup", 500*time.Millisecond, "unmeasured time before each slice")
 	f.IntVar(&cfg.FloodFactor, "flood", 20, "the flood row's offered load, as a multiple of the quota")
-	f.StringSliceVar(&cfg.Only, "only", nil, "run only these contenders: "+strings.Join(bench.Contenders(), ",")+"; or "+bench.Neighbour+", the noisy-neighbour scenario with real workers; or "+bench.Dispatch+", fair dispatch against bare asynq with real workers")
-	f.IntVar(&runs, "runs", 1, "with --only "+bench.Dispatch+": run the scenario this many times and print each ratio's spread")
+	f.StringSliceVar(&cfg.Only, "only", nil, "run only these contenders: "+strings.Join(bench.Contenders(), ",")+"; or "+bench.Neighbour+", the noisy-neighbour scenario with real workers; or "+bench.Dispatch+", fair dispatch against bare asynq with real workers; or "+bench.Flow+", concurrency keys and pause with real workers")
+	f.IntVar(&runs, "runs", 1, "with --only "+bench.Dispatch+" or "+bench.Flow+": run the scenario this many times and print each ratio's spread")
+	f.Float64Var(&scale, "scale", 1, "with --only "+bench.Flow+": multiply the scenario's task counts (and tenants, unless --tenants is given)")
+	f.IntVar(&flow.KeyCap, "key-cap", 20, "with --only "+bench.Flow+": the shared concurrency key's MaxInFlight")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.BoolVar(&check, "check", false, "exit 1 when a target is not met")
 	// Shadows the global flag, so that it may come without a value.

@@ -112,18 +112,7 @@ type DispatchMeasure struct {
 }
 
 // Ratios returns Fair ÷ Bare for each run, or nil without Bare.
-func (m DispatchMeasure) Ratios() []float64 {
-	if len(m.Bare) == 0 {
-		return nil
-	}
-	out := make([]float64, len(m.Fair))
-	for i, f := range m.Fair {
-		if i < len(m.Bare) && m.Bare[i] > 0 {
-			out[i] = f / m.Bare[i]
-		}
-	}
-	return out
-}
+func (m DispatchMeasure) Ratios() []float64 { return ratios(m.Fair, m.Bare) }
 
 // DispatchReport is the scenario's result.
 type DispatchReport struct {
@@ -328,7 +317,14 @@ type drained struct {
 // drain enqueues n tasks of one tenant while the pool's handlers are held,
 // then lets the pool drain them.
 func (s *dispatchRun) drain(ctx context.Context, fair bool, workers int, task time.Duration, n int) (drained, error) {
-	p, err := s.start(ctx, poolSpec{fair: fair, workers: workers, task: task, hold: true})
+	return s.drainPool(ctx, poolSpec{fair: fair, workers: workers, task: task}, n)
+}
+
+// drainPool is drain on the pool spec describes, whose handlers it holds.
+func (s *dispatchRun) drainPool(ctx context.Context, spec poolSpec, n int) (drained, error) {
+	spec.hold = true
+	workers, task := spec.workers, spec.task
+	p, err := s.start(ctx, spec)
 	if err != nil {
 		return drained{}, err
 	}
@@ -511,6 +507,13 @@ type poolSpec struct {
 	task        time.Duration // how long each handler runs
 	hold        bool          // handlers wait for release
 	maxInFlight int           // the capped tenant's cap; 0 is none
+	// keys are the quotas of concurrency keys (admission.StaticQuotas.Keys).
+	keys map[string]admission.Quota
+	// tenants, when set, are written to a RedisQuotas that the gate reads,
+	// beside the default, so that a quota may change while the pool runs.
+	tenants map[string]admission.Quota
+	// taskOpts go with every task the pool's enqueue sends.
+	taskOpts []asynq.Option
 }
 
 // server is an asynq.Server or a worker.Worker.
@@ -529,6 +532,7 @@ type pool struct {
 	gate   *admission.Gate
 	client *enqueue.Client // fair
 	bare   *asynq.Client   // bare
+	opts   []asynq.Option  // poolSpec.taskOpts
 
 	hold     chan struct{}
 	once     sync.Once
@@ -538,6 +542,9 @@ type pool struct {
 	ended    map[string]int // by tenant: tasks run
 	released time.Time
 	held     int // handlers waiting at the release
+	// By concurrency key, of tasks whose payload names their keys
+	// (labelled): handlers in the task now, and the most there were.
+	keyRunning, keyPeak map[string]int
 }
 
 // start starts a pool on a client of its own, on a Redis cleared of what
@@ -548,7 +555,8 @@ func (s *dispatchRun) start(ctx context.Context, spec poolSpec) (*pool, error) {
 		return nil, err
 	}
 	rdb := redis.NewClient(withPool(s.opts, 2*spec.workers+s.cfg.Producers+8))
-	p := &pool{fair: spec.fair, task: spec.task, rdb: rdb, hold: make(chan struct{}), running: map[string]int{}, ended: map[string]int{}}
+	p := &pool{fair: spec.fair, task: spec.task, rdb: rdb, opts: spec.taskOpts, hold: make(chan struct{}),
+		running: map[string]int{}, ended: map[string]int{}, keyRunning: map[string]int{}, keyPeak: map[string]int{}}
 	if !spec.hold {
 		p.release()
 	}
@@ -568,8 +576,27 @@ func (s *dispatchRun) start(ctx context.Context, spec poolSpec) (*pool, error) {
 	def := admission.Quota{Limit: 100_000, Window: time.Second, MaxParked: admission.MaxParkedCap}
 	capped := def
 	capped.MaxInFlight = spec.maxInFlight
-	p.gate = admission.New(rdb, admission.StaticQuotas{Default: &def, Tenants: map[string]admission.Quota{cappedTenant: capped}},
-		admission.WithPrefix(Prefix), admission.WithTimeout(2*time.Second))
+	var quotas admission.Quotas = admission.StaticQuotas{Default: &def, Tenants: map[string]admission.Quota{cappedTenant: capped}, Keys: spec.keys}
+	if spec.tenants != nil {
+		rq := admission.NewRedisQuotas(rdb, admission.WithPrefix(Prefix))
+		err := rq.SetDefault(ctx, def)
+		for t, q := range spec.tenants {
+			if err == nil {
+				err = rq.Set(ctx, t, q)
+			}
+		}
+		for k, q := range spec.keys {
+			if err == nil {
+				err = rq.SetKey(ctx, k, q)
+			}
+		}
+		if err != nil {
+			rdb.Close()
+			return nil, fmt.Errorf("writing the pool's quotas: %w", err)
+		}
+		quotas = rq
+	}
+	p.gate = admission.New(rdb, quotas, admission.WithPrefix(Prefix), admission.WithTimeout(2*time.Second))
 	p.client = enqueue.NewFromRedis(rdb, p.gate)
 	w := aqworker.NewFromRedis(rdb, aqworker.Config{
 		Concurrency: spec.workers, Queues: map[string]int{queue: 1},
@@ -591,28 +618,40 @@ func (s *dispatchRun) start(ctx context.Context, spec poolSpec) (*pool, error) {
 }
 
 // ProcessTask runs a task: it waits for the release, sleeps the task time
-// and records the run.
+// and records the run. A held handler counts as running, for its tenant
+// and its keys: asynq holds the task as active.
 func (p *pool) ProcessTask(ctx context.Context, t *asynq.Task) error {
-	tenant := t.Headers()[enqueue.TenantHeader]
+	r := readPayload(t.Payload())
+	r.Tenant = t.Headers()[enqueue.TenantHeader]
 	p.mu.Lock()
-	p.running[tenant]++
+	p.running[r.Tenant]++
+	for _, k := range r.keys {
+		p.keyRunning[k]++
+		p.keyPeak[k] = max(p.keyPeak[k], p.keyRunning[k])
+	}
 	p.mu.Unlock()
+	leave := func() {
+		p.running[r.Tenant]--
+		for _, k := range r.keys {
+			p.keyRunning[k]--
+		}
+	}
 	select {
 	case <-p.hold:
 	case <-ctx.Done():
+		p.mu.Lock()
+		leave()
+		p.mu.Unlock()
 		return ctx.Err()
 	}
-	start := time.Now()
+	r.Start = time.Now()
 	if p.task > 0 {
 		time.Sleep(p.task)
 	}
-	r := run{Run: worktime.Run{Tenant: tenant, Start: start, End: time.Now()}}
-	if b := t.Payload(); len(b) == 8 {
-		r.queued = time.Unix(0, int64(binary.BigEndian.Uint64(b)))
-	}
+	r.End = time.Now()
 	p.mu.Lock()
-	p.running[tenant]--
-	p.ended[tenant]++
+	leave()
+	p.ended[r.Tenant]++
 	p.runs = append(p.runs, r)
 	p.mu.Unlock()
 	return nil
@@ -644,7 +683,7 @@ func (p *pool) close() {
 // send enqueues one task for tenant, as the pool's producers do.
 func (p *pool) send(ctx context.Context, tenant string, t *asynq.Task) error {
 	if p.fair {
-		_, _, err := p.client.Enqueue(ctx, tenant, t, asynq.Queue(queue))
+		_, _, err := p.client.Enqueue(ctx, tenant, t, append([]asynq.Option{asynq.Queue(queue)}, p.opts...)...)
 		return err
 	}
 	_, err := p.bare.EnqueueContext(ctx, asynq.NewTaskWithHeaders(t.Type(), t.Payload(), map[string]string{enqueue.TenantHeader: tenant}), asynq.Queue(queue))
@@ -682,13 +721,19 @@ func (p *pool) enqueue(ctx context.Context, tenant string, n, goroutines int, un
 
 // fill sends a fair pool's tenant a backlog of n tasks, in batches.
 func (p *pool) fill(ctx context.Context, tenant string, n int) error {
+	ts := make([]*asynq.Task, n)
+	for i := range ts {
+		ts[i] = asynq.NewTask("backlog", stamp())
+	}
+	return p.fillTasks(ctx, tenant, ts)
+}
+
+// fillTasks sends a fair pool's tenant the given tasks in order, in
+// batches.
+func (p *pool) fillTasks(ctx context.Context, tenant string, ts []*asynq.Task) error {
 	const batch = 250
-	for from := 0; from < n; from += batch {
-		ts := make([]*asynq.Task, min(batch, n-from))
-		for i := range ts {
-			ts[i] = asynq.NewTask("backlog", stamp())
-		}
-		rs, err := p.client.EnqueueBatch(ctx, tenant, ts, asynq.Queue(queue))
+	for from := 0; from < len(ts); from += batch {
+		rs, err := p.client.EnqueueBatch(ctx, tenant, ts[from:min(from+batch, len(ts))], asynq.Queue(queue))
 		if err != nil {
 			return fmt.Errorf("enqueueing %s's backlog: %w", tenant, err)
 		}
@@ -727,6 +772,35 @@ func (p *pool) wait(ctx context.Context, within int, done func(ended map[string]
 // stamp is a task's payload: its enqueue time.
 func stamp() []byte { return binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixNano())) }
 
+// labelled is the payload of a task that says more than its enqueue time
+// (stamp): its number, unique in its pool; its class, which a scenario
+// reads its figures by; and the concurrency keys it carries, which the
+// handler counts running tasks by. class must not hold "|".
+func labelled(seq int, class string, keys ...string) []byte {
+	b := binary.BigEndian.AppendUint64(stamp(), uint64(seq))
+	return append(b, class+"|"+strings.Join(keys, ",")...)
+}
+
+// readPayload reads a stamp or labelled payload into a run; a task with
+// neither has a zero queued time and seq -1.
+func readPayload(b []byte) run {
+	r := run{seq: -1}
+	if len(b) < 8 {
+		return r
+	}
+	r.queued = time.Unix(0, int64(binary.BigEndian.Uint64(b)))
+	if len(b) < 16 {
+		return r
+	}
+	r.seq = int(binary.BigEndian.Uint64(b[8:]))
+	class, keys, _ := strings.Cut(string(b[16:]), "|")
+	r.class = class
+	if keys != "" {
+		r.keys = strings.Split(keys, ",")
+	}
+	return r
+}
+
 func sleepUntil(ctx context.Context, t time.Time) error {
 	timer := time.NewTimer(time.Until(t))
 	defer timer.Stop()
@@ -751,25 +825,63 @@ func (r DispatchReport) WriteText(w io.Writer) error {
 		c.Workers, c.Light, c.Every, c.LightFor, c.Light*int(c.LightFor/(200*time.Millisecond*time.Duration(c.Every))))
 	fmt.Fprintf(w, "capped: mean running ÷ cap, sampled while it has tasks waiting, 20 ms tasks, fair pool of %d. lone tenant: the drain above with %d workers\n\n",
 		c.Workers, c.Workers)
+	rows := make([]measureRow, len(r.Measures))
+	for i, m := range r.Measures {
+		rows[i] = measureRow{name: m.Name, unit: m.Unit, target: m.Target, value: m.Fair, against: m.Bare}
+	}
+	return writeMeasures(w, [3]string{"FAIR", "BARE", "FAIR÷BARE"}, rows)
+}
+
+// measureRow is one figure of a scenario: its value in each run and, where
+// it has one, what it is compared with in each run.
+type measureRow struct {
+	name, unit, target string
+	value, against     []float64
+}
+
+// ratios returns value ÷ against run by run, 0 where against is not above
+// 0; nil without against.
+func ratios(value, against []float64) []float64 {
+	if len(against) == 0 {
+		return nil
+	}
+	out := make([]float64, len(value))
+	for i, v := range value {
+		if i < len(against) && against[i] > 0 {
+			out[i] = v / against[i]
+		}
+	}
+	return out
+}
+
+// writeMeasures writes rows as a table whose value, compared-value and
+// ratio columns have the given heads: each figure's median over the runs
+// and, with several runs, the spread of its ratio (or of its value, where
+// it is compared with nothing, or with 0).
+func writeMeasures(w io.Writer, heads [3]string, rows []measureRow) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MEASURE\tFAIR\tBARE\tFAIR÷BARE\tSPREAD\tTARGET")
-	for _, m := range r.Measures {
-		bare, ratio, spread := "-", "-", "-"
-		vals := m.Fair
-		if rs := m.Ratios(); rs != nil {
-			bare, ratio, vals = fmtUnit(median(m.Bare), m.Unit), fmt.Sprintf("%.2f×", median(rs)), rs
+	fmt.Fprintf(tw, "MEASURE\t%s\t%s\t%s\tSPREAD\tTARGET\n", heads[0], heads[1], heads[2])
+	for _, m := range rows {
+		against, ratio, spread := "-", "-", "-"
+		vals := m.value
+		if len(m.against) > 0 {
+			against = fmtUnit(median(m.against), m.unit)
+			if slices.Min(m.against) > 0 {
+				vals = ratios(m.value, m.against)
+				ratio = fmt.Sprintf("%.2f×", median(vals))
+			}
 		}
 		if len(vals) > 1 {
 			spread = fmt.Sprintf("%.2f–%.2f", slices.Min(vals), slices.Max(vals))
-			if m.Unit == "of cap" {
+			if isShare(m.unit) && len(vals) > 0 && ratio == "-" {
 				spread = fmt.Sprintf("%.0f–%.0f%%", 100*slices.Min(vals), 100*slices.Max(vals))
 			}
 		}
-		target := m.Target
+		target := m.target
 		if target == "" {
 			target = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, fmtUnit(median(m.Fair), m.Unit), bare, ratio, spread, target)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.name, fmtUnit(median(m.value), m.unit), against, ratio, spread, target)
 	}
 	return tw.Flush()
 }
@@ -778,10 +890,16 @@ func (r DispatchReport) WriteText(w io.Writer) error {
 // targets use: "0 ms", "20 ms".
 func fmtTask(d time.Duration) string { return fmt.Sprintf("%g ms", float64(d)/1e6) }
 
+// isShare reports whether unit is a share, written as a percentage.
+func isShare(unit string) bool { return strings.HasPrefix(unit, "of ") }
+
 func fmtUnit(v float64, unit string) string {
-	switch unit {
-	case "of cap":
+	if isShare(unit) {
 		return fmt.Sprintf("%.0f%%", 100*v)
+	}
+	switch unit {
+	case "tasks", "pairs", "places":
+		return fmt.Sprintf("%.0f", v)
 	case "tasks/s", "calls/s":
 		return fmt.Sprintf("%.0f %s", v, unit)
 	case "task times":

@@ -117,6 +117,11 @@ type NeighbourReport struct {
 type run struct {
 	worktime.Run
 	queued time.Time
+	// From a labelled payload: the task's number in its pool (-1 for
+	// none), its class and its keys.
+	seq   int
+	class string
+	keys  []string
 }
 
 // workRuns returns runs as worktime measures them.
