@@ -77,7 +77,7 @@ func (f *keyFlags) register(cmd *cobra.Command) {
 func (f *keyFlags) check(cmd *cobra.Command) error {
 	for _, name := range keyForeignFlags {
 		if cmd.Flags().Changed(name) {
-			return usageErrorf("--%s: a key's quota has no such field: it only caps (--max-in-flight) and pauses (key pause); a key's tasks count against their tenants' rates, weights and parked bounds (quota set)", name)
+			return usageErrorf("--%s: a key's quota has no such field: it only caps (--max-in-flight) and pauses (key pause); the rate, weight and parked bound are its tasks' tenants' (quota set)", name)
 		}
 	}
 	if cmd.Flags().Changed("max-in-flight") {
