@@ -77,7 +77,9 @@ func (c *Client) admitAll(ctx context.Context, tenant string, ps []prepared) (ds
 
 // dispatched reports whether a queue of ps is dispatched for tenant: a
 // worker with a gate serves it, and it is fair, the tenant is capped or
-// paused, or the task carries keys.
+// paused, or the task carries keys. A task with keys or a priority goes
+// through the dispatcher whatever its queue, so that in a queue no worker
+// with a gate serves the dispatcher logs that they hold nothing there.
 func (c *Client) dispatched(ctx context.Context, tenant string, ps []prepared) bool {
 	q, err := c.gate.Quota(ctx, tenant)
 	if err != nil {
@@ -85,8 +87,11 @@ func (c *Client) dispatched(ctx context.Context, tenant string, ps []prepared) b
 	}
 	held := q.MaxInFlight > 0 || q.Paused
 	for _, p := range ps {
+		if len(p.sched.keys) > 0 || p.sched.priority != 0 {
+			return true
+		}
 		served, fair, err := c.disp.Mode(ctx, p.sched.queue)
-		if err != nil || served && (fair || held || len(p.sched.keys) > 0) {
+		if err != nil || served && (fair || held) {
 			return true
 		}
 	}
