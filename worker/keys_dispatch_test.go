@@ -211,20 +211,36 @@ func (s *keyStack) waitRuns(ids []string, within time.Duration) {
 
 // A key capped at 2, carried by the tasks of three tenants, never has more
 // than 2 of them running, while tasks without the key go on beside them;
-// every task runs once.
+// every task runs once. A third tenant's tasks come in one EnqueueBatch.
 func TestKeyCapHoldsAcrossTenants(t *testing.T) {
 	s := newKeyStack(t)
 	s.setKey("api", admission.Quota{Limit: admission.NoLimit, MaxInFlight: 2})
 	s.startWorker(8)
 	var keyed, keyless []string
+	var batch []*asynq.Task
 	for i := range 8 {
-		for _, tenant := range []string{"a", "b", "c"} {
+		for _, tenant := range []string{"a", "b"} {
 			id := fmt.Sprintf("%s-api-%d", tenant, i)
 			s.put(tenant, id, "30ms", enqueue.Keys("api"))
 			keyed = append(keyed, id)
 			id = fmt.Sprintf("%s-free-%d", tenant, i)
 			s.put(tenant, id, "30ms")
 			keyless = append(keyless, id)
+		}
+		id := fmt.Sprintf("c-api-%d", i)
+		batch = append(batch, asynq.NewTask("work", []byte("30ms"), asynq.TaskID(id), enqueue.Keys("api")))
+		keyed = append(keyed, id)
+		id = fmt.Sprintf("c-free-%d", i)
+		batch = append(batch, asynq.NewTask("work", []byte("30ms"), asynq.TaskID(id), enqueue.Keys()))
+		keyless = append(keyless, id)
+	}
+	rs, err := s.client.EnqueueBatch(context.Background(), "c", batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rs {
+		if r.Err != nil {
+			t.Fatalf("EnqueueBatch: task %d: %v", i, r.Err)
 		}
 	}
 	s.waitRuns(append(keyed, keyless...), 30*time.Second)
@@ -253,7 +269,7 @@ func TestPriorityOrdersATenantsWaitingTasks(t *testing.T) {
 	tasks := []struct {
 		id string
 		p  int
-	}{{"p0-a", 0}, {"p5-a", 5}, {"pm3", -3}, {"p5-b", 5}, {"p10", 10}, {"p0-b", 0}, {"pmax", enqueue.MaxPriority}, {"pmin", enqueue.MinPriority}}
+	}{{"p0-a", 0}, {"p5-a", 5}, {"pm3", -3}, {"p5-b", 5}, {"p10", 10}, {"p0-b", 0}}
 	var ids []string
 	for _, tc := range tasks {
 		if d := s.put("t", tc.id, "1ms", enqueue.Priority(tc.p)); d.Outcome != admission.Parked {
@@ -261,6 +277,20 @@ func TestPriorityOrdersATenantsWaitingTasks(t *testing.T) {
 		}
 		ids = append(ids, tc.id)
 	}
+	// The extremes come in a batch, each with its own priority.
+	rs, err := s.client.EnqueueBatch(context.Background(), "t", []*asynq.Task{
+		asynq.NewTask("work", []byte("1ms"), asynq.TaskID("pmin"), enqueue.Priority(enqueue.MinPriority)),
+		asynq.NewTask("work", []byte("1ms"), asynq.TaskID("pmax"), enqueue.Priority(enqueue.MaxPriority)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Err != nil || r.Decision.Outcome != admission.Parked {
+			t.Fatalf("EnqueueBatch: %s, %v; want parked behind the tenant's cap", r.Decision.Outcome, r.Err)
+		}
+	}
+	ids = append(ids, "pmin", "pmax")
 	close(s.gateFor("first"))
 	s.waitRuns(ids, 10*time.Second)
 	s.mu.Lock()
