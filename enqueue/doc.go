@@ -10,8 +10,10 @@
 //   - Deferred: schedules it for its slot, a whole second, since asynq
 //     schedules whole seconds; it never becomes pending before it;
 //   - Parked: in a dispatched queue (a worker with a gate serves it), the
-//     tenant is at its cap (Quota.MaxInFlight), has tasks waiting already,
-//     or the fair queue is full: the task is stored durably in asynq's
+//     tenant is at its cap (Quota.MaxInFlight), paused or throttled, has
+//     tasks waiting already, a key the task carries (Keys) is at its cap,
+//     paused or throttled, or the fair queue is full: the task is stored
+//     durably in asynq's
 //     scheduled set until ParkedUntil, in its tenant's line, and a worker
 //     moves it in at its turn, charged its slot then (and not before its
 //     own ProcessAt);
