@@ -81,7 +81,7 @@ func (s *Server) keysView(ctx context.Context, key string) keysView {
 			}
 			qk.Keys = append(qk.Keys, r)
 		}
-		if len(qk.Keys) > 0 || key == "" && qk.More {
+		if len(qk.Keys) > 0 {
 			v.Queues = append(v.Queues, qk)
 		}
 	}

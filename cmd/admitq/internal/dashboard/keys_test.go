@@ -186,8 +186,9 @@ func TestKeyPauseAndResumeFlipOnlyPaused(t *testing.T) {
 	if _, err := st.quotas.GetKey(t.Context(), "smtp"); !errors.Is(err, admission.ErrNoQuota) {
 		t.Errorf("a refused resume wrote a quota: %v", err)
 	}
-	// A name with a slash and a space stays whole, in the form and the URL.
-	for _, key := range []string{"smtp", "mail/out box"} {
+	// A name with a slash and a space stays whole, in the form and the URL;
+	// one that looks like HTML is only text.
+	for _, key := range []string{"smtp", "mail/out box", "<b>bold</b>"} {
 		resp := flip("pause", key)
 		if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/keys/"+url.PathEscape(key)+"?") {
 			t.Errorf("pause of %q: %d to %q", key, resp.StatusCode, loc)
@@ -198,6 +199,9 @@ func TestKeyPauseAndResumeFlipOnlyPaused(t *testing.T) {
 	}
 	if page := getBody(t, hs.URL+"/keys/"+url.PathEscape("mail/out box")); !strings.Contains(page, `<span class="mono" id="key-name">mail/out box</span>`) || !strings.Contains(page, `id="paused"`) {
 		t.Errorf("the page of %q does not name it whole, or not as paused", "mail/out box")
+	}
+	if page := getBody(t, hs.URL+"/keys/"+url.PathEscape("<b>bold</b>")); strings.Contains(page, "<b>bold</b>") || !strings.Contains(page, "&lt;b&gt;bold&lt;/b&gt;") {
+		t.Error("the page of key <b>bold</b> holds its name as HTML, or not as text")
 	}
 	log := st.log.String()
 	for _, w := range []string{`msg="dashboard: key paused" key=api:stripe quota="max in flight 20, paused" by="loopback`, `msg="dashboard: key resumed" key=api:stripe`} {
