@@ -32,7 +32,10 @@ func (a *app) newDashboardCmd() *cobra.Command {
 		Short: "Serve a web page of every tenant's window, rates and quota, with asynqmon",
 		Long: `Serves the dashboard: a live tenants page (quota, window, reservations, next
 free slot, decisions and tasks started per second, flags), a page per tenant
-with its window as a timeline, quota editing, and asynqmon under /asynq/.
+with its window as a timeline, quota editing, pause and resume, a keys page
+(each dispatched queue's concurrency keys: in flight against the key's cap,
+waiting, paused, held by a throttle; the key quotas) with a page per key to
+pause and resume it, and asynqmon under /asynq/.
 
 Decisions and task starts per second are read from the Prometheus metrics of
 producers and workers (--metrics; admitq worker serves them at
