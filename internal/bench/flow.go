@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"slices"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch"
 	"github.com/admitq/admitq/enqueue"
 	"github.com/admitq/admitq/internal/worktime"
 )
@@ -227,11 +229,12 @@ func (s *flowRun) both(f func(with bool) error) error {
 
 // keyed is one drain of the key part.
 type keyed struct {
-	peak    int     // the most tasks carrying the key running at once
-	capUsed float64 // mean of those running over the cap, while some wait
-	busy    float64 // the pool's busy share while both classes wait
-	keyless float64 // keyless tasks started per second meanwhile
-	took    time.Duration
+	peak     int     // the most tasks carrying the key running at once
+	inFlight int     // the most in flight, pending or active, by Stats
+	capUsed  float64 // mean of those running over the cap, while some wait
+	busy     float64 // the pool's busy share while both classes wait
+	keyless  float64 // keyless tasks started per second meanwhile
+	took     time.Duration
 }
 
 // keys: Tenants tenants each with tasks carrying the shared key and tasks
@@ -258,7 +261,11 @@ func (s *flowRun) keys(ctx context.Context) error {
 	if with.peak > c.KeyCap {
 		s.violated("%s ran %d tasks at once, above its cap of %d", sharedKey, with.peak, c.KeyCap)
 	}
+	if with.inFlight > c.KeyCap {
+		s.violated("%s had %d tasks in flight by the dispatcher's Stats, above its cap of %d", sharedKey, with.inFlight, c.KeyCap)
+	}
 	s.rep.add(fmt.Sprintf("key capped at %d: most of its tasks running at once", c.KeyCap), "tasks", fmt.Sprintf("≤ %d", c.KeyCap), float64(with.peak))
+	s.rep.add(fmt.Sprintf("key capped at %d: most in flight by Stats (sampled)", c.KeyCap), "tasks", fmt.Sprintf("≤ %d", c.KeyCap), float64(with.inFlight))
 	s.rep.add("key: share of its cap running while its tasks wait", "of cap", "", with.capUsed)
 	s.rep.add("pool busy while both kinds wait", "of pool", "", with.busy, without.busy)
 	s.rep.add("keyless tasks started while both kinds wait", "tasks/s", "", with.keyless, without.keyless)
@@ -301,6 +308,7 @@ func (s *flowRun) keyPool(ctx context.Context, withKey bool) (keyed, error) {
 		return keyed{}, err
 	}
 	p.release()
+	sampled := s.sampleKey(ctx, p)
 	var running, samples, seen, keyedEnded int
 	keyedTasks := c.Tenants * c.PerTenant
 	// p.wait calls done under p.mu, every 5 ms.
@@ -317,12 +325,17 @@ func (s *flowRun) keyPool(ctx context.Context, withKey bool) (keyed, error) {
 		}
 		return len(p.runs) >= n
 	}); err != nil {
+		sampled()
 		return keyed{}, err
+	}
+	inFlight, err := sampled()
+	if err != nil {
+		return keyed{}, fmt.Errorf("reading the dispatcher's Stats: %w", err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s.ranOnce(p.runs, n, "the key part")
-	r := keyed{peak: p.keyPeak[sharedKey]}
+	r := keyed{peak: p.keyPeak[sharedKey], inFlight: inFlight}
 	if samples > 0 {
 		r.capUsed = float64(running) / float64(samples) / float64(c.KeyCap)
 	}
@@ -345,6 +358,49 @@ func (s *flowRun) keyPool(ctx context.Context, withKey bool) (keyed, error) {
 	_, last := worktime.Span(byClass)
 	r.took = last.Sub(p.released)
 	return r, nil
+}
+
+// statsEvery is how often the key part reads the dispatcher's Stats: in
+// both of its runs, so that the reads weigh alike.
+const statsEvery = 50 * time.Millisecond
+
+// sampleKey reads the dispatcher's Stats of the pool's queue every
+// statsEvery until stop is called, which returns the most tasks of the
+// shared key in flight that Stats reported, and the first error.
+func (s *flowRun) sampleKey(ctx context.Context, p *pool) (stop func() (int, error)) {
+	ctx, cancel := context.WithCancel(ctx)
+	d := dispatch.New(p.rdb, p.gate, slog.New(slog.DiscardHandler))
+	var peak int
+	var err error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(statsEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			qs, e := d.Stats(ctx, queue)
+			if e != nil {
+				if ctx.Err() == nil && err == nil {
+					err = e
+				}
+				continue
+			}
+			for _, k := range qs.Keys {
+				if k.Key == sharedKey {
+					peak = max(peak, k.InFlight)
+				}
+			}
+		}
+	})
+	return func() (int, error) {
+		cancel()
+		wg.Wait()
+		return peak, err
+	}
 }
 
 // fill sends each tenant its tasks in order, tenants from Producers
@@ -602,11 +658,13 @@ func abs(x int) int {
 func (r FlowReport) WriteText(w io.Writer) error {
 	c := r.Config
 	fmt.Fprintf(w, "flow control beyond the tenant: fair pool of %d, on one Redis, %d run(s); AGAINST is the same work without keys or without a pause\n", c.Concurrency, c.Runs)
-	fmt.Fprintf(w, "keys: %d tenants, each with %d tasks carrying %s (MaxInFlight %d, across tenants) and %d carrying none, alternately, %s each, enqueued while the pool is held, then drained; against: no task carries a key. \"while both kinds wait\": from the first start until either kind's last start (keyless tasks should get the %d workers the key leaves, about %.2f× their share without keys)\n",
-		c.Tenants, c.PerTenant, sharedKey, c.KeyCap, c.PerTenant, fmtTask(c.Task), c.Concurrency-c.KeyCap, float64(c.Concurrency-c.KeyCap)/(float64(c.Concurrency)/2))
+	keyed := c.Tenants * c.PerTenant
+	fmt.Fprintf(w, "keys: %d tenants, each with %d tasks carrying %s (MaxInFlight %d, across tenants) and %d carrying none, alternately, %s each, enqueued while the pool is held, then drained; against: no task carries a key. \"while both kinds wait\": from the first start until either kind's last start. On a saturated pool keyless tasks get the %d workers the key leaves, %.2f× their half without keys; the key's %d tasks alone take at least %.2fs\n",
+		c.Tenants, c.PerTenant, sharedKey, c.KeyCap, c.PerTenant, fmtTask(c.Task), c.Concurrency-c.KeyCap,
+		float64(c.Concurrency-c.KeyCap)/(float64(c.Concurrency)/2), keyed, (time.Duration(keyed) * c.Task / time.Duration(c.KeyCap)).Seconds())
 	fmt.Fprintf(w, "Redis CPU: %d tasks of %s of one tenant, each carrying 1 or 3 keys (capped at %d, never reached), against none; INFO cpu from enqueue to the last task's end\n",
 		c.CPUTasks, fmtTask(cpuTask), cpuKeyCap)
-	fmt.Fprintf(w, "pause: a paused tenant's %d tasks of %s (beside a paused tenant capped at 1 with %d), resumed with RedisQuotas.Set from another client; against: the same tasks enqueued while the pool is held, then released. Order: by start time in the handler, where two workers may start tasks moved together either way round\n\n",
+	fmt.Fprintf(w, "pause: a paused tenant's %d tasks of %s (beside a paused tenant capped at 1 with %d), resumed with RedisQuotas.Set from another client (workers see it within their quota refresh); against: the same tasks enqueued while the pool is held, then released (the held handlers start at once, in any order). Order: by start time in the handler, where two workers may start tasks moved together either way round\n\n",
 		c.Paused, fmtTask(pauseTask), c.Ordered)
 	rows := make([]measureRow, len(r.Measures))
 	for i, m := range r.Measures {
