@@ -17,7 +17,8 @@ func keyCellJS(queue, key, k string) string {
 
 // TestTheKeysPagesInABrowser: the keys page draws each queue's keys and
 // follows the dispatcher without a reload; a key's Pause button pauses it
-// and the page then offers Resume.
+// and the page then offers Resume. The tenants page marks a held tenant,
+// as long as it is held.
 func TestTheKeysPagesInABrowser(t *testing.T) {
 	st := newStack(t)
 	st.setKey(t, "api:stripe", admission.Quota{Limit: admission.NoLimit, MaxInFlight: 20})
@@ -31,6 +32,21 @@ func TestTheKeysPagesInABrowser(t *testing.T) {
 	}
 	withStats(d, stats(20))
 	ctx := browser(t)
+
+	// A tenant held back in a queue is marked so, and no longer once it is
+	// not, without a reload.
+	st.setQuota(t, "noisy", admission.Quota{Limit: 100, Window: time.Minute})
+	tenant := func(held bool) dispatch.QueueStats {
+		s := stats(20)
+		s.Tenants = []dispatch.TenantStats{{Tenant: "noisy", Waiting: 3, Held: held}}
+		return s
+	}
+	withStats(d, tenant(true))
+	within(t, ctx, 20*time.Second, "loading the tenants page", chromedp.Navigate(hs.URL+"/"))
+	waitJS(t, ctx, "noisy held", cellJS("noisy", "held")+` === "held"`)
+	withStats(d, tenant(false))
+	waitJS(t, ctx, "noisy no longer held", cellJS("noisy", "tenant")+` === "noisy"`)
+	withStats(d, stats(20))
 
 	within(t, ctx, 20*time.Second, "loading the keys page", chromedp.Navigate(hs.URL+"/keys"))
 	waitJS(t, ctx, "api:stripe's row", keyCellJS("dash", "api:stripe", "in_flight")+` === "20 / 20"`)

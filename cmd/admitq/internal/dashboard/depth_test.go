@@ -147,3 +147,36 @@ func TestTheTenantsPageWarnsOfRedisAndQueues(t *testing.T) {
 		}
 	}
 }
+
+// TestAHeldTenantSaysSo: a tenant the dispatcher holds back in some queue
+// (its rate, or worker.Throttled) is marked held on the tenants page and
+// its own.
+func TestAHeldTenantSaysSo(t *testing.T) {
+	st := newStack(t)
+	st.setQuota(t, "calm", admission.Quota{Limit: 100, Window: time.Minute})
+	st.setQuota(t, "noisy", admission.Quota{Limit: 100, Window: time.Minute})
+	d, hs := st.dashboard(t, Config{})
+	withStats(d,
+		dispatch.QueueStats{Queue: "a", Tenants: []dispatch.TenantStats{{Tenant: "calm", Waiting: 1}, {Tenant: "noisy", Waiting: 3}}},
+		dispatch.QueueStats{Queue: "b", Tenants: []dispatch.TenantStats{{Tenant: "noisy", Waiting: 2, Held: true}}},
+	)
+	p, err := d.tenantsPage(t.Context(), "", 1, false, 0)
+	if err != nil || len(p.Rows) != 2 || p.Rows[0].Depth == nil || p.Rows[1].Depth == nil {
+		t.Fatalf("rows %+v, %v; want calm's and noisy's, each with its depth", p.Rows, err)
+	}
+	if calm, noisy := *p.Rows[0].Depth, *p.Rows[1].Depth; calm.Held || !noisy.Held || noisy.Parked != 5 {
+		t.Errorf("calm held %v; noisy held %v with %d parked; want calm not held, noisy held (in queue b) with 5", calm.Held, noisy.Held, noisy.Parked)
+	}
+	resp, err := http.Get(hs.URL + "/api/tenant?t=noisy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v tenantView
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Depth == nil || !v.Depth.Held {
+		t.Errorf("noisy's page: depth %+v, want held", v.Depth)
+	}
+}

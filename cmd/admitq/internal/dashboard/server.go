@@ -55,6 +55,9 @@ type depth struct {
 	OldestAge int64   `json:"oldest_parked_ms,omitempty"` // how long the first parked task has waited; 0 when none is
 	Weight    float64 `json:"weight"`
 	Share     float64 `json:"worker_share"` // of the worker time of the tenants active in its queues, 0 to 1
+	// Held: its parked tasks are held back for a while in some queue, by
+	// its rate or a downstream throttle (worker.Throttled).
+	Held bool `json:"held,omitempty"`
 }
 
 // depthOf is the tenant of u's depth, from what the dispatcher holds (ts,
@@ -65,7 +68,7 @@ func depthOf(u admission.Usage, ts dispatch.TenantStats, now time.Time) *depth {
 		return nil
 	}
 	d := &depth{InFlight: ts.InFlight, Cap: u.Quota.MaxInFlight, Parked: ts.Waiting, MaxParked: u.Quota.MaxParked,
-		Weight: u.Quota.EffectiveWeight(), Share: ts.Share}
+		Weight: u.Quota.EffectiveWeight(), Share: ts.Share, Held: ts.Held}
 	d.AtCap = d.Cap > 0 && d.InFlight >= d.Cap
 	d.OverCap = d.Cap > 0 && d.InFlight > d.Cap
 	if d.MaxParked == 0 {
@@ -152,6 +155,7 @@ func (s *Server) readDispatch(ctx context.Context) {
 			a.Waiting += t.Waiting
 			a.InFlight += t.InFlight
 			a.Share = max(a.Share, t.Share)
+			a.Held = a.Held || t.Held
 			if a.OldestWaiting.IsZero() || !t.OldestWaiting.IsZero() && t.OldestWaiting.Before(a.OldestWaiting) {
 				a.OldestWaiting = t.OldestWaiting
 			}

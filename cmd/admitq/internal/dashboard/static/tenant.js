@@ -81,7 +81,7 @@
       document.querySelectorAll(".stats .depth").forEach(e => { e.hidden = !v.depth; });
       if (v.depth) {
         set("st-in-flight", A.fmtDepth(v.depth));
-        set("st-parked", A.fmtParked(v.depth, true));
+        set("st-parked", A.fmtParked(v.depth, true) + (v.depth.held ? " · held" : ""));
         set("st-share", A.fmtShare(v.depth));
       }
       timeline(v);

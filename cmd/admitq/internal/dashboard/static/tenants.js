@@ -43,6 +43,10 @@
       c.tenant.appendChild(a);
       if (r.on_default) c.tenant.appendChild(A.el("span", { class: "badge def", title: "no quota of its own: the default applies" }, "default"));
       if (r.paused) c.tenant.appendChild(A.el("span", { class: "badge paused", title: "paused: none of its tasks goes into a dispatched queue until resumed" }, "paused"));
+      // Held comes and goes between refreshes: fill shows or hides it
+      // (empty while hidden, so that the cell's text is as before).
+      c.held = c.tenant.appendChild(A.el("span", { class: "badge warn", "data-k": "held", title: "its parked tasks are held back for a while: its rate, or a downstream throttle (worker.Throttled)" }));
+      c.held.style.display = "none";
       if (r.no_quota) c.tenant.appendChild(A.el("span", { class: "badge none", title: "no quota of its own and no default: its tasks are refused (ErrNoQuota)" }, "no quota"));
       if (isDef) c.others = c.tenant.appendChild(A.el("div", { class: "sub", "data-k": "others" }));
       c.quota = cell(tr, "quota");
@@ -76,6 +80,9 @@
       if (!x) continue;
       const c = x.c, isDef = r === p.default;
       c.quota.textContent = r.quota;
+      const held = !!(r.depth && r.depth.held);
+      c.held.style.display = held ? "" : "none";
+      c.held.textContent = held ? "held" : "";
       c.mode.textContent = r.mode;
       if (isDef) {
         c.in_window.textContent = c.reserved.textContent = c.next_free.textContent = "";
