@@ -66,14 +66,15 @@ func (d *Dispatcher) adopt(ctx context.Context, queue string) error {
 	}
 	args := []any{0}
 	for i, id := range strays {
-		if tenant := taskHeader([]byte(msgs[i].Val()), tenantHeader); tenant != "" {
-			args = append(args, id, tenant)
+		msg := []byte(msgs[i].Val())
+		if tenant := taskHeader(msg, tenantHeader); tenant != "" {
+			args = append(args, id, tenant, taskFlow(msg))
 		}
 	}
 	if len(args) == 1 {
 		return nil
 	}
-	args[0] = (len(args) - 1) / 2
+	args[0] = (len(args) - 1) / 3
 	_, err = d.run(ctx, d.scripts.adopt, queue, args...)
 	return err
 }

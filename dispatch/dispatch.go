@@ -81,6 +81,7 @@ type queueKeys struct {
 	pending, active, scheduled        string
 	grants, limbo, fresh, debts, held string
 	deadlines, archived               string
+	keys, ksleep                      string
 }
 
 func (d *Dispatcher) keysFor(queue string) queueKeys {
@@ -92,18 +93,32 @@ func (d *Dispatcher) keysFor(queue string) queueKeys {
 		pending: a + "pending", active: a + "active", scheduled: a + "scheduled",
 		grants: p + "grants", limbo: p + "limbo", fresh: p + "fresh", debts: p + "debts", held: p + "held",
 		deadlines: p + "deadlines", archived: a + "archived",
+		keys: p + "keys", ksleep: p + "ksleep",
 	}
 }
 
 // scriptKeys are k in the order of fair.lua's KEYS.
 func (k queueKeys) scriptKeys() []string {
 	return []string{k.vt, k.sleep, k.run, k.meta, k.workers, k.pending, k.active, k.scheduled,
-		k.grants, k.limbo, k.fresh, k.debts, k.held, k.deadlines, k.archived}
+		k.grants, k.limbo, k.fresh, k.debts, k.held, k.deadlines, k.archived, k.keys, k.ksleep}
 }
 
 // tenantKey is tenant's record in the queue, waitingKey its line.
 func (k queueKeys) tenantKey(tenant string) string  { return k.prefix + "t:" + tenant }
 func (k queueKeys) waitingKey(tenant string) string { return k.prefix + "w:" + tenant }
+
+// flowKey is the line of tenant's flow f other than "0" (see fair.lua);
+// flowsKey the set of those flows; keyKey key's record; blockedKey the
+// tenants registered with key.
+func (k queueKeys) flowKey(tenant, f string) string {
+	if f == "0" {
+		return k.waitingKey(tenant)
+	}
+	return k.prefix + "w:" + tenant + "\n" + f
+}
+func (k queueKeys) flowsKey(tenant string) string { return k.prefix + "f:" + tenant }
+func (k queueKeys) keyKey(key string) string      { return k.prefix + "k:" + key }
+func (k queueKeys) blockedKey(key string) string  { return k.prefix + "kb:" + key }
 
 // run calls script s on queue's keys with its own args after the two the
 // prelude takes.
@@ -165,6 +180,39 @@ func (d *Dispatcher) Mode(ctx context.Context, queue string) (served, fair bool,
 // limitsOf is what q says of a tenant's place in a dispatched queue.
 func limitsOf(q admission.Quota) rule.Limits {
 	return rule.Limits{Cap: q.MaxInFlight, Weight: rule.Weight(q.EffectiveWeight()), Paused: q.Paused}
+}
+
+// runEntry is an entry of run, as fair.lua writes it:
+// "<state>|<estimate µs>|<since µs>|<tenant>", then a newline and the
+// task's flow unless that is "0".
+type runEntry struct {
+	state, tenant, flow string
+	estimate, since     int64
+}
+
+// parseRunEntry reads s as a runEntry.
+func parseRunEntry(s string) (runEntry, bool) {
+	f := strings.SplitN(s, "|", 4)
+	if len(f) != 4 {
+		return runEntry{}, false
+	}
+	r := runEntry{state: f[0], tenant: f[3], flow: "0"}
+	if T, flow, ok := strings.Cut(f[3], "\n"); ok {
+		r.tenant, r.flow = T, flow
+	}
+	r.estimate, _ = strconv.ParseInt(f[1], 10, 64)
+	r.since, _ = strconv.ParseInt(f[2], 10, 64)
+	return r, true
+}
+
+// keyLimits reads key's limits from the gate's key quotas: a key without
+// a quota has none.
+func (d *Dispatcher) keyLimits(ctx context.Context, key string) (rule.KeyLimits, error) {
+	q, ok, err := d.gate.KeyQuota(ctx, key)
+	if err != nil || !ok {
+		return rule.KeyLimits{}, err
+	}
+	return rule.KeyLimits{Cap: q.MaxInFlight, Paused: q.Paused}, nil
 }
 
 // flag is b as the scripts take it.

@@ -245,16 +245,14 @@ func (d *Dispatcher) Locate(ctx context.Context, queue, taskID string) (Place, e
 	}
 
 	if r := flight.Val(); r != "" {
-		// A run entry: "<state>|<estimate µs>|<since µs>|<tenant>".
-		f := strings.SplitN(r, "|", 4)
-		if len(f) == 4 {
-			pl.Where, pl.Tenant = InFlight, f[3]
-			pl.Stage = map[string]Stage{"g": StageGranted, "f": StageStraight, "p": StageQueued}[f[0]]
+		if e, ok := parseRunEntry(r); ok {
+			pl.Where, pl.Tenant = InFlight, e.tenant
+			pl.Stage = map[string]Stage{"g": StageGranted, "f": StageStraight, "p": StageQueued}[e.state]
 			if pl.Stage == StageStraight && pl.TaskState != "" {
 				pl.Stage = StageQueued // its producer wrote it
 			}
-			if us, err := strconv.ParseInt(f[2], 10, 64); err == nil {
-				pl.Since = time.UnixMicro(us)
+			if e.since > 0 {
+				pl.Since = time.UnixMicro(e.since)
 			}
 			return pl, d.readTenant(ctx, k, &pl)
 		}
@@ -282,6 +280,20 @@ func (d *Dispatcher) Locate(ctx context.Context, queue, taskID string) (Place, e
 // tenantHeader is enqueue.TenantHeader, which enqueue (importing this
 // package) stamps on every task it sends.
 const tenantHeader = "admitq-tenant"
+
+// keysHeader is enqueue.KeysHeader: a task's concurrency keys, sorted,
+// each once, joined by newlines.
+const keysHeader = "admitq-keys"
+
+// taskFlow is the flow a run-from-outside task counts in: its keys (from
+// its header msg), at priority 0 (a run entry's flow only counts keys).
+func taskFlow(msg []byte) string {
+	var keys []string
+	if h := taskHeader(msg, keysHeader); h != "" {
+		keys = strings.Split(h, "\n")
+	}
+	return rule.FlowID(0, keys)
+}
 
 // readTenant reads pl.Tenant's record in queue: its tasks in flight, its
 // stored cap and how many wait in its line.

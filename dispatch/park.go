@@ -2,12 +2,12 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/dispatch/internal/rule"
@@ -94,12 +94,16 @@ func (d *Dispatcher) Park(ctx context.Context, t Task, q admission.Quota) (Ticke
 	if err := d.checkPrefix(); err != nil {
 		return Ticket{}, err
 	}
+	keys, err := checkFlow(&t)
+	if err != nil {
+		return Ticket{}, err
+	}
 	served, fair, err := d.Mode(ctx, t.Queue)
 	if err != nil {
 		return Ticket{}, err
 	}
-	held := q.MaxInFlight > 0 || q.Paused
-	if !served && held {
+	held := q.MaxInFlight > 0 || q.Paused || len(t.Keys) > 0
+	if !served && (held || t.Priority != 0) {
 		d.warnDirect(t.Queue, t.Tenant)
 	}
 	if !served || !fair && !held {
@@ -109,8 +113,13 @@ func (d *Dispatcher) Park(ctx context.Context, t Task, q admission.Quota) (Ticke
 	if maxParked == 0 {
 		maxParked = admission.DefaultMaxParked
 	}
-	res, err := d.run(ctx, d.scripts.park, t.Queue, t.Tenant, t.ID, micros(t.NotBefore),
-		max(t.UniqueTTL.Milliseconds(), 0), q.MaxInFlight, maxParked, rule.Weight(q.EffectiveWeight()), flag(q.Paused), micros(t.Deadline))
+	args := []any{t.Tenant, t.ID, micros(t.NotBefore),
+		max(t.UniqueTTL.Milliseconds(), 0), q.MaxInFlight, maxParked, rule.Weight(q.EffectiveWeight()), flag(q.Paused), micros(t.Deadline),
+		rule.FlowID(t.Priority, keys), len(t.Keys)}
+	for _, k := range t.Keys {
+		args = append(args, k.Name, k.MaxInFlight, flag(k.Paused))
+	}
+	res, err := d.run(ctx, d.scripts.park, t.Queue, args...)
 	if err != nil {
 		return Ticket{}, err
 	}
@@ -140,6 +149,44 @@ func (d *Dispatcher) Park(ctx context.Context, t Task, q admission.Quota) (Ticke
 	}
 	return tk, nil
 }
+
+// checkFlow checks t's priority and keys, sorts its keys by name and
+// drops repeats, and returns their names. A bad key wraps
+// admission.ErrInvalidKey; too many keys, a repeated key with two quotas,
+// a negative cap or a priority out of range wrap ErrInvalidTask.
+func checkFlow(t *Task) ([]string, error) {
+	if t.Priority < MinPriority || t.Priority > MaxPriority {
+		return nil, fmt.Errorf("%w: priority %d is outside %d to %d", ErrInvalidTask, t.Priority, MinPriority, MaxPriority)
+	}
+	if len(t.Keys) == 0 {
+		return nil, nil
+	}
+	ks := slices.Clone(t.Keys)
+	slices.SortFunc(ks, func(a, b Key) int { return strings.Compare(a.Name, b.Name) })
+	ks = slices.CompactFunc(ks, func(a, b Key) bool { return a == b })
+	names := make([]string, len(ks))
+	for i, k := range ks {
+		if err := admission.ValidateKey(k.Name); err != nil {
+			return nil, err
+		}
+		if i > 0 && names[i-1] == k.Name {
+			return nil, fmt.Errorf("%w: key %q is given twice, with different quotas", ErrInvalidTask, k.Name)
+		}
+		if k.MaxInFlight < 0 {
+			return nil, fmt.Errorf("%w: key %q has a negative MaxInFlight", ErrInvalidTask, k.Name)
+		}
+		names[i] = k.Name
+	}
+	if len(ks) > MaxKeys {
+		return nil, fmt.Errorf("%w: %d keys, at most %d", ErrInvalidTask, len(ks), MaxKeys)
+	}
+	t.Keys = ks
+	return names, nil
+}
+
+// ErrInvalidTask is returned by Park for a task whose priority or keys
+// break the bounds above.
+var ErrInvalidTask = errors.New("dispatch: invalid task")
 
 // fair_park.lua's verdicts (see its header).
 const (
@@ -177,15 +224,11 @@ func (d *Dispatcher) Abandon(ctx context.Context, tk Ticket) error {
 		return d.move(ctx, t.Queue, []moveOp{{op: opFree, id: t.ID}})
 	case Wait:
 		e := waitingEntry{notBefore: micros(t.NotBefore), parked: tk.Now.UnixMicro(), uniqueTTL: max(t.UniqueTTL.Milliseconds(), 0), id: t.ID}
-		k := d.keysFor(t.Queue)
-		_, err := d.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.LRem(ctx, k.waitingKey(t.Tenant), 1, e.String())
-			p.HDel(ctx, k.deadlines, t.ID)
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("dispatch: queue %q: %w", t.Queue, err)
+		names := make([]string, len(t.Keys))
+		for i, k := range t.Keys {
+			names[i] = k.Name
 		}
+		return d.move(ctx, t.Queue, []moveOp{{op: opDrop, id: t.ID, tenant: t.Tenant, flow: rule.FlowID(t.Priority, names), entry: e.String()}})
 	}
 	return nil
 }

@@ -68,7 +68,7 @@ func TestARetryOfAGrantedIDGivesNothingBack(t *testing.T) {
 	}
 	// a finishes (done): b is granted.
 	rdb.Del(ctx, "asynq:{default}:t:a")
-	picks := d.turnRaw(ctx, t, 1, 1, "a", 1000, 1, 1, 1000, 0, 0, 0, 0)
+	picks := d.turnRaw(ctx, t, 1, 1, "a", 1000, 1, 1, 1000, 0, 0, "", 0, 0, 0)
 	if len(picks) != 1 {
 		t.Fatalf("picks %v", picks)
 	}

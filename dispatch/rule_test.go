@@ -3,11 +3,11 @@ package dispatch
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,7 +23,10 @@ import (
 // its rule (package rule), and fails on the first difference: a producer's
 // verdict, a turn's grants and their order, or any state the rule keeps
 // (the floor, each tenant's tag, tasks in flight, cap, weight, pause and
-// estimate, the runnable tenants and their start tags).
+// estimate, the runnable tenants and their start tags, each flow's line,
+// each key's places, cap, pause, hold, waiting count and the tenants
+// registered with it). Tasks carry random priorities and keys, whose caps,
+// pauses and holds change as they go.
 func TestScriptsFollowTheRule(t *testing.T) {
 	for seed := uint64(1); seed <= 8; seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { replay(t, seed, 800) })
@@ -39,6 +42,14 @@ type replayer struct {
 	model *rule.Queue
 	rng   *rand.Rand
 	quota map[string]admission.Quota
+	// keyQuota are the keys' quotas now; keyAsleep the keys a throttled
+	// task held, until the next turn; parkedAt each granted task's park µs.
+	keyQuota  map[string]rule.KeyLimits
+	keyAsleep []string
+	parkedAt  map[string]int64
+	// seen counts the steps that had a tenant registered with a key, a
+	// key at its cap, and a key held: the replay must reach them.
+	seen [3]int
 	// moved are tasks in flight in asynq's hands, by ID; retried those
 	// asynq will run again.
 	moved   []string
@@ -52,10 +63,11 @@ type replayer struct {
 func replay(t *testing.T, seed uint64, steps int) {
 	d, rdb, _ := rig(t, admission.Quota{Limit: 100_000, Window: time.Second})
 	r := &replayer{t: t, ctx: context.Background(), d: d, k: d.keysFor("default"), model: rule.New(),
-		rng: rand.New(rand.NewPCG(seed, 7)), quota: map[string]admission.Quota{}, retried: map[string]bool{}}
+		rng: rand.New(rand.NewPCG(seed, 7)), quota: map[string]admission.Quota{}, retried: map[string]bool{},
+		keyQuota: map[string]rule.KeyLimits{}, parkedAt: map[string]int64{}}
 	// A fair worker with room for everything: the rule, not the room, is
 	// under test here.
-	if _, err := d.run(r.ctx, d.scripts.dispatch, "default", "replay|100000|1", 600_000_000, 0, 0, 0, 0); err != nil {
+	if _, err := d.run(r.ctx, d.scripts.dispatch, "default", "replay|100000|1", 600_000_000, 0, 0, 0, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	tenants := []string{"a", "b", "c", "d", "e|x"}
@@ -64,6 +76,11 @@ func replay(t *testing.T, seed uint64, steps int) {
 		if r.rng.IntN(3) == 0 || r.quota[T] == (admission.Quota{}) {
 			r.quota[T] = admission.Quota{Limit: 100_000, Window: time.Second, MaxInFlight: r.rng.IntN(4),
 				Weight: []float64{0, 1, 2, 3, 0.5}[r.rng.IntN(5)], MaxParked: 1 << 20, Paused: r.rng.IntN(6) == 0}
+		}
+		for _, K := range replayKeys {
+			if r.rng.IntN(8) == 0 {
+				r.keyQuota[K] = rule.KeyLimits{Cap: r.rng.IntN(4), Paused: r.rng.IntN(8) == 0}
+			}
 		}
 		switch n := r.rng.IntN(10); {
 		case n < 5:
@@ -76,20 +93,40 @@ func replay(t *testing.T, seed uint64, steps int) {
 			return
 		}
 	}
+	if slices.Contains(r.seen[:], 0) {
+		t.Errorf("the replay never had a tenant registered with a key, a key at its cap, or a key held: %v", r.seen)
+	}
 	_ = rdb
 }
 
-// park parks a new task of T on both sides, and writes it as its producer
-// would: pending when it went straight in, parked when it waits.
+// replayKeys are the concurrency keys replayed tasks carry.
+var replayKeys = []string{"k1", "k2", "k:3|x"}
+
+// park parks a new task of T on both sides, with a random priority and
+// keys, and writes it as its producer would: pending when it went straight
+// in, parked when it waits.
 func (r *replayer) park(T string) {
 	r.seq++
 	id := fmt.Sprintf("%s-%d", T, r.seq)
 	q := r.quota[T]
-	tk, err := r.d.Park(r.ctx, Task{Queue: "default", Tenant: T, ID: id}, q)
+	task := Task{Queue: "default", Tenant: T, ID: id, Priority: []int{0, 0, 0, 1, -1, 5}[r.rng.IntN(6)]}
+	lims := map[string]rule.KeyLimits{}
+	var names []string
+	for _, K := range replayKeys {
+		if r.rng.IntN(4) == 0 {
+			lim := r.keyQuota[K]
+			task.Keys = append(task.Keys, Key{Name: K, MaxInFlight: lim.Cap, Paused: lim.Paused})
+			lims[K] = lim
+			names = append(names, K)
+		}
+	}
+	slices.Reverse(task.Keys) // Park sorts them
+	tk, err := r.d.Park(r.ctx, task, q)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	_, in := r.model.Park(T, id, limitsOf(q), 1<<30)
+	slices.Sort(names)
+	_, in := r.model.Park(rule.Task{Tenant: T, ID: id, Flow: rule.FlowID(task.Priority, names), At: tk.Now.UnixMicro()}, limitsOf(q), lims, 1<<30)
 	if want := map[bool]Verdict{true: Straight, false: Wait}[in]; tk.Verdict != want {
 		r.t.Fatalf("park %s: the script says %v, the model %v", id, tk.Verdict, want)
 	}
@@ -111,7 +148,7 @@ func (r *replayer) turn() {
 	most := r.rng.IntN(4)
 	args = append(args, most)
 	var fins []any
-	var held []string // tenants a throttled task holds, until the next turn
+	var held, heldKeys []string // tenants and keys a throttled task holds, until the next turn
 	n := 0
 	for i := 0; i < len(r.moved) && n < 3; i++ {
 		if r.rng.IntN(3) != 0 {
@@ -129,10 +166,17 @@ func (r *replayer) turn() {
 		}
 		r.d.rdb.HSet(r.ctx, r.k.taskPrefix+id, "state", state)
 		lim := limitsOf(q)
-		hold := !done && r.rng.IntN(2) == 0 // a throttled task holds its tenant
-		fins = append(fins, id, ran, flag(done), lim.Cap, lim.Weight, flag(lim.Paused), flag(hold))
-		r.model.Finish(id, ran, done, lim, hold)
-		if hold {
+		hold := !done && r.rng.IntN(2) == 0 // a throttled task holds its tenant, or a key
+		holdKey := ""
+		if _, keys := rule.ParseFlow(r.model.InFlight[id].Flow); hold && len(keys) > 0 && r.rng.IntN(2) == 0 {
+			holdKey = keys[r.rng.IntN(len(keys))]
+		}
+		fins = append(fins, id, ran, flag(done), lim.Cap, lim.Weight, flag(lim.Paused), flag(hold), holdKey)
+		r.model.Finish(id, ran, done, lim, hold, holdKey)
+		switch {
+		case holdKey != "":
+			heldKeys = append(heldKeys, holdKey)
+		case hold:
 			held = append(held, T)
 		}
 		if done {
@@ -153,12 +197,23 @@ func (r *replayer) turn() {
 		}
 	}
 	args = append(append(args, len(updates)/4), updates...)
-	wake := r.asleep // asleep since the last turn: this one wakes them
-	r.asleep = held
+	var keyUpdates []any
+	for _, K := range replayKeys {
+		if lim, ok := r.keyQuota[K]; ok && r.rng.IntN(3) == 0 {
+			keyUpdates = append(keyUpdates, K, lim.Cap, flag(lim.Paused))
+		}
+	}
+	args = append(append(args, len(keyUpdates)/3), keyUpdates...)
+	wake, wakeKeys := r.asleep, r.keyAsleep // asleep since the last turn: this one wakes them
+	r.asleep, r.keyAsleep = held, heldKeys
 	r.applyOps()
 	for i := 0; i < len(updates); i += 4 {
 		T := updates[i].(string)
 		r.model.Update(T, limitsOf(r.quota[T]))
+	}
+	for i := 0; i < len(keyUpdates); i += 3 {
+		K := keyUpdates[i].(string)
+		r.model.UpdateKey(K, r.keyQuota[K])
 	}
 	res, err := r.d.run(r.ctx, r.d.scripts.dispatch, "default", args...)
 	if err != nil {
@@ -167,6 +222,12 @@ func (r *replayer) turn() {
 	for _, T := range wake {
 		if !slices.Contains(r.asleep, T) {
 			r.model.Wake(T)
+		}
+	}
+	slices.Sort(wakeKeys)
+	for _, K := range slices.Compact(wakeKeys) {
+		if !slices.Contains(r.keyAsleep, K) {
+			r.model.WakeKey(K)
 		}
 	}
 	picks, _, err := readPicks(res)
@@ -183,6 +244,7 @@ func (r *replayer) turn() {
 		if p.tenant != want[i].Tenant || p.entry.id != want[i].ID {
 			r.t.Fatalf("grant %d: the script granted %s of %s, the model %s of %s", i, p.entry.id, p.tenant, want[i].ID, want[i].Tenant)
 		}
+		r.parkedAt[p.entry.id] = p.entry.parked
 		op := moveOp{op: opGo, id: p.entry.id}
 		switch r.rng.IntN(6) {
 		case 0:
@@ -202,7 +264,7 @@ func (r *replayer) applyOps() {
 		case opGo:
 			r.moved = append(r.moved, o.id)
 		case opBack:
-			r.model.Back(o.id, o.sleep > 0)
+			r.model.Back(o.id, r.parkedAt[o.id], o.sleep > 0)
 			if o.sleep > 0 {
 				r.asleep = append(r.asleep, T)
 			}
@@ -236,12 +298,14 @@ func (r *replayer) compare(step int) {
 		t.Fatalf("step %d: %d tasks in flight, the model has %d", step, len(run), len(r.model.InFlight))
 	}
 	for id, e := range run {
-		f := strings.SplitN(e, "|", 4)
+		f, _ := parseRunEntry(e)
 		m, ok := r.model.InFlight[id]
-		if !ok || f[3] != m.Tenant || atoi(f[1]) != m.Estimate {
+		if !ok || f.tenant != m.Tenant || f.flow != m.Flow || f.estimate != m.Estimate {
 			t.Fatalf("step %d: in flight %s = %q, the model's %+v (%v)", step, id, e, m, ok)
 		}
 	}
+	r.compareLines(step)
+	r.compareKeys(step)
 	hashes := rdb.Keys(ctx, k.prefix+"t:*").Val()
 	if len(hashes) != len(r.model.Tenants) {
 		t.Fatalf("step %d: %d tenant records, the model has %d (%v)", step, len(hashes), len(r.model.Tenants), hashes)
@@ -252,6 +316,67 @@ func (r *replayer) compare(step int) {
 		want := [6]int64{m.Tag, int64(m.N), int64(m.Cap), m.Weight, m.Estimate, int64(flag(m.Paused))}
 		if got != want {
 			t.Fatalf("step %d: tenant %s (tag n cap wm est) %v, the model's %v", step, T, got, want)
+		}
+	}
+}
+
+// compareLines compares each tenant's flows: their lines, and the set of
+// flows other than "0" with their heads' park times.
+func (r *replayer) compareLines(step int) {
+	t, ctx, rdb, k := r.t, r.ctx, r.d.rdb, r.k
+	for T, m := range r.model.Tenants {
+		var members []string
+		for f, line := range m.Lines {
+			got := rdb.LRange(ctx, k.flowKey(T, f), 0, -1).Val()
+			ids := make([]string, len(got))
+			for i, s := range got {
+				e, _ := parseWaitingEntry(s)
+				ids[i] = e.id
+			}
+			want := make([]string, len(line))
+			for i, w := range line {
+				want[i] = w.ID
+			}
+			if !slices.Equal(ids, want) {
+				t.Fatalf("step %d: tenant %s, flow %q: line %v, the model's %v", step, T, f, ids, want)
+			}
+			if f != "0" {
+				members = append(members, fmt.Sprintf("%016d|%s", line[0].At, f))
+			}
+		}
+		got := rdb.ZRange(ctx, k.flowsKey(T), 0, -1).Val()
+		slices.Sort(got)
+		slices.Sort(members)
+		if !slices.Equal(got, members) {
+			t.Fatalf("step %d: tenant %s: flows %q, the model's %q", step, T, got, members)
+		}
+	}
+}
+
+// compareKeys compares the keys' records.
+func (r *replayer) compareKeys(step int) {
+	t, ctx, rdb, k := r.t, r.ctx, r.d.rdb, r.k
+	recs := rdb.Keys(ctx, k.prefix+"k:*").Val()
+	if len(recs) != len(r.model.Keys) || rdb.SCard(ctx, k.keys).Val() != int64(len(r.model.Keys)) {
+		t.Fatalf("step %d: %d key records (%v), the model has %d", step, len(recs), recs, len(r.model.Keys))
+	}
+	for K, m := range r.model.Keys {
+		h := rdb.HGetAll(ctx, k.keyKey(K)).Val()
+		asleep := rdb.ZScore(ctx, k.ksleep, K).Err() == nil
+		got := [5]int64{atoi(h["n"]), atoi(h["cap"]), atoi(h["paused"]), atoi(h["w"]), int64(flag(asleep))}
+		want := [5]int64{int64(m.N), int64(m.Cap), int64(flag(m.Paused)), int64(m.Waiting), int64(flag(m.Asleep))}
+		if got != want {
+			t.Fatalf("step %d: key %s (n cap paused w asleep) %v, the model's %v", step, K, got, want)
+		}
+		blocked := map[string]int64{}
+		for _, z := range rdb.ZRangeWithScores(ctx, k.blockedKey(K), 0, -1).Val() {
+			blocked[z.Member.(string)] = int64(z.Score)
+		}
+		r.seen[0] += min(len(blocked), 1)
+		r.seen[1] += int(flag(m.Cap > 0 && m.N >= m.Cap))
+		r.seen[2] += int(flag(m.Asleep))
+		if !maps.Equal(blocked, m.Blocked) {
+			t.Fatalf("step %d: key %s: tenants registered %v, the model's %v", step, K, blocked, m.Blocked)
 		}
 	}
 }
@@ -295,7 +420,7 @@ func TestRoomIsTheRules(t *testing.T) {
 	for _, c := range []int{1, 8, 16, 64} {
 		d, _, _ := rig(t, admission.Quota{Limit: 100_000, Window: time.Second})
 		ctx := context.Background()
-		if _, err := d.run(ctx, d.scripts.dispatch, "default", fmt.Sprintf("w|%d|1", c), 600_000_000, 0, 0, 0, 0); err != nil {
+		if _, err := d.run(ctx, d.scripts.dispatch, "default", fmt.Sprintf("w|%d|1", c), 600_000_000, 0, 0, 0, 0, 0); err != nil {
 			t.Fatal(err)
 		}
 		if in, want := straightIns(t, d), rule.Room(c, 0); in != want {

@@ -68,6 +68,9 @@ type loop struct {
 	// after (paused ones and the next in line), updates those to hand in
 	// with the next turn.
 	sent, updates map[string]rule.Limits
+	// keySent and keyUpdates are the same for the queue's concurrency
+	// keys.
+	keySent, keyUpdates map[string]rule.KeyLimits
 	// fleetRead is when the loop last read the queue's stats, ungated
 	// whether servers without a gate served it then (logged once).
 	fleetRead time.Time
@@ -122,7 +125,8 @@ func (d *Dispatcher) Serve(w Worker) (*Server, error) {
 	}
 	for _, q := range queues {
 		l := &loop{s: s, queue: q, ch: make(chan finish, 4*concurrency),
-			sent: map[string]rule.Limits{}, updates: map[string]rule.Limits{}}
+			sent: map[string]rule.Limits{}, updates: map[string]rule.Limits{},
+			keySent: map[string]rule.KeyLimits{}, keyUpdates: map[string]rule.KeyLimits{}}
 		cctx, ccancel := context.WithTimeout(ctx, callTimeout)
 		_, err := l.turn(cctx, nil, nil, heartbeat, 0)
 		ccancel()
@@ -273,17 +277,18 @@ func (l *loop) run(ctx context.Context) {
 	}
 }
 
-// syncLimits looks up the quotas of the queue's paused tenants and of the
-// next SyncTenants in line, and queues for the next turn the limits that
-// changed since they were last handed in: a pause or a resume reaches the
-// queue within about syncEvery, without a finish or a new task of the
-// tenant.
+// syncLimits looks up the quotas of the queue's paused tenants, of the
+// next SyncTenants in line and of up to SyncTenants of its concurrency
+// keys, and queues for the next turn the limits that changed since they
+// were last handed in: a pause or a resume reaches the queue within about
+// syncEvery, without a finish or a new task of the tenant or key.
 func (l *loop) syncLimits(ctx context.Context) error {
 	k := l.s.d.keysFor(l.queue)
-	var held, next *redis.StringSliceCmd
+	var held, next, keys *redis.StringSliceCmd
 	_, err := l.s.d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		held = p.SRandMemberN(ctx, k.held, syncTenants)
 		next = p.ZRange(ctx, k.vt, 0, syncTenants-1)
+		keys = p.SRandMemberN(ctx, k.keys, syncTenants)
 		return nil
 	})
 	if err != nil {
@@ -303,6 +308,22 @@ func (l *loop) syncLimits(ctx context.Context) error {
 	for T := range l.sent {
 		if !seen[T] {
 			delete(l.sent, T)
+		}
+	}
+	clear(seen)
+	for _, K := range keys.Val() {
+		seen[K] = true
+		lim, err := l.s.d.keyLimits(ctx, K)
+		if err != nil {
+			continue // no quota now: the key keeps what it has
+		}
+		if sent, ok := l.keySent[K]; !ok || sent != lim {
+			l.keyUpdates[K] = lim
+		}
+	}
+	for K := range l.keySent {
+		if !seen[K] {
+			delete(l.keySent, K)
 		}
 	}
 	return nil
@@ -360,19 +381,27 @@ type turnResult struct {
 // turn runs fair_dispatch.lua: heartbeat (ttl 0 leaves), finishes, the
 // moves ops (admit's), and up to most grants.
 func (l *loop) turn(ctx context.Context, fs []finish, ops []moveOp, ttl time.Duration, most int) (turnResult, error) {
-	args := make([]any, 0, 5+7*len(fs)+1+3*len(ops)+1+4*len(l.updates))
+	args := make([]any, 0, 5+8*len(fs)+1+3*len(ops)+1+4*len(l.updates)+1+3*len(l.keyUpdates))
 	args = append(args, l.s.member, ttl.Microseconds(), most, len(fs))
 	for _, f := range fs {
 		lim := rule.Limits{Cap: -1, Weight: rule.WeightScale}
 		if q, err := l.s.d.gate.Quota(ctx, f.tenant); err == nil {
 			lim = limitsOf(q)
 		}
-		args = append(args, f.id, f.ran.Microseconds(), flag(f.done), lim.Cap, lim.Weight, flag(lim.Paused), max(f.hold.Microseconds(), 0))
+		hold := f.hold
+		if f.key != "" {
+			hold = f.keyHold
+		}
+		args = append(args, f.id, f.ran.Microseconds(), flag(f.done), lim.Cap, lim.Weight, flag(lim.Paused), max(hold.Microseconds(), 0), f.key)
 	}
 	args = appendOps(args, ops)
 	args = append(args, len(l.updates))
 	for T, lim := range l.updates {
 		args = append(args, T, lim.Cap, lim.Weight, flag(lim.Paused))
+	}
+	args = append(args, len(l.keyUpdates))
+	for K, lim := range l.keyUpdates {
+		args = append(args, K, lim.Cap, flag(lim.Paused))
 	}
 	res, err := l.s.d.run(ctx, l.s.d.scripts.dispatch, l.queue, args...)
 	if err != nil {
@@ -382,6 +411,10 @@ func (l *loop) turn(ctx context.Context, fs []finish, ops []moveOp, ttl time.Dur
 		l.sent[T] = lim
 	}
 	clear(l.updates)
+	for K, lim := range l.keyUpdates {
+		l.keySent[K] = lim
+	}
+	clear(l.keyUpdates)
 	picks, rest, err := readPicks(res)
 	if err == nil && len(rest) < 2 {
 		err = fmt.Errorf("dispatch: fair_dispatch.lua returned %d values", len(res))
@@ -445,6 +478,8 @@ type moveOp struct {
 	// uniqueTTL is the task's asynq.Unique TTL, which its lock gets when
 	// it goes in (opGo).
 	uniqueTTL time.Duration
+	// tenant, flow and entry name a waiting entry to drop (opDrop).
+	tenant, flow, entry string
 }
 
 // fair.lua's move ops.
@@ -452,6 +487,7 @@ const (
 	opGo   = "go"   // into asynq's pending list now
 	opBack = "back" // back to the head of its tenant's line
 	opFree = "free" // out of run
+	opDrop = "drop" // a waiting entry out of its line
 )
 
 // appendOps appends ops to args as fair.lua's moveOps reads them: n, then
@@ -464,7 +500,11 @@ func appendOps(args []any, ops []moveOp) []any {
 		if o.op == opGo {
 			n = o.uniqueTTL.Milliseconds()
 		}
-		args = append(args, o.op, o.id, max(n, 0))
+		id := o.id
+		if o.op == opDrop {
+			id = o.tenant + "\n" + o.flow + "\n" + o.entry
+		}
+		args = append(args, o.op, id, max(n, 0))
 	}
 	return args
 }

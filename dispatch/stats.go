@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -104,6 +103,9 @@ func (d *Dispatcher) Stats(ctx context.Context, queue string) (QueueStats, error
 		}
 		qs.Ungated = max(n-qs.Workers, 0)
 	}
+	if qs.Keys, err = d.readKeys(ctx, queue); err != nil {
+		return QueueStats{}, err
+	}
 	if len(names) == 0 {
 		return qs, nil
 	}
@@ -157,8 +159,8 @@ func (d *Dispatcher) readQueue(ctx context.Context, queue string) (QueueStats, [
 	names := append(vt.Val(), sleep.Val()...)
 	names = append(names[:min(len(names), StatsTenants)], held.Val()...)
 	for _, r := range run.Val() {
-		if f := strings.SplitN(r, "|", 4); len(f) == 4 {
-			names = append(names, f[3])
+		if e, ok := parseRunEntry(r); ok {
+			names = append(names, e.tenant)
 		}
 	}
 	slices.Sort(names)
@@ -174,7 +176,7 @@ func (d *Dispatcher) readTenants(ctx context.Context, queue string, names []stri
 	asleep := make([]*redis.FloatCmd, len(names))
 	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, t := range names {
-			hashes[i] = p.HMGet(ctx, k.tenantKey(t), "n", "cap", "wm", "used", "paused")
+			hashes[i] = p.HMGet(ctx, k.tenantKey(t), "n", "cap", "wm", "used", "paused", "wk")
 			asleep[i] = p.ZScore(ctx, k.sleep, t)
 			lens[i] = p.LLen(ctx, k.waitingKey(t))
 			heads[i] = p.LIndex(ctx, k.waitingKey(t), 0)
@@ -187,7 +189,7 @@ func (d *Dispatcher) readTenants(ctx context.Context, queue string, names []stri
 	out := make([]TenantStats, len(names))
 	for i, t := range names {
 		h := hashes[i].Val()
-		ts := TenantStats{Tenant: t, Waiting: int(lens[i].Val()), Weight: 1}
+		ts := TenantStats{Tenant: t, Waiting: int(lens[i].Val() + field(h, 5)), Weight: 1}
 		n, cap, wm, used := field(h, 0), field(h, 1), field(h, 2), field(h, 3)
 		ts.Paused, ts.Held = h[4] == "1", asleep[i].Err() == nil
 		ts.InFlight, ts.Cap = int(n), int(cap)
@@ -200,6 +202,42 @@ func (d *Dispatcher) readTenants(ctx context.Context, queue string, names []stri
 			ts.OldestWaiting = time.UnixMicro(e.parked)
 		}
 		out[i] = ts
+	}
+	return out, nil
+}
+
+// readKeys reads up to StatsKeys of queue's concurrency keys, by name.
+func (d *Dispatcher) readKeys(ctx context.Context, queue string) ([]KeyStats, error) {
+	k := d.keysFor(queue)
+	names, err := d.rdb.SRandMemberN(ctx, k.keys, StatsKeys).Result()
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: reading queue %q's keys: %w", queue, err)
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	slices.Sort(names)
+	hashes := make([]*redis.SliceCmd, len(names))
+	held := make([]*redis.FloatCmd, len(names))
+	_, err = d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, K := range names {
+			hashes[i] = p.HMGet(ctx, k.keyKey(K), "n", "cap", "paused", "w")
+			held[i] = p.ZScore(ctx, k.ksleep, K)
+		}
+		return nil
+	})
+	if err != nil && err != redis.Nil {
+		return nil, fmt.Errorf("dispatch: reading queue %q's keys: %w", queue, err)
+	}
+	out := make([]KeyStats, len(names))
+	for i, K := range names {
+		h := hashes[i].Val()
+		ks := KeyStats{Key: K, InFlight: int(field(h, 0)), Cap: int(field(h, 1)), Paused: h[2] == "1", Waiting: int(field(h, 3))}
+		ks.AtCap = ks.Cap > 0 && ks.InFlight >= ks.Cap
+		if us, err := held[i].Result(); err == nil {
+			ks.Held, ks.HeldUntil = true, time.UnixMicro(int64(us))
+		}
+		out[i] = ks
 	}
 	return out, nil
 }

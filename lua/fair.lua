@@ -39,20 +39,36 @@
 -- KEYS[14] deadlines: HASH task ID -> its asynq.Deadline µs, for waiting
 --          tasks that have one
 -- KEYS[15] asynq:{<q>}:archived
+-- KEYS[16] keys: SET of the concurrency keys that have a record
+-- KEYS[17] ksleep: ZSET key -> wake µs, of keys a downstream throttle holds
+--          (worker.ThrottledKey)
 -- ARGV[1]  the dispatcher's key prefix for the queue, <prefix>:fair:{<q>}:
 -- ARGV[2]  asynq's task key prefix, asynq:{<q>}:t:
 -- Each script's own ARGV starts at ARGV[3].
 --
--- Per tenant, in the same slot: P..'w:'..tenant, a LIST of waiting entries
--- "<not-before µs>|<park µs>|<unique TTL ms>|<task ID>" (FIFO), and
--- P..'t:'..tenant, a HASH tag (start tag of its next task), n (tasks in
--- run), cap (MaxInFlight, 0 none), wm (weight in thousandths), est (run
+-- A tenant's waiting tasks are in flows: those of one priority carrying
+-- the same concurrency keys, named as package rule's FlowID does ("0" for
+-- priority 0 and no keys; else the priority, then a tab before each key).
+-- Per tenant, in the same slot: P..'w:'..tenant, the LIST of waiting
+-- entries "<not-before µs>|<park µs>|<unique TTL ms>|<task ID>" of flow
+-- "0" (FIFO), and P..'w:'..tenant..'\n'..flow that of each other flow;
+-- P..'f:'..tenant, a ZSET of the other flows with tasks waiting, scored by
+-- minus their priority, member "<head's park µs, 16 digits>|<flow>" (so a
+-- tenant's flows sort as its tasks go: higher priority, then older head);
+-- and P..'t:'..tenant, a HASH tag (start tag of its next task), n (tasks
+-- in run), cap (MaxInFlight, 0 none), wm (weight in thousandths), est (run
 -- time µs, a moving mean), used (worker time µs charged in total), l
--- (entries in limbo), paused (1: Quota.Paused holds its waiting tasks).
+-- (entries in limbo), paused (1: Quota.Paused holds its waiting tasks), wk
+-- (tasks waiting in flows other than "0").
+--
+-- Per concurrency key: P..'k:'..key, a HASH n (its tasks in run), cap
+-- (MaxInFlight, 0 none), paused (1 or 0), w (its tasks waiting); and
+-- P..'kb:'..key, a ZSET tenant -> start tag of the tenants whose every
+-- flow waits on a closed key and that registered with this one.
 local vt, sleep, run, meta, workers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local pending, active, scheduled = KEYS[6], KEYS[7], KEYS[8]
 local grants, limbo, fresh, debts, held = KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
-local deadlines, archived = KEYS[14], KEYS[15]
+local deadlines, archived, keys, ksleep = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
 local P, TP = ARGV[1], ARGV[2]
 local call = redis.call
 local t = call('TIME')
@@ -76,6 +92,9 @@ local FRESH_GRACE = 1000000
 -- last worker with a gate left, so that a restart does not open the caps,
 -- for a worker's record that names no grace of its own.
 local RESTART_GRACE = 30000000
+-- PICK_BUDGET is how many waiting entries a turn may drop, or tenants it
+-- may find waiting on keys, before it stops.
+local PICK_BUDGET = 256
 
 local function int(x)
   return string.format('%.0f', x)
@@ -96,6 +115,170 @@ end
 -- smooth moves mean m a 1/div part of the way to x.
 local function smooth(m, x, div)
   return m + math.floor((x - m) / div)
+end
+
+-- pad writes µs as 16 digits, so that it sorts as text.
+local function pad(us)
+  local s = int(us)
+  return string.rep('0', 16 - #s) .. s
+end
+
+-- entryAt reads a waiting entry's park µs.
+local function entryAt(e)
+  return tonumber(string.match(e, '^%d+|(%d+)|')) or 0
+end
+
+-- flowKeys lists the keys of flow f; flowPrio reads its priority.
+local function flowKeys(f)
+  local ks = {}
+  for k in string.gmatch(f, '\t([^\t]+)') do
+    ks[#ks + 1] = k
+  end
+  return ks
+end
+
+local function flowPrio(f)
+  return tonumber(string.match(f, '^(%-?%d+)')) or 0
+end
+
+-- line is the LIST of tenant T's flow f.
+local function line(T, f)
+  if f == '0' then
+    return P .. 'w:' .. T
+  end
+  return P .. 'w:' .. T .. '\n' .. f
+end
+
+-- flowMember is flow f's member in its tenant's ZSET of flows, by its
+-- head e.
+local function flowMember(e, f)
+  return pad(entryAt(e)) .. '|' .. f
+end
+
+-- waitingOf is how many tasks tenant T has waiting; wk is its record's wk
+-- when the caller read it (nil: read it).
+local function waitingOf(T, wk)
+  return call('LLEN', P .. 'w:' .. T) + toint(wk or call('HGET', P .. 't:' .. T, 'wk'))
+end
+
+-- flowsOf lists tenant T's flows with tasks waiting, in the order its
+-- tasks go: higher priority, then older head, then name.
+local function flowsOf(T)
+  local fs = {}
+  local d = call('LINDEX', P .. 'w:' .. T, 0)
+  local dm = d and flowMember(d, '0')
+  local zs = call('ZRANGE', P .. 'f:' .. T, 0, -1, 'WITHSCORES')
+  for i = 1, #zs, 2 do
+    local m, score = zs[i], tonumber(zs[i + 1])
+    if dm and (score > 0 or (score == 0 and m > dm)) then
+      fs[#fs + 1], dm = '0', nil
+    end
+    fs[#fs + 1] = string.match(m, '^%d+|(.*)$')
+  end
+  if dm then
+    fs[#fs + 1] = '0'
+  end
+  return fs
+end
+
+-- The keys' records, read once a call and kept in step with each write.
+local keyCache = {}
+
+-- keyState returns key K's record: n, cap, paused, w, asleep.
+local function keyState(K)
+  local k = keyCache[K]
+  if not k then
+    local h = call('HMGET', P .. 'k:' .. K, 'n', 'cap', 'paused', 'w')
+    k = {n = toint(h[1]), cap = toint(h[2]), paused = h[3] == '1', w = toint(h[4]),
+      asleep = call('ZSCORE', ksleep, K) ~= false, exists = (h[1] or h[2] or h[3] or h[4]) ~= false}
+    keyCache[K] = k
+  end
+  return k
+end
+
+-- keyOpen reports whether a task carrying key K may go in now.
+local function keyOpen(K)
+  local k = keyState(K)
+  return not k.paused and not k.asleep and (k.cap == 0 or k.n < k.cap)
+end
+
+-- flowOpen reports whether every key of flow f is open.
+local function flowOpen(f)
+  for _, K in ipairs(flowKeys(f)) do
+    if not keyOpen(K) then
+      return false
+    end
+  end
+  return true
+end
+
+-- keyAdd adds d to field (n or w) of key K's record, never below 0.
+local function keyAdd(K, field, d)
+  local k = keyState(K)
+  local v = math.max(k[field] + d, 0)
+  k[field] = v
+  call('HSET', P .. 'k:' .. K, field, v)
+  if not k.exists then
+    k.exists = true
+    call('SADD', keys, K)
+  end
+end
+
+-- settleKey forgets key K once nothing of it waits, runs or is held.
+local function settleKey(K)
+  local k = keyState(K)
+  if k.exists and k.n == 0 and k.w == 0 and not k.asleep then
+    call('DEL', P .. 'k:' .. K, P .. 'kb:' .. K)
+    call('SREM', keys, K)
+    keyCache[K] = {n = 0, cap = 0, paused = false, w = 0, asleep = false, exists = false}
+  end
+end
+
+-- push puts waiting entry e of tenant T at the end of its flow f, or at
+-- its head.
+local function push(T, f, e, head)
+  local l = line(T, f)
+  if f == '0' then
+    call(head and 'LPUSH' or 'RPUSH', l, e)
+    return
+  end
+  local fl = P .. 'f:' .. T
+  if head then
+    local old = call('LINDEX', l, 0)
+    if old then
+      call('ZREM', fl, flowMember(old, f))
+    end
+    call('LPUSH', l, e)
+    call('ZADD', fl, -flowPrio(f), flowMember(e, f))
+  elseif call('RPUSH', l, e) == 1 then
+    call('ZADD', fl, -flowPrio(f), flowMember(e, f))
+  end
+  call('HINCRBY', P .. 't:' .. T, 'wk', 1)
+  for _, K in ipairs(flowKeys(f)) do
+    keyAdd(K, 'w', 1)
+  end
+end
+
+-- pop takes the head of tenant T's flow f (nil when it is empty).
+local function pop(T, f)
+  local l = line(T, f)
+  local e = call('LPOP', l)
+  if not e or f == '0' then
+    return e
+  end
+  local fl = P .. 'f:' .. T
+  call('ZREM', fl, flowMember(e, f))
+  local nx = call('LINDEX', l, 0)
+  if nx then
+    call('ZADD', fl, -flowPrio(f), flowMember(nx, f))
+  end
+  if call('HINCRBY', P .. 't:' .. T, 'wk', -1) <= 0 then
+    call('HDEL', P .. 't:' .. T, 'wk')
+  end
+  for _, K in ipairs(flowKeys(f)) do
+    keyAdd(K, 'w', -1)
+  end
+  return e
 end
 
 local m0 = call('HMGET', meta, 'floor', 'est')
@@ -170,23 +353,95 @@ end
 -- T out. The caller gives what it knows of T: its tag, tasks in flight n,
 -- cap and paused ("1"), and, when it knows them, how many tasks wait and
 -- whether it sleeps (nil: read them).
+-- It reports whether T may go in.
 local function place(T, tag, n, cap, paused, waiting, sleeping)
   if paused == '1' then
     call('ZREM', vt, T)
     call('SADD', held, T)
   elseif (cap > 0 and n >= cap) or sleeping or (sleeping == nil and call('ZSCORE', sleep, T))
-      or (waiting or call('LLEN', P .. 'w:' .. T)) == 0 then
+      or (waiting or waitingOf(T)) == 0 then
     call('ZREM', vt, T)
   else
     call('ZADD', vt, int(math.max(tag, floor)), T)
+    return true
   end
+  return false
 end
 
 -- refresh places tenant T by its record. Every change to a tenant ends
 -- with it, or with place.
 local function refresh(T)
-  local h = call('HMGET', P .. 't:' .. T, 'tag', 'n', 'cap', 'paused')
-  place(T, toint(h[1]), toint(h[2]), toint(h[3]), h[4])
+  local h = call('HMGET', P .. 't:' .. T, 'tag', 'n', 'cap', 'paused', 'wk')
+  return place(T, toint(h[1]), toint(h[2]), toint(h[3]), h[4], waitingOf(T, h[5] or 0))
+end
+
+-- release lets the tenants registered with key K back among those that
+-- may go in, lowest start tag first, while K has room: as many as it has
+-- places, counting only those that may go in by their own limits.
+local function release(K)
+  if not keyOpen(K) then
+    return
+  end
+  local k = keyState(K)
+  local room = k.cap - k.n
+  local kb = P .. 'kb:' .. K
+  while k.cap == 0 or room > 0 do
+    local z = call('ZPOPMIN', kb)
+    if #z == 0 then
+      break
+    end
+    if refresh(z[1]) then
+      room = room - 1
+    end
+  end
+end
+
+-- block takes tenant T, whose every flow (flows) waits on a closed key,
+-- out of those that may go in, and registers it with the first closed key
+-- of each flow at start tag start. An open key of those flows gets T off
+-- its list and lets in whom it can instead.
+local function block(T, start, flows)
+  call('ZREM', vt, T)
+  for _, f in ipairs(flows) do
+    local registered = false
+    for _, K in ipairs(flowKeys(f)) do
+      if not keyOpen(K) then
+        if not registered then
+          call('ZADD', P .. 'kb:' .. K, int(start), T)
+          registered = true
+        end
+      else
+        call('ZREM', P .. 'kb:' .. K, T)
+        release(K)
+      end
+    end
+  end
+end
+
+-- leaveKeys gives back a place of each key of flow f.
+local function leaveKeys(f)
+  for _, K in ipairs(flowKeys(f)) do
+    keyAdd(K, 'n', -1)
+    release(K)
+    settleKey(K)
+  end
+end
+
+-- keyLimits records key K's quota as it is now (cap, paused "1" or "0"),
+-- making its record when make is set (else only when it has one), and
+-- lets in whom its room allows.
+local function keyLimits(K, cap, paused, make)
+  local k = keyState(K)
+  if not k.exists and not make then
+    return
+  end
+  call('HSET', P .. 'k:' .. K, 'cap', cap, 'paused', paused)
+  k.cap, k.paused = tonumber(cap), paused == '1'
+  if not k.exists then
+    k.exists = true
+    call('SADD', keys, K)
+  end
+  release(K)
 end
 
 -- settle forgets an idle tenant's record at once when it owes nothing (its
@@ -195,8 +450,8 @@ end
 -- cap and weight must outlive them.
 local function settle(T)
   local th = P .. 't:' .. T
-  local h = call('HMGET', th, 'n', 'l', 'tag')
-  if toint(h[1]) > 0 or toint(h[2]) > 0 or call('LLEN', P .. 'w:' .. T) > 0 then
+  local h = call('HMGET', th, 'n', 'l', 'tag', 'wk')
+  if toint(h[1]) > 0 or toint(h[2]) > 0 or waitingOf(T, h[4] or 0) > 0 then
     active(th, T)
   elseif toint(h[3]) <= floor then
     call('DEL', th)
@@ -225,11 +480,12 @@ local function forgive()
   end
 end
 
--- grant lets task id (waiting entry e, or nil) of tenant T in at start tag
--- start: it enters run in state g (with e) or f (without), or st when
--- given (p: asynq has it already), and is charged its estimate, which
--- moves the floor. It returns T's new tag, tasks in flight and cap.
-local function grant(T, id, e, start, st)
+-- grant lets task id (waiting entry e, or nil; flow f) of tenant T in at
+-- start tag start: it enters run in state g (with e) or f (without), or st
+-- when given (p: asynq has it already), takes a place of T and of each key
+-- of f, and is charged its estimate, which moves the floor. It returns T's
+-- new tag, tasks in flight and cap.
+local function grant(T, id, e, start, st, f)
   local th = P .. 't:' .. T
   local h = call('HMGET', th, 'n', 'wm', 'est', 'cap')
   local wm = toint(h[2])
@@ -241,7 +497,10 @@ local function grant(T, id, e, start, st)
     est = qest > 0 and qest or DEFAULT_ESTIMATE
   end
   st = st or (e and 'g' or 'f')
-  call('HSET', run, id, st .. '|' .. int(est) .. '|' .. nowS .. '|' .. T)
+  call('HSET', run, id, st .. '|' .. int(est) .. '|' .. nowS .. '|' .. T .. (f == '0' and '' or '\n' .. f))
+  for _, K in ipairs(flowKeys(f)) do
+    keyAdd(K, 'n', 1)
+  end
   floor = math.max(floor, start)
   local tag, n = start + math.max(charge(est, wm), 1), toint(h[1]) + 1
   call('HSET', th, 'n', n, 'tag', int(tag))
@@ -254,15 +513,17 @@ local function grant(T, id, e, start, st)
   return tag, n, toint(h[4])
 end
 
--- runEntry splits a run entry into state, estimate, since and tenant.
+-- runEntry splits a run entry "state|estimate|since|tenant", then a
+-- newline and its flow unless that is "0", into state, estimate, since,
+-- tenant and flow.
 local function runEntry(r)
-  local s, est, since, T = string.match(r, '^(%a)|([^|]*)|([^|]*)|(.*)$')
-  return s, toint(est), since, T
+  local s, est, since, T, f = string.match(r, '^(%a)|([^|]*)|([^|]*)|([^\n]*)\n?(.*)$')
+  return s, toint(est), since, T, (f == nil or f == '') and '0' or f
 end
 
 -- free takes task id (run entry r) out of run: its tenant may go in again.
 local function free(id, r)
-  local s, _, _, T = runEntry(r)
+  local s, _, _, T, f = runEntry(r)
   call('HDEL', run, id)
   if s == 'g' then
     call('HDEL', grants, id)
@@ -273,6 +534,7 @@ local function free(id, r)
     call('HSET', P .. 't:' .. T, 'n', 0)
   end
   refresh(T)
+  leaveKeys(f)
   settle(T)
 end
 
@@ -296,11 +558,33 @@ local function seen()
   end
 end
 
--- wake makes the tenants whose sleep is over runnable again.
+-- wake makes the tenants whose sleep is over runnable again, then the
+-- keys whose hold is over.
 local function wake()
   for _, T in ipairs(call('ZRANGE', sleep, '-inf', now, 'BYSCORE', 'LIMIT', 0, 100)) do
     call('ZREM', sleep, T)
     refresh(T)
+  end
+  for _, K in ipairs(call('ZRANGE', ksleep, '-inf', now, 'BYSCORE', 'LIMIT', 0, 100)) do
+    call('ZREM', ksleep, K)
+    keyState(K).asleep = false
+    release(K)
+    settleKey(K)
+  end
+end
+
+-- holdKey holds the waiting tasks carrying key K for us µs.
+local function holdKey(K, us)
+  local k = keyState(K)
+  local wake = now + us
+  if toint(call('ZSCORE', ksleep, K)) < wake then
+    call('ZADD', ksleep, int(wake), K)
+  end
+  k.asleep = true
+  if not k.exists then
+    k.exists = true
+    call('HSET', P .. 'k:' .. K, 'n', k.n)
+    call('SADD', keys, K)
   end
 end
 
@@ -320,14 +604,16 @@ end
 -- the dispatcher let it in (Redis came back from a snapshot taken before
 -- its move), back at the head of its tenant's line and frees its place.
 local function requeue(id, r)
-  local _, _, _, T = runEntry(r)
-  call('LPUSH', P .. 'w:' .. T, '0|' .. nowS .. '|0|' .. id)
+  local _, _, _, T, f = runEntry(r)
+  push(T, f, '0|' .. nowS .. '|0|' .. id, true)
   free(id, r)
 end
 
--- toLimbo sets tenant T's entry e aside until µs at.
-local function toLimbo(T, e, at)
-  if call('ZADD', limbo, int(at), T .. '\n' .. e) == 1 then
+-- toLimbo sets tenant T's entry e of flow f aside until µs at. Its member
+-- is "<tenant>\n<entry>" for flow "0", else "<tenant>\n\t<flow>\n<entry>".
+local function toLimbo(T, e, at, f)
+  local m = T .. '\n' .. (f == '0' and '' or '\t' .. f .. '\n') .. e
+  if call('ZADD', limbo, int(at), m) == 1 then
     call('HINCRBY', P .. 't:' .. T, 'l', 1)
   end
 end
@@ -353,13 +639,17 @@ end
 local function recall()
   for _, m in ipairs(call('ZRANGE', limbo, '-inf', nowS, 'BYSCORE', 'LIMIT', 0, 32)) do
     local T, e = string.match(m, '^(.-)\n(.*)$')
+    local f = '0'
+    if string.sub(e, 1, 1) == '\t' then
+      f, e = string.match(e, '^\t([^\n]*)\n(.*)$')
+    end
     local nb, at, id = string.match(e, '^(%d+)|(%d+)|%d+|(.*)$')
     if not id then
       call('ZREM', limbo, m)
     elseif call('EXISTS', TP .. id) == 1 then
       fromLimbo(T, m)
       if parked(id) then
-        call('LPUSH', P .. 'w:' .. T, e)
+        push(T, f, e, true)
         refresh(T)
       end
     elseif now - math.max(tonumber(at), tonumber(nb)) > LIMBO then
@@ -401,45 +691,63 @@ local function expired(id)
 end
 
 -- pick grants up to most waiting tasks while the queue has space, the
--- lowest start tag first, appending each as a pair tenant, entry to out.
--- An entry whose task asynq holds but not parked (archived, or run from
--- outside) is dropped, and one run from outside is counted against its
--- tenant's cap while it runs; one whose task is missing (deleted, or not
--- written yet) goes to limbo; one whose asynq.Deadline passed is archived.
--- None holds its tenant back.
+-- lowest start tag first, each tenant's first flow whose keys are open,
+-- appending each as a pair tenant, entry to out. A tenant whose every flow
+-- waits on a closed key is taken out (block). An entry whose task asynq
+-- holds but not parked (archived, or run from outside) is dropped, and
+-- one run from outside is counted against its tenant's cap while it runs;
+-- one whose task is missing (deleted, or not written yet) goes to limbo;
+-- one whose asynq.Deadline passed is archived. None holds its tenant back.
 local function pick(most, space, out)
-  local drops = 256 -- entries dropped a call at most: deleted backlogs cost in steps
-  while most > 0 and space > 0 and drops > 0 do
+  local budget = PICK_BUDGET -- a deleted backlog costs in steps
+  while most > 0 and space > 0 and budget > 0 do
     local head = call('ZRANGE', vt, 0, 0, 'WITHSCORES')
     if #head == 0 then
       break
     end
     local T, start = head[1], tonumber(head[2])
-    local e = call('LPOP', P .. 'w:' .. T)
-    if not e then
+    local flows = {'0'}
+    if call('HEXISTS', P .. 't:' .. T, 'wk') == 1 then
+      flows = flowsOf(T)
+    end
+    local f
+    for _, g in ipairs(flows) do
+      if flowOpen(g) then
+        f = g
+        break
+      end
+    end
+    local e = f and pop(T, f)
+    if not f then
+      block(T, start, flows)
+      budget = budget - 1
+    elseif not e then
       call('ZREM', vt, T)
       settle(T)
     else
       local id = entryID(e)
       if id and parked(id) and not expired(id) then
         -- T was runnable: awake and not paused
-        local tag, n, cap = grant(T, id, e, start)
+        local tag, n, cap = grant(T, id, e, start, nil, f)
         out[#out + 1], out[#out + 2] = T, e
         most, space = most - 1, space - 1
         place(T, tag, n, cap, '0', nil, false)
       else
-        drops = drops - 1
+        budget = budget - 1
         local st = id and call('HGET', TP .. id, 'state')
         if id and not st then
-          toLimbo(T, e, now + 1000)
+          toLimbo(T, e, now + 1000, f)
         elseif (st == 'pending' or st == 'active') and call('HEXISTS', run, id) == 0 then
           -- Run from outside (asynqmon's "run now"): it counts against
-          -- its tenant's cap from now on, as if granted.
-          grant(T, id, nil, start, 'p')
+          -- its tenant's cap and its keys from now on, as if granted.
+          grant(T, id, nil, start, 'p', f)
           space = space - 1
         end
         if id and hasDeadlines() then
           call('HDEL', deadlines, id)
+        end
+        for _, K in ipairs(flowKeys(f)) do
+          settleKey(K)
         end
         refresh(T)
       end
@@ -451,13 +759,46 @@ end
 -- GO moves a granted task into asynq's pending list (its lock gets the
 -- op's TTL ms); BACK puts it back at the head of its tenant's line,
 -- refunds its charge and holds the tenant for the op's µs; FREE lets a
--- task out of run.
-local GO, BACK, FREE = 'go', 'back', 'free'
+-- task out of run; DROP takes a waiting entry out of its line (its
+-- producer's write failed): its "ID" is "<tenant>\n<flow>\n<entry>".
+local GO, BACK, FREE, DROP = 'go', 'back', 'free', 'drop'
+
+-- drop takes waiting entry e out of tenant T's flow f.
+local function drop(T, f, e)
+  local l = line(T, f)
+  local head = call('LINDEX', l, 0)
+  if call('LREM', l, 1, e) == 0 then
+    return
+  end
+  local id = entryID(e)
+  if id then
+    call('HDEL', deadlines, id)
+  end
+  if f ~= '0' then
+    local fl = P .. 't:' .. T
+    if head == e then
+      call('ZREM', P .. 'f:' .. T, flowMember(e, f))
+      local nx = call('LINDEX', l, 0)
+      if nx then
+        call('ZADD', P .. 'f:' .. T, -flowPrio(f), flowMember(nx, f))
+      end
+    end
+    if call('HINCRBY', fl, 'wk', -1) <= 0 then
+      call('HDEL', fl, 'wk')
+    end
+    for _, K in ipairs(flowKeys(f)) do
+      keyAdd(K, 'w', -1)
+      settleKey(K)
+    end
+  end
+  refresh(T)
+  settle(T)
+end
 
 -- back returns granted task id (run entry r, waiting entry e) to the head
 -- of its tenant's line, refunding its charge; its tenant sleeps us µs.
 local function back(id, r, e, us)
-  local _, est, _, T = runEntry(r)
+  local _, est, _, T, f = runEntry(r)
   call('HDEL', run, id)
   call('HDEL', grants, id)
   local th = P .. 't:' .. T
@@ -467,11 +808,12 @@ local function back(id, r, e, us)
     wm = WEIGHT_SCALE
   end
   call('HSET', th, 'tag', int(toint(h[1]) - charge(est, wm)), 'n', math.max(toint(h[3]) - 1, 0))
-  call('LPUSH', P .. 'w:' .. T, e)
+  push(T, f, e, true)
   if us > 0 then
     call('ZADD', sleep, int(now + us), T)
   end
   refresh(T)
+  leaveKeys(f)
 end
 
 -- moveIn moves granted task id (run entry r; its asynq.Unique TTL uttl ms)
@@ -510,14 +852,20 @@ local function limits(T, cap, wm, paused)
 end
 
 -- updates applies the n updates (quads tenant, cap, weight in thousandths,
--- paused) in ARGV from ARGV[a], n first, and returns the ARGV index after
--- them.
+-- paused) in ARGV from ARGV[a], n first, then the j key updates (triples
+-- key, cap, paused), j first, and returns the ARGV index after them.
 local function updates(a)
   local n = tonumber(ARGV[a])
   a = a + 1
   for _ = 1, n do
     limits(ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
     a = a + 4
+  end
+  n = tonumber(ARGV[a]) or 0 -- a caller that gives none
+  a = a + 1
+  for _ = 1, n do
+    keyLimits(ARGV[a], ARGV[a + 1], ARGV[a + 2], false)
+    a = a + 3
   end
   return a
 end
@@ -534,8 +882,13 @@ local function moveOps(a)
   for _ = 1, n do
     local op, id, us = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
     a = a + 3
-    local r = call('HGET', run, id)
-    if r and op == FREE then
+    local r = op ~= DROP and call('HGET', run, id)
+    if op == DROP then
+      local T, f, e = string.match(id, '^([^\n]*)\n([^\n]*)\n(.*)$')
+      if T then
+        drop(T, f, e)
+      end
+    elseif r and op == FREE then
       free(id, r)
     elseif r and string.sub(r, 1, 1) == 'g' then
       if op == GO then

@@ -5,17 +5,18 @@
 -- grant, so that a cap is true again. Its waiting entry is dropped at its
 -- turn. Runs after fair.lua (KEYS and the first two ARGV are its).
 --
--- ARGV[3]  n, then n pairs: task ID, its tenant (from the task's header)
+-- ARGV[3]  n, then n triples: task ID, its tenant and its flow (package
+--          rule's FlowID, from the task's headers: its keys count too)
 -- Returns  {tasks adopted}
 local adopted = 0
 local a = 4
 for _ = 1, tonumber(ARGV[3]) do
-  local id, T = ARGV[a], ARGV[a + 1]
-  a = a + 2
+  local id, T, f = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+  a = a + 3
   local st = call('HGET', TP .. id, 'state')
   local th = P .. 't:' .. T
   if (st == 'pending' or st == 'active') and call('HEXISTS', run, id) == 0 and call('EXISTS', th) == 1 then
-    grant(T, id, nil, math.max(toint(call('HGET', th, 'tag')), floor), 'p')
+    grant(T, id, nil, math.max(toint(call('HGET', th, 'tag')), floor), 'p', f)
     refresh(T)
     adopted = adopted + 1
   end

@@ -9,15 +9,18 @@
 --          then lapses now, and still holds the queue dispatched for
 --          RESTART_GRACE)
 -- ARGV[5]  most grants to make
--- ARGV[6]  n, then n sevens: task ID, run time µs, done (1: the task left
+-- ARGV[6]  n, then n eights: task ID, run time µs, done (1: the task left
 --          asynq's hands or will, 0: it will be retried), its tenant's
 --          MaxInFlight, weight in thousandths and paused (1 or 0) now (cap
---          -1: unknown, keep what is stored), and how long to hold the
---          tenant's waiting tasks, µs (0: not at all; worker.Throttled)
+--          -1: unknown, keep what is stored), how long to hold the
+--          tenant's waiting tasks, µs (0: not at all; worker.Throttled),
+--          and a key to hold instead of the tenant ("" for none;
+--          worker.ThrottledKey)
 -- then     m, then m move ops, as fair_move.lua takes them: the previous
 --          turn's grants, admitted since, go in (or back) here
 -- then     k, then k quads: tenant, MaxInFlight, weight in thousandths,
 --          paused: tenants' quotas as they are now (a pause or a resume)
+-- then     j, then j triples: key, MaxInFlight, paused: keys' quotas now
 -- Returns  {n, then n pairs tenant, waiting entry granted (state g: the
 --          caller admits and moves them), tenants waiting, the earliest µs
 --          a sleeping tenant wakes or an entry in limbo is due (0: none),
@@ -35,7 +38,7 @@ call('ZADD', workers, int(now + math.max(ttl, 0)), member)
 
 -- finish hands in task id, which ran for ran µs. It reads the tenant's
 -- record once and writes it once.
-local function finish(id, ran, done, cap, wm, paused, hold)
+local function finish(id, ran, done, cap, wm, paused, hold, key)
   local r = call('HGET', run, id)
   if not r then
     return true
@@ -44,16 +47,18 @@ local function finish(id, ran, done, cap, wm, paused, hold)
   if state == 'active' then
     return false -- asynq has still to mark it done: its place stays taken
   end
-  local s, est, since, T = runEntry(r)
-  local th, w = P .. 't:' .. T, P .. 'w:' .. T
-  local h = call('HMGET', th, 'tag', 'wm', 'est', 'used', 'n', 'cap', 'paused', 'l')
+  local s, est, since, T, f = runEntry(r)
+  local th = P .. 't:' .. T
+  local h = call('HMGET', th, 'tag', 'wm', 'est', 'used', 'n', 'cap', 'paused', 'l', 'wk')
   if cap < 0 then
     cap, wm, paused = toint(h[6]), toint(h[2]), h[7] or '0'
   elseif paused ~= '1' and h[7] == '1' then
     call('SREM', held, T)
   end
   local asleep = false
-  if hold > 0 then
+  if hold > 0 and key ~= '' then
+    holdKey(key, hold)
+  elseif hold > 0 then
     local wake = now + hold
     if toint(call('ZSCORE', sleep, T)) < wake then
       call('ZADD', sleep, int(wake), T)
@@ -78,7 +83,7 @@ local function finish(id, ran, done, cap, wm, paused, hold)
     end
   else
     -- asynq will run it again: it keeps its place
-    call('HSET', run, id, 'p|0|' .. since .. '|' .. T)
+    call('HSET', run, id, 'p|0|' .. since .. '|' .. T .. (f == '0' and '' or '\n' .. f))
     if s == 'g' then
       call('HDEL', grants, id)
     end
@@ -88,11 +93,13 @@ local function finish(id, ran, done, cap, wm, paused, hold)
   if rollback then
     -- Redis came back from a snapshot taken before the task's move: asynq
     -- keeps it parked, so it goes back to the head of its tenant's line.
-    call('LPUSH', w, '0|' .. nowS .. '|0|' .. id)
+    push(T, f, '0|' .. nowS .. '|0|' .. id, true)
+    h[9] = call('HGET', th, 'wk')
   end
-  local waiting = call('LLEN', w)
+  local waiting = waitingOf(T, h[9] or 0)
   place(T, tag, n, cap, paused, waiting, asleep or nil)
   if leaves then
+    leaveKeys(f)
     -- settle, knowing the record
     if n > 0 or toint(h[8]) > 0 or waiting > 0 then
       active(th, T)
@@ -117,10 +124,10 @@ local a = 7
 local later = {}
 for i = 1, tonumber(ARGV[6]) do
   if not finish(ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2] == '1', tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
-      ARGV[a + 5], tonumber(ARGV[a + 6])) then
+      ARGV[a + 5], tonumber(ARGV[a + 6]), ARGV[a + 7] or '') then
     later[#later + 1] = i
   end
-  a = a + 7
+  a = a + 8
 end
 
 local _
@@ -143,7 +150,7 @@ forgive()
 save()
 out[#out + 1] = call('ZCARD', vt) + call('ZCARD', sleep)
 local due = 0
-for _, k in ipairs({sleep, limbo}) do
+for _, k in ipairs({sleep, limbo, ksleep}) do
   local first = call('ZRANGE', k, 0, 0, 'WITHSCORES')
   if first[2] and (due == 0 or tonumber(first[2]) < due) then
     due = tonumber(first[2])

@@ -11,6 +11,9 @@
 -- ARGV[9]  the tenant's weight in thousandths (> 0)
 -- ARGV[10] the tenant's Paused: 1 or 0
 -- ARGV[11] the task's asynq.Deadline µs (0 for none)
+-- ARGV[12] the task's flow (package rule's FlowID: its priority and keys)
+-- ARGV[13] k, then k triples: each key of the flow, in its order, with its
+--          MaxInFlight and paused (1 or 0) as its quota says now
 -- Returns  {verdict, now µs, tasks the tenant has waiting}, verdict:
 --          "wait": the entry is stored, the caller writes the task parked
 --          "in": granted (state f), the caller admits and writes it
@@ -26,16 +29,18 @@
 --            it there
 --
 -- A task goes straight in only when its tenant has nothing waiting, is
--- under its cap and awake, no tenant waits with an earlier start tag, and
--- the queue has space: then nothing waiting could have gone first. A task
+-- under its cap and awake, every key it carries is open, no tenant waits
+-- with an earlier start tag, and the queue has space: then nothing waiting
+-- could have gone first. A task
 -- that must not start for more than a second (its own ProcessAt) waits in
 -- limbo until then, holding no place and no one back, and then goes to the
 -- head of its tenant's line.
 local T, id, nb, uttl = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local cap, maxParked, wm, paused = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10]
+local f, nk = ARGV[12], tonumber(ARGV[13])
 
 local recent, fair, total = capacity()
-if not recent or (not fair and cap == 0 and paused ~= '1') then
+if not recent or (not fair and cap == 0 and paused ~= '1' and nk == 0) then
   return {'direct', now, 0}
 end
 if call('HEXISTS', run, id) == 1 then
@@ -45,28 +50,36 @@ if isParked(id) then
   return {'wait-again', now, 0}
 end
 seen()
-local th, w = P .. 't:' .. T, P .. 'w:' .. T
-local h = call('HMGET', th, 'tag', 'n', 'cap', 'wm', 'paused')
+local th = P .. 't:' .. T
+local h = call('HMGET', th, 'tag', 'n', 'cap', 'wm', 'paused', 'wk')
 if toint(h[3]) ~= cap or toint(h[4]) ~= wm or (h[5] or '0') ~= paused then
   call('HSET', th, 'cap', cap, 'wm', wm, 'paused', paused)
   if paused ~= '1' then
     call('SREM', held, T)
   end
 end
-local waiting = call('LLEN', w)
+for i = 1, nk do
+  local a = 11 + 3 * i
+  keyLimits(ARGV[a], ARGV[a + 1], ARGV[a + 2], true)
+end
+local waiting = waitingOf(T, h[6] or 0)
 local later = tonumber(nb) > now + 1000000
 local tag, n = toint(h[1]), toint(h[2])
 local start = math.max(tag, floor)
-if waiting == 0 and not later and paused ~= '1' and (cap == 0 or n < cap) and not call('ZSCORE', sleep, T) then
+if waiting == 0 and not later and paused ~= '1' and (cap == 0 or n < cap) and not call('ZSCORE', sleep, T)
+    and flowOpen(f) then
   local head = call('ZRANGE', vt, 0, 0, 'WITHSCORES')
   if (#head == 0 or start <= tonumber(head[2])) and room(fair, total) > 0 then
-    grant(T, id, nil, start)
+    grant(T, id, nil, start, nil, f)
     save()
     return {'in', now, 0}
   end
 end
 if waiting >= maxParked then
   settle(T)
+  for _, K in ipairs(flowKeys(f)) do
+    settleKey(K)
+  end
   return {'full', now, waiting}
 end
 local e = nb .. '|' .. nowS .. '|' .. uttl .. '|' .. id
@@ -75,9 +88,12 @@ if tonumber(ARGV[11]) > 0 then
   call('HSET', deadlines, id, ARGV[11])
 end
 if later then
-  toLimbo(T, e, tonumber(nb))
+  toLimbo(T, e, tonumber(nb), f)
+  for _, K in ipairs(flowKeys(f)) do
+    settleKey(K)
+  end
   return {'wait', now, waiting}
 end
-call('RPUSH', w, e)
+push(T, f, e, false)
 place(T, tag, n, cap, paused, waiting + 1)
 return {'wait', now, waiting + 1}

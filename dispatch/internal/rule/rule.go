@@ -14,11 +14,26 @@
 // the tenant its estimated run time, and its finish corrects the charge
 // with the time the task really ran.
 //
+// A tenant's waiting tasks are in flows: the tasks of one priority that
+// carry the same concurrency keys, FIFO. A tenant's next task is the head
+// of its first flow, by priority (higher first), then by the age of the
+// flow's head, whose keys all have room: a task waiting on a full, paused
+// or held key never holds back one that does not carry that key. A tenant
+// whose every flow waits on a key leaves the runnable tenants and is
+// registered with one closed key of each flow; it is let back, lowest
+// start tag first, as those keys get room.
+//
 // The model holds no clock and nothing of asynq: the scripts decide what
 // is asleep, in limbo or gone from asynq, and tell the rule.
 package rule
 
-import "cmp"
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+)
 
 // The rule's constants. fair.lua declares the same values; a test in
 // package dispatch reads them from the script and compares.
@@ -91,17 +106,103 @@ type Tenant struct {
 	// Estimate is its run time µs, a moving mean (0: none yet); Used the
 	// worker time µs charged in total.
 	Estimate, Used int64
-	// Waiting are its waiting tasks' IDs, in order.
-	Waiting []string
+	// Lines are its waiting tasks, by flow (FlowID), each in order.
+	Lines map[string][]Waiter
 	// Asleep is set while the tenant is held back (by its rate).
 	Asleep bool
 }
 
-// Run is a task the dispatcher let in: its tenant and the estimate it
-// was charged (0 once a finish corrected it and it stays for a retry).
+// Waiter is a waiting task: its ID and when it was parked, µs.
+type Waiter struct {
+	ID string
+	At int64
+}
+
+// Waiting is how many tasks t has waiting.
+func (t *Tenant) Waiting() int {
+	n := 0
+	for _, l := range t.Lines {
+		n += len(l)
+	}
+	return n
+}
+
+// FlowID names the flow of a task of priority p carrying keys (sorted,
+// each once): p in decimal, then a tab before each key. Neither tenants
+// nor keys hold control characters, so the name splits back. The flow of
+// a task of priority 0 without keys is "0".
+func FlowID(p int, keys []string) string {
+	var b strings.Builder
+	b.WriteString(strconv.Itoa(p))
+	for _, k := range keys {
+		b.WriteByte('\t')
+		b.WriteString(k)
+	}
+	return b.String()
+}
+
+// ParseFlow splits a FlowID into its priority and keys.
+func ParseFlow(f string) (p int, keys []string) {
+	parts := strings.Split(f, "\t")
+	p, _ = strconv.Atoi(parts[0])
+	return p, parts[1:]
+}
+
+// flowOrder is a flow's place among its tenant's: priority first (higher
+// first, as a lower score), then its head's park time, zero-padded so
+// that it sorts as text, then its name. The scripts keep the same member
+// in a sorted set.
+func flowOrder(f string, head Waiter) (int, string) {
+	p, _ := ParseFlow(f)
+	return -p, flowMember(head.At, f)
+}
+
+// flowMember is a flow's member in its tenant's sorted set of flows.
+func flowMember(at int64, f string) string {
+	return padMicros(at) + "|" + f
+}
+
+func padMicros(at int64) string {
+	s := strconv.FormatInt(at, 10)
+	if len(s) < 16 {
+		s = strings.Repeat("0", 16-len(s)) + s
+	}
+	return s
+}
+
+// Key is one concurrency key's part of a queue.
+type Key struct {
+	// N is how many tasks carrying it the dispatcher let in that asynq
+	// holds; Cap is its MaxInFlight (0: none), and Paused holds its tasks.
+	N, Cap int
+	Paused bool
+	// Asleep is set while a downstream throttle holds it
+	// (worker.ThrottledKey).
+	Asleep bool
+	// Waiting is how many waiting tasks carry it.
+	Waiting int
+	// Blocked are the tenants whose every flow waits on a closed key and
+	// that registered with this one, with their start tags then.
+	Blocked map[string]int64
+}
+
+// open reports whether a task carrying k may go in now.
+func (k *Key) open() bool {
+	return k == nil || (!k.Paused && !k.Asleep && (k.Cap == 0 || k.N < k.Cap))
+}
+
+// KeyLimits are what a key's quota says now.
+type KeyLimits struct {
+	Cap    int
+	Paused bool
+}
+
+// Run is a task the dispatcher let in: its tenant, its flow, and the
+// estimate it was charged (0 once a finish corrected it and it stays for a
+// retry).
 type Run struct {
-	Tenant   string
-	Estimate int64
+	Tenant, Flow string
+	Estimate     int64
 }
 
 // Grant is a task granted by Pick or Park.
@@ -124,33 +225,200 @@ type Queue struct {
 	Runnable map[string]int64
 	// InFlight are the tasks let in, by ID.
 	InFlight map[string]Run
+	// Keys are the concurrency keys with tasks waiting or in flight, or
+	// held.
+	Keys map[string]*Key
 }
 
 // New returns an empty queue.
 func New() *Queue {
-	return &Queue{Tenants: map[string]*Tenant{}, Runnable: map[string]int64{}, InFlight: map[string]Run{}}
+	return &Queue{Tenants: map[string]*Tenant{}, Runnable: map[string]int64{}, InFlight: map[string]Run{}, Keys: map[string]*Key{}}
 }
 
 // tenant returns T's record, made on first use.
 func (q *Queue) tenant(T string) *Tenant {
 	t := q.Tenants[T]
 	if t == nil {
-		t = &Tenant{Weight: WeightScale}
+		t = &Tenant{Weight: WeightScale, Lines: map[string][]Waiter{}}
 		q.Tenants[T] = t
 	}
 	return t
 }
 
+// key returns K's record, made on first use.
+func (q *Queue) key(K string) *Key {
+	k := q.Keys[K]
+	if k == nil {
+		k = &Key{Blocked: map[string]int64{}}
+		q.Keys[K] = k
+	}
+	return k
+}
+
 // Refresh puts T among the runnable tenants at the later of its tag and
 // the floor when it has a task waiting, is under its cap and awake, and
-// takes it out otherwise. Every change to a tenant ends with it.
-func (q *Queue) Refresh(T string) {
+// takes it out otherwise. Every change to a tenant ends with it. It
+// reports whether T is runnable.
+func (q *Queue) Refresh(T string) bool {
 	t := q.Tenants[T]
-	if t == nil || len(t.Waiting) == 0 || t.Asleep || t.Paused || (t.Cap > 0 && t.N >= t.Cap) {
+	if t == nil || t.Waiting() == 0 || t.Asleep || t.Paused || (t.Cap > 0 && t.N >= t.Cap) {
 		delete(q.Runnable, T)
-		return
+		return false
 	}
 	q.Runnable[T] = max(t.Tag, q.Floor)
+	return true
+}
+
+// flows returns T's flows with tasks waiting, in the order its tasks go.
+func (q *Queue) flows(t *Tenant) []string {
+	var fs []string
+	for f, l := range t.Lines {
+		if len(l) > 0 {
+			fs = append(fs, f)
+		}
+	}
+	slices.SortFunc(fs, func(a, b string) int {
+		pa, ma := flowOrder(a, t.Lines[a][0])
+		pb, mb := flowOrder(b, t.Lines[b][0])
+		return cmp.Or(cmp.Compare(pa, pb), strings.Compare(ma, mb))
+	})
+	return fs
+}
+
+// eligible returns T's first flow whose keys all have room.
+func (q *Queue) eligible(t *Tenant) (string, bool) {
+	for _, f := range q.flows(t) {
+		if q.flowOpen(f) {
+			return f, true
+		}
+	}
+	return "", false
+}
+
+// flowOpen reports whether every key of flow f has room.
+func (q *Queue) flowOpen(f string) bool {
+	_, keys := ParseFlow(f)
+	for _, K := range keys {
+		if !q.Keys[K].open() {
+			return false
+		}
+	}
+	return true
+}
+
+// block takes T, whose every flow waits on a closed key, out of the
+// runnable tenants and registers it with the first closed key of each
+// flow at its start tag. A key of those flows that is open gets T off
+// its list and lets in whom it can instead: T was let back for it and
+// cannot use it now.
+func (q *Queue) block(T string, start int64) {
+	delete(q.Runnable, T)
+	for _, f := range q.flows(q.Tenants[T]) {
+		_, keys := ParseFlow(f)
+		registered := false
+		for _, K := range keys {
+			k := q.Keys[K]
+			switch {
+			case !k.open() && !registered:
+				k.Blocked[T] = start
+				registered = true
+			case k.open():
+				delete(k.Blocked, T)
+				q.release(K)
+			}
+		}
+	}
+}
+
+// release lets tenants registered with key K back among the runnable
+// ones, lowest start tag first (ties by name), while K has room: as many
+// as it has places, counting only those that are runnable by their own
+// limits.
+func (q *Queue) release(K string) {
+	k := q.Keys[K]
+	if k == nil || !k.open() {
+		return
+	}
+	room := k.Cap - k.N
+	for (k.Cap == 0 || room > 0) && len(k.Blocked) > 0 {
+		var T string
+		var tag int64
+		first := true
+		for t, s := range k.Blocked {
+			if first || s < tag || (s == tag && t < T) {
+				T, tag, first = t, s, false
+			}
+		}
+		delete(k.Blocked, T)
+		if q.Refresh(T) {
+			room--
+		}
+	}
+}
+
+// settleKey forgets key K once nothing of it waits, runs or is held.
+func (q *Queue) settleKey(K string) {
+	if k := q.Keys[K]; k != nil && k.N == 0 && k.Waiting == 0 && !k.Asleep {
+		delete(q.Keys, K)
+	}
+}
+
+// SetKey records K's limits as its quota says now, and lets in whom the
+// key's new room allows.
+func (q *Queue) SetKey(K string, l KeyLimits) {
+	k := q.key(K)
+	k.Cap, k.Paused = l.Cap, l.Paused
+	q.release(K)
+}
+
+// UpdateKey records K's limits, if the queue has a record of it.
+func (q *Queue) UpdateKey(K string, l KeyLimits) {
+	if q.Keys[K] != nil {
+		q.SetKey(K, l)
+	}
+}
+
+// HoldKey holds every waiting task carrying K until WakeKey.
+func (q *Queue) HoldKey(K string) {
+	q.key(K).Asleep = true
+}
+
+// WakeKey ends K's hold.
+func (q *Queue) WakeKey(K string) {
+	if k := q.Keys[K]; k != nil {
+		k.Asleep = false
+		q.release(K)
+		q.settleKey(K)
+	}
+}
+
+// push puts w at the end of T's flow f (at the head when first).
+func (q *Queue) push(T, f string, w Waiter, first bool) {
+	t := q.tenant(T)
+	if first {
+		t.Lines[f] = append([]Waiter{w}, t.Lines[f]...)
+	} else {
+		t.Lines[f] = append(t.Lines[f], w)
+	}
+	_, keys := ParseFlow(f)
+	for _, K := range keys {
+		q.key(K).Waiting++
+	}
+}
+
+// pop takes the head of T's flow f.
+func (q *Queue) pop(T, f string) Waiter {
+	t := q.Tenants[T]
+	w := t.Lines[f][0]
+	t.Lines[f] = t.Lines[f][1:]
+	if len(t.Lines[f]) == 0 {
+		delete(t.Lines, f)
+	}
+	_, keys := ParseFlow(f)
+	for _, K := range keys {
+		q.Keys[K].Waiting--
+	}
+	return w
 }
 
 // Head returns the runnable tenant with the lowest start tag (ties by
@@ -192,51 +460,87 @@ func (q *Queue) Update(T string, l Limits) {
 	}
 }
 
-// grant lets task id of T in at start tag start, charging its estimate.
-func (q *Queue) grant(T, id string, start int64) Grant {
+// grant lets task id of T (flow f) in at start tag start, charging its
+// estimate.
+func (q *Queue) grant(T, id, f string, start int64) Grant {
 	t := q.tenant(T)
 	est := cmp.Or(t.Estimate, q.Estimate, DefaultEstimate)
-	q.InFlight[id] = Run{Tenant: T, Estimate: est}
+	q.InFlight[id] = Run{Tenant: T, Flow: f, Estimate: est}
 	t.N++
+	_, keys := ParseFlow(f)
+	for _, K := range keys {
+		q.key(K).N++
+	}
 	q.Floor = max(q.Floor, start)
 	t.Tag = start + max(Charge(est, t.Weight), 1)
 	return Grant{Tenant: T, ID: id, Start: start}
 }
 
-// Park decides a producer's task id of T (limits l, as its quota says now)
-// when space more tasks may go into the queue: it goes straight in
-// (granted at once, true) when T has nothing waiting, is awake, not paused
-// and under its cap, no runnable tenant has an earlier start tag, and the
-// queue has space; else it waits at the end of T's line (false).
-func (q *Queue) Park(T, id string, l Limits, space int) (Grant, bool) {
+// Task is a producer's task: its tenant, ID, flow (FlowID) and when it
+// was parked, µs.
+type Task struct {
+	Tenant, ID, Flow string
+	At               int64
+}
+
+// Park decides a producer's task (its tenant's limits l and its keys'
+// keys, as their quotas say now) when space more tasks may go into the
+// queue: it goes straight in (granted at once, true) when its tenant has
+// nothing waiting, is awake, not paused and under its cap, every key it
+// carries has room, no runnable tenant has an earlier start tag, and the
+// queue has space; else it waits at the end of its flow (false).
+func (q *Queue) Park(task Task, l Limits, keys map[string]KeyLimits, space int) (Grant, bool) {
+	T := task.Tenant
 	q.Set(T, l)
+	for _, K := range slices.Sorted(maps.Keys(keys)) {
+		q.SetKey(K, keys[K])
+	}
 	t := q.Tenants[T]
 	start := max(t.Tag, q.Floor)
 	_, head, any := q.Head()
-	if len(t.Waiting) == 0 && !t.Asleep && !l.Paused && (l.Cap == 0 || t.N < l.Cap) && (!any || start <= head) && space > 0 {
-		return q.grant(T, id, start), true
+	if t.Waiting() == 0 && !t.Asleep && !l.Paused && (l.Cap == 0 || t.N < l.Cap) && q.flowOpen(task.Flow) &&
+		(!any || start <= head) && space > 0 {
+		return q.grant(T, task.ID, task.Flow, start), true
 	}
-	t.Waiting = append(t.Waiting, id)
+	q.push(T, task.Flow, Waiter{ID: task.ID, At: task.At}, false)
 	q.Refresh(T)
 	return Grant{}, false
 }
 
+// PickBudget is how many waiting tasks a Pick may drop, or tenants it may
+// find waiting on keys, before it stops: a deleted backlog costs in steps.
+const PickBudget = 256
+
 // Pick grants up to most waiting tasks, at most space, the lowest start tag
-// first; skip reports a waiting task that cannot go in (asynq no longer
-// keeps it parked), which is dropped without holding its tenant back.
+// first, each tenant's first flow whose keys have room; skip reports a
+// waiting task that cannot go in (asynq no longer keeps it parked), which
+// is dropped without holding its tenant back. A tenant whose every flow
+// waits on a key is taken out (block).
 func (q *Queue) Pick(most, space int, skip func(id string) bool) []Grant {
 	var out []Grant
-	for most > 0 && space > 0 {
+	budget := PickBudget
+	for most > 0 && space > 0 && budget > 0 {
 		T, start, ok := q.Head()
 		if !ok {
 			break
 		}
 		t := q.Tenants[T]
-		id := t.Waiting[0]
-		t.Waiting = t.Waiting[1:]
-		if skip == nil || !skip(id) {
-			out = append(out, q.grant(T, id, start))
+		f, ok := q.eligible(t)
+		if !ok {
+			q.block(T, start)
+			budget--
+			continue
+		}
+		w := q.pop(T, f)
+		if skip == nil || !skip(w.ID) {
+			out = append(out, q.grant(T, w.ID, f, start))
 			most, space = most-1, space-1
+		} else {
+			budget--
+			_, keys := ParseFlow(f)
+			for _, K := range keys {
+				q.settleKey(K)
+			}
 		}
 		q.Refresh(T)
 	}
@@ -247,9 +551,11 @@ func (q *Queue) Pick(most, space int, skip func(id string) bool) []Grant {
 // what it ran less the estimate it was charged at its grant, and the
 // estimates move towards ran. A task that is done leaves; one asynq will
 // retry keeps its place, to be charged in full when it runs again. l are
-// its tenant's limits now (Cap -1: unknown, keep what it has); hold puts the tenant to sleep (a downstream
-// service throttled it: worker.Throttled).
-func (q *Queue) Finish(id string, ran int64, done bool, l Limits, hold bool) {
+// its tenant's limits now (Cap -1: unknown, keep what it has); hold puts
+// the tenant to sleep (a downstream service throttled it:
+// worker.Throttled), or, when holdKey is not "", that key of the task
+// instead (worker.ThrottledKey).
+func (q *Queue) Finish(id string, ran int64, done bool, l Limits, hold bool, holdKey string) {
 	r, ok := q.InFlight[id]
 	if !ok {
 		return
@@ -257,7 +563,9 @@ func (q *Queue) Finish(id string, ran int64, done bool, l Limits, hold bool) {
 	if l.Cap >= 0 { // else the quota could not be read: the tenant keeps its limits
 		q.Set(r.Tenant, l)
 	}
-	if hold {
+	if hold && holdKey != "" {
+		q.HoldKey(holdKey)
+	} else if hold {
 		q.Tenants[r.Tenant].Asleep = true
 	}
 	t := q.Tenants[r.Tenant]
@@ -277,7 +585,7 @@ func (q *Queue) Finish(id string, ran int64, done bool, l Limits, hold bool) {
 		q.Free(id)
 		return
 	}
-	q.InFlight[id] = Run{Tenant: r.Tenant}
+	q.InFlight[id] = Run{Tenant: r.Tenant, Flow: r.Flow}
 	q.Refresh(r.Tenant)
 }
 
@@ -292,13 +600,27 @@ func (q *Queue) Free(id string) {
 	t := q.Tenants[r.Tenant]
 	t.N = max(t.N-1, 0)
 	q.Refresh(r.Tenant)
+	q.leaveKeys(r.Flow)
 	q.settle(r.Tenant)
 }
 
+// leaveKeys gives back a place of each key of flow f, and lets in whom
+// that room allows.
+func (q *Queue) leaveKeys(f string) {
+	_, keys := ParseFlow(f)
+	for _, K := range keys {
+		if k := q.Keys[K]; k != nil {
+			k.N = max(k.N-1, 0)
+			q.release(K)
+			q.settleKey(K)
+		}
+	}
+}
+
 // Back returns a granted task that could not go in yet (its rate said
-// later) to the head of its tenant's line, refunding its charge; asleep
-// holds the tenant back.
-func (q *Queue) Back(id string, asleep bool) {
+// later) to the head of its flow (parked at its park time at), refunding
+// its charge; asleep holds the tenant back.
+func (q *Queue) Back(id string, at int64, asleep bool) {
 	r, ok := q.InFlight[id]
 	if !ok {
 		return
@@ -307,9 +629,10 @@ func (q *Queue) Back(id string, asleep bool) {
 	t := q.Tenants[r.Tenant]
 	t.Tag -= Charge(r.Estimate, t.Weight)
 	t.N = max(t.N-1, 0)
-	t.Waiting = append([]string{id}, t.Waiting...)
+	q.push(r.Tenant, r.Flow, Waiter{ID: id, At: at}, true)
 	t.Asleep = t.Asleep || asleep
 	q.Refresh(r.Tenant)
+	q.leaveKeys(r.Flow)
 }
 
 // Wake ends T's sleep.
@@ -329,7 +652,7 @@ func (q *Queue) settle(T string) {
 	}
 }
 
-func (q *Queue) idle(t *Tenant) bool { return t.N == 0 && len(t.Waiting) == 0 }
+func (q *Queue) idle(t *Tenant) bool { return t.N == 0 && t.Waiting() == 0 }
 
 // Forgive forgets every idle tenant's debt once nothing waits or runs in
 // the queue: with no one to be fair to, a debt only keeps a record. The

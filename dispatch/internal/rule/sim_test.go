@@ -65,12 +65,12 @@ type policy interface {
 type fair struct{ q *Queue }
 
 func (f fair) park(t simTenant, id string, space int) bool {
-	_, in := f.q.Park(t.name, id, Limits{Cap: t.cap, Weight: Weight(t.weight)}, space)
+	_, in := f.q.Park(Task{Tenant: t.name, ID: id, Flow: "0"}, Limits{Cap: t.cap, Weight: Weight(t.weight)}, nil, space)
 	return in
 }
 func (f fair) pick(space int) []Grant { return f.q.Pick(space, space, nil) }
 func (f fair) finish(t simTenant, id string, ran int64) {
-	f.q.Finish(id, ran, true, Limits{Cap: t.cap, Weight: Weight(t.weight)}, false)
+	f.q.Finish(id, ran, true, Limits{Cap: t.cap, Weight: Weight(t.weight)}, false, "")
 }
 func (f fair) runnable() bool { return len(f.q.Runnable) > 0 }
 
