@@ -360,6 +360,16 @@ func (r *replayer) compareKeys(step int) {
 	if len(recs) != len(r.model.Keys) || rdb.SCard(ctx, k.keys).Val() != int64(len(r.model.Keys)) {
 		t.Fatalf("step %d: %d key records (%v), the model has %d", step, len(recs), recs, len(r.model.Keys))
 	}
+	var withBlocked []string
+	for K, m := range r.model.Keys {
+		if len(m.Blocked) > 0 {
+			withBlocked = append(withBlocked, K)
+		}
+	}
+	slices.Sort(withBlocked)
+	if got := rdb.ZRange(ctx, k.kw, 0, -1).Val(); !slices.Equal(got, withBlocked) {
+		t.Fatalf("step %d: keys with tenants registered %v, the model's %v", step, got, withBlocked)
+	}
 	for K, m := range r.model.Keys {
 		h := rdb.HGetAll(ctx, k.keyKey(K)).Val()
 		asleep := rdb.ZScore(ctx, k.ksleep, K).Err() == nil

@@ -42,6 +42,7 @@
 -- KEYS[16] keys: SET of the concurrency keys that have a record
 -- KEYS[17] ksleep: ZSET key -> wake µs, of keys a downstream throttle holds
 --          (worker.ThrottledKey)
+-- KEYS[18] kw: ZSET key -> 0, of the keys that have tenants registered
 -- ARGV[1]  the dispatcher's key prefix for the queue, <prefix>:fair:{<q>}:
 -- ARGV[2]  asynq's task key prefix, asynq:{<q>}:t:
 -- Each script's own ARGV starts at ARGV[3].
@@ -68,7 +69,7 @@
 local vt, sleep, run, meta, workers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local pending, active, scheduled = KEYS[6], KEYS[7], KEYS[8]
 local grants, limbo, fresh, debts, held = KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
-local deadlines, archived, keys, ksleep = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
+local deadlines, archived, keys, ksleep, kw = KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18]
 local P, TP = ARGV[1], ARGV[2]
 local call = redis.call
 local t = call('TIME')
@@ -95,6 +96,9 @@ local RESTART_GRACE = 30000000
 -- PICK_BUDGET is how many waiting entries a turn may drop, or tenants it
 -- may find waiting on keys, before it stops.
 local PICK_BUDGET = 256
+-- SWEEP_KEYS is how many keys with tenants registered a turn looks at
+-- when no tenant may go in.
+local SWEEP_KEYS = 64
 
 local function int(x)
   return string.format('%.0f', x)
@@ -230,6 +234,7 @@ local function settleKey(K)
   if k.exists and k.n == 0 and k.w == 0 and not k.asleep then
     call('DEL', P .. 'k:' .. K, P .. 'kb:' .. K)
     call('SREM', keys, K)
+    call('ZREM', kw, K)
     keyCache[K] = {n = 0, cap = 0, paused = false, w = 0, asleep = false, exists = false}
   end
 end
@@ -375,9 +380,33 @@ local function refresh(T)
   return place(T, toint(h[1]), toint(h[2]), toint(h[3]), h[4], waitingOf(T, h[5] or 0))
 end
 
+-- uses reports whether tenant T has a flow that carries key K and is
+-- open.
+local function uses(T, K)
+  if call('HEXISTS', P .. 't:' .. T, 'wk') == 0 then
+    return false -- only flow "0", which carries no key
+  end
+  for _, f in ipairs(flowsOf(T)) do
+    if string.find(f .. '\t', '\t' .. K .. '\t', 1, true) and flowOpen(f) then
+      return true
+    end
+  end
+  return false
+end
+
+-- unregister takes tenant T off key K's list.
+local function unregister(K, T)
+  local kb = P .. 'kb:' .. K
+  if call('ZREM', kb, T) == 1 and call('ZCARD', kb) == 0 then
+    call('ZREM', kw, K)
+  end
+end
+
 -- release lets the tenants registered with key K back among those that
 -- may go in, lowest start tag first, while K has room: as many as it has
--- places, counting only those that may go in by their own limits.
+-- places, counting only those that may go in by their own limits with a
+-- flow that carries K and is open. The others go back too, and register
+-- again with what closes them when their turn finds it.
 local function release(K)
   if not keyOpen(K) then
     return
@@ -385,15 +414,31 @@ local function release(K)
   local k = keyState(K)
   local room = k.cap - k.n
   local kb = P .. 'kb:' .. K
+  local popped = false
   while k.cap == 0 or room > 0 do
     local z = call('ZPOPMIN', kb)
     if #z == 0 then
       break
     end
-    if refresh(z[1]) then
+    popped = true
+    if refresh(z[1]) and uses(z[1], K) then
       room = room - 1
     end
   end
+  if popped and call('ZCARD', kb) == 0 then
+    call('ZREM', kw, K)
+  end
+end
+
+-- sweep releases the tenants registered with open keys (the first
+-- SWEEP_KEYS keys with tenants registered, by name) and reports whether
+-- any tenant may go in then: a tenant let back for a key that took another
+-- of its flows, or reached its own cap, leaves the key's room to the next.
+local function sweep()
+  for _, K in ipairs(call('ZRANGE', kw, 0, SWEEP_KEYS - 1)) do
+    release(K)
+  end
+  return call('ZCARD', vt) > 0
 end
 
 -- block takes tenant T, whose every flow (flows) waits on a closed key,
@@ -408,10 +453,11 @@ local function block(T, start, flows)
       if not keyOpen(K) then
         if not registered then
           call('ZADD', P .. 'kb:' .. K, int(start), T)
+          call('ZADD', kw, 0, K)
           registered = true
         end
       else
-        call('ZREM', P .. 'kb:' .. K, T)
+        unregister(K, T)
         release(K)
       end
     end
@@ -702,9 +748,10 @@ local function pick(most, space, out)
   local budget = PICK_BUDGET -- a deleted backlog costs in steps
   while most > 0 and space > 0 and budget > 0 do
     local head = call('ZRANGE', vt, 0, 0, 'WITHSCORES')
-    if #head == 0 then
+    if #head == 0 and not (call('ZCARD', kw) > 0 and sweep()) then
       break
     end
+    head = #head > 0 and head or call('ZRANGE', vt, 0, 0, 'WITHSCORES')
     local T, start = head[1], tonumber(head[2])
     local flows = {'0'}
     if call('HEXISTS', P .. 't:' .. T, 'wk') == 1 then

@@ -332,8 +332,9 @@ func (q *Queue) block(T string, start int64) {
 
 // release lets tenants registered with key K back among the runnable
 // ones, lowest start tag first (ties by name), while K has room: as many
-// as it has places, counting only those that are runnable by their own
-// limits.
+// as it has places, counting only those that may go in by their own
+// limits with a flow that carries K and is open. The others go back too,
+// and register again with what closes them when their turn finds it.
 func (q *Queue) release(K string) {
 	k := q.Keys[K]
 	if k == nil || !k.open() {
@@ -350,10 +351,42 @@ func (q *Queue) release(K string) {
 			}
 		}
 		delete(k.Blocked, T)
-		if q.Refresh(T) {
+		if q.Refresh(T) && q.uses(T, K) {
 			room--
 		}
 	}
+}
+
+// SweepKeys is how many keys with tenants registered a Pick looks at
+// when no tenant is runnable.
+const SweepKeys = 64
+
+// sweep releases the tenants registered with open keys, the first
+// SweepKeys keys with tenants registered by name, and reports whether any
+// tenant is runnable then: a tenant let back for a key that took another
+// of its flows, or reached its own cap, leaves the key's room to the next.
+func (q *Queue) sweep() bool {
+	var names []string
+	for K, k := range q.Keys {
+		if len(k.Blocked) > 0 {
+			names = append(names, K)
+		}
+	}
+	slices.Sort(names)
+	for _, K := range names[:min(len(names), SweepKeys)] {
+		q.release(K)
+	}
+	return len(q.Runnable) > 0
+}
+
+// uses reports whether tenant T has a flow that carries key K and is open.
+func (q *Queue) uses(T, K string) bool {
+	for _, f := range q.flows(q.Tenants[T]) {
+		if _, keys := ParseFlow(f); slices.Contains(keys, K) && q.flowOpen(f) {
+			return true
+		}
+	}
+	return false
 }
 
 // settleKey forgets key K once nothing of it waits, runs or is held.
@@ -521,6 +554,9 @@ func (q *Queue) Pick(most, space int, skip func(id string) bool) []Grant {
 	budget := PickBudget
 	for most > 0 && space > 0 && budget > 0 {
 		T, start, ok := q.Head()
+		if !ok && q.sweep() {
+			continue
+		}
 		if !ok {
 			break
 		}
