@@ -23,7 +23,7 @@ func TestStatusShowsKeys(t *testing.T) {
 	run("quota", "set", "globex", "--limit", "none")
 	run("key", "set", "api:stripe", "--max-in-flight", "1")
 	run("key", "pause", "db:reports")
-	serveQueue(t, srv) // a worker with a gate that runs nothing: what goes in stays in flight
+	hold := serveQueue(t, srv) // a worker with a gate that runs nothing: what goes in stays in flight
 	enq := func(tenant string, keys ...string) string {
 		args := []string{"enqueue", "--tenant", tenant, "--type", "x"}
 		for _, k := range keys {
@@ -31,7 +31,7 @@ func TestStatusShowsKeys(t *testing.T) {
 		}
 		return run(args...).stdout
 	}
-	if out := enq("acme", "api:stripe"); !strings.HasPrefix(out, "admitted: ") {
+	if out := run("enqueue", "--tenant", "acme", "--type", "x", "--key", "api:stripe", "--id", "first").stdout; !strings.HasPrefix(out, "admitted: ") {
 		t.Errorf("the first api:stripe task: %q, want admitted", out)
 	}
 	if out := enq("globex", "api:stripe"); !strings.HasPrefix(out, "parked: ") {
@@ -81,5 +81,27 @@ func TestStatusShowsKeys(t *testing.T) {
 			t.Fatalf("db:reports 10 s after resume: %+v", r.Dispatch[0].Keys)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+
+	// A downstream throttle on the key (worker.ThrottledKey) holds it; the
+	// row says for how long, and until when.
+	hold.ThrottledKey("default", "acme", "first", "api:stripe", 0, time.Minute)
+	var k dispatchKey
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		r := statusOf(t, base)
+		if i := slices.IndexFunc(r.Dispatch[0].Keys, func(k dispatchKey) bool { return k.Key == "api:stripe" }); i >= 0 && r.Dispatch[0].Keys[i].Held {
+			k = r.Dispatch[0].Keys[i]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("api:stripe 10 s after its throttle: %+v", r.Dispatch[0].Keys)
+		}
+	}
+	if k.HeldUntil == nil || k.HeldFor == nil || *k.HeldFor <= 50 || *k.HeldFor > 60 {
+		t.Errorf("api:stripe held: %+v, want until a minute from now", k)
+	}
+	text = run("status").stdout
+	if _, keys, _ := strings.Cut(text, "HELD\n"); !strings.Contains(keys, "  held ") || !strings.Contains(keys, " (until ") {
+		t.Errorf("status does not say api:stripe is held, and until when:\n%s", text)
 	}
 }
