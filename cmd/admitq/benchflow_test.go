@@ -77,6 +77,7 @@ func TestBenchFlowTiny(t *testing.T) {
 		{"key capped at 3: most of its tasks running at once", false, 1, keyCap},
 		{"key capped at 3: most in flight by Stats (sampled)", false, 0, keyCap},
 		{"key: share of its cap running while its tasks wait", false, 0, 1},
+		{"key: share of its cap in flight by Stats while its tasks wait", false, 0, 1},
 		{"pool busy while both kinds wait", true, 0, 1.05}, // a start and an end read on two clocks
 		{"keyless tasks started while both kinds wait", true, 0, 1e9},
 		{"Redis CPU per task, 1 key on each", true, 0, 1e9},

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -229,12 +230,14 @@ func (s *flowRun) both(f func(with bool) error) error {
 
 // keyed is one drain of the key part.
 type keyed struct {
-	peak     int     // the most tasks carrying the key running at once
-	inFlight int     // the most in flight, pending or active, by Stats
-	capUsed  float64 // mean of those running over the cap, while some wait
-	busy     float64 // the pool's busy share while both classes wait
-	keyless  float64 // keyless tasks started per second meanwhile
-	took     time.Duration
+	peak     int // the most tasks carrying the key running at once
+	inFlight int // the most in flight, pending or active, by Stats
+	// Means over the cap while some of the key's tasks wait: of those in
+	// flight by Stats, of those running.
+	inFlightUsed, capUsed float64
+	busy                  float64 // the pool's busy share while both classes wait
+	keyless               float64 // keyless tasks started per second meanwhile
+	took                  time.Duration
 }
 
 // keys: Tenants tenants each with tasks carrying the shared key and tasks
@@ -266,6 +269,7 @@ func (s *flowRun) keys(ctx context.Context) error {
 	}
 	s.rep.add(fmt.Sprintf("key capped at %d: most of its tasks running at once", c.KeyCap), "tasks", fmt.Sprintf("≤ %d", c.KeyCap), float64(with.peak))
 	s.rep.add(fmt.Sprintf("key capped at %d: most in flight by Stats (sampled)", c.KeyCap), "tasks", fmt.Sprintf("≤ %d", c.KeyCap), float64(with.inFlight))
+	s.rep.add("key: share of its cap in flight by Stats while its tasks wait", "of cap", "", with.inFlightUsed)
 	s.rep.add("key: share of its cap running while its tasks wait", "of cap", "", with.capUsed)
 	s.rep.add("pool busy while both kinds wait", "of pool", "", with.busy, without.busy)
 	s.rep.add("keyless tasks started while both kinds wait", "tasks/s", "", with.keyless, without.keyless)
@@ -308,7 +312,9 @@ func (s *flowRun) keyPool(ctx context.Context, withKey bool) (keyed, error) {
 		return keyed{}, err
 	}
 	p.release()
-	sampled := s.sampleKey(ctx, p)
+	var waiting atomic.Bool // the key's tasks wait, but for its last KeyCap
+	waiting.Store(true)
+	sampled := s.sampleKey(ctx, p, &waiting)
 	var running, samples, seen, keyedEnded int
 	keyedTasks := c.Tenants * c.PerTenant
 	// p.wait calls done under p.mu, every 5 ms.
@@ -322,20 +328,22 @@ func (s *flowRun) keyPool(ctx context.Context, withKey bool) (keyed, error) {
 		if keyedEnded < keyedTasks-c.KeyCap {
 			running += p.keyRunning[sharedKey]
 			samples++
+		} else {
+			waiting.Store(false)
 		}
 		return len(p.runs) >= n
 	}); err != nil {
 		sampled()
 		return keyed{}, err
 	}
-	inFlight, err := sampled()
+	inFlight, inFlightUsed, err := sampled()
 	if err != nil {
 		return keyed{}, fmt.Errorf("reading the dispatcher's Stats: %w", err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s.ranOnce(p.runs, n, "the key part")
-	r := keyed{peak: p.keyPeak[sharedKey], inFlight: inFlight}
+	r := keyed{peak: p.keyPeak[sharedKey], inFlight: inFlight, inFlightUsed: inFlightUsed / float64(c.KeyCap)}
 	if samples > 0 {
 		r.capUsed = float64(running) / float64(samples) / float64(c.KeyCap)
 	}
@@ -366,11 +374,12 @@ const statsEvery = 50 * time.Millisecond
 
 // sampleKey reads the dispatcher's Stats of the pool's queue every
 // statsEvery until stop is called, which returns the most tasks of the
-// shared key in flight that Stats reported, and the first error.
-func (s *flowRun) sampleKey(ctx context.Context, p *pool) (stop func() (int, error)) {
+// shared key in flight that Stats reported, their mean while waiting was
+// true, and the first error.
+func (s *flowRun) sampleKey(ctx context.Context, p *pool, waiting *atomic.Bool) (stop func() (peak int, mean float64, err error)) {
 	ctx, cancel := context.WithCancel(ctx)
 	d := dispatch.New(p.rdb, p.gate, slog.New(slog.DiscardHandler))
-	var peak int
+	var peak, sum, samples int
 	var err error
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -389,17 +398,26 @@ func (s *flowRun) sampleKey(ctx context.Context, p *pool) (stop func() (int, err
 				}
 				continue
 			}
+			in := 0
 			for _, k := range qs.Keys {
 				if k.Key == sharedKey {
-					peak = max(peak, k.InFlight)
+					in = k.InFlight
 				}
+			}
+			peak = max(peak, in)
+			if waiting.Load() {
+				sum += in
+				samples++
 			}
 		}
 	})
-	return func() (int, error) {
+	return func() (int, float64, error) {
 		cancel()
 		wg.Wait()
-		return peak, err
+		if samples == 0 {
+			return peak, 0, err
+		}
+		return peak, float64(sum) / float64(samples), err
 	}
 }
 
