@@ -383,3 +383,48 @@ func TestThrottledKeyTheTaskDoesNotCarryHoldsNothing(t *testing.T) {
 		t.Errorf("the throttled task ran again %v after the throttle, want at least 3s", d)
 	}
 }
+
+// A paused key holds its tasks, whatever their tenant, from the moment the
+// producer reads the pause, while tasks without it run; resumed, its tasks
+// go in, each tenant's in order, each once.
+func TestPausedKeyHoldsItsTasksUntilResumed(t *testing.T) {
+	s := newKeyStack(t)
+	s.setKey("api", admission.Quota{Limit: admission.NoLimit, Paused: true})
+	s.startWorker(4)
+	var held, free []string
+	for i := range 3 {
+		for _, tenant := range []string{"a", "b"} {
+			id := fmt.Sprintf("%s-api-%d", tenant, i)
+			if d := s.put(tenant, id, "1ms", enqueue.Keys("api", "db")); d.Outcome != admission.Parked {
+				t.Fatalf("task %s of a paused key: %s, want parked", id, d.Outcome)
+			}
+			held = append(held, id)
+			id = fmt.Sprintf("%s-db-%d", tenant, i)
+			s.put(tenant, id, "1ms", enqueue.Keys("db"))
+			free = append(free, id)
+		}
+	}
+	s.waitRuns(free, 10*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	for _, id := range held {
+		if n := s.ran(id); n > 0 {
+			t.Fatalf("task %s of a paused key ran", id)
+		}
+	}
+	s.setKey("api", admission.Quota{Limit: admission.NoLimit})
+	s.waitRuns(held, 10*time.Second)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, tenant := range []string{"a", "b"} {
+		var got []string
+		for _, id := range s.order {
+			if strings.HasPrefix(id, tenant+"-api-") {
+				got = append(got, id)
+			}
+		}
+		want := []string{tenant + "-api-0", tenant + "-api-1", tenant + "-api-2"}
+		if !slices.Equal(got, want) {
+			t.Errorf("tenant %s's tasks of the resumed key ran in the order %v, want %v", tenant, got, want)
+		}
+	}
+}
