@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,8 +28,9 @@ const (
 	// it (the queue is not dispatched for its tenant, or the task's place
 	// was freed when it finished).
 	NotHeld Where = iota
-	// Waiting: the task waits in its tenant's line, parked in asynq's
-	// scheduled set until ParkedUntil.
+	// Waiting: the task waits in one of its tenant's flows (its line, for
+	// a task of priority 0 without keys), parked in asynq's scheduled set
+	// until ParkedUntil.
 	Waiting
 	// Limbo: the task's entry is set aside, out of its tenant's line: its
 	// own start time is ahead, or asynq did not hold the task at its turn.
@@ -73,9 +75,10 @@ const (
 	// ReasonFull: the fair queue is full (Place.Room is 0 or less): the
 	// next grant waits for one of its tasks to end.
 	ReasonFull
-	// ReasonTurn: other tasks go first: earlier ones of its tenant
-	// (Place.Position > 1), or tenants with earlier start tags in a fair
-	// queue (Place.TenantsAhead).
+	// ReasonTurn: other tasks go first: earlier ones of its flow
+	// (Place.Position > 1), the heads of its tenant's flows ordered before
+	// its own (Place.FlowsAhead), or tenants with earlier start tags in a
+	// fair queue (Place.TenantsAhead).
 	ReasonTurn
 	// ReasonLater: in limbo until its own start time, Place.NotBefore.
 	ReasonLater
@@ -84,6 +87,15 @@ const (
 	// looks again at Place.Until, and drops the entry an hour after it was
 	// parked.
 	ReasonMissing
+	// ReasonKeyPaused: a concurrency key the task carries, Place.Key, is
+	// paused (its Quota.Paused, as the dispatcher last stored it).
+	ReasonKeyPaused
+	// ReasonKeyHeld: a downstream throttle (worker.ThrottledKey) holds
+	// Place.Key until Place.Until.
+	ReasonKeyHeld
+	// ReasonKeyCap: Place.Key is at its cap across the queue's tenants
+	// (its KeyStats in Place.Keys say how many of how many).
+	ReasonKeyCap
 )
 
 // String returns the reason's name, e.g. "cap".
@@ -105,6 +117,12 @@ func (r Reason) String() string {
 		return "later"
 	case ReasonMissing:
 		return "missing"
+	case ReasonKeyPaused:
+		return "key paused"
+	case ReasonKeyHeld:
+		return "key held"
+	case ReasonKeyCap:
+		return "key cap"
 	}
 	return "none"
 }
@@ -152,13 +170,30 @@ type Place struct {
 	Tenant string
 	Where  Where
 	// Reason is what holds a Waiting or Limbo task; Until is when a
-	// tenant asleep on its rate wakes (ReasonRate), or when the
-	// dispatcher looks again at a task in limbo.
+	// tenant asleep on its rate wakes (ReasonRate), when a throttle lets
+	// Key go (ReasonKeyHeld), or when the dispatcher looks again at a task
+	// in limbo.
 	Reason Reason
 	Until  time.Time
-	// Position is the task's place in its tenant's line, from 1, and
-	// TenantWaiting how many tasks wait in that line.
-	Position, TenantWaiting int
+	// Priority and Keys are the task's, as the dispatcher holds it: its
+	// enqueue.Priority (0 for a task in flight that the dispatcher did not
+	// let in itself, such as one run from outside) and its concurrency
+	// keys, by name, each with its record in the queue now. Key is the
+	// one of them that holds the task (ReasonKeyPaused, ReasonKeyHeld,
+	// ReasonKeyCap): a paused one before one a throttle holds, before one
+	// at its cap; "" when none does.
+	Priority int
+	Keys     []KeyStats
+	Key      string
+	// Position is the task's place in its flow (its tenant's waiting tasks
+	// of its priority and keys, first in, first out), from 1, and
+	// FlowWaiting how many tasks wait in that flow; TenantWaiting is how
+	// many of the tenant's tasks wait, in all its flows. FlowsAhead is how
+	// many of the tenant's flows are ordered before the task's (by
+	// priority, then the age of their first task), whose first tasks go
+	// before it while their keys let them. A tenant whose tasks all carry
+	// no keys and priority 0 has one flow, its line.
+	Position, FlowWaiting, TenantWaiting, FlowsAhead int
 	// TenantsAhead is how many tenants' next tasks go before its tenant's
 	// in a fair queue (those with an earlier start tag); 0 when its tenant
 	// is not among those that may go in now.
@@ -187,12 +222,14 @@ type Place struct {
 }
 
 // Locate reads where task taskID is in queue and what it waits on: asynq's
-// state of it and, when the dispatcher holds it, its tenant, its place in
-// its tenant's line and what holds that line, or its stage in flight. It
-// costs a few round trips, plus one page read per thousand tasks ahead of
-// it in its tenant's line; a task in limbo costs a scan of the queue's
-// limbo. It returns an error wrapping ErrTaskNotFound when neither asynq
-// nor the dispatcher holds the task.
+// state of it and, when the dispatcher holds it, its tenant, its flow, its
+// place in that flow and what holds it (its tenant, or one of its
+// concurrency keys), or its stage in flight. It costs a few round trips,
+// plus one page read per thousand of the tenant's flows when it has flows
+// besides its line, and one per thousand tasks ahead of it in the flows of
+// its keys (those of its priority and of the others); a task in limbo
+// costs a scan of the queue's limbo. It returns an error wrapping
+// ErrTaskNotFound when neither asynq nor the dispatcher holds the task.
 func (d *Dispatcher) Locate(ctx context.Context, queue, taskID string) (Place, error) {
 	if err := d.checkPrefix(); err != nil {
 		return Place{}, err
@@ -254,15 +291,21 @@ func (d *Dispatcher) Locate(ctx context.Context, queue, taskID string) (Place, e
 			if e.since > 0 {
 				pl.Since = time.UnixMicro(e.since)
 			}
-			return pl, d.readTenant(ctx, k, &pl)
+			if _, _, err := d.readTenant(ctx, k, &pl); err != nil {
+				return pl, err
+			}
+			var keys []string
+			pl.Priority, keys = rule.ParseFlow(e.flow)
+			return pl, d.readKeyStates(ctx, k, &pl, keys)
 		}
 	}
 	pl.Tenant = taskHeader([]byte(msg), tenantHeader)
 	if pl.Tenant != "" {
-		if err := d.readTenant(ctx, k, &pl); err != nil {
+		head, others, err := d.readTenant(ctx, k, &pl)
+		if err != nil {
 			return pl, err
 		}
-		found, err := d.findInLine(ctx, k, &pl)
+		found, err := d.findInFlows(ctx, k, &pl, head, others, taskKeys([]byte(msg)))
 		if err != nil || found {
 			return pl, err
 		}
@@ -288,71 +331,220 @@ const keysHeader = "admitq-keys"
 // taskFlow is the flow a run-from-outside task counts in: its keys (from
 // its header msg), at priority 0 (a run entry's flow only counts keys).
 func taskFlow(msg []byte) string {
-	var keys []string
+	return rule.FlowID(0, taskKeys(msg))
+}
+
+// taskKeys are the concurrency keys in the header of task message msg,
+// sorted, each once; nil for none.
+func taskKeys(msg []byte) []string {
 	if h := taskHeader(msg, keysHeader); h != "" {
-		keys = strings.Split(h, "\n")
+		return strings.Split(h, "\n")
 	}
-	return rule.FlowID(0, keys)
+	return nil
 }
 
 // readTenant reads pl.Tenant's record in queue: its tasks in flight, its
-// stored cap and how many wait in its line.
-func (d *Dispatcher) readTenant(ctx context.Context, k queueKeys, pl *Place) error {
+// stored cap, and how many of its tasks wait in all its flows. It returns
+// the first entry of the tenant's line (flow "0"), "" when that is empty,
+// and how many of its tasks wait in its other flows.
+func (d *Dispatcher) readTenant(ctx context.Context, k queueKeys, pl *Place) (head string, others int, err error) {
 	var rec *redis.SliceCmd
 	var waiting *redis.IntCmd
-	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		rec = p.HMGet(ctx, k.tenantKey(pl.Tenant), "n", "cap", "paused")
+	var first *redis.StringCmd
+	_, err = d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		rec = p.HMGet(ctx, k.tenantKey(pl.Tenant), "n", "cap", "paused", "wk")
 		waiting = p.LLen(ctx, k.waitingKey(pl.Tenant))
+		first = p.LIndex(ctx, k.waitingKey(pl.Tenant), 0)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return "", 0, fmt.Errorf("dispatch: reading tenant %q in queue %q: %w", pl.Tenant, pl.Queue, err)
+	}
+	h := rec.Val()
+	pl.InFlight, pl.Cap = storedInt(h[0]), storedInt(h[1])
+	pl.Paused = storedInt(h[2]) == 1
+	others = storedInt(h[3])
+	pl.TenantWaiting = int(waiting.Val()) + others
+	return first.Val(), others, nil
+}
+
+// readKeyStates reads keys' records in pl's queue into pl.Keys, and names
+// in pl.Key the first of them that holds its tasks: paused, held by a
+// throttle (its wake in pl.Until) or at its cap. It returns the reason
+// that key gives, ReasonNone when none holds.
+func (d *Dispatcher) readKeyStates(ctx context.Context, k queueKeys, pl *Place, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	hashes := make([]*redis.SliceCmd, len(keys))
+	held := make([]*redis.FloatCmd, len(keys))
+	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, K := range keys {
+			hashes[i] = p.HMGet(ctx, k.keyKey(K), "n", "cap", "paused", "w")
+			held[i] = p.ZScore(ctx, k.ksleep, K)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("dispatch: reading the keys of task %q in queue %q: %w", pl.TaskID, pl.Queue, err)
+	}
+	pl.Keys = make([]KeyStats, len(keys))
+	for i, K := range keys {
+		h := hashes[i].Val()
+		ks := KeyStats{Key: K, InFlight: storedInt(h[0]), Cap: storedInt(h[1]), Paused: storedInt(h[2]) == 1, Waiting: storedInt(h[3])}
+		ks.AtCap = ks.Cap > 0 && ks.InFlight >= ks.Cap
+		if us, err := held[i].Result(); err == nil && int64(us) > pl.Now.UnixMicro() {
+			ks.Held, ks.HeldUntil = true, time.UnixMicro(int64(us))
+		}
+		pl.Keys[i] = ks
+	}
+	return nil
+}
+
+// keyReason is what holds a task carrying pl.Keys, as far as its keys
+// go: a paused key first, then one a throttle holds, then one at its cap,
+// the first by name of each. It sets pl.Key, and pl.Until for a held key.
+func keyReason(pl *Place) Reason {
+	for _, r := range []Reason{ReasonKeyPaused, ReasonKeyHeld, ReasonKeyCap} {
+		for _, ks := range pl.Keys {
+			if r == ReasonKeyPaused && ks.Paused || r == ReasonKeyHeld && ks.Held || r == ReasonKeyCap && ks.AtCap {
+				pl.Key = ks.Key
+				if r == ReasonKeyHeld {
+					pl.Until = ks.HeldUntil
+				}
+				return r
+			}
+		}
+	}
+	return ReasonNone
+}
+
+// linePage is how many entries of a flow findInFlows reads a call, and how
+// many of a tenant's flows.
+const linePage = 1000
+
+// tenantFlows lists pl.Tenant's flows with tasks waiting in the order its
+// tasks go (as fair.lua's flowsOf does: higher priority, then older first
+// task, then name), "0" among them when its line's first entry is head.
+// It reads the tenant's set of flows a page at a time.
+func (d *Dispatcher) tenantFlows(ctx context.Context, k queueKeys, pl *Place, head string) ([]string, error) {
+	var others []string
+	for start := int64(0); ; start += linePage {
+		page, err := d.rdb.ZRange(ctx, k.flowsKey(pl.Tenant), start, start+linePage-1).Result()
+		if err != nil {
+			return nil, fmt.Errorf("dispatch: reading tenant %q's flows in queue %q: %w", pl.Tenant, pl.Queue, err)
+		}
+		others = append(others, page...)
+		if len(page) < linePage {
+			break
+		}
+	}
+	var flows []string
+	dm := ""
+	if head != "" {
+		if e, err := parseWaitingEntry(head); err == nil {
+			dm = flowMember(e.parked, "0")
+		}
+	}
+	for _, m := range others {
+		_, f, ok := strings.Cut(m, "|")
+		if !ok {
+			continue
+		}
+		p, _ := rule.ParseFlow(f)
+		if head != "" && (p < 0 || (p == 0 && m > dm)) {
+			flows, head = append(flows, "0"), ""
+		}
+		flows = append(flows, f)
+	}
+	if head != "" {
+		flows = append(flows, "0")
+	}
+	return flows, nil
+}
+
+// flowMember is flow f's member in its tenant's set of flows when its
+// first task was parked at µs at: at in 16 digits, "|", f.
+func flowMember(at int64, f string) string {
+	s := strconv.FormatInt(at, 10)
+	if len(s) < 16 {
+		s = strings.Repeat("0", 16-len(s)) + s
+	}
+	return s + "|" + f
+}
+
+// findInFlows looks for pl's task among its tenant's waiting tasks: in
+// the flows of its keys (those of every priority), a page at a time, in
+// the order the tenant's tasks go. head is the first entry of the
+// tenant's line, others how many tasks wait in its other flows (its
+// record's wk). When the task is there, it reads what holds it.
+func (d *Dispatcher) findInFlows(ctx context.Context, k queueKeys, pl *Place, head string, others int, keys []string) (bool, error) {
+	flows := []string{"0"}
+	if others > 0 {
+		var err error
+		if flows, err = d.tenantFlows(ctx, k, pl, head); err != nil {
+			return false, err
+		}
+	}
+	for i, f := range flows {
+		prio, fk := rule.ParseFlow(f)
+		if !slices.Equal(fk, keys) {
+			continue
+		}
+		pos, e, err := d.findInLine(ctx, k, pl, f)
+		if err != nil {
+			return false, err
+		}
+		if pos > 0 {
+			pl.Where, pl.Position, pl.NotBefore = Waiting, pos, e.notBeforeTime()
+			pl.Priority, pl.FlowsAhead = prio, i
+			return true, d.readHold(ctx, k, pl, f, keys)
+		}
+	}
+	return false, nil
+}
+
+// findInLine returns the place, from 1, of pl's task in its tenant's flow
+// f, and its entry; 0 when it is not there.
+func (d *Dispatcher) findInLine(ctx context.Context, k queueKeys, pl *Place, f string) (int, waitingEntry, error) {
+	line := k.flowKey(pl.Tenant, f)
+	for start := int64(0); ; start += linePage {
+		page, err := d.rdb.LRange(ctx, line, start, start+linePage-1).Result()
+		if err != nil {
+			return 0, waitingEntry{}, fmt.Errorf("dispatch: reading tenant %q's line in queue %q: %w", pl.Tenant, pl.Queue, err)
+		}
+		for i, s := range page {
+			if e, err := parseWaitingEntry(s); err == nil && e.id == pl.TaskID {
+				return int(start) + i + 1, e, nil
+			}
+		}
+		if len(page) < linePage {
+			return 0, waitingEntry{}, nil
+		}
+	}
+}
+
+// readHold reads what holds pl's task, waiting in its tenant's flow f with
+// keys: the length of its flow, its tenant's sleep and rank among the
+// tenants that may go in, and its keys' records; and sets pl.Reason.
+func (d *Dispatcher) readHold(ctx context.Context, k queueKeys, pl *Place, f string, keys []string) error {
+	var wake *redis.FloatCmd
+	var rank, n *redis.IntCmd
+	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		wake = p.ZScore(ctx, k.sleep, pl.Tenant)
+		rank = p.ZRank(ctx, k.vt, pl.Tenant)
+		n = p.LLen(ctx, k.flowKey(pl.Tenant, f))
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("dispatch: reading tenant %q in queue %q: %w", pl.Tenant, pl.Queue, err)
 	}
-	pl.InFlight, pl.Cap = storedInt(rec.Val()[0]), storedInt(rec.Val()[1])
-	pl.Paused = storedInt(rec.Val()[2]) == 1
-	pl.TenantWaiting = int(waiting.Val())
-	return nil
-}
-
-// linePage is how many entries of a tenant's line findInLine reads a call.
-const linePage = 1000
-
-// findInLine looks for pl's task in its tenant's line, a page at a time,
-// and when it is there reads what holds the line.
-func (d *Dispatcher) findInLine(ctx context.Context, k queueKeys, pl *Place) (bool, error) {
-	line := k.waitingKey(pl.Tenant)
-	pos := 0
-	for start := int64(0); start < int64(pl.TenantWaiting) && pos == 0; start += linePage {
-		page, err := d.rdb.LRange(ctx, line, start, start+linePage-1).Result()
-		if err != nil {
-			return false, fmt.Errorf("dispatch: reading tenant %q's line in queue %q: %w", pl.Tenant, pl.Queue, err)
-		}
-		if len(page) == 0 {
-			break
-		}
-		for i, s := range page {
-			if e, err := parseWaitingEntry(s); err == nil && e.id == pl.TaskID {
-				pos, pl.NotBefore = int(start)+i+1, e.notBeforeTime()
-				break
-			}
-		}
-	}
-	if pos == 0 {
-		return false, nil
-	}
-	pl.Where, pl.Position = Waiting, pos
-	var wake *redis.FloatCmd
-	var rank *redis.IntCmd
-	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		wake = p.ZScore(ctx, k.sleep, pl.Tenant)
-		rank = p.ZRank(ctx, k.vt, pl.Tenant)
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return true, fmt.Errorf("dispatch: reading tenant %q in queue %q: %w", pl.Tenant, pl.Queue, err)
-	}
+	pl.FlowWaiting = int(n.Val())
 	if rank.Err() == nil {
 		pl.TenantsAhead = int(rank.Val())
+	}
+	if err := d.readKeyStates(ctx, k, pl, keys); err != nil {
+		return err
 	}
 	switch {
 	case !pl.Served:
@@ -363,12 +555,21 @@ func (d *Dispatcher) findInLine(ctx context.Context, k queueKeys, pl *Place) (bo
 		pl.Reason = ReasonCap
 	case wake.Err() == nil:
 		pl.Reason, pl.Until = ReasonRate, time.UnixMicro(int64(wake.Val()))
+	}
+	if pl.Reason != ReasonNone {
+		return nil
+	}
+	if r := keyReason(pl); r != ReasonNone {
+		pl.Reason = r
+		return nil
+	}
+	switch {
 	case pl.Fair && pl.Room <= 0:
 		pl.Reason = ReasonFull
-	case pl.Position > 1 || pl.TenantsAhead > 0:
+	case pl.Position > 1 || pl.FlowsAhead > 0 || pl.TenantsAhead > 0:
 		pl.Reason = ReasonTurn
 	}
-	return true, nil
+	return nil
 }
 
 // limboScan is how many limbo members findInLimbo asks Redis to look at a
@@ -390,14 +591,15 @@ func (d *Dispatcher) findInLimbo(ctx context.Context, k queueKeys, pl *Place) (b
 			return false, fmt.Errorf("dispatch: reading queue %q's limbo: %w", pl.Queue, err)
 		}
 		for i := 0; i+1 < len(keys); i += 2 {
-			tenant, s, ok := strings.Cut(keys[i], "\n")
-			e, err := parseWaitingEntry(s)
-			if !ok || err != nil || e.id != pl.TaskID {
+			tenant, f, e, ok := parseLimboMember(keys[i])
+			if !ok || e.id != pl.TaskID {
 				continue
 			}
 			nb := e.notBeforeTime()
 			at, _ := strconv.ParseFloat(keys[i+1], 64)
 			pl.Where, pl.NotBefore, pl.Until = Limbo, nb, time.UnixMicro(int64(at))
+			var fk []string
+			pl.Priority, fk = rule.ParseFlow(f)
 			switch {
 			case pl.TaskState == "":
 				pl.Reason = ReasonMissing
@@ -406,16 +608,34 @@ func (d *Dispatcher) findInLimbo(ctx context.Context, k queueKeys, pl *Place) (b
 			}
 			if pl.Tenant == "" {
 				pl.Tenant = tenant
-				if err := d.readTenant(ctx, k, pl); err != nil {
+				if _, _, err := d.readTenant(ctx, k, pl); err != nil {
 					return true, err
 				}
 			}
-			return true, nil
+			return true, d.readKeyStates(ctx, k, pl, fk)
 		}
 		if cursor = next; cursor == 0 {
 			return false, nil
 		}
 	}
+}
+
+// parseLimboMember splits a member of a queue's limbo (see fair.lua's
+// toLimbo: "<tenant>\n<entry>" for flow "0", else
+// "<tenant>\n\t<flow>\n<entry>") into its tenant, flow and entry.
+func parseLimboMember(m string) (tenant, flow string, e waitingEntry, ok bool) {
+	tenant, rest, ok := strings.Cut(m, "\n")
+	if !ok {
+		return "", "", waitingEntry{}, false
+	}
+	flow = "0"
+	if f, ok := strings.CutPrefix(rest, "\t"); ok {
+		if flow, rest, ok = strings.Cut(f, "\n"); !ok {
+			return "", "", waitingEntry{}, false
+		}
+	}
+	e, err := parseWaitingEntry(rest)
+	return tenant, flow, e, err == nil
 }
 
 // storedInt reads a number the scripts stored, 0 when missing.
@@ -531,7 +751,23 @@ func (p Place) Why() string {
 	case ReasonFull:
 		return "waits its turn in a fair queue: the queue is full, and the next grant follows a task that ends"
 	case ReasonTurn:
+		if p.FlowsAhead > 0 {
+			return fmt.Sprintf("waits its turn in a fair queue: %d earlier tasks of its flow (priority %d), the first tasks of %d of the tenant's flows ordered before it, and %d other tenants go first",
+				p.Position-1, p.Priority, p.FlowsAhead, p.TenantsAhead)
+		}
 		return fmt.Sprintf("waits its turn in a fair queue: %d of the tenant's tasks and %d other tenants go first", p.Position-1, p.TenantsAhead)
+	case ReasonKeyPaused:
+		return fmt.Sprintf("its key %q is paused: it goes in, in order, once the key is resumed", p.Key)
+	case ReasonKeyHeld:
+		return fmt.Sprintf("its key %q is held by a downstream throttle (worker.ThrottledKey) until %s", p.Key, p.Until.Local().Format("15:04:05.000"))
+	case ReasonKeyCap:
+		in, c := 0, 0
+		for _, ks := range p.Keys {
+			if ks.Key == p.Key {
+				in, c = ks.InFlight, ks.Cap
+			}
+		}
+		return fmt.Sprintf("its key %q is at its cap (%d/%d in flight across tenants): it goes in when one of the key's running tasks ends", p.Key, in, c)
 	case ReasonLater:
 		return fmt.Sprintf("waits aside until its own start time, %s", p.NotBefore.Local().Format(time.RFC3339))
 	case ReasonMissing:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/dispatch"
+	"github.com/admitq/admitq/enqueue"
 )
 
 // locate reads task id's place in queue "default", failing the test on an
@@ -186,5 +188,142 @@ func TestLocateFullQueueAndLimbo(t *testing.T) {
 	}
 	if why := gone.Why(); !strings.Contains(why, "in limbo: asynq does not hold the task") {
 		t.Errorf("t1: Why() = %q", why)
+	}
+}
+
+// A task waits in one of its tenant's flows (its priority and keys), and
+// Locate finds it there: its place in its flow, the flows ahead of it, and
+// the key that holds it, paused before throttled before full; a task in
+// flight names its keys, and one in limbo its flow.
+func TestLocateFlowsAndKeys(t *testing.T) {
+	s := newStack(t, generous)
+	s.setKey("api", admission.Quota{Limit: admission.NoLimit, MaxInFlight: 1})
+	s.setKey("pz", admission.Quota{Limit: admission.NoLimit, Paused: true})
+	s.setQuota("c", capped1)
+	hold, err := dispatch.New(s.rdb, s.gate, nil).Serve(dispatch.Worker{Queues: []string{"default"}, Concurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hold.Close)
+	time.Sleep(1100 * time.Millisecond) // producers see the worker
+
+	if d := s.put("a", "k1", "10ms", enqueue.Keys("api")); d.Outcome != admission.Admitted {
+		t.Fatalf("k1: %v, want admitted (key api has room)", d.Outcome)
+	}
+	for _, p := range []struct {
+		id   string
+		opts []asynq.Option
+	}{
+		{"k2", []asynq.Option{enqueue.Keys("api")}},
+		{"k3", []asynq.Option{enqueue.Keys("api"), enqueue.Priority(5)}},
+		{"k4", []asynq.Option{enqueue.Keys("api"), enqueue.Priority(5)}},
+		{"k5", []asynq.Option{enqueue.Keys("db", "api")}},
+		{"z1", []asynq.Option{enqueue.Keys("pz")}},
+		{"z2", []asynq.Option{enqueue.Keys("api", "pz")}},
+	} {
+		if d := s.put("a", p.id, "10ms", p.opts...); d.Outcome != admission.Parked {
+			t.Fatalf("%s: %v, want parked on its key", p.id, d.Outcome)
+		}
+	}
+	// a's task without keys is not held: the queue does not hold it.
+	if d := s.put("a", "free", "10ms"); d.Outcome != admission.Admitted {
+		t.Fatalf("free: %v, want admitted", d.Outcome)
+	}
+
+	k1 := s.locate("k1")
+	if k1.Where != dispatch.InFlight || len(k1.Keys) != 1 || k1.Keys[0].Key != "api" || k1.Keys[0].InFlight != 1 ||
+		k1.Keys[0].Cap != 1 || !k1.Keys[0].AtCap || k1.Keys[0].Waiting != 5 {
+		t.Errorf("k1 = %+v, want in flight, holding key api's one place with 5 waiting on it", k1)
+	}
+	if f := s.locate("free"); f.Where != dispatch.NotHeld {
+		t.Errorf("free = %+v, want not held", f)
+	}
+	for _, tc := range []struct {
+		id                                string
+		reason                            dispatch.Reason
+		key                               string
+		prio, pos, flowWaiting, flowAhead int
+		keys                              []string
+	}{
+		{"k3", dispatch.ReasonKeyCap, "api", 5, 1, 2, 0, []string{"api"}},
+		{"k4", dispatch.ReasonKeyCap, "api", 5, 2, 2, 0, []string{"api"}},
+		{"k2", dispatch.ReasonKeyCap, "api", 0, 1, 1, 1, []string{"api"}},
+		{"k5", dispatch.ReasonKeyCap, "api", 0, 1, 1, 2, []string{"api", "db"}},
+		{"z1", dispatch.ReasonKeyPaused, "pz", 0, 1, 1, 3, []string{"pz"}},
+		{"z2", dispatch.ReasonKeyPaused, "pz", 0, 1, 1, 4, []string{"api", "pz"}},
+	} {
+		p := s.locate(tc.id)
+		var keys []string
+		for _, ks := range p.Keys {
+			keys = append(keys, ks.Key)
+		}
+		if p.Where != dispatch.Waiting || p.Reason != tc.reason || p.Key != tc.key || p.Priority != tc.prio ||
+			p.Position != tc.pos || p.FlowWaiting != tc.flowWaiting || p.FlowsAhead != tc.flowAhead ||
+			p.TenantWaiting != 6 || p.Tenant != "a" || !p.Parked || !slices.Equal(keys, tc.keys) {
+			t.Errorf("%s = %+v, want waiting on key %s (%v), priority %d, %d of %d in its flow, %d flows ahead, 6 waiting in all, keys %v",
+				tc.id, p, tc.key, tc.reason, tc.prio, tc.pos, tc.flowWaiting, tc.flowAhead, tc.keys)
+		}
+	}
+	if why := dispatch.ParkedWhy(s.locate("k2"), nil); !strings.HasPrefix(why, `parked: its key "api" is at its cap (1/1 in flight across tenants)`) {
+		t.Errorf("ParkedWhy(k2) = %q, want key api's cap named", why)
+	}
+	if why := s.locate("z2").Why(); !strings.Contains(why, `its key "pz" is paused`) {
+		t.Errorf("z2: Why() = %q, want key pz's pause named", why)
+	}
+	if why := s.locate("k4").Why(); why == "" || !strings.Contains(why, "key") {
+		t.Errorf("k4: Why() = %q", why)
+	}
+
+	// A throttle on k1's key holds api's tasks until it lifts; it is
+	// named before api's cap, after pz's pause.
+	before := time.Now()
+	hold.ThrottledKey("default", "a", "k1", "api", time.Millisecond, 30*time.Second)
+	var k2 dispatch.Place
+	eventually(t, 5*time.Second, "the throttle holds key api", func() bool {
+		k2 = s.locate("k2")
+		return k2.Reason == dispatch.ReasonKeyHeld
+	})
+	if k2.Key != "api" || k2.Until.Before(before.Add(29*time.Second)) || k2.Until.After(time.Now().Add(31*time.Second)) ||
+		!k2.Keys[0].Held || !k2.Keys[0].HeldUntil.Equal(k2.Until) {
+		t.Errorf("k2 = %+v, want held on key api for 30s", k2)
+	}
+	if why := k2.Why(); !strings.Contains(why, `its key "api" is held by a downstream throttle`) {
+		t.Errorf("k2: Why() = %q", why)
+	}
+	if z2 := s.locate("z2"); z2.Reason != dispatch.ReasonKeyPaused || z2.Key != "pz" {
+		t.Errorf("z2 = %+v, want its paused key named before its held one", z2)
+	}
+
+	// Priority within a capped tenant: its flows go by priority, then age.
+	if d := s.put("c", "c1", "10ms"); d.Outcome != admission.Admitted {
+		t.Fatalf("c1: %v, want admitted", d.Outcome)
+	}
+	for _, p := range []struct {
+		id   string
+		prio int
+	}{{"c2", 0}, {"c3", 7}, {"c4", -2}, {"c5", 0}} {
+		if d := s.put("c", p.id, "10ms", enqueue.Priority(p.prio)); d.Outcome != admission.Parked {
+			t.Fatalf("%s: %v, want parked behind c's cap", p.id, d.Outcome)
+		}
+	}
+	for _, tc := range []struct {
+		id                                string
+		prio, pos, flowWaiting, flowAhead int
+	}{{"c3", 7, 1, 1, 0}, {"c2", 0, 1, 2, 1}, {"c5", 0, 2, 2, 1}, {"c4", -2, 1, 1, 2}} {
+		p := s.locate(tc.id)
+		if p.Where != dispatch.Waiting || p.Reason != dispatch.ReasonCap || p.Priority != tc.prio || p.Position != tc.pos ||
+			p.FlowWaiting != tc.flowWaiting || p.FlowsAhead != tc.flowAhead || p.TenantWaiting != 4 || len(p.Keys) != 0 || p.Key != "" {
+			t.Errorf("%s = %+v, want held by c's cap, priority %d, %d of %d in its flow, %d flows ahead", tc.id, p, tc.prio, tc.pos, tc.flowWaiting, tc.flowAhead)
+		}
+	}
+
+	// A keyed task for later waits in limbo with its flow.
+	if d := s.put("c", "later", "10ms", enqueue.Keys("api"), enqueue.Priority(3), asynq.ProcessIn(time.Hour)); d.Outcome != admission.Parked {
+		t.Fatalf("later: %v, want parked", d.Outcome)
+	}
+	later := s.locate("later")
+	if later.Where != dispatch.Limbo || later.Reason != dispatch.ReasonLater || later.Tenant != "c" || later.Priority != 3 ||
+		len(later.Keys) != 1 || later.Keys[0].Key != "api" {
+		t.Errorf("later = %+v, want in limbo until its start, priority 3, key api", later)
 	}
 }
