@@ -28,10 +28,11 @@
 --            task that waits), nothing changes; the caller's write finds
 --            it there
 --
--- A task goes straight in only when its tenant has nothing waiting, is
--- under its cap and awake, every key it carries is open, no tenant waits
--- with an earlier start tag, and the queue has space: then nothing waiting
--- could have gone first. A task
+-- A task goes straight in only when nothing its tenant has waiting could
+-- go (none waits, or every flow waits on a closed key), it is under its
+-- cap and awake, every key it carries is open, no tenant waits with an
+-- earlier start tag, and the queue has space: then nothing waiting could
+-- have gone first. A task
 -- that must not start for more than a second (its own ProcessAt) waits in
 -- limbo until then, holding no place and no one back, and then goes to the
 -- head of its tenant's line.
@@ -66,11 +67,27 @@ local waiting = waitingOf(T, h[6] or 0)
 local later = tonumber(nb) > now + 1000000
 local tag, n = toint(h[1]), toint(h[2])
 local start = math.max(tag, floor)
-if waiting == 0 and not later and paused ~= '1' and (cap == 0 or n < cap) and not call('ZSCORE', sleep, T)
-    and flowOpen(f) then
+-- anyOpen reports whether a flow of T with tasks waiting is open (flow
+-- "0" always is).
+local function anyOpen()
+  if call('LLEN', P .. 'w:' .. T) > 0 then
+    return true
+  end
+  for _, g in ipairs(flowsOf(T)) do
+    if flowOpen(g) then
+      return true
+    end
+  end
+  return false
+end
+if not later and paused ~= '1' and (cap == 0 or n < cap) and not call('ZSCORE', sleep, T)
+    and flowOpen(f) and (waiting == 0 or not anyOpen()) then
   local head = call('ZRANGE', vt, 0, 0, 'WITHSCORES')
   if (#head == 0 or start <= tonumber(head[2])) and room(fair, total) > 0 then
     grant(T, id, nil, start, nil, f)
+    if waiting > 0 then
+      refresh(T) -- its waiting tasks wait on keys: at its new tag
+    end
     save()
     return {'in', now, 0}
   end

@@ -1,5 +1,3 @@
-//go:build admitq_dispatch_prompt
-
 package worker_test
 
 import (

@@ -518,8 +518,9 @@ type Task struct {
 
 // Park decides a producer's task (its tenant's limits l and its keys'
 // keys, as their quotas say now) when space more tasks may go into the
-// queue: it goes straight in (granted at once, true) when its tenant has
-// nothing waiting, is awake, not paused and under its cap, every key it
+// queue: it goes straight in (granted at once, true) when nothing its
+// tenant has waiting could go (every flow waits on a closed key, or none
+// waits), its tenant is awake, not paused and under its cap, every key it
 // carries has room, no runnable tenant has an earlier start tag, and the
 // queue has space; else it waits at the end of its flow (false).
 func (q *Queue) Park(task Task, l Limits, keys map[string]KeyLimits, space int) (Grant, bool) {
@@ -531,9 +532,12 @@ func (q *Queue) Park(task Task, l Limits, keys map[string]KeyLimits, space int) 
 	t := q.Tenants[T]
 	start := max(t.Tag, q.Floor)
 	_, head, any := q.Head()
-	if t.Waiting() == 0 && !t.Asleep && !l.Paused && (l.Cap == 0 || t.N < l.Cap) && q.flowOpen(task.Flow) &&
+	_, eligible := q.eligible(t)
+	if !eligible && !t.Asleep && !l.Paused && (l.Cap == 0 || t.N < l.Cap) && q.flowOpen(task.Flow) &&
 		(!any || start <= head) && space > 0 {
-		return q.grant(T, task.ID, task.Flow, start), true
+		g := q.grant(T, task.ID, task.Flow, start)
+		q.Refresh(T) // its waiting tasks, if any, wait on keys: at its new tag
+		return g, true
 	}
 	q.push(T, task.Flow, Waiter{ID: task.ID, At: task.At}, false)
 	q.Refresh(T)
