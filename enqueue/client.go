@@ -205,8 +205,10 @@ type Result struct {
 //
 // Slots never go backwards through the batch, and once one task is rejected
 // so is every task after it that starts at the same time. A task that is
-// invalid (nil, or with an empty type or ID) gets an error in its Result
-// and is not admitted.
+// invalid (nil, with an empty type or ID, or with options Enqueue refuses,
+// ErrInvalidOption, its own or opts) gets an error in its Result and is
+// not admitted. Tasks with keys or a priority (Keys, Priority) go through
+// the dispatcher one by one.
 //
 // The error is non-nil, and the results nil, only when nothing was admitted:
 // the tenant is invalid, opts hold a TaskID, two tasks have the same ID
