@@ -75,6 +75,7 @@ func TestTheKeysPagesInABrowser(t *testing.T) {
 		t.Errorf("api:stripe after Pause: %+v, %v; want paused with its cap of 20", q, err)
 	}
 	// Only its own rows on its page.
+	waitJS(t, ctx, "api:stripe's row on its page", keyCellJS("dash", "api:stripe", "in_flight")+` === "12 / 20"`)
 	if got := evalJS[int](t, ctx, `document.querySelectorAll("#queues tr[data-key]").length`); got != 1 {
 		t.Errorf("api:stripe's page shows %d key rows, want its own only", got)
 	}

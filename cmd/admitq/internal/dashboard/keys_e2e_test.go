@@ -1,8 +1,3 @@
-//go:build admitq_dispatch_keys
-
-// Built with the tag admitq_dispatch_keys until the dispatcher's
-// concurrency keys land: it needs Stats.Keys filled.
-
 package dashboard
 
 import (
