@@ -16,8 +16,9 @@ import (
 )
 
 // TestNoLimitValidate: a Quota with Limit NoLimit is valid whatever its
-// (ignored) window, in either mode, and with caps, weights and pause; the
-// other fields keep their ranges, and no other negative Limit passes.
+// (ignored) window, in either mode, and with caps, weights and pause; a
+// cap in counter mode is valid, with a rate limit or without; the other
+// fields keep their ranges, and no other negative Limit passes.
 func TestNoLimitValidate(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -33,7 +34,8 @@ func TestNoLimitValidate(t *testing.T) {
 		{"a negative window", admission.Quota{Limit: admission.NoLimit, Window: -time.Second}, "Window"},
 		{"a window past MaxWindow", admission.Quota{Limit: admission.NoLimit, Window: admission.MaxWindow + 1}, "Window"},
 		{"a negative MaxDelay", admission.Quota{Limit: admission.NoLimit, MaxDelay: -1}, "MaxDelay"},
-		{"a cap in counter mode", admission.Quota{Limit: admission.NoLimit, Mode: admission.Counter, MaxInFlight: 1}, "MaxInFlight"},
+		{"a cap in counter mode", admission.Quota{Limit: admission.NoLimit, Mode: admission.Counter, MaxInFlight: 1}, ""},
+		{"a rate and a cap in counter mode", admission.Quota{Limit: 1000, Window: time.Second, Mode: admission.Counter, MaxInFlight: 2}, ""},
 		{"Limit -2", admission.Quota{Limit: -2, Window: time.Second}, "Limit"},
 		{"Limit 0", admission.Quota{Limit: 0, Window: time.Second}, "Limit"},
 		{"a limit without a window", admission.Quota{Limit: 1}, "Window"},

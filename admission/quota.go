@@ -37,7 +37,10 @@ type Quota struct {
 	// MaxInFlight caps the tenant's tasks in each worker queue (pending or
 	// active) at once, where a worker with a gate serves the queue (package
 	// dispatch); a task over the cap is Parked and goes in, in order, as the
-	// tenant's own tasks finish. 0 means no cap. Needs Log mode.
+	// tenant's own tasks finish. 0 means no cap. Either Mode: the
+	// dispatcher counts the tasks by task ID itself. (In Counter mode a
+	// grant admitted twice, after its mover died or the gate's answer was
+	// lost, takes a second count, which idles until its window passes.)
 	MaxInFlight int
 	// MaxParked bounds how many tasks the tenant may have parked in one
 	// dispatched queue (over its cap, or waiting its turn in a fair queue);
@@ -186,8 +189,6 @@ func (q Quota) Validate() error {
 		return fmt.Errorf("%w: MaxParked is %d, want 0 (the default) to %d", ErrInvalidQuota, q.MaxParked, MaxParkedCap)
 	case q.Weight < 0 || math.IsNaN(q.Weight) || math.IsInf(q.Weight, 0) || q.Weight > MaxWeight:
 		return fmt.Errorf("%w: Weight is %v, want 0 (meaning 1) up to %d", ErrInvalidQuota, q.Weight, MaxWeight)
-	case q.MaxInFlight > 0 && q.Mode == Counter:
-		return fmt.Errorf("%w: MaxInFlight is %d in counter mode; the cap needs the log's entry IDs", ErrInvalidQuota, q.MaxInFlight)
 	}
 	if q.Mode == Log && !q.Unlimited() {
 		if windows, over := logEntries(q); over {

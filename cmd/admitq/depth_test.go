@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -59,7 +60,6 @@ func TestQuotaDepthFlags(t *testing.T) {
 	}{
 		{"negative cap", []string{"--max-in-flight", "-1"}, "--max-in-flight -1"},
 		{"negative parked bound", []string{"--max-in-flight", "2", "--max-parked", "-5"}, "--max-parked -5"},
-		{"cap in counter mode", []string{"--max-in-flight", "2", "--mode", "counter"}, "counter mode"},
 	} {
 		args := append([]string{"--redis", fresh.URL(), "quota", "set", "acme", "--limit", "5", "--window", "1s"}, c.args...)
 		res := admitq(t, args...)
@@ -69,6 +69,15 @@ func TestQuotaDepthFlags(t *testing.T) {
 		if n, err := fresh.Client(t).DBSize(t.Context()).Result(); err != nil || n != 0 {
 			t.Errorf("%s: DBSIZE = %d, %v; want 0", c.desc, n, err)
 		}
+	}
+	// A cap in counter mode is taken: the dispatcher counts the tenant's
+	// tasks in flight itself, whatever the mode.
+	if got, want := mustRun(t, "--redis", fresh.URL(), "quota", "set", "acme", "--limit", "5", "--window", "1s", "--max-in-flight", "2", "--mode", "counter").stdout,
+		"acme: 5/1s, counter, max in flight 2, max parked 10000\n"; got != want {
+		t.Errorf("cap in counter mode: quota set printed %q, want %q", got, want)
+	}
+	if got, err := admission.NewRedisQuotas(fresh.Client(t)).Get(t.Context(), "acme"); err != nil || got != (admission.Quota{Limit: 5, Window: time.Second, Mode: admission.Counter, MaxInFlight: 2}) {
+		t.Errorf("cap in counter mode: stored %v, %v", got, err)
 	}
 }
 

@@ -75,7 +75,6 @@ func TestQuotaUpdateRefusesBadInput(t *testing.T) {
 		{"a bad limit", []string{"acme", "--limit", "ten"}, exitUsage, `--limit "ten": want a whole number, or none for no rate limit`},
 		{"limit -1 (none is spelt none)", []string{"acme", "--limit", "-1"}, exitUsage, "--limit -1: want at least 1"},
 		{"a bad mode", []string{"acme", "--mode", "fast"}, exitUsage, `--mode "fast": want log or counter`},
-		{"counter mode under a cap", []string{"acme", "--mode", "counter"}, exitUsage, "--max-in-flight 2: not in counter mode"},
 		{"a limit with no window to count in", []string{"free", "--limit", "5"}, exitUsage, "--limit 5: the quota has no rate limit, so no window to count in: give --window too"},
 		{"a negative weight", []string{"acme", "--weight", "-1"}, exitUsage, "--weight -1"},
 		{"no quota of its own", []string{"nobody", "--max-in-flight", "3"}, exitFailure, `tenant "nobody" has no quota of its own to update; quota set nobody gives it one`},
@@ -92,6 +91,14 @@ func TestQuotaUpdateRefusesBadInput(t *testing.T) {
 	}
 	if got, err := quotaIn(t, srv, "free"); err != nil || got != (admission.Quota{Limit: admission.NoLimit, Weight: 2}) {
 		t.Errorf("free after refused updates: %v, %v", got, err)
+	}
+	// Counter mode under a cap is no mistake: the dispatcher counts the
+	// tenant's tasks in flight itself, whatever the mode.
+	if r := admitq(t, "--redis", srv.URL(), "quota", "update", "acme", "--mode", "counter"); r.code != 0 {
+		t.Errorf("counter mode under a cap: %v, want it taken", r)
+	}
+	if got, err := quotaIn(t, srv, "acme"); err != nil || got != (admission.Quota{Limit: 5, Window: time.Second, Mode: admission.Counter, MaxInFlight: 2}) {
+		t.Errorf("acme in counter mode under its cap: %v, %v", got, err)
 	}
 	if _, err := quotaIn(t, srv, "nobody"); err == nil {
 		t.Error("quota update wrote a quota for a tenant that had none")

@@ -90,7 +90,6 @@ func TestTheFormSetsTheCapWithTheCommandLinesChecks(t *testing.T) {
 	}{
 		{"negative cap", "-1", "", "log", "max-in-flight", "-1: want 0 (no cap) or more"},
 		{"negative parked bound", "2", "-5", "log", "max-parked", "-5: want 0 (the default) or more"},
-		{"cap in counter mode", "2", "", "counter", "max-in-flight", "2: not in counter mode: the cap needs the log&#39;s entry IDs"},
 		{"not a number", "four", "", "log", "max-in-flight", `&#34;four&#34;: want a whole number`},
 	} {
 		code, body := postForm(t, hs.URL, set(c.inFlight, c.parked, c.mode))
@@ -101,6 +100,15 @@ func TestTheFormSetsTheCapWithTheCommandLinesChecks(t *testing.T) {
 		if all, _ := st.quotas.List(t.Context()); len(all.Tenants) != 0 {
 			t.Fatalf("%s: quotas written: %v", c.desc, all.Tenants)
 		}
+	}
+
+	// A cap in counter mode is taken: the dispatcher counts the tenant's
+	// tasks in flight itself, whatever the mode.
+	if code, body := postForm(t, hs.URL, set("2", "", "counter")); code != http.StatusSeeOther {
+		t.Fatalf("a cap in counter mode: status %d, want 303:\n%s", code, body)
+	}
+	if q, err := st.quotas.Get(t.Context(), "acme"); err != nil || q != (admission.Quota{Limit: 5, Window: time.Second, Mode: admission.Counter, MaxInFlight: 2}) {
+		t.Errorf("a cap in counter mode: acme's quota = %v, %v", q, err)
 	}
 
 	if code, _ := postForm(t, hs.URL, set("4", "50", "log")); code != http.StatusSeeOther {

@@ -64,7 +64,7 @@ func Check(limit int, window, maxDelay time.Duration, mode string, maxInFlight, 
 // of admission.Quota.Validate.
 func CheckQuota(q admission.Quota) error {
 	for _, fe := range []*FieldError{checkLimit(q.Limit), checkWindowFor(q.Limit, q.Window), checkMaxDelay(q.MaxDelay),
-		checkMaxInFlight(q.MaxInFlight, q.Mode.String()), checkMaxParked(q.MaxParked, q.MaxInFlight), CheckWeight(q.Weight)} {
+		checkMaxInFlight(q.MaxInFlight), checkMaxParked(q.MaxParked, q.MaxInFlight), CheckWeight(q.Weight)} {
 		if fe != nil {
 			return fe
 		}
@@ -150,12 +150,9 @@ func checkMode(mode string) *FieldError {
 	return nil
 }
 
-func checkMaxInFlight(n int, mode string) *FieldError {
-	switch {
-	case n < 0:
+func checkMaxInFlight(n int) *FieldError {
+	if n < 0 {
 		return &FieldError{"max-in-flight", strconv.Itoa(n), "want 0 (no cap) or more"}
-	case n > 0 && mode == admission.Counter.String():
-		return &FieldError{"max-in-flight", strconv.Itoa(n), "not in counter mode: the cap needs the log's entry IDs"}
 	}
 	return nil
 }
@@ -202,8 +199,8 @@ func Parse(limit, window, maxDelay, mode, maxInFlight, maxParked string) (admiss
 	mode = strings.TrimSpace(mode)
 	add(checkMode(mode))
 	inFlight, ok := parseCount("max-in-flight", maxInFlight, add)
-	if ok && errs["mode"] == nil {
-		add(checkMaxInFlight(inFlight, mode))
+	if ok {
+		add(checkMaxInFlight(inFlight))
 	}
 	parked, ok := parseCount("max-parked", maxParked, add)
 	if ok && errs["max-in-flight"] == nil {

@@ -22,7 +22,6 @@ func TestCheckNamesTheFieldAsTheCommandLineDoes(t *testing.T) {
 		{"unknown mode", 1, time.Second, 0, "fast", 0, 0, `--mode "fast": want log or counter`, `"fast": want log or counter`},
 		{"empty mode", 1, time.Second, 0, "", 0, 0, `--mode "": want log or counter`, `"": want log or counter`},
 		{"negative cap", 1, time.Second, 0, "log", -1, 0, "--max-in-flight -1: want 0 (no cap) or more", "-1: want 0 (no cap) or more"},
-		{"cap in counter mode", 1, time.Second, 0, "counter", 2, 0, "--max-in-flight 2: not in counter mode: the cap needs the log's entry IDs", "2: not in counter mode: the cap needs the log's entry IDs"},
 		{"negative parked bound", 1, time.Second, 0, "log", 2, -5, "--max-parked -5: want 0 (the default) or more", "-5: want 0 (the default) or more"},
 	} {
 		_, err := Check(c.limit, c.window, c.maxDelay, c.mode, c.inFlight, c.parked)
@@ -38,6 +37,16 @@ func TestCheckNamesTheFieldAsTheCommandLineDoes(t *testing.T) {
 	q, err := Check(100, time.Minute, 30*time.Second, "counter", 0, 0)
 	if want := (admission.Quota{Limit: 100, Window: time.Minute, MaxDelay: 30 * time.Second, Mode: admission.Counter}); err != nil || q != want {
 		t.Errorf("a good quota: got %v, %v; want %v", q, err, want)
+	}
+	// A cap in counter mode is taken: the dispatcher counts the tenant's
+	// tasks in flight itself, whatever the mode.
+	q, err = Check(1, time.Second, 0, "counter", 2, 0)
+	if want := (admission.Quota{Limit: 1, Window: time.Second, Mode: admission.Counter, MaxInFlight: 2}); err != nil || q != want {
+		t.Errorf("a cap in counter mode: got %v, %v; want %v", q, err, want)
+	}
+	q, errs, err := Parse("none", "", "", "counter", "2", "")
+	if want := (admission.Quota{Limit: admission.NoLimit, Mode: admission.Counter, MaxInFlight: 2}); err != nil || errs != nil || q != want {
+		t.Errorf("a cap in counter mode, no rate limit, from a form: got %v, %v, %v; want %v", q, errs, err, want)
 	}
 }
 
