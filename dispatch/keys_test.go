@@ -45,14 +45,14 @@ func (s *stack) setKey(key string, q admission.Quota) {
 // on its first run; anything else is a duration to sleep.
 type keyWatch struct {
 	mu      sync.Mutex
-	runs    map[string]int         // task ID -> starts
-	order   []string               // task IDs, in the order they started
-	tenant  map[string]string      // task ID -> tenant
-	first   map[string]time.Time   // task ID -> its first start
-	last    map[string]time.Time   // task ID -> its last start
-	running map[string]int         // "<queue>/<key>" ("*/<key>": all queues) -> tasks running now
-	peak    map[string]int         // "<queue>/<key>" ("*/<key>": all queues) -> most running at once
-	inRedis map[string]int         // "<queue>/<key>" -> most pending or active at once, sampled
+	runs    map[string]int       // task ID -> starts
+	order   []string             // task IDs, in the order they started
+	tenant  map[string]string    // task ID -> tenant
+	first   map[string]time.Time // task ID -> its first start
+	last    map[string]time.Time // task ID -> its last start
+	running map[string]int       // "<queue>/<key>" ("*/<key>": all queues) -> tasks running now
+	peak    map[string]int       // "<queue>/<key>" ("*/<key>": all queues) -> most running at once
+	inRedis map[string]int       // "<queue>/<key>" -> most pending or active at once, sampled
 	blocks  map[string]chan struct{}
 	keysOf  sync.Map // task ID -> []string, for the sampler
 }
