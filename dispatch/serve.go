@@ -28,8 +28,11 @@ const (
 	repairEvery = 2 * time.Second
 	callTimeout = 2 * time.Second
 	// syncEvery is how often a loop looks up the quotas of its queue's
-	// paused tenants and the next syncTenants in line.
-	syncEvery   = time.Second
+	// paused tenants, the next syncTenants in line and its keys: with the
+	// quota cache's admission.DefaultRefresh, a pause or a resume reaches
+	// the queue within about a second. The lookups are served from that
+	// cache; each costs Redis one pipelined read.
+	syncEvery   = 250 * time.Millisecond
 	syncTenants = 100
 	// fleetEvery is how often a loop that reports no stats reads them,
 	// to warn of asynq servers without a gate on its queue.
