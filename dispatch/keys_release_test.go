@@ -3,7 +3,6 @@ package dispatch_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -25,23 +24,13 @@ func TestKeyWithRoomLetsInTheNextBlockedTenant(t *testing.T) {
 		desc    string
 		backlog int                       // tasks of tenant c, without keys, waiting meanwhile
 		gone    func(s *stack, id string) // nil: a's task has a deadline, and it passes
-		bug     bool
 	}{
-		{"control: nothing gone, another tenant backlogged", 200, func(*stack, string) {}, false},
-		{"the first tenant's task deleted", 0, deleteTask, false},
-		{"the first tenant's task deleted, another tenant backlogged", 200, deleteTask, true},
-		{"the first tenant's task past its deadline, another tenant backlogged", 200, nil, true},
+		{"control: nothing gone, another tenant backlogged", 200, func(*stack, string) {}},
+		{"the first tenant's task deleted", 0, deleteTask},
+		{"the first tenant's task deleted, another tenant backlogged", 200, deleteTask},
+		{"the first tenant's task past its deadline, another tenant backlogged", 200, nil},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
-			if tc.bug && os.Getenv("ADMITQ_KNOWN_BUGS") == "" {
-				// fair.lua: release(K) counts the tenant it lets back for
-				// K's room when that tenant's flow on K is open, but pick
-				// then drops the flow's head (deleted, or past its
-				// deadline) without granting it, and nothing releases K
-				// again: the next tenant registered with K waits until
-				// no tenant is runnable (sweep) or K changes.
-				t.Skip("known bug in fair.lua (pick drops a released tenant's entry without releasing its keys again); ADMITQ_KNOWN_BUGS=1 runs it")
-			}
 			s := newStack(t, generous)
 			s.setKey("y", admission.Quota{Limit: admission.NoLimit, MaxInFlight: 1})
 			w := newKeyWatch()

@@ -794,6 +794,7 @@ local function pick(most, space, out)
           call('HDEL', deadlines, id)
         end
         for _, K in ipairs(flowKeys(f)) do
+          release(K) -- the room it kept for this entry goes to the next
           settleKey(K)
         end
         refresh(T)

@@ -576,9 +576,11 @@ func (q *Queue) Pick(most, space int, skip func(id string) bool) []Grant {
 			out = append(out, q.grant(T, w.ID, f, start))
 			most, space = most-1, space-1
 		} else {
+			// Dropped: the room its keys kept for it goes to the next.
 			budget--
 			_, keys := ParseFlow(f)
 			for _, K := range keys {
+				q.release(K)
 				q.settleKey(K)
 			}
 		}
