@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -86,6 +87,10 @@ type TenantStats struct {
 // StatsTenants is how many waiting tenants Stats lists at most: the next
 // to go in, then those held back soonest to wake.
 const StatsTenants = 100
+
+// StatsFlows is how many of a tenant's flows with a priority or keys Stats
+// looks at for its oldest waiting task.
+const StatsFlows = 16
 
 // Stats reads queue's dispatch state: the tenants with tasks in flight
 // (bounded by the queue's room), and the StatsTenants waiting tenants next
@@ -173,6 +178,7 @@ func (d *Dispatcher) readTenants(ctx context.Context, queue string, names []stri
 	hashes := make([]*redis.SliceCmd, len(names))
 	lens := make([]*redis.IntCmd, len(names))
 	heads := make([]*redis.StringCmd, len(names))
+	flows := make([]*redis.StringSliceCmd, len(names))
 	asleep := make([]*redis.FloatCmd, len(names))
 	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, t := range names {
@@ -180,6 +186,7 @@ func (d *Dispatcher) readTenants(ctx context.Context, queue string, names []stri
 			asleep[i] = p.ZScore(ctx, k.sleep, t)
 			lens[i] = p.LLen(ctx, k.waitingKey(t))
 			heads[i] = p.LIndex(ctx, k.waitingKey(t), 0)
+			flows[i] = p.ZRange(ctx, k.flowsKey(t), 0, StatsFlows-1)
 		}
 		return nil
 	})
@@ -200,6 +207,12 @@ func (d *Dispatcher) readTenants(ctx context.Context, queue string, names []stri
 		ts.AtCap = ts.Cap > 0 && ts.InFlight >= ts.Cap
 		if e, err := parseWaitingEntry(heads[i].Val()); err == nil {
 			ts.OldestWaiting = time.UnixMicro(e.parked)
+		}
+		for _, m := range flows[i].Val() { // "<head's park µs>|<flow>"
+			at, _, _ := strings.Cut(m, "|")
+			if us, err := strconv.ParseInt(at, 10, 64); err == nil && (ts.OldestWaiting.IsZero() || us < ts.OldestWaiting.UnixMicro()) {
+				ts.OldestWaiting = time.UnixMicro(us)
+			}
 		}
 		out[i] = ts
 	}
