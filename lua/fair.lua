@@ -530,10 +530,11 @@ end
 -- start tag start: it enters run in state g (with e) or f (without), or st
 -- when given (p: asynq has it already), takes a place of T and of each key
 -- of f, and is charged its estimate, which moves the floor. It returns T's
--- new tag, tasks in flight and cap.
-local function grant(T, id, e, start, st, f)
+-- new tag, tasks in flight and cap. h is T's record's n, wm, est and cap
+-- when the caller read them (nil: read them).
+local function grant(T, id, e, start, st, f, h)
   local th = P .. 't:' .. T
-  local h = call('HMGET', th, 'n', 'wm', 'est', 'cap')
+  h = h or call('HMGET', th, 'n', 'wm', 'est', 'cap')
   local wm = toint(h[2])
   if wm <= 0 then
     wm = WEIGHT_SCALE
@@ -753,8 +754,9 @@ local function pick(most, space, out)
     end
     head = #head > 0 and head or call('ZRANGE', vt, 0, 0, 'WITHSCORES')
     local T, start = head[1], tonumber(head[2])
+    local h = call('HMGET', P .. 't:' .. T, 'n', 'wm', 'est', 'cap', 'wk')
     local flows = {'0'}
-    if call('HEXISTS', P .. 't:' .. T, 'wk') == 1 then
+    if h[5] then
       flows = flowsOf(T)
     end
     local f
@@ -775,10 +777,11 @@ local function pick(most, space, out)
       local id = entryID(e)
       if id and parked(id) and not expired(id) then
         -- T was runnable: awake and not paused
-        local tag, n, cap = grant(T, id, e, start, nil, f)
+        local tag, n, cap = grant(T, id, e, start, nil, f, h)
         out[#out + 1], out[#out + 2] = T, e
         most, space = most - 1, space - 1
-        place(T, tag, n, cap, '0', nil, false)
+        local wk = h[5] and call('HGET', P .. 't:' .. T, 'wk') -- pop changed it
+        place(T, tag, n, cap, '0', waitingOf(T, wk or 0), false)
       else
         budget = budget - 1
         local st = id and call('HGET', TP .. id, 'state')

@@ -68,7 +68,7 @@ local later = tonumber(nb) > now + 1000000
 local tag, n = toint(h[1]), toint(h[2])
 local start = math.max(tag, floor)
 -- anyOpen reports whether a flow of T with tasks waiting is open (flow
--- "0" always is).
+-- "0" always is; a tenant without wk has no other).
 local function anyOpen()
   if call('LLEN', P .. 'w:' .. T) > 0 then
     return true
@@ -81,7 +81,7 @@ local function anyOpen()
   return false
 end
 if not later and paused ~= '1' and (cap == 0 or n < cap) and not call('ZSCORE', sleep, T)
-    and flowOpen(f) and (waiting == 0 or not anyOpen()) then
+    and flowOpen(f) and (waiting == 0 or (h[6] and not anyOpen())) then
   local head = call('ZRANGE', vt, 0, 0, 'WITHSCORES')
   if (#head == 0 or start <= tonumber(head[2])) and room(fair, total) > 0 then
     grant(T, id, nil, start, nil, f)
