@@ -223,15 +223,16 @@ func flag(b bool) int {
 	return 0
 }
 
-// warnDirect logs once per queue that a capped or paused tenant's task
-// went straight in because no worker with a gate serves the queue.
+// warnDirect logs once per queue that a task the dispatcher would hold (a
+// capped or paused tenant's, or one with keys or a priority) went straight
+// in because no worker with a gate serves the queue.
 func (d *Dispatcher) warnDirect(queue, tenant string) {
 	d.mu.Lock()
 	told := d.told[queue]
 	d.told[queue] = true
 	d.mu.Unlock()
 	if !told {
-		d.log.Warn("admitq: no worker with a Gate serves this queue, so capped and paused tenants' tasks go in uncapped; run its workers with worker.Config{Gate: g}",
+		d.log.Warn("admitq: no worker with a Gate serves this queue, so tasks go in uncapped: tenants' caps and pauses, keys and priorities hold nothing here; run its workers with worker.Config{Gate: g}",
 			"queue", queue, "tenant", tenant)
 	}
 }
