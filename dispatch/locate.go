@@ -368,10 +368,8 @@ func (d *Dispatcher) readTenant(ctx context.Context, k queueKeys, pl *Place) (he
 	return first.Val(), others, nil
 }
 
-// readKeyStates reads keys' records in pl's queue into pl.Keys, and names
-// in pl.Key the first of them that holds its tasks: paused, held by a
-// throttle (its wake in pl.Until) or at its cap. It returns the reason
-// that key gives, ReasonNone when none holds.
+// readKeyStates reads keys' records in pl's queue, and whether a throttle
+// holds each, into pl.Keys: one round trip for at most MaxKeys keys.
 func (d *Dispatcher) readKeyStates(ctx context.Context, k queueKeys, pl *Place, keys []string) error {
 	if len(keys) == 0 {
 		return nil
