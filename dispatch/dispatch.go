@@ -81,7 +81,7 @@ type queueKeys struct {
 	pending, active, scheduled        string
 	grants, limbo, fresh, debts, held string
 	deadlines, archived               string
-	keys, ksleep, kw                  string
+	keys, ksleep, kw, kheld           string
 }
 
 func (d *Dispatcher) keysFor(queue string) queueKeys {
@@ -93,14 +93,14 @@ func (d *Dispatcher) keysFor(queue string) queueKeys {
 		pending: a + "pending", active: a + "active", scheduled: a + "scheduled",
 		grants: p + "grants", limbo: p + "limbo", fresh: p + "fresh", debts: p + "debts", held: p + "held",
 		deadlines: p + "deadlines", archived: a + "archived",
-		keys: p + "keys", ksleep: p + "ksleep", kw: p + "kw",
+		keys: p + "keys", ksleep: p + "ksleep", kw: p + "kw", kheld: p + "kheld",
 	}
 }
 
 // scriptKeys are k in the order of fair.lua's KEYS.
 func (k queueKeys) scriptKeys() []string {
 	return []string{k.vt, k.sleep, k.run, k.meta, k.workers, k.pending, k.active, k.scheduled,
-		k.grants, k.limbo, k.fresh, k.debts, k.held, k.deadlines, k.archived, k.keys, k.ksleep, k.kw}
+		k.grants, k.limbo, k.fresh, k.debts, k.held, k.deadlines, k.archived, k.keys, k.ksleep, k.kw, k.kheld}
 }
 
 // tenantKey is tenant's record in the queue, waitingKey its line.

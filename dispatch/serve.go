@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -281,16 +282,18 @@ func (l *loop) run(ctx context.Context) {
 }
 
 // syncLimits looks up the quotas of the queue's paused tenants, of the
-// next SyncTenants in line and of up to SyncTenants of its concurrency
-// keys, and queues for the next turn the limits that changed since they
+// next SyncTenants in line, of its paused keys and of up to SyncTenants
+// of its other concurrency keys, and queues for the next turn the limits that changed since they
 // were last handed in: a pause or a resume reaches the queue within about
 // syncEvery, without a finish or a new task of the tenant or key.
 func (l *loop) syncLimits(ctx context.Context) error {
 	k := l.s.d.keysFor(l.queue)
-	var held, next, keys *redis.StringSliceCmd
+	var held, next, keys, heldKeys, waitedOn *redis.StringSliceCmd
 	_, err := l.s.d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		held = p.SRandMemberN(ctx, k.held, syncTenants)
 		next = p.ZRange(ctx, k.vt, 0, syncTenants-1)
+		heldKeys = p.SRandMemberN(ctx, k.kheld, syncTenants)
+		waitedOn = p.ZRange(ctx, k.kw, 0, syncTenants-1)
 		keys = p.SRandMemberN(ctx, k.keys, syncTenants)
 		return nil
 	})
@@ -314,7 +317,10 @@ func (l *loop) syncLimits(ctx context.Context) error {
 		}
 	}
 	clear(seen)
-	for _, K := range keys.Val() {
+	for _, K := range slices.Concat(heldKeys.Val(), waitedOn.Val(), keys.Val()) {
+		if seen[K] {
+			continue
+		}
 		seen[K] = true
 		lim, err := l.s.d.keyLimits(ctx, K)
 		if err != nil {

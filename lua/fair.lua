@@ -43,6 +43,8 @@
 -- KEYS[17] ksleep: ZSET key -> wake µs, of keys a downstream throttle holds
 --          (worker.ThrottledKey)
 -- KEYS[18] kw: ZSET key -> 0, of the keys that have tenants registered
+-- KEYS[19] kheld: SET of paused keys, for the workers to look up their
+--          quotas and resume them
 -- ARGV[1]  the dispatcher's key prefix for the queue, <prefix>:fair:{<q>}:
 -- ARGV[2]  asynq's task key prefix, asynq:{<q>}:t:
 -- Each script's own ARGV starts at ARGV[3].
@@ -69,7 +71,7 @@
 local vt, sleep, run, meta, workers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local pending, active, scheduled = KEYS[6], KEYS[7], KEYS[8]
 local grants, limbo, fresh, debts, held = KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
-local deadlines, archived, keys, ksleep, kw = KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18]
+local deadlines, archived, keys, ksleep, kw, kheld = KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18], KEYS[19]
 local P, TP = ARGV[1], ARGV[2]
 local call = redis.call
 local t = call('TIME')
@@ -235,6 +237,7 @@ local function settleKey(K)
     call('DEL', P .. 'k:' .. K, P .. 'kb:' .. K)
     call('SREM', keys, K)
     call('ZREM', kw, K)
+    call('SREM', kheld, K)
     keyCache[K] = {n = 0, cap = 0, paused = false, w = 0, asleep = false, exists = false}
   end
 end
@@ -482,6 +485,11 @@ local function keyLimits(K, cap, paused, make)
     return
   end
   call('HSET', P .. 'k:' .. K, 'cap', cap, 'paused', paused)
+  if paused == '1' then
+    call('SADD', kheld, K)
+  elseif k.paused then
+    call('SREM', kheld, K)
+  end
   k.cap, k.paused = tonumber(cap), paused == '1'
   if not k.exists then
     k.exists = true
