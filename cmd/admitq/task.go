@@ -121,10 +121,19 @@ type taskDispatch struct {
 	Where  string `json:"where"`            // "waiting", "limbo" or "in flight"
 	Reason string `json:"reason,omitempty"` // what holds it: cap, rate, full, turn, later, missing, unserved, none
 	Why    string `json:"why"`
-	// Position is its place in its tenant's line, from 1, of
-	// TenantWaiting; TenantsAhead the tenants whose next task goes first.
+	// Position is its place in its flow (its tenant's waiting tasks of
+	// its priority and keys), from 1, of FlowWaiting; TenantWaiting counts
+	// the tenant's waiting tasks in all its flows, FlowsAhead the flows
+	// ordered before its own; TenantsAhead the tenants whose next task
+	// goes first.
 	Position      int        `json:"position,omitempty"`
+	FlowWaiting   int        `json:"flow_waiting,omitempty"`
+	FlowsAhead    int        `json:"flows_ahead,omitempty"`
 	TenantWaiting int        `json:"tenant_waiting"`
+	// Priority and Keys are the task's; Key is the key that holds it.
+	Priority int      `json:"priority,omitempty"`
+	Keys     []string `json:"keys,omitempty"`
+	Key      string   `json:"key,omitempty"`
 	TenantsAhead  int        `json:"tenants_ahead,omitempty"`
 	InFlight      int        `json:"in_flight"`
 	Cap           int        `json:"cap"` // as the dispatcher applies it now
@@ -235,7 +244,11 @@ func (f taskFinder) read(ctx context.Context, queue, id string, onlyHeld bool) (
 		return r, r.State != "", nil
 	}
 	td := &taskDispatch{Where: pl.Where.String(), Why: pl.Why(), Position: pl.Position, TenantWaiting: pl.TenantWaiting,
+		FlowWaiting: pl.FlowWaiting, FlowsAhead: pl.FlowsAhead, Priority: pl.Priority, Key: pl.Key,
 		TenantsAhead: pl.TenantsAhead, InFlight: pl.InFlight, Cap: pl.Cap}
+	for _, k := range pl.Keys {
+		td.Keys = append(td.Keys, k.Key)
+	}
 	if pl.Where != dispatch.InFlight {
 		td.Reason = pl.Reason.String()
 	}
@@ -284,10 +297,13 @@ func writeTask(w io.Writer, r taskReport) {
 		fmt.Fprintln(w, "  dispatcher: holds nothing of it (the queue is not dispatched for its tenant, or the task's place was freed)")
 		return
 	}
-	switch d.Where {
-	case "waiting":
+	switch {
+	case d.Where == "waiting" && (d.Priority != 0 || len(d.Keys) > 0):
+		fmt.Fprintf(w, "  dispatcher: waiting, %s of %d in its flow (%s), %d flows ahead; %d of the tenant's tasks wait\n",
+			ordinal(d.Position), d.FlowWaiting, flowText(d.Priority, d.Keys), d.FlowsAhead, d.TenantWaiting)
+	case d.Where == "waiting":
 		fmt.Fprintf(w, "  dispatcher: waiting, %s of %d in the tenant's line\n", ordinal(d.Position), d.TenantWaiting)
-	case "in flight":
+	case d.Where == "in flight":
 		fmt.Fprintf(w, "  dispatcher: in flight (%s), counted against the tenant's cap: %s\n", d.Stage, flightOfCap(d.InFlight, r.MaxInFlight))
 	default:
 		fmt.Fprintf(w, "  dispatcher: %s\n", d.Where)
@@ -309,6 +325,15 @@ func capText(c int) string {
 }
 
 // ordinal is n as "1st", "2nd", "3rd", "4th"...
+// flowText names a flow by its priority and keys.
+func flowText(p int, keys []string) string {
+	s := fmt.Sprintf("priority %d", p)
+	if len(keys) > 0 {
+		s += ", keys " + strings.Join(keys, ", ")
+	}
+	return s
+}
+
 func ordinal(n int) string {
 	suffix := "th"
 	switch {

@@ -134,3 +134,33 @@ func TestOrdinal(t *testing.T) {
 		}
 	}
 }
+
+// TestTaskNamesItsFlowAndKey: a task waiting on a paused key says its
+// flow (priority and keys), its place there and the key that holds it.
+func TestTaskNamesItsFlowAndKey(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	base := []string{"--redis", srv.URL()}
+	mustRun(t, append(base, "quota", "set", "acme", "--limit", "none", "--max-in-flight", "5")...)
+	mustRun(t, append(base, "key", "pause", "api:x")...)
+	serveQueue(t, srv)
+	for _, id := range []string{"k1", "k2"} {
+		mustRun(t, append(base, "enqueue", "--tenant", "acme", "--type", "x", "--id", id, "--key", "api:x", "--priority", "2")...)
+	}
+	text := mustRun(t, append(base, "task", "k2")...).stdout
+	for _, want := range []string{
+		"dispatcher: waiting, 2nd of 2 in its flow (priority 2, keys api:x), 0 flows ahead; 2 of the tenant's tasks wait",
+		"api:x",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("task k2 lacks %q:\n%s", want, text)
+		}
+	}
+	rs := taskOf(t, base, "k1")
+	if len(rs) != 1 || rs[0].Dispatch == nil {
+		t.Fatalf("task k1 = %+v", rs)
+	}
+	if d := rs[0].Dispatch; d.Position != 1 || d.FlowWaiting != 2 || d.Priority != 2 || d.Key != "api:x" || len(d.Keys) != 1 || d.Keys[0] != "api:x" {
+		t.Errorf("task k1's dispatch = %+v, want 1st of 2 in its flow, priority 2, held by api:x", d)
+	}
+}
