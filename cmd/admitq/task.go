@@ -126,20 +126,20 @@ type taskDispatch struct {
 	// the tenant's waiting tasks in all its flows, FlowsAhead the flows
 	// ordered before its own; TenantsAhead the tenants whose next task
 	// goes first.
-	Position      int        `json:"position,omitempty"`
-	FlowWaiting   int        `json:"flow_waiting,omitempty"`
-	FlowsAhead    int        `json:"flows_ahead,omitempty"`
-	TenantWaiting int        `json:"tenant_waiting"`
+	Position      int `json:"position,omitempty"`
+	FlowWaiting   int `json:"flow_waiting,omitempty"`
+	FlowsAhead    int `json:"flows_ahead,omitempty"`
+	TenantWaiting int `json:"tenant_waiting"`
 	// Priority and Keys are the task's; Key is the key that holds it.
-	Priority int      `json:"priority,omitempty"`
-	Keys     []string `json:"keys,omitempty"`
-	Key      string   `json:"key,omitempty"`
-	TenantsAhead  int        `json:"tenants_ahead,omitempty"`
-	InFlight      int        `json:"in_flight"`
-	Cap           int        `json:"cap"` // as the dispatcher applies it now
-	Stage         string     `json:"stage,omitempty"`
-	Until         *time.Time `json:"until,omitempty"`
-	NotBefore     *time.Time `json:"not_before,omitempty"`
+	Priority     int        `json:"priority,omitempty"`
+	Keys         []string   `json:"keys,omitempty"`
+	Key          string     `json:"key,omitempty"`
+	TenantsAhead int        `json:"tenants_ahead,omitempty"`
+	InFlight     int        `json:"in_flight"`
+	Cap          int        `json:"cap"` // as the dispatcher applies it now
+	Stage        string     `json:"stage,omitempty"`
+	Until        *time.Time `json:"until,omitempty"`
+	NotBefore    *time.Time `json:"not_before,omitempty"`
 }
 
 // taskFinder finds a task in asynq's queues and the dispatcher's.
