@@ -23,8 +23,9 @@ type QueueStats struct {
 	Workers, Concurrency int
 	// Fair reports whether a live fair worker serves the queue.
 	Fair bool
-	// TenantsWaiting is how many tenants have tasks waiting, runnable or
-	// held back (asleep), besides paused ones; Tenants lists at most
+	// TenantsWaiting is how many tenants have tasks waiting, runnable,
+	// held back (asleep) or waiting on keys (those counted up to
+	// StatsTenants), besides paused ones; Tenants lists at most
 	// StatsTenants of them, and at most StatsTenants paused ones.
 	TenantsWaiting int
 	// Ungated is how many live asynq servers process the queue without a
@@ -131,11 +132,12 @@ func (d *Dispatcher) Stats(ctx context.Context, queue string) (QueueStats, error
 }
 
 // readQueue reads queue's workers and the names of its active tenants:
-// those eligible, asleep, paused, or with tasks in flight.
+// those eligible, asleep, paused, waiting on keys, or with tasks in
+// flight.
 func (d *Dispatcher) readQueue(ctx context.Context, queue string) (QueueStats, []string, error) {
 	k := d.keysFor(queue)
 	var now *redis.TimeCmd
-	var vt, sleep, held *redis.StringSliceCmd
+	var vt, sleep, held, waitedOn *redis.StringSliceCmd
 	var nvt, nsleep *redis.IntCmd
 	var members *redis.ZSliceCmd
 	var run *redis.MapStringStringCmd
@@ -144,6 +146,7 @@ func (d *Dispatcher) readQueue(ctx context.Context, queue string) (QueueStats, [
 		vt = p.ZRange(ctx, k.vt, 0, StatsTenants-1)
 		sleep = p.ZRange(ctx, k.sleep, 0, StatsTenants-1)
 		held = p.SRandMemberN(ctx, k.held, StatsTenants)
+		waitedOn = p.ZRange(ctx, k.kw, 0, StatsKeys-1)
 		nvt, nsleep = p.ZCard(ctx, k.vt), p.ZCard(ctx, k.sleep)
 		run = p.HGetAll(ctx, k.run)
 		members = p.ZRangeWithScores(ctx, k.workers, 0, -1)
@@ -161,7 +164,18 @@ func (d *Dispatcher) readQueue(ctx context.Context, queue string) (QueueStats, [
 			qs.Concurrency += w.concurrency
 		}
 	}
+	blocked, err := d.blockedTenants(ctx, k, waitedOn.Val())
+	if err != nil {
+		return QueueStats{}, nil, fmt.Errorf("dispatch: reading queue %q: %w", queue, err)
+	}
 	names := append(vt.Val(), sleep.Val()...)
+	listed := len(names)
+	for _, T := range blocked {
+		if !slices.Contains(names[:listed], T) {
+			names = append(names, T)
+			qs.TenantsWaiting++
+		}
+	}
 	names = append(names[:min(len(names), StatsTenants)], held.Val()...)
 	for _, r := range run.Val() {
 		if e, ok := parseRunEntry(r); ok {
@@ -170,6 +184,31 @@ func (d *Dispatcher) readQueue(ctx context.Context, queue string) (QueueStats, [
 	}
 	slices.Sort(names)
 	return qs, slices.Compact(names), nil
+}
+
+// blockedTenants reads the tenants registered with keys (those whose
+// every flow waits on a closed key), up to StatsTenants, each once.
+func (d *Dispatcher) blockedTenants(ctx context.Context, k queueKeys, keys []string) ([]string, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	cmds := make([]*redis.StringSliceCmd, len(keys))
+	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, K := range keys {
+			cmds[i] = p.ZRange(ctx, k.blockedKey(K), 0, StatsTenants-1)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, c := range cmds {
+		out = append(out, c.Val()...)
+	}
+	slices.Sort(out)
+	out = slices.Compact(out)
+	return out[:min(len(out), StatsTenants)], nil
 }
 
 // readTenants reads the named tenants' records and lines in queue.
