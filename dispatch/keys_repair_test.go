@@ -110,3 +110,29 @@ func turnPicks(t *testing.T, d *Dispatcher) []pick {
 	}
 	return picks
 }
+
+// Abandon of a task waiting in a keyed flow (its producer's write failed)
+// takes its entry out of the flow and the key's count: nothing of it is
+// left.
+func TestAbandonEmptiesAKeyedFlow(t *testing.T) {
+	ctx := context.Background()
+	q := admission.Quota{Limit: 100_000, Window: time.Second}
+	d, rdb, _ := rig(t, q)
+	k := d.keysFor("default")
+	if _, err := d.run(ctx, d.scripts.dispatch, "default", "w|8|1", 600_000_000, 0, 0, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "a", ID: "a1", Priority: 1, Keys: []Key{{Name: "api:x", Paused: true}}}, q)
+	if err != nil || tk.Verdict != Wait {
+		t.Fatalf("a1: %v, %v; want it to wait on the paused key", tk.Verdict, err)
+	}
+	if n := rdb.ZCard(ctx, k.flowsKey("a")).Val(); n != 1 {
+		t.Fatalf("a has %d flows listed, want 1", n)
+	}
+	if err := d.Abandon(ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.Exists(ctx, k.flowKey("a", "1\tapi:x"), k.flowsKey("a"), k.tenantKey("a"), k.keyKey("api:x")).Val(); n != 0 {
+		t.Errorf("%d of a's flow, flows, record and the key's record are left after Abandon, want none", n)
+	}
+}

@@ -242,6 +242,30 @@ local function settleKey(K)
   end
 end
 
+-- reindex moves tenant T's flow f (other than "0") in its ZSET of flows
+-- from its old head (nil: none) to its new one (nil: empty).
+local function reindex(T, f, old, new)
+  local fl = P .. 'f:' .. T
+  if old then
+    call('ZREM', fl, flowMember(old, f))
+  end
+  if new then
+    call('ZADD', fl, -flowPrio(f), flowMember(new, f))
+  end
+end
+
+-- count adds d to the tasks waiting in tenant T's flow f (other than "0"):
+-- the tenant's wk and each key's w.
+local function count(T, f, d)
+  local th = P .. 't:' .. T
+  if call('HINCRBY', th, 'wk', d) <= 0 then
+    call('HDEL', th, 'wk')
+  end
+  for _, K in ipairs(flowKeys(f)) do
+    keyAdd(K, 'w', d)
+  end
+end
+
 -- push puts waiting entry e of tenant T at the end of its flow f, or at
 -- its head.
 local function push(T, f, e, head)
@@ -250,41 +274,30 @@ local function push(T, f, e, head)
     call(head and 'LPUSH' or 'RPUSH', l, e)
     return
   end
-  local fl = P .. 'f:' .. T
   if head then
     local old = call('LINDEX', l, 0)
-    if old then
-      call('ZREM', fl, flowMember(old, f))
-    end
     call('LPUSH', l, e)
-    call('ZADD', fl, -flowPrio(f), flowMember(e, f))
+    reindex(T, f, old, e)
   elseif call('RPUSH', l, e) == 1 then
-    call('ZADD', fl, -flowPrio(f), flowMember(e, f))
+    reindex(T, f, nil, e)
   end
-  call('HINCRBY', P .. 't:' .. T, 'wk', 1)
-  for _, K in ipairs(flowKeys(f)) do
-    keyAdd(K, 'w', 1)
+  count(T, f, 1)
+end
+
+-- unlisted finishes taking waiting entry e out of tenant T's flow f
+-- other than "0": its head was e when wasHead.
+local function unlisted(T, f, e, wasHead)
+  if wasHead then
+    reindex(T, f, e, call('LINDEX', line(T, f), 0))
   end
+  count(T, f, -1)
 end
 
 -- pop takes the head of tenant T's flow f (nil when it is empty).
 local function pop(T, f)
-  local l = line(T, f)
-  local e = call('LPOP', l)
-  if not e or f == '0' then
-    return e
-  end
-  local fl = P .. 'f:' .. T
-  call('ZREM', fl, flowMember(e, f))
-  local nx = call('LINDEX', l, 0)
-  if nx then
-    call('ZADD', fl, -flowPrio(f), flowMember(nx, f))
-  end
-  if call('HINCRBY', P .. 't:' .. T, 'wk', -1) <= 0 then
-    call('HDEL', P .. 't:' .. T, 'wk')
-  end
-  for _, K in ipairs(flowKeys(f)) do
-    keyAdd(K, 'w', -1)
+  local e = call('LPOP', line(T, f))
+  if e and f ~= '0' then
+    unlisted(T, f, e, true)
   end
   return e
 end
@@ -834,19 +847,8 @@ local function drop(T, f, e)
     call('HDEL', deadlines, id)
   end
   if f ~= '0' then
-    local fl = P .. 't:' .. T
-    if head == e then
-      call('ZREM', P .. 'f:' .. T, flowMember(e, f))
-      local nx = call('LINDEX', l, 0)
-      if nx then
-        call('ZADD', P .. 'f:' .. T, -flowPrio(f), flowMember(nx, f))
-      end
-    end
-    if call('HINCRBY', fl, 'wk', -1) <= 0 then
-      call('HDEL', fl, 'wk')
-    end
+    unlisted(T, f, e, head == e)
     for _, K in ipairs(flowKeys(f)) do
-      keyAdd(K, 'w', -1)
       settleKey(K)
     end
   end
