@@ -166,9 +166,6 @@ func checkFlow(t *Task) ([]string, error) {
 	ks = slices.CompactFunc(ks, func(a, b Key) bool { return a == b })
 	names := make([]string, len(ks))
 	for i, k := range ks {
-		if err := admission.ValidateKey(k.Name); err != nil {
-			return nil, err
-		}
 		if i > 0 && names[i-1] == k.Name {
 			return nil, fmt.Errorf("%w: key %q is given twice, with different quotas", ErrInvalidTask, k.Name)
 		}
@@ -177,11 +174,27 @@ func checkFlow(t *Task) ([]string, error) {
 		}
 		names[i] = k.Name
 	}
-	if len(ks) > MaxKeys {
-		return nil, fmt.Errorf("%w: %d keys, at most %d", ErrInvalidTask, len(ks), MaxKeys)
+	if _, err := SortKeys(names); err != nil {
+		return nil, err
 	}
 	t.Keys = ks
 	return names, nil
+}
+
+// SortKeys checks the concurrency key names a task carries and returns
+// them sorted, each once. A bad name wraps admission.ErrInvalidKey; more
+// than MaxKeys distinct ones wrap ErrInvalidTask.
+func SortKeys(names []string) ([]string, error) {
+	for _, k := range names {
+		if err := admission.ValidateKey(k); err != nil {
+			return nil, err
+		}
+	}
+	keys := slices.Compact(slices.Sorted(slices.Values(names)))
+	if len(keys) > MaxKeys {
+		return nil, fmt.Errorf("%w: %d distinct keys, a task may carry at most %d (MaxKeys)", ErrInvalidTask, len(keys), MaxKeys)
+	}
+	return keys, nil
 }
 
 // ErrInvalidTask is returned by Park for a task whose priority or keys

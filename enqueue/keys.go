@@ -8,7 +8,6 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/dispatch"
 )
 
@@ -128,14 +127,9 @@ func optionKeys(o asynq.Option) ([]string, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w %v: its value is a %T, want a []string", ErrInvalidOption, o, o.Value())
 	}
-	for _, k := range keys {
-		if err := admission.ValidateKey(k); err != nil {
-			return nil, fmt.Errorf("%w %v: %w", ErrInvalidOption, o, err)
-		}
-	}
-	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
-	if len(keys) > MaxKeys {
-		return nil, fmt.Errorf("%w %v: %d distinct keys, a task may carry at most %d (MaxKeys)", ErrInvalidOption, o, len(keys), MaxKeys)
+	keys, err := dispatch.SortKeys(keys)
+	if err != nil {
+		return nil, fmt.Errorf("%w %v: %w", ErrInvalidOption, o, err)
 	}
 	if len(keys) == 0 {
 		return nil, nil
