@@ -2,8 +2,11 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,6 +54,10 @@ type scripts struct {
 	// plain is set once the server refused a shebang (miniredis does):
 	// the scripts then run without one.
 	plain atomic.Bool
+	// evalOnly is set once the server could not serve the functions
+	// library (no FUNCTION or FCALL, before Redis 7, or an ACL that
+	// forbids them): the scripts then run with EVALSHA.
+	evalOnly atomic.Bool
 }
 
 // mode is what a producer last read of a queue's workers.
@@ -121,26 +128,94 @@ func (k queueKeys) keyKey(key string) string      { return k.prefix + "k:" + key
 func (k queueKeys) blockedKey(key string) string  { return k.prefix + "kb:" + key }
 
 // run calls script s on queue's keys with its own args after the two the
-// prelude takes.
+// prelude takes: as a function of the dispatcher's library (loaded on the
+// queue's node when Redis does not know it: a restart from an older
+// snapshot, a new version), or as a script on a server without functions.
 func (d *Dispatcher) run(ctx context.Context, s lua.FairScript, queue string, args ...any) ([]any, error) {
 	k := d.keysFor(queue)
 	keys := k.scriptKeys()
 	args = append([]any{k.prefix, k.taskPrefix}, args...)
-	if !d.scripts.plain.Load() {
-		res, err := s.Flagged.Run(ctx, d.rdb, keys, args...).Slice()
-		if err == nil || !strings.Contains(err.Error(), "near '#'") {
-			if err != nil {
-				return nil, fmt.Errorf("dispatch: queue %q: %w", queue, d.recoverFrom(err))
-			}
-			return res, nil
-		}
-		d.scripts.plain.Store(true)
+	res, err := d.fcall(ctx, s, keys, args)
+	if errors.Is(err, errNoFunctions) {
+		res, err = d.eval(ctx, s, keys, args)
 	}
-	res, err := s.Plain.Run(ctx, d.rdb, keys, args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: queue %q: %w", queue, d.recoverFrom(err))
 	}
 	return res, nil
+}
+
+// errNoFunctions: the server cannot serve the library; use EVALSHA.
+var errNoFunctions = errors.New("dispatch: no Redis functions")
+
+// fcall calls s's function, loading the library once if Redis lacks it.
+func (d *Dispatcher) fcall(ctx context.Context, s lua.FairScript, keys []string, args []any) ([]any, error) {
+	if d.scripts.evalOnly.Load() {
+		return nil, errNoFunctions
+	}
+	for loaded := false; ; loaded = true {
+		res, err := d.rdb.FCall(ctx, s.Function, keys, args...).Slice()
+		switch {
+		case err == nil:
+			return res, nil
+		case isUnknownCommand(err):
+			d.scripts.evalOnly.Store(true)
+			return nil, errNoFunctions
+		case loaded || !strings.Contains(strings.ToLower(err.Error()), "function not found"):
+			return nil, err
+		}
+		if err := d.loadLibrary(ctx, keys[0]); err != nil {
+			if ctx.Err() != nil || isNetwork(err) {
+				return nil, err
+			}
+			d.log.Warn("admitq: loading the dispatcher's functions failed; its scripts run with EVALSHA", "err", err)
+			d.scripts.evalOnly.Store(true)
+			return nil, errNoFunctions
+		}
+	}
+}
+
+// loadLibrary loads the dispatcher's library on the node that holds key.
+func (d *Dispatcher) loadLibrary(ctx context.Context, key string) error {
+	var node redis.Cmdable = d.rdb
+	if c, ok := d.rdb.(*redis.ClusterClient); ok {
+		m, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return err
+		}
+		node = m
+	}
+	err := node.FunctionLoad(ctx, lua.FairLibrary()).Err()
+	if err != nil && strings.Contains(err.Error(), "already exists") {
+		return nil // another worker or producer loaded it first
+	}
+	return err
+}
+
+// eval calls s as a script, without its shebang where the server refuses
+// one.
+func (d *Dispatcher) eval(ctx context.Context, s lua.FairScript, keys []string, args []any) ([]any, error) {
+	if !d.scripts.plain.Load() {
+		res, err := s.Flagged.Run(ctx, d.rdb, keys, args...).Slice()
+		if err == nil || !strings.Contains(err.Error(), "near '#'") {
+			return res, err
+		}
+		d.scripts.plain.Store(true)
+	}
+	return s.Plain.Run(ctx, d.rdb, keys, args...).Slice()
+}
+
+// isUnknownCommand reports whether Redis does not know a command (FCALL
+// before Redis 7, or in miniredis).
+func isUnknownCommand(err error) bool {
+	return strings.Contains(strings.ToLower(err.Error()), "unknown command")
+}
+
+// isNetwork reports whether err is a connection's or a timeout's, which
+// says nothing of what the server supports.
+func isNetwork(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // Mode reports whether a worker with a gate serves queue or did within its

@@ -1,7 +1,11 @@
 package lua
 
 import (
+	"crypto/sha1"
 	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -29,15 +33,56 @@ var (
 // without one could trim a log and then fail its ZADD.
 const shebang = "#!lua\n"
 
-// FairScript is one of the dispatcher's scripts, with the shebang line
-// (Flagged) and without it (Plain), for servers that do not read shebangs,
+// FairScript is one of the dispatcher's scripts: a function of the
+// dispatcher's Redis Functions library (Function, in FairLibrary), and the
+// same as a script, with the shebang line (Flagged) and without it
+// (Plain), for servers without functions, or that do not read shebangs,
 // such as the embedded miniredis of admitq demo.
 type FairScript struct {
+	Function       string
 	Flagged, Plain *redis.Script
 }
 
-func fair(src string) FairScript {
-	return FairScript{Flagged: redis.NewScript(shebang + fairSrc + src), Plain: redis.NewScript(fairSrc + src)}
+// fairBodies are the scripts after the prelude, by the name of their
+// function in the library.
+var fairBodies = []struct{ name, src string }{
+	{"park", fairParkSrc}, {"dispatch", fairDispatchSrc}, {"move", fairMoveSrc},
+	{"repair", fairRepairSrc}, {"adopt", fairAdoptSrc},
+}
+
+// library is the dispatcher's Functions library and its version, a hash of
+// its source: a library of another version (a mixed fleet) loads beside it.
+var library, version = func() (string, string) {
+	var b strings.Builder
+	b.WriteString(fairSrc)
+	for _, body := range fairBodies {
+		fmt.Fprintf(&b, "\nlocal function %s()\n%s\nend\n", body.name, body.src)
+	}
+	src := b.String()
+	sum := sha1.Sum([]byte(src))
+	v := hex.EncodeToString(sum[:6])
+	b.Reset()
+	fmt.Fprintf(&b, "#!lua name=admitq_fair_%s\n%s\n", v, src)
+	for _, body := range fairBodies {
+		fmt.Fprintf(&b, "redis.register_function('%s', function(keys_, argv) begin(keys_, argv) return %s() end)\n", fairFunction(body.name, v), body.name)
+	}
+	return b.String(), v
+}()
+
+func fairFunction(name, version string) string { return "admitq_fair_" + name + "_" + version }
+
+// FairLibrary returns the source of the dispatcher's Redis Functions
+// library (FUNCTION LOAD): the prelude fair.lua, defined once when it
+// loads, and each script as a function named as FairScript.Function names
+// it. Its name and its functions' carry a hash of its source.
+func FairLibrary() string { return library }
+
+func fair(name, src string) FairScript {
+	// As a script, the prelude is defined anew at each call: KEYS and ARGV
+	// are kept before its locals of those names hide them.
+	script := "local EVAL_KEYS, EVAL_ARGV = KEYS, ARGV\n" + fairSrc +
+		"\nlocal function main()\n" + src + "\nend\nbegin(EVAL_KEYS, EVAL_ARGV)\nreturn main()\n"
+	return FairScript{Function: fairFunction(name, version), Flagged: redis.NewScript(shebang + script), Plain: redis.NewScript(script)}
 }
 
 // FairPrelude returns fair.lua's source: the keys, constants and steps the
@@ -46,23 +91,23 @@ func FairPrelude() string { return fairSrc }
 
 // FairPark returns fair_park.lua: a producer's task in a dispatched queue
 // goes straight in, waits its turn, or is refused.
-func FairPark() FairScript { return fair(fairParkSrc) }
+func FairPark() FairScript { return fair("park", fairParkSrc) }
 
 // FairDispatch returns fair_dispatch.lua: a worker's heartbeat, the tasks it
 // finished, and the grants the queue has space for.
-func FairDispatch() FairScript { return fair(fairDispatchSrc) }
+func FairDispatch() FairScript { return fair("dispatch", fairDispatchSrc) }
 
 // FairMove returns fair_move.lua: granted tasks into asynq's queue, or back
 // in line.
-func FairMove() FairScript { return fair(fairMoveSrc) }
+func FairMove() FairScript { return fair("move", fairMoveSrc) }
 
 // FairRepair returns fair_repair.lua: the dispatcher's count checked
 // against asynq's view of each task.
-func FairRepair() FairScript { return fair(fairRepairSrc) }
+func FairRepair() FairScript { return fair("repair", fairRepairSrc) }
 
 // FairAdopt returns fair_adopt.lua: tasks run from outside counted against
 // their tenants' places.
-func FairAdopt() FairScript { return fair(fairAdoptSrc) }
+func FairAdopt() FairScript { return fair("adopt", fairAdoptSrc) }
 
 // UniqueLock returns unique_lock.lua: a parked task's asynq.Unique lock
 // gets the task's own TTL.

@@ -68,14 +68,20 @@
 -- (MaxInFlight, 0 none), paused (1 or 0), w (its tasks waiting); and
 -- P..'kb:'..key, a ZSET tenant -> start tag of the tenants whose every
 -- flow waits on a closed key and that registered with this one.
-local vt, sleep, run, meta, workers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local pending, active, scheduled = KEYS[6], KEYS[7], KEYS[8]
-local grants, limbo, fresh, debts, held = KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
-local deadlines, archived, keys, ksleep, kw, kheld = KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18], KEYS[19]
-local P, TP = ARGV[1], ARGV[2]
-local call = redis.call
-local t = call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+--
+-- The prelude only declares: begin sets its per-call state (the keys, the
+-- time, the queue's floor) at the start of every call. So the same source
+-- serves as a Redis Functions library, whose functions are defined once
+-- when it loads (package lua's FairLibrary), and as a script per call
+-- (EVALSHA) where functions are not available.
+local KEYS, ARGV
+local vt, sleep, run, meta, workers
+local pending, active, scheduled
+local grants, limbo, fresh, debts, held
+local deadlines, archived, keys, ksleep, kw, kheld
+local P, TP
+local call
+local now, nowS
 
 -- The rule's constants, as package rule declares them (a test compares).
 local WEIGHT_SCALE = 1000
@@ -105,8 +111,6 @@ local SWEEP_KEYS = 64
 local function int(x)
   return string.format('%.0f', x)
 end
-
-local nowS = int(now)
 
 -- toint reads a stored number (0 when missing), whole.
 local function toint(s)
@@ -188,7 +192,7 @@ local function flowsOf(T)
 end
 
 -- The keys' records, read once a call and kept in step with each write.
-local keyCache = {}
+local keyCache
 
 -- keyState returns key K's record: n, cap, paused, w, asleep.
 local function keyState(K)
@@ -302,8 +306,8 @@ local function pop(T, f)
   return e
 end
 
-local m0 = call('HMGET', meta, 'floor', 'est')
-local floor, qest = toint(m0[1]), toint(m0[2])
+-- floor and qest are the queue's floor and estimate, read by begin.
+local floor, qest
 
 -- save writes the queue's floor and estimate back.
 local function save()
@@ -359,9 +363,9 @@ local function owes()
   return owing
 end
 
--- active makes record th of tenant T permanent again, as one with tasks
+-- persist makes record th of tenant T permanent again, as one with tasks
 -- waiting or in flight must be.
-local function active(th, T)
+local function persist(th, T)
   if owes() then
     call('PERSIST', th)
     call('ZREM', debts, T)
@@ -519,7 +523,7 @@ local function settle(T)
   local th = P .. 't:' .. T
   local h = call('HMGET', th, 'n', 'l', 'tag', 'wk')
   if toint(h[1]) > 0 or toint(h[2]) > 0 or waitingOf(T, h[4] or 0) > 0 then
-    active(th, T)
+    persist(th, T)
   elseif toint(h[3]) <= floor then
     call('DEL', th)
     call('ZREM', debts, T)
@@ -572,7 +576,7 @@ local function grant(T, id, e, start, st, f, h)
   floor = math.max(floor, start)
   local tag, n = start + math.max(charge(est, wm), 1), toint(h[1]) + 1
   call('HSET', th, 'n', n, 'tag', int(tag))
-  active(th, T)
+  persist(th, T)
   if st == 'g' then
     call('HSET', grants, id, e)
   elseif st == 'f' then
@@ -965,4 +969,23 @@ local function moveOps(a)
     end
   end
   return moved, a
+end
+
+-- begin starts a call with its keys and arguments: it names the keys
+-- (KEYS as the header lists them), reads the time and the queue's floor
+-- and estimate, and forgets what the last call cached.
+local function begin(keys_, argv)
+  KEYS, ARGV = keys_, argv
+  vt, sleep, run, meta, workers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+  pending, active, scheduled = KEYS[6], KEYS[7], KEYS[8]
+  grants, limbo, fresh, debts, held = KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+  deadlines, archived, keys, ksleep, kw, kheld = KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18], KEYS[19]
+  P, TP = ARGV[1], ARGV[2]
+  call = redis.call
+  local t = call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  nowS = int(now)
+  keyCache, owing, anyDeadlines = {}, nil, nil
+  local m = call('HMGET', meta, 'floor', 'est')
+  floor, qest = toint(m[1]), toint(m[2])
 end

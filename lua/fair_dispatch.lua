@@ -102,7 +102,7 @@ local function finish(id, ran, done, cap, wm, paused, hold, key)
     leaveKeys(f)
     -- settle, knowing the record
     if n > 0 or toint(h[8]) > 0 or waiting > 0 then
-      active(th, T)
+      persist(th, T)
     elseif tag <= floor then
       call('DEL', th)
       if owes() then

@@ -100,7 +100,7 @@ if waiting >= maxParked then
   return {'full', now, waiting}
 end
 local e = nb .. '|' .. nowS .. '|' .. uttl .. '|' .. id
-active(th, T)
+persist(th, T)
 if tonumber(ARGV[11]) > 0 then
   call('HSET', deadlines, id, ARGV[11])
 end
