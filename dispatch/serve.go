@@ -28,6 +28,12 @@ const (
 	// in flight against asynq.
 	repairEvery = 2 * time.Second
 	callTimeout = 2 * time.Second
+	// gatherFor is how long a loop lets finishes gather for its next turn
+	// while asynq's pending list holds at least 2/gatherDepth of the
+	// worker's concurrency (most is twice it): the workers have work for
+	// longer than that, and one turn then hands in the finishes of several.
+	gatherFor   = time.Millisecond
+	gatherDepth = 8
 	// syncEvery is how often a loop looks up the quotas of its queue's
 	// paused tenants, the next syncTenants in line and its keys: with the
 	// quota cache's admission.DefaultRefresh, a pause or a resume reaches
@@ -214,14 +220,18 @@ func (l *loop) drain(fs []finish) []finish {
 
 // run is the queue's loop. A turn hands in the finishes and the moves of
 // the last turn's grants, and grants more; the grants are admitted at once
-// and moved in by the next turn, which follows without a pause. Finishes
-// that asynq has yet to mark done are handed in again after a pause that
-// doubles from 1 ms to a second, so an outage never makes a busy loop.
+// and moved in by the next turn, which follows without a pause unless
+// asynq's pending list holds enough to keep the workers busy meanwhile:
+// then finishes gather for up to gatherFor, so that one turn hands in
+// several. Finishes that asynq has yet to mark done are handed in again
+// after a pause that doubles from 1 ms to a second, so an outage never
+// makes a busy loop.
 func (l *loop) run(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	var fs []finish
-	var ops []moveOp // the last grants' moves, for the next turn
+	var ops []moveOp   // the last grants' moves, for the next turn
+	var calm time.Time // until then, finishes gather for the next turn
 	repair := time.Now().Add(repairEvery)
 	sync := time.Now()
 	retry := time.Millisecond
@@ -235,6 +245,9 @@ func (l *loop) run(ctx context.Context) {
 			return
 		case f := <-l.ch:
 			fs = append(fs, f)
+			if len(fs) < l.s.most && time.Now().Before(calm) {
+				continue
+			}
 		case <-t.C:
 		}
 		fs = l.drain(fs)
@@ -273,6 +286,10 @@ func (l *loop) run(ctx context.Context) {
 			next = busyTick
 		case tr.waiting > 0:
 			next = busyTick
+		}
+		calm = time.Time{}
+		if err == nil && tr.queued >= l.s.most/gatherDepth {
+			next, calm = max(next, gatherFor), time.Now().Add(gatherFor)
 		}
 		if err == nil && !tr.due.IsZero() {
 			next = min(next, max(time.Until(tr.due), time.Millisecond))
@@ -383,6 +400,7 @@ type pick struct {
 type turnResult struct {
 	picks   []pick
 	waiting int       // tenants with tasks waiting
+	queued  int       // tasks in asynq's pending list
 	due     time.Time // when a sleeping tenant wakes or limbo is due (zero: none)
 	later   []finish  // finishes to hand in again
 }
@@ -425,7 +443,7 @@ func (l *loop) turn(ctx context.Context, fs []finish, ops []moveOp, ttl time.Dur
 	}
 	clear(l.keyUpdates)
 	picks, rest, err := readPicks(res)
-	if err == nil && len(rest) < 2 {
+	if err == nil && len(rest) < 3 {
 		err = fmt.Errorf("dispatch: fair_dispatch.lua returned %d values", len(res))
 	}
 	if err != nil {
@@ -434,14 +452,15 @@ func (l *loop) turn(ctx context.Context, fs []finish, ops []moveOp, ttl time.Dur
 	tr := turnResult{picks: picks}
 	waiting, err1 := toInt(rest[0])
 	due, err2 := toInt(rest[1])
-	if err := errors.Join(err1, err2); err != nil {
+	queued, err3 := toInt(rest[2])
+	if err := errors.Join(err1, err2, err3); err != nil {
 		return turnResult{}, err
 	}
-	tr.waiting = int(waiting)
+	tr.waiting, tr.queued = int(waiting), int(queued)
 	if due > 0 {
 		tr.due = time.UnixMicro(due)
 	}
-	for _, v := range rest[2:] {
+	for _, v := range rest[3:] {
 		i, err := toInt(v)
 		if err != nil {
 			return turnResult{}, err

@@ -24,7 +24,7 @@
 -- Returns  {n, then n pairs tenant, waiting entry granted (state g: the
 --          caller admits and moves them), tenants waiting, the earliest µs
 --          a sleeping tenant wakes or an entry in limbo is due (0: none),
---          then the indexes (from 1) of the finishes to hand in again:
+--          the tasks in asynq's pending list, then the indexes (from 1) of the finishes to hand in again:
 --          done, but asynq has yet to take the task out of its active list}
 --
 -- A finished task's tenant is charged what it ran, less the estimate it
@@ -36,8 +36,42 @@
 local member, ttl, most = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 call('ZADD', workers, int(now + math.max(ttl, 0)), member)
 
--- finish hands in task id, which ran for ran µs. It reads the tenant's
--- record once and writes it once.
+-- The records of the tenants whose tasks a turn hands in, read once and
+-- written once a turn (flush), however many of each tenant's tasks it
+-- hands in.
+local recs, order = {}, {}
+
+-- record returns tenant T's record as this turn's finishes left it.
+local function record(T)
+  local c = recs[T]
+  if not c then
+    local h = call('HMGET', P .. 't:' .. T, 'tag', 'wm', 'est', 'used', 'n', 'cap', 'paused', 'l', 'wk')
+    c = {tag = toint(h[1]), wm = toint(h[2]), est = toint(h[3]), used = toint(h[4]), n = toint(h[5]),
+      cap = toint(h[6]), paused = h[7] or '0', wasPaused = h[7] == '1', l = toint(h[8]), wk = h[9],
+      left = false, asleep = false}
+    recs[T] = c
+    order[#order + 1] = T
+  end
+  return c
+end
+
+-- flush writes tenant T's record as this turn's finishes left it and
+-- places T; it returns how many tasks T has waiting.
+local function flush(T)
+  local c = recs[T]
+  if c.paused ~= '1' and c.wasPaused then
+    call('SREM', held, T)
+    c.wasPaused = false
+  end
+  call('HSET', P .. 't:' .. T, 'tag', int(c.tag), 'est', int(c.est), 'used', int(c.used), 'n', c.n,
+    'cap', c.cap, 'wm', c.wm, 'paused', c.paused)
+  local waiting = waitingOf(T, c.wk or 0)
+  place(T, c.tag, c.n, c.cap, c.paused, waiting, c.asleep or nil)
+  return waiting
+end
+
+-- finish hands in task id, which ran for ran µs: its place and its keys'
+-- at once, its tenant's record in flush.
 local function finish(id, ran, done, cap, wm, paused, hold, key)
   local r = call('HGET', run, id)
   if not r then
@@ -48,14 +82,10 @@ local function finish(id, ran, done, cap, wm, paused, hold, key)
     return false -- asynq has still to mark it done: its place stays taken
   end
   local s, est, since, T, f = runEntry(r)
-  local th = P .. 't:' .. T
-  local h = call('HMGET', th, 'tag', 'wm', 'est', 'used', 'n', 'cap', 'paused', 'l', 'wk')
-  if cap < 0 then
-    cap, wm, paused = toint(h[6]), toint(h[2]), h[7] or '0'
-  elseif paused ~= '1' and h[7] == '1' then
-    call('SREM', held, T)
+  local c = record(T)
+  if cap >= 0 then
+    c.cap, c.wm, c.paused = cap, wm, paused
   end
-  local asleep = false
   if hold > 0 and key ~= '' then
     holdKey(key, hold)
   elseif hold > 0 then
@@ -63,18 +93,17 @@ local function finish(id, ran, done, cap, wm, paused, hold, key)
     if toint(call('ZSCORE', sleep, T)) < wake then
       call('ZADD', sleep, int(wake), T)
     end
-    asleep = true
+    c.asleep = true
   end
-  local twm = wm > 0 and wm or WEIGHT_SCALE
-  local test = toint(h[3])
-  test = test == 0 and ran or smooth(test, ran, TENANT_SMOOTHING)
-  local tag = toint(h[1]) + charge(ran - est, twm)
+  local twm = c.wm > 0 and c.wm or WEIGHT_SCALE
+  c.est = c.est == 0 and ran or smooth(c.est, ran, TENANT_SMOOTHING)
+  c.tag = c.tag + charge(ran - est, twm)
+  c.used = c.used + ran
   qest = qest == 0 and ran or smooth(qest, ran, QUEUE_SMOOTHING)
-  local n = toint(h[5])
   local rollback = state == 'scheduled' and isParked(id)
   local leaves = rollback or (done and state ~= 'retry' and state ~= 'pending' and state ~= 'scheduled')
   if leaves then
-    n = math.max(n - 1, 0)
+    c.n, c.left = math.max(c.n - 1, 0), true
     call('HDEL', run, id)
     if s == 'g' then
       call('HDEL', grants, id)
@@ -88,36 +117,45 @@ local function finish(id, ran, done, cap, wm, paused, hold, key)
       call('HDEL', grants, id)
     end
   end
-  call('HSET', th, 'tag', int(tag), 'est', int(test), 'used', int(toint(h[4]) + ran), 'n', n,
-    'cap', cap, 'wm', wm, 'paused', paused)
   if rollback then
     -- Redis came back from a snapshot taken before the task's move: asynq
     -- keeps it parked, so it goes back to the head of its tenant's line.
     push(T, f, '0|' .. nowS .. '|0|' .. id, true)
-    h[9] = call('HGET', th, 'wk')
+    c.wk = call('HGET', P .. 't:' .. T, 'wk')
   end
-  local waiting = waitingOf(T, h[9] or 0)
-  place(T, tag, n, cap, paused, waiting, asleep or nil)
-  if leaves then
+  if leaves and f ~= '0' then
+    -- its keys' room may let T in: T's record first, as the rule has it
+    flush(T)
     leaveKeys(f)
-    -- settle, knowing the record
-    if n > 0 or toint(h[8]) > 0 or waiting > 0 then
-      persist(th, T)
-    elseif tag <= floor then
-      call('DEL', th)
-      if owes() then
-        call('ZREM', debts, T)
-      end
-      if paused == '1' then
-        call('SREM', held, T)
-      end
-    else
-      call('PEXPIRE', th, IDLE)
-      call('ZADD', debts, nowS, T)
-      owing = true
-    end
   end
   return true
+end
+
+-- settleAll writes the record of each tenant the turn's finishes changed,
+-- once, places the tenant, and settles it, knowing the record, when a task
+-- of its left.
+local function settleAll()
+  for _, T in ipairs(order) do
+    local c, th = recs[T], P .. 't:' .. T
+    local waiting = flush(T)
+    if c.left then
+      if c.n > 0 or c.l > 0 or waiting > 0 then
+        persist(th, T)
+      elseif c.tag <= floor then
+        call('DEL', th)
+        if owes() then
+          call('ZREM', debts, T)
+        end
+        if c.paused == '1' then
+          call('SREM', held, T)
+        end
+      else
+        call('PEXPIRE', th, IDLE)
+        call('ZADD', debts, nowS, T)
+        owing = true
+      end
+    end
+  end
 end
 
 local a = 7
@@ -129,6 +167,7 @@ for i = 1, tonumber(ARGV[6]) do
   end
   a = a + 8
 end
+settleAll()
 
 local _
 _, a = moveOps(a)
@@ -157,6 +196,7 @@ for _, k in ipairs({sleep, limbo, ksleep}) do
   end
 end
 out[#out + 1] = due
+out[#out + 1] = call('LLEN', pending)
 for _, i in ipairs(later) do
   out[#out + 1] = i
 end

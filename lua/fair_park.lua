@@ -50,10 +50,10 @@ end
 if isParked(id) then
   return {'wait-again', now, 0}
 end
-seen()
 local th = P .. 't:' .. T
 local h = call('HMGET', th, 'tag', 'n', 'cap', 'wm', 'paused', 'wk')
-if toint(h[3]) ~= cap or toint(h[4]) ~= wm or (h[5] or '0') ~= paused then
+local changed = toint(h[3]) ~= cap or toint(h[4]) ~= wm or (h[5] or '0') ~= paused
+if changed then
   call('HSET', th, 'cap', cap, 'wm', wm, 'paused', paused)
   if paused ~= '1' then
     call('SREM', held, T)
@@ -80,8 +80,9 @@ local function anyOpen()
   end
   return false
 end
-if not later and paused ~= '1' and (cap == 0 or n < cap) and not call('ZSCORE', sleep, T)
-    and flowOpen(f) and (waiting == 0 or (h[6] and not anyOpen())) then
+if not later and paused ~= '1' and (cap == 0 or n < cap) and (waiting == 0 or (h[6] and not anyOpen()))
+    and not call('ZSCORE', sleep, T) and flowOpen(f) then
+  seen()
   local head = call('ZRANGE', vt, 0, 0, 'WITHSCORES')
   if (#head == 0 or start <= tonumber(head[2])) and room(fair, total) > 0 then
     grant(T, id, nil, start, nil, f)
@@ -100,7 +101,13 @@ if waiting >= maxParked then
   return {'full', now, waiting}
 end
 local e = nb .. '|' .. nowS .. '|' .. uttl .. '|' .. id
-persist(th, T)
+-- A tenant with tasks waiting in flow "0" only, and limits as they were,
+-- keeps its record and its place among those that may go in as they are
+-- when one more joins them.
+local same = waiting > 0 and f == '0' and not h[6] and not changed
+if not same then
+  persist(th, T)
+end
 if tonumber(ARGV[11]) > 0 then
   call('HSET', deadlines, id, ARGV[11])
 end
@@ -112,5 +119,7 @@ if later then
   return {'wait', now, waiting}
 end
 push(T, f, e, false)
-place(T, tag, n, cap, paused, waiting + 1)
+if not same then
+  place(T, tag, n, cap, paused, waiting + 1)
+end
 return {'wait', now, waiting + 1}
