@@ -28,12 +28,12 @@ const (
 	// in flight against asynq.
 	repairEvery = 2 * time.Second
 	callTimeout = 2 * time.Second
-	// gatherFor is how long a loop lets finishes gather for its next turn
-	// while asynq's pending list holds at least 2/gatherDepth of the
-	// worker's concurrency (most is twice it): the workers have work for
-	// longer than that, and one turn then hands in the finishes of several.
-	gatherFor   = time.Millisecond
-	gatherDepth = 8
+	// gatherFor is the longest a loop lets finishes gather for its next
+	// turn, so that one turn hands in several: at most a quarter of the
+	// time asynq's pending list keeps the queue's workers busy, at the rate
+	// they finish tasks, so that they never find it empty meanwhile (an
+	// asynq worker that does sleeps its TaskCheckInterval).
+	gatherFor = time.Millisecond
 	// syncEvery is how often a loop looks up the quotas of its queue's
 	// paused tenants, the next syncTenants in line and its keys: with the
 	// quota cache's admission.DefaultRefresh, a pause or a resume reaches
@@ -85,6 +85,7 @@ type loop struct {
 	// whether servers without a gate served it then (logged once).
 	fleetRead time.Time
 	ungated   bool
+	pace      pace
 }
 
 // Worker is what Serve needs to know of a worker.
@@ -212,6 +213,7 @@ func (l *loop) drain(fs []finish) []finish {
 		select {
 		case f := <-l.ch:
 			fs = append(fs, f)
+			l.pace.got++
 		default:
 			return fs
 		}
@@ -232,6 +234,7 @@ func (l *loop) run(ctx context.Context) {
 	var fs []finish
 	var ops []moveOp   // the last grants' moves, for the next turn
 	var calm time.Time // until then, finishes gather for the next turn
+	gathering := false // the timer is set for calm
 	repair := time.Now().Add(repairEvery)
 	sync := time.Now()
 	retry := time.Millisecond
@@ -245,7 +248,12 @@ func (l *loop) run(ctx context.Context) {
 			return
 		case f := <-l.ch:
 			fs = append(fs, f)
-			if len(fs) < l.s.most && time.Now().Before(calm) {
+			l.pace.got++
+			if wait := time.Until(calm); wait > 0 && len(fs) < l.s.most {
+				if !gathering {
+					t.Reset(wait) // the turn comes when the gathering ends
+					gathering = true
+				}
 				continue
 			}
 		case <-t.C:
@@ -259,6 +267,8 @@ func (l *loop) run(ctx context.Context) {
 			sync = time.Now().Add(syncEvery)
 		}
 		handed := len(fs)
+		began := time.Now()
+		l.pace.turned(began)
 		tr, err := l.turn(cctx, fs, ops, heartbeat, l.s.most)
 		if err == nil {
 			if len(tr.later) < handed {
@@ -266,6 +276,7 @@ func (l *loop) run(ctx context.Context) {
 			}
 			fs = tr.later
 			ops = l.s.d.admit(cctx, l.queue, tr.picks)
+			l.pace.cycled(time.Since(began))
 		} else if ctx.Err() == nil {
 			// The ops are kept for the next turn; their grants wait in
 			// state g, where a repair pass would find them.
@@ -287,15 +298,63 @@ func (l *loop) run(ctx context.Context) {
 		case tr.waiting > 0:
 			next = busyTick
 		}
-		calm = time.Time{}
-		if err == nil && tr.queued >= l.s.most/gatherDepth {
-			next, calm = max(next, gatherFor), time.Now().Add(gatherFor)
+		calm, gathering = time.Time{}, false
+		if g := l.gather(tr, err == nil); g > 0 {
+			calm, gathering = time.Now().Add(g), next <= g
+			next = max(next, g)
 		}
 		if err == nil && !tr.due.IsZero() {
 			next = min(next, max(time.Until(tr.due), time.Millisecond))
 		}
 		t.Reset(next)
 	}
+}
+
+// pace is the rate at which a loop's worker finishes tasks, a moving mean
+// of the finishes it received between turns, and how long a turn with its
+// admissions takes.
+type pace struct {
+	got   int       // finishes received since the last turn
+	last  time.Time // the last turn
+	rate  float64   // finishes a second
+	cycle float64   // seconds
+	// peak is the highest rate of late, fading over peakFades seconds: a
+	// pool stalled on an empty pending list (asynq's workers sleep their
+	// TaskCheckInterval then) finishes slowly, and must not seem to be.
+	peak float64
+}
+
+const peakFades = 10
+
+// cycled takes a turn's time, with its admissions, into the mean.
+func (p *pace) cycled(d time.Duration) {
+	p.cycle += (d.Seconds() - p.cycle) / 8
+}
+
+// turned takes the finishes received since the last turn into the rate.
+func (p *pace) turned(now time.Time) {
+	if dt := now.Sub(p.last).Seconds(); !p.last.IsZero() && dt > 0 {
+		p.rate += (float64(p.got)/dt - p.rate) / 8
+		p.peak = max(p.rate, p.peak*(1-min(dt/peakFades, 1)))
+	}
+	p.got, p.last = 0, now
+}
+
+// gather is how long the loop lets finishes gather after a turn (ok: it
+// succeeded) that found tr: gatherFor when asynq's pending list keeps the
+// queue's live workers busy, at this worker's peak rate, for three turns
+// with their admissions and three times gatherFor more; else none. So the
+// workers do not find the list empty for a gathering.
+func (l *loop) gather(tr turnResult, ok bool) time.Duration {
+	if !ok || tr.queued == 0 || l.pace.peak <= 0 {
+		return 0
+	}
+	own := l.s.most / 2
+	rate := l.pace.peak * float64(max(tr.live, own)) / float64(own)
+	if float64(tr.queued)/rate < 3*(l.pace.cycle+gatherFor.Seconds()) {
+		return 0
+	}
+	return gatherFor
 }
 
 // syncLimits looks up the quotas of the queue's paused tenants, of the
@@ -401,6 +460,7 @@ type turnResult struct {
 	picks   []pick
 	waiting int       // tenants with tasks waiting
 	queued  int       // tasks in asynq's pending list
+	live    int       // the live gate workers' concurrency (0: not read)
 	due     time.Time // when a sleeping tenant wakes or limbo is due (zero: none)
 	later   []finish  // finishes to hand in again
 }
@@ -443,7 +503,7 @@ func (l *loop) turn(ctx context.Context, fs []finish, ops []moveOp, ttl time.Dur
 	}
 	clear(l.keyUpdates)
 	picks, rest, err := readPicks(res)
-	if err == nil && len(rest) < 3 {
+	if err == nil && len(rest) < 4 {
 		err = fmt.Errorf("dispatch: fair_dispatch.lua returned %d values", len(res))
 	}
 	if err != nil {
@@ -453,14 +513,15 @@ func (l *loop) turn(ctx context.Context, fs []finish, ops []moveOp, ttl time.Dur
 	waiting, err1 := toInt(rest[0])
 	due, err2 := toInt(rest[1])
 	queued, err3 := toInt(rest[2])
-	if err := errors.Join(err1, err2, err3); err != nil {
+	live, err4 := toInt(rest[3])
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return turnResult{}, err
 	}
-	tr.waiting, tr.queued = int(waiting), int(queued)
+	tr.waiting, tr.queued, tr.live = int(waiting), int(queued), int(live)
 	if due > 0 {
 		tr.due = time.UnixMicro(due)
 	}
-	for _, v := range rest[3:] {
+	for _, v := range rest[4:] {
 		i, err := toInt(v)
 		if err != nil {
 			return turnResult{}, err

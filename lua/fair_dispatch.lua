@@ -24,7 +24,8 @@
 -- Returns  {n, then n pairs tenant, waiting entry granted (state g: the
 --          caller admits and moves them), tenants waiting, the earliest µs
 --          a sleeping tenant wakes or an entry in limbo is due (0: none),
---          the tasks in asynq's pending list, then the indexes (from 1) of the finishes to hand in again:
+--          the tasks in asynq's pending list, the live gate workers'
+--          concurrency (0 when it makes no grants), then the indexes (from 1) of the finishes to hand in again:
 --          done, but asynq has yet to take the task out of its active list}
 --
 -- A finished task's tenant is charged what it ran, less the estimate it
@@ -176,8 +177,10 @@ wake()
 recall()
 seen()
 local out = {0}
+local live = 0
 if most > 0 then
   local _, fair, total = capacity()
+  live = total
   local picks = {}
   pick(most, room(fair, total), picks)
   out[1] = #picks / 2
@@ -197,6 +200,7 @@ for _, k in ipairs({sleep, limbo, ksleep}) do
 end
 out[#out + 1] = due
 out[#out + 1] = call('LLEN', pending)
+out[#out + 1] = live
 for _, i in ipairs(later) do
   out[#out + 1] = i
 end
