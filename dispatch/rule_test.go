@@ -50,6 +50,8 @@ type replayer struct {
 	// seen counts the steps that had a tenant registered with a key, a
 	// key at its cap, and a key held: the replay must reach them.
 	seen [3]int
+	// fronts counts the grants that went to the queue's front.
+	fronts int
 	// moved are tasks in flight in asynq's hands, by ID; retried those
 	// asynq will run again.
 	moved   []string
@@ -95,6 +97,9 @@ func replay(t *testing.T, seed uint64, steps int) {
 	}
 	if slices.Contains(r.seen[:], 0) {
 		t.Errorf("the replay never had a tenant registered with a key, a key at its cap, or a key held: %v", r.seen)
+	}
+	if r.fronts == 0 {
+		t.Errorf("the replay never granted a task for the queue's front")
 	}
 	_ = rdb
 }
@@ -243,6 +248,12 @@ func (r *replayer) turn() {
 	for i, p := range picks {
 		if p.tenant != want[i].Tenant || p.entry.id != want[i].ID {
 			r.t.Fatalf("grant %d: the script granted %s of %s, the model %s of %s", i, p.entry.id, p.tenant, want[i].ID, want[i].Tenant)
+		}
+		if p.front && !want[i].Front {
+			r.t.Fatalf("grant %d: the script puts %s at the queue's front, the model does not", i, p.entry.id)
+		}
+		if p.front {
+			r.fronts++
 		}
 		r.parkedAt[p.entry.id] = p.entry.parked
 		op := moveOp{op: opGo, id: p.entry.id}

@@ -28,6 +28,10 @@ const (
 	// in flight against asynq.
 	repairEvery = 2 * time.Second
 	callTimeout = 2 * time.Second
+	// firstRetry is how long a loop waits before it hands in again a
+	// finish of a task asynq has yet to mark done (it does so a moment
+	// after the handler returns); the wait doubles up to a second.
+	firstRetry = 250 * time.Microsecond
 	// gatherFor is the longest a loop lets finishes gather for its next
 	// turn, so that one turn hands in several: at most a quarter of the
 	// time asynq's pending list keeps the queue's workers busy, at the rate
@@ -237,7 +241,7 @@ func (l *loop) run(ctx context.Context) {
 	gathering := false // the timer is set for calm
 	repair := time.Now().Add(repairEvery)
 	sync := time.Now()
-	retry := time.Millisecond
+	retry := firstRetry
 	for {
 		select {
 		case <-ctx.Done():
@@ -249,7 +253,7 @@ func (l *loop) run(ctx context.Context) {
 		case f := <-l.ch:
 			fs = append(fs, f)
 			l.pace.got++
-			if wait := time.Until(calm); wait > 0 && len(fs) < l.s.most {
+			if wait := time.Until(calm); wait > 0 && len(fs) < l.s.most && !l.capped(f.tenant) {
 				if !gathering {
 					t.Reset(wait) // the turn comes when the gathering ends
 					gathering = true
@@ -272,7 +276,7 @@ func (l *loop) run(ctx context.Context) {
 		tr, err := l.turn(cctx, fs, ops, heartbeat, l.s.most)
 		if err == nil {
 			if len(tr.later) < handed {
-				retry = time.Millisecond // asynq marked some done: no outage
+				retry = firstRetry // asynq marked some done: no outage
 			}
 			fs = tr.later
 			ops = l.s.d.admit(cctx, l.queue, tr.picks)
@@ -299,7 +303,7 @@ func (l *loop) run(ctx context.Context) {
 			next = busyTick
 		}
 		calm, gathering = time.Time{}, false
-		if g := l.gather(tr, err == nil); g > 0 {
+		if g := l.gather(tr, err == nil); g > 0 && !fronts(ops) {
 			calm, gathering = time.Now().Add(g), next <= g
 			next = max(next, g)
 		}
@@ -308,6 +312,19 @@ func (l *loop) run(ctx context.Context) {
 		}
 		t.Reset(next)
 	}
+}
+
+// capped reports whether tenant has a cap, as the gate's cache has its
+// quota: its places are few, and its finish goes in at once.
+func (l *loop) capped(tenant string) bool {
+	q, err := l.s.d.gate.Quota(context.Background(), tenant)
+	return err == nil && q.MaxInFlight > 0
+}
+
+// fronts reports whether any of ops goes to the queue's front: those are
+// moved in at once.
+func fronts(ops []moveOp) bool {
+	return slices.ContainsFunc(ops, func(o moveOp) bool { return o.op == opFront })
 }
 
 // pace is the rate at which a loop's worker finishes tasks, a moving mean
@@ -449,10 +466,14 @@ func (l *loop) putBack(fs []finish) {
 	}
 }
 
-// pick is a task granted to this worker to admit and move.
+// pick is a task granted to this worker to admit and move; front: it
+// goes in at the front of the queue (rule.Fronts), right behind task after
+// if that is still pending (its tenant's previous one).
 type pick struct {
 	tenant string
 	entry  waitingEntry
+	front  bool
+	after  string
 }
 
 // turnResult is what a dispatch turn answered.
@@ -533,7 +554,8 @@ func (l *loop) turn(ctx context.Context, fs []finish, ops []moveOp, ttl time.Dur
 	return tr, nil
 }
 
-// readPicks reads "n, then n pairs tenant, entry" from the head of res.
+// readPicks reads "n, then n quads tenant, entry, front, after" from the
+// head of res.
 func readPicks(res []any) ([]pick, []any, error) {
 	if len(res) < 1 {
 		return nil, nil, errors.New("dispatch: empty reply")
@@ -542,51 +564,57 @@ func readPicks(res []any) ([]pick, []any, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if n < 0 || len(res) < 1+2*int(n) {
+	if n < 0 || len(res) < 1+4*int(n) {
 		return nil, nil, fmt.Errorf("dispatch: reply of %d values for %d grants", len(res), n)
 	}
 	picks := make([]pick, n)
-	for i := range picks {
-		t, _ := res[1+2*i].(string)
-		s, _ := res[2+2*i].(string)
+	for i, v := range slices.Collect(slices.Chunk(res[1:1+4*n], 4)) {
+		t, _ := v[0].(string)
+		s, _ := v[1].(string)
+		front, _ := v[2].(string)
+		after, _ := v[3].(string)
 		e, err := parseWaitingEntry(s)
 		if err != nil {
 			return nil, nil, err
 		}
-		picks[i] = pick{tenant: t, entry: e}
+		picks[i] = pick{tenant: t, entry: e, front: front == "1", after: after}
 	}
-	return picks, res[1+2*n:], nil
+	return picks, res[1+4*n:], nil
 }
 
 // A moveOp is what becomes of a granted task (fair_move.lua's ops).
 type moveOp struct {
-	op string // opGo, opBack or opFree
+	op string // opGo, opFront, opBack, opFree or opDrop
 	id string
 	// sleep is how long the tenant is held back (opBack).
 	sleep time.Duration
 	// uniqueTTL is the task's asynq.Unique TTL, which its lock gets when
-	// it goes in (opGo).
+	// it goes in (opGo, opFront).
 	uniqueTTL time.Duration
+	// after is the task to go right behind if it is still pending
+	// (opFront; "": none).
+	after string
 	// tenant, flow and entry name a waiting entry to drop (opDrop).
 	tenant, flow, entry string
 }
 
 // fair.lua's move ops.
 const (
-	opGo   = "go"   // into asynq's pending list now
-	opBack = "back" // back to the head of its tenant's line
-	opFree = "free" // out of run
-	opDrop = "drop" // a waiting entry out of its line
+	opGo    = "go"    // into asynq's pending list now, behind the tasks there
+	opFront = "front" // as opGo, at the end asynq takes from
+	opBack  = "back"  // back to the head of its tenant's line
+	opFree  = "free"  // out of run
+	opDrop  = "drop"  // a waiting entry out of its line
 )
 
 // appendOps appends ops to args as fair.lua's moveOps reads them: n, then
 // n triples op, task ID, and the sleep µs (opBack) or the unique TTL ms
-// (opGo).
+// (opGo, opFront), each opFront's followed by the task to go behind.
 func appendOps(args []any, ops []moveOp) []any {
 	args = append(args, len(ops))
 	for _, o := range ops {
 		n := o.sleep.Microseconds()
-		if o.op == opGo {
+		if o.op == opGo || o.op == opFront {
 			n = o.uniqueTTL.Milliseconds()
 		}
 		id := o.id
@@ -594,6 +622,9 @@ func appendOps(args []any, ops []moveOp) []any {
 			id = o.tenant + "\n" + o.flow + "\n" + o.entry
 		}
 		args = append(args, o.op, id, max(n, 0))
+		if o.op == opFront {
+			args = append(args, o.after)
+		}
 	}
 	return args
 }
@@ -677,7 +708,11 @@ func (d *Dispatcher) admitRun(ctx context.Context, queue string, picks []pick, o
 	for i, dec := range ds {
 		switch dec.Outcome {
 		case admission.Admitted:
-			ops[i] = moveOp{op: opGo, id: ids[i], uniqueTTL: time.Duration(picks[i].entry.uniqueTTL) * time.Millisecond}
+			op := opGo
+			if picks[i].front {
+				op = opFront
+			}
+			ops[i] = moveOp{op: op, id: ids[i], uniqueTTL: time.Duration(picks[i].entry.uniqueTTL) * time.Millisecond, after: picks[i].after}
 		case admission.Deferred:
 			// Not now: give the reserved slot back and wait for it, so
 			// that the task is charged when it goes in, and goes in when

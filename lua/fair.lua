@@ -62,7 +62,7 @@
 -- in run), cap (MaxInFlight, 0 none), wm (weight in thousandths), est (run
 -- time µs, a moving mean), used (worker time µs charged in total), l
 -- (entries in limbo), paused (1: Quota.Paused holds its waiting tasks), wk
--- (tasks waiting in flows other than "0").
+-- (tasks waiting in flows other than "0"), mv (its task granted last).
 --
 -- Per concurrency key: P..'k:'..key, a HASH n (its tasks in run), cap
 -- (MaxInFlight, 0 none), paused (1 or 0), w (its tasks waiting); and
@@ -555,8 +555,11 @@ end
 -- start tag start: it enters run in state g (with e) or f (without), or st
 -- when given (p: asynq has it already), takes a place of T and of each key
 -- of f, and is charged its estimate, which moves the floor. It returns T's
--- new tag, tasks in flight and cap. h is T's record's n, wm, est and cap
--- when the caller read them (nil: read them).
+-- new tag, tasks in flight and cap, and whether the task goes in at the
+-- front of the queue, and if so behind which of T's tasks ("": none). Only
+-- a grant from T's line goes to the front, when h also holds T's tag and
+-- mv. h is T's record's n, wm, est and cap, then wk, tag and mv (its task
+-- granted last), when the caller read them (nil: read them).
 local function grant(T, id, e, start, st, f, h)
   local th = P .. 't:' .. T
   h = h or call('HMGET', th, 'n', 'wm', 'est', 'cap')
@@ -569,20 +572,28 @@ local function grant(T, id, e, start, st, f, h)
     est = qest > 0 and qest or DEFAULT_ESTIMATE
   end
   st = st or (e and 'g' or 'f')
+  local front, after = false, ''
+  if st == 'g' and h[6] and toint(h[4]) > 0 and toint(h[1]) > 0 and toint(h[6]) < floor then
+    -- package rule's Fronts; behind T's previous task if that is pending
+    -- still, and not before one that is still to be moved in
+    local prev = h[7] and call('HGET', TP .. h[7], 'state')
+    front = prev ~= 'scheduled'
+    after = prev == 'pending' and h[7] or ''
+  end
   call('HSET', run, id, st .. '|' .. int(est) .. '|' .. nowS .. '|' .. T .. (f == '0' and '' or '\n' .. f))
   for _, K in ipairs(flowKeys(f)) do
     keyAdd(K, 'n', 1)
   end
   floor = math.max(floor, start)
   local tag, n = start + math.max(charge(est, wm), 1), toint(h[1]) + 1
-  call('HSET', th, 'n', n, 'tag', int(tag))
+  call('HSET', th, 'n', n, 'tag', int(tag), 'mv', id)
   persist(th, T)
   if st == 'g' then
     call('HSET', grants, id, e)
   elseif st == 'f' then
     call('ZADD', fresh, nowS, id)
   end
-  return tag, n, toint(h[4])
+  return tag, n, toint(h[4]), front, after
 end
 
 -- runEntry splits a run entry "state|estimate|since|tenant", then a
@@ -764,7 +775,9 @@ end
 
 -- pick grants up to most waiting tasks while the queue has space, the
 -- lowest start tag first, each tenant's first flow whose keys are open,
--- appending each as a pair tenant, entry to out. A tenant whose every flow
+-- appending each as a quad tenant, entry, front ("1": it goes in at the
+-- front of the queue, else "0") and the task it goes behind there ("":
+-- none) to out. A tenant whose every flow
 -- waits on a closed key is taken out (block). An entry whose task asynq
 -- holds but not parked (archived, or run from outside) is dropped, and
 -- one run from outside is counted against its tenant's cap while it runs;
@@ -779,7 +792,7 @@ local function pick(most, space, out)
     end
     head = #head > 0 and head or call('ZRANGE', vt, 0, 0, 'WITHSCORES')
     local T, start = head[1], tonumber(head[2])
-    local h = call('HMGET', P .. 't:' .. T, 'n', 'wm', 'est', 'cap', 'wk')
+    local h = call('HMGET', P .. 't:' .. T, 'n', 'wm', 'est', 'cap', 'wk', 'tag', 'mv')
     local flows = {'0'}
     if h[5] then
       flows = flowsOf(T)
@@ -802,8 +815,8 @@ local function pick(most, space, out)
       local id = entryID(e)
       if id and parked(id) and not expired(id) then
         -- T was runnable: awake and not paused
-        local tag, n, cap = grant(T, id, e, start, nil, f, h)
-        out[#out + 1], out[#out + 2] = T, e
+        local tag, n, cap, front, after = grant(T, id, e, start, nil, f, h)
+        out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = T, e, front and '1' or '0', after
         most, space = most - 1, space - 1
         local wk = h[5] and call('HGET', P .. 't:' .. T, 'wk') -- pop changed it
         place(T, tag, n, cap, '0', waitingOf(T, wk or 0), false)
@@ -832,12 +845,14 @@ local function pick(most, space, out)
 end
 
 -- Move ops (fair_move.lua, and the tail of fair_dispatch.lua's ARGV):
--- GO moves a granted task into asynq's pending list (its lock gets the
--- op's TTL ms); BACK puts it back at the head of its tenant's line,
+-- GO moves a granted task into asynq's pending list, behind the tasks
+-- there (its lock gets the op's TTL ms); FRONT moves it in at the end
+-- asynq takes from, where the next free worker finds it, or right behind
+-- the task its op names when that is still there; BACK puts it back at the head of its tenant's line,
 -- refunds its charge and holds the tenant for the op's µs; FREE lets a
 -- task out of run; DROP takes a waiting entry out of its line (its
 -- producer's write failed): its "ID" is "<tenant>\n<flow>\n<entry>".
-local GO, BACK, FREE, DROP = 'go', 'back', 'free', 'drop'
+local GO, FRONT, BACK, FREE, DROP = 'go', 'front', 'back', 'free', 'drop'
 
 -- drop takes waiting entry e out of tenant T's flow f.
 local function drop(T, f, e)
@@ -884,7 +899,10 @@ end
 -- moveIn moves granted task id (run entry r; its asynq.Unique TTL uttl ms)
 -- into asynq's pending list while asynq still keeps it parked, and frees
 -- its place when asynq no longer does. It reports whether the task moved.
-local function moveIn(id, r, uttl)
+-- A task for the front (fronts given) goes right behind task after when
+-- that is pending still, else is appended to fronts, for the caller to
+-- push in their order.
+local function moveIn(id, r, uttl, fronts, after)
   local tk = TP .. id
   local h = call('HMGET', tk, 'state', 'unique_key')
   if h[1] ~= 'scheduled' or toint(call('ZSCORE', scheduled, id)) ~= PARKED then
@@ -892,7 +910,11 @@ local function moveIn(id, r, uttl)
     return false
   end
   call('ZREM', scheduled, id)
-  call('LPUSH', pending, id)
+  if not fronts then
+    call('LPUSH', pending, id)
+  elseif after == '' or call('LINSERT', pending, 'BEFORE', after, id) <= 0 then
+    fronts[#fronts + 1] = id
+  end
   call('HSET', tk, 'state', 'pending', 'pending_since', int(now * 1000))
   if h[2] and uttl > 0 and call('GET', h[2]) == id then
     call('PEXPIRE', h[2], uttl)
@@ -936,17 +958,19 @@ local function updates(a)
 end
 
 -- moveOps applies the n move ops (triples op, task ID, a number: the
--- sleep µs of BACK, the asynq.Unique TTL ms of GO) in ARGV from ARGV[a], n
+-- sleep µs of BACK, the asynq.Unique TTL ms of GO and FRONT; FRONT then
+-- names the task to go behind, "" for none) in ARGV from ARGV[a], n
 -- first, and returns how many tasks moved into the queue and the ARGV
 -- index after the ops. A task moves only from state g: two movers of one
 -- grant move it once.
 local function moveOps(a)
-  local moved = 0
+  local moved, fronts = 0, {}
   local n = tonumber(ARGV[a])
   a = a + 1
   for _ = 1, n do
     local op, id, us = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
-    a = a + 3
+    local after = op == FRONT and ARGV[a + 3]
+    a = a + (after and 4 or 3)
     local r = op ~= DROP and call('HGET', run, id)
     if op == DROP then
       local T, f, e = string.match(id, '^([^\n]*)\n([^\n]*)\n(.*)$')
@@ -956,8 +980,8 @@ local function moveOps(a)
     elseif r and op == FREE then
       free(id, r)
     elseif r and string.sub(r, 1, 1) == 'g' then
-      if op == GO then
-        if moveIn(id, r, us) then
+      if op == GO or op == FRONT then
+        if moveIn(id, r, us, after and fronts, after) then
           moved = moved + 1
         end
       elseif op == BACK then
@@ -967,6 +991,10 @@ local function moveOps(a)
         end
       end
     end
+  end
+  -- the first for the front is taken first
+  for i = #fronts, 1, -1 do
+    call('RPUSH', pending, fronts[i])
   end
   return moved, a
 end

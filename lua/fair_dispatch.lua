@@ -21,12 +21,15 @@
 -- then     k, then k quads: tenant, MaxInFlight, weight in thousandths,
 --          paused: tenants' quotas as they are now (a pause or a resume)
 -- then     j, then j triples: key, MaxInFlight, paused: keys' quotas now
--- Returns  {n, then n pairs tenant, waiting entry granted (state g: the
---          caller admits and moves them), tenants waiting, the earliest µs
+-- Returns  {n, then n quads tenant, waiting entry granted (state g: the
+--          caller admits and moves them), front ("1": move it in at the
+--          front of the queue, else "0") and the task to go behind there
+--          ("": none), tenants waiting, the earliest µs
 --          a sleeping tenant wakes or an entry in limbo is due (0: none),
 --          the tasks in asynq's pending list, the live gate workers'
---          concurrency (0 when it makes no grants), then the indexes (from 1) of the finishes to hand in again:
---          done, but asynq has yet to take the task out of its active list}
+--          concurrency (0 when it makes no grants), then the indexes (from
+--          1) of the finishes to hand in again: done, but asynq has yet to
+--          take the task out of its active list}
 --
 -- A finished task's tenant is charged what it ran, less the estimate it
 -- was charged at its grant; a task to be retried keeps its place in run
@@ -183,7 +186,7 @@ if most > 0 then
   live = total
   local picks = {}
   pick(most, room(fair, total), picks)
-  out[1] = #picks / 2
+  out[1] = #picks / 4
   for i = 1, #picks do
     out[#out + 1] = picks[i]
   end

@@ -3,8 +3,11 @@
 -- first two ARGV are its).
 --
 -- ARGV[3]  n, then n triples: op, task ID, µs
---          op "go": the granted task goes into asynq's pending list now
---             (the µs are not read)
+--          op "go": the granted task goes into asynq's pending list now,
+--             behind the tasks there (the µs are its asynq.Unique TTL ms)
+--          op "front": as "go", at the end asynq takes from; a fourth
+--             value names a task to go right behind if it is still
+--             pending ("": none)
 --          op "back": the granted task goes back to the head of its
 --             tenant's line, which sleeps for the µs (0: not at all), and
 --             its charge is refunded

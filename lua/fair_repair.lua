@@ -5,7 +5,8 @@
 -- ARGV[3]  HSCAN cursor of run ("0" to start)
 -- ARGV[4]  grace µs: how old a grant must be before it is judged (its
 --          mover may still be at work)
--- Returns  {next cursor, n, then n pairs tenant, waiting entry: grants
+-- Returns  {next cursor, n, then n quads tenant, waiting entry, "0", ""
+--          (as fair_dispatch.lua's grants, never for the front): grants
 --          whose mover is gone, still parked in asynq, to admit and move
 --          again}
 --
@@ -33,7 +34,7 @@ for i = 1, #entries, 2 do
   elseif state ~= 'p' and old then
     local e = call('HGET', grants, id)
     if state == 'g' and e and isParked(id) then
-      redo[#redo + 1], redo[#redo + 2] = T, e
+      redo[#redo + 1], redo[#redo + 2], redo[#redo + 3], redo[#redo + 4] = T, e, '0', ''
     else
       call('HSET', run, id, 'p' .. string.sub(r, 2))
       call('HDEL', grants, id)
@@ -42,7 +43,7 @@ for i = 1, #entries, 2 do
   end
 end
 save()
-out[2] = #redo / 2
+out[2] = #redo / 4
 for i = 1, #redo do
   out[#out + 1] = redo[i]
 end

@@ -210,6 +210,22 @@ type Grant struct {
 	Tenant, ID string
 	// Start is the start tag it was granted at.
 	Start int64
+	// Front: the task may go in at the front of the queue, where the next
+	// free worker takes it, rather than behind the tasks already there
+	// (Fronts).
+	Front bool
+}
+
+// Fronts reports whether a grant to tenant t goes in at the front of the
+// queue, at floor (before the grant): when t is capped, has tasks in
+// flight, and its tag lags the floor, it is a tenant its cap holds below
+// its fair share, whose places would otherwise be spent waiting behind
+// the queue's depth. Such tenants' tasks together are fewer than the
+// workers, so the tasks they pass are passed a bounded number of times.
+// (The dispatcher also keeps a tenant's own tasks in order: a grant goes
+// to the front only when the tenant's previous one has started.)
+func Fronts(t *Tenant, floor int64) bool {
+	return t.Cap > 0 && t.N > 0 && t.Tag < floor
 }
 
 // Queue is the rule's state for one queue. The zero value is not usable;
@@ -497,6 +513,7 @@ func (q *Queue) Update(T string, l Limits) {
 // estimate.
 func (q *Queue) grant(T, id, f string, start int64) Grant {
 	t := q.tenant(T)
+	front := Fronts(t, q.Floor)
 	est := cmp.Or(t.Estimate, q.Estimate, DefaultEstimate)
 	q.InFlight[id] = Run{Tenant: T, Flow: f, Estimate: est}
 	t.N++
@@ -506,7 +523,7 @@ func (q *Queue) grant(T, id, f string, start int64) Grant {
 	}
 	q.Floor = max(q.Floor, start)
 	t.Tag = start + max(Charge(est, t.Weight), 1)
-	return Grant{Tenant: T, ID: id, Start: start}
+	return Grant{Tenant: T, ID: id, Start: start, Front: front}
 }
 
 // Task is a producer's task: its tenant, ID, flow (FlowID) and when it
