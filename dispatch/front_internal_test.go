@@ -1,0 +1,131 @@
+package dispatch
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/admitq/admitq/admission"
+)
+
+// A grant for the front goes in at the end of asynq's pending list that
+// asynq takes from, or right behind the task its op names while that is
+// still pending; grants for the front in one call keep their order, and a
+// grant for behind goes behind every task there.
+func TestFrontGoesWhereAsynqTakesNext(t *testing.T) {
+	ctx := context.Background()
+	q := admission.Quota{Limit: 100_000, Window: time.Second}
+	d, rdb, ac := rig(t, q)
+	k := d.keysFor("default")
+	d.turnRaw(ctx, t, 0, 0, 0, 0) // a fair worker of concurrency 1: room for 3
+	for _, id := range []string{"f1", "f2", "f3"} {
+		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := []string{"a", "b", "c", "e"}
+	for _, id := range ids {
+		tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: id}, q)
+		if err != nil || tk.Verdict != Wait {
+			t.Fatalf("%s: %v %v", id, tk.Verdict, err)
+		}
+		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(ParkedUntil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a second worker makes room; its turn grants all four
+	if _, err := d.run(ctx, d.scripts.dispatch, "default", "big|16|1", 3_000_000, 8, 0, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	ops := []moveOp{
+		{op: opFront, id: "a"},
+		{op: opGo, id: "b"},
+		{op: opFront, id: "c", after: "f2"}, // f2 is pending: right behind it
+		{op: opFront, id: "e", after: "a"},  // a goes in with this call: behind it
+	}
+	if err := d.move(ctx, "default", ops); err != nil {
+		t.Fatal(err)
+	}
+	got, err := rdb.LRange(ctx, k.pending, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Reverse(got) // asynq takes from the right
+	if want := []string{"a", "e", "f1", "f2", "c", "f3", "b"}; !slices.Equal(got, want) {
+		t.Errorf("asynq takes %v, want %v", got, want)
+	}
+	for _, id := range ids {
+		if r, _ := rdb.HGet(ctx, k.run, id).Result(); r == "" || r[0] != 'p' {
+			t.Errorf("%s: run entry %q, want in asynq's hands", id, r)
+		}
+	}
+}
+
+// A grant goes to the front when its tenant is capped, has tasks in flight
+// and its tag lags the floor (rule.Fronts); behind the tenant's previous
+// task when that is still pending, and not at all while that is still to
+// be moved in.
+func TestAGrantFrontsWhenItsCapHoldsTheTenantBack(t *testing.T) {
+	ctx := context.Background()
+	q := admission.Quota{Limit: 100_000, Window: time.Second}
+	capped := q
+	capped.MaxInFlight = 3
+	for _, c := range []struct {
+		name     string
+		tag, n   int
+		prev     string // the tenant's last grant: "f1" pending, "p" parked
+		front    bool
+		behind   string
+		uncapped bool
+	}{
+		{name: "lags, previous pending", tag: 0, n: 1, prev: "f1", front: true, behind: "f1"},
+		{name: "lags, previous running", tag: 0, n: 1, prev: "gone", front: true},
+		{name: "lags, previous not moved in", tag: 0, n: 1, prev: "p"},
+		{name: "ahead of the floor", tag: 2_000_000, n: 1, prev: "gone"},
+		{name: "nothing in flight", tag: 0, n: 0, prev: "gone"},
+		{name: "no cap", tag: 0, n: 1, prev: "gone", uncapped: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d, rdb, ac := rig(t, q)
+			k := d.keysFor("default")
+			d.turnRaw(ctx, t, 0, 0, 0, 0) // room for 3
+			for _, id := range []string{"f1", "f2", "f3"} {
+				if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			quota := capped
+			if c.uncapped {
+				quota = q
+			}
+			for _, id := range []string{"p", "c1"} {
+				if tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "c", ID: id}, quota); err != nil || tk.Verdict != Wait {
+					t.Fatalf("%s: %v %v", id, tk.Verdict, err)
+				}
+				if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(ParkedUntil)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rdb.LPop(ctx, k.waitingKey("c")) // p stays parked, out of line
+			rdb.HSet(ctx, k.meta, "floor", 1_000_000)
+			rdb.HSet(ctx, k.tenantKey("c"), "tag", c.tag, "n", c.n, "mv", c.prev)
+			res, err := d.run(ctx, d.scripts.dispatch, "default", "big|16|1", 3_000_000, 8, 0, 0, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			picks, _, err := readPicks(res)
+			if err != nil || len(picks) != 1 || picks[0].entry.id != "c1" {
+				t.Fatalf("picks %+v, %v", picks, err)
+			}
+			if p := picks[0]; p.front != c.front || p.after != c.behind {
+				t.Errorf("front %v behind %q, want %v %q", p.front, p.after, c.front, c.behind)
+			}
+			if mv, _ := rdb.HGet(ctx, k.tenantKey("c"), "mv").Result(); mv != "c1" {
+				t.Errorf("the tenant's last grant is %q, want c1", mv)
+			}
+		})
+	}
+}
