@@ -12,8 +12,8 @@ import (
 	"github.com/admitq/admitq/lua"
 )
 
-// scriptCounter counts the calls of some scripts, by SHA1, through a
-// client's hooks (pipelined or not).
+// scriptCounter counts the calls of some scripts, by SHA1 or function
+// name, through a client's hooks (pipelined or not).
 type scriptCounter struct {
 	shas map[string]bool
 	n    atomic.Int64
@@ -21,7 +21,7 @@ type scriptCounter struct {
 
 func (c *scriptCounter) count(cmd redis.Cmder) {
 	args := cmd.Args()
-	if len(args) > 1 && (cmd.Name() == "evalsha" || cmd.Name() == "eval") {
+	if len(args) > 1 && (cmd.Name() == "evalsha" || cmd.Name() == "eval" || cmd.Name() == "fcall") {
 		if sha, ok := args[1].(string); ok && c.shas[sha] {
 			c.n.Add(1)
 		}
@@ -56,13 +56,16 @@ func TestDispatchCostsAScriptCallPerTaskAtMost(t *testing.T) {
 	}
 	c := &scriptCounter{shas: map[string]bool{}}
 	for _, fs := range []lua.FairScript{lua.FairDispatch(), lua.FairMove(), lua.FairRepair()} {
-		c.shas[fs.Flagged.Hash()], c.shas[fs.Plain.Hash()] = true, true
+		c.shas[fs.Flagged.Hash()], c.shas[fs.Plain.Hash()], c.shas[fs.Function] = true, true, true
 	}
 	workers := s.srv.Client(t)
 	workers.AddHook(c)
 	s.startWorkerOn(workers, 8, true)
 	hold.Close()
 	s.waitRuns(ids, 60*time.Second)
+	if c.n.Load() == 0 {
+		t.Fatal("no dispatcher script call counted")
+	}
 	per := float64(c.n.Load()) / float64(waiting)
 	t.Logf("%d waiting tasks went in with %d dispatcher script calls (%.2f a task)", waiting, c.n.Load(), per)
 	if per > 1 {
