@@ -37,6 +37,7 @@ const modeTTL = time.Second
 // one with New.
 type Dispatcher struct {
 	rdb     redis.UniversalClient
+	parkVia redis.UniversalClient // Park's calls, when set (ParkVia)
 	gate    *admission.Gate
 	log     *slog.Logger
 	scripts *scripts
@@ -79,6 +80,13 @@ func New(rdb redis.UniversalClient, g *admission.Gate, log *slog.Logger) *Dispat
 		told:    make(map[string]bool),
 	}
 }
+
+// ParkVia makes Park send its call through c, a client of the same Redis
+// that shares pipelines among concurrent callers (enqueue.NewFromRedis
+// gives its own): concurrent producers' parks then go out together. The
+// Dispatcher's other calls go through its own client. Call it before the
+// Dispatcher is used.
+func (d *Dispatcher) ParkVia(c redis.UniversalClient) { d.parkVia = c }
 
 // queueKeys are a queue's keys, named as fair.lua's header names them.
 type queueKeys struct {
@@ -153,8 +161,12 @@ func (d *Dispatcher) fcall(ctx context.Context, s lua.FairScript, keys []string,
 	if d.scripts.evalOnly.Load() {
 		return nil, errNoFunctions
 	}
+	via := d.rdb
+	if d.parkVia != nil && s.Function == d.scripts.park.Function {
+		via = d.parkVia
+	}
 	for loaded := false; ; loaded = true {
-		res, err := d.rdb.FCall(ctx, s.Function, keys, args...).Slice()
+		res, err := via.FCall(ctx, s.Function, keys, args...).Slice()
 		switch {
 		case err == nil:
 			return res, nil

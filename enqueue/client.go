@@ -109,6 +109,7 @@ func NewFromRedis(rdb redis.UniversalClient, g *admission.Gate, opts ...Option) 
 	c.disp = dispatch.New(rdb, c.gate, nil)
 	p := newPipelined(rdb)
 	p.direct = c.unbatched
+	c.disp.ParkVia(p)
 	c.asynq = asynq.NewClientFromRedisClient(p)
 	return c
 }

@@ -119,8 +119,11 @@ const (
 )
 
 type scriptCall struct {
-	ctx   context.Context
-	sha   string
+	ctx context.Context
+	sha string
+	// fn, when set, names a function to call (FCALL) instead: the
+	// dispatcher's park, which is not a write of asynq's to trace.
+	fn    string
 	keys  []string
 	args  []any
 	state atomic.Int32
@@ -132,12 +135,12 @@ type scriptCall struct {
 }
 
 // newCall returns a queued call, from the pool when there is one.
-func (p *pipelined) newCall(ctx context.Context, sha string, keys []string, args []any) *scriptCall {
+func (p *pipelined) newCall(ctx context.Context, sha, fn string, keys []string, args []any) *scriptCall {
 	c, _ := p.calls.Get().(*scriptCall)
 	if c == nil {
 		c = &scriptCall{done: make(chan struct{}, 1)}
 	}
-	c.ctx, c.sha, c.keys, c.args = ctx, sha, keys, args
+	c.ctx, c.sha, c.fn, c.keys, c.args = ctx, sha, fn, keys, args
 	c.state.Store(queued)
 	return c
 }
@@ -155,7 +158,7 @@ func (p *pipelined) reply(c *scriptCall) *redis.Cmd {
 // waits for its reply; or, if ctx ends before it is sent, for ctx.
 func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
 	if err := ctx.Err(); err != nil {
-		return unsent(ctx, sha, err)
+		return unsent(ctx, "evalsha", sha, err)
 	}
 	if p.direct {
 		traceSent(ctx)
@@ -165,7 +168,28 @@ func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args
 		traceOOM(ctx, cmd)
 		return cmd
 	}
-	c := p.newCall(ctx, sha, keys, args)
+	return p.call(p.newCall(ctx, sha, "", keys, args))
+}
+
+// FCall sends a function call (the dispatcher's park) as EvalSha sends a
+// script call, sharing its pipelines: concurrent producers' parks and
+// writes go out together.
+func (p *pipelined) FCall(ctx context.Context, fn string, keys []string, args ...any) *redis.Cmd {
+	if err := ctx.Err(); err != nil {
+		return unsent(ctx, "fcall", fn, err)
+	}
+	if p.direct {
+		sctx, cancel := sendContext(ctx)
+		defer cancel()
+		return p.UniversalClient.FCall(sctx, fn, keys, args...)
+	}
+	return p.call(p.newCall(ctx, "", fn, keys, args))
+}
+
+// call queues c for the next free pipeline and waits for its reply; or, if
+// its ctx ends before it is sent, for ctx.
+func (p *pipelined) call(c *scriptCall) *redis.Cmd {
+	ctx := c.ctx
 	p.mu.Lock()
 	p.pending = append(p.pending, c)
 	start := p.inflight < p.maxFlight
@@ -183,7 +207,10 @@ func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args
 	}
 	if c.state.CompareAndSwap(queued, gone) {
 		// Not pooled: the pipeline that skips it may still look at it.
-		return unsent(ctx, sha, ctx.Err())
+		if c.fn != "" {
+			return unsent(ctx, "fcall", c.fn, ctx.Err())
+		}
+		return unsent(ctx, "evalsha", c.sha, ctx.Err())
 	}
 	// Sent: wait for the reply, as a plain go-redis call does once it has
 	// written its command. A definite answer keeps the task's slot honest.
@@ -191,9 +218,10 @@ func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args
 	return p.reply(c)
 }
 
-// unsent is a call that was never sent, failed with err.
-func unsent(ctx context.Context, sha string, err error) *redis.Cmd {
-	cmd := redis.NewCmd(ctx, "evalsha", sha)
+// unsent is a call (name, then a script's SHA1 or a function's name) that
+// was never sent, failed with err.
+func unsent(ctx context.Context, name, script string, err error) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, name, script)
 	cmd.SetErr(err)
 	return cmd
 }
@@ -262,7 +290,9 @@ func (p *pipelined) flush(batch []*scriptCall) {
 		if !c.state.CompareAndSwap(queued, sent) {
 			continue // its caller left before it was sent
 		}
-		traceSent(c.ctx)
+		if c.fn == "" {
+			traceSent(c.ctx)
+		}
 		if d, ok := c.ctx.Deadline(); !ok {
 			bounded = false
 		} else if d.After(latest) {
@@ -282,7 +312,11 @@ func (p *pipelined) flush(batch []*scriptCall) {
 	pipe := p.UniversalClient.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, c := range calls {
-		cmds[i] = pipe.EvalSha(ctx, c.sha, c.keys, c.args...)
+		if c.fn != "" {
+			cmds[i] = pipe.FCall(ctx, c.fn, c.keys, c.args...)
+		} else {
+			cmds[i] = pipe.EvalSha(ctx, c.sha, c.keys, c.args...)
+		}
 	}
 	// Each command carries its own reply or error, but a hook that fails
 	// the whole pipeline without sending it leaves them blank: they get
@@ -296,7 +330,9 @@ func (p *pipelined) flush(batch []*scriptCall) {
 	}
 	for i, c := range calls {
 		c.cmd = cmds[i]
-		traceOOM(c.ctx, c.cmd)
+		if c.fn == "" {
+			traceOOM(c.ctx, c.cmd)
+		}
 		c.done <- struct{}{} // c is its caller's again from here on
 	}
 }

@@ -61,10 +61,10 @@ func (s *pipelineSpy) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	}
 }
 
-// scripts reports whether cmds are script calls, as the pipelined
-// client's pipelines are.
+// scripts reports whether cmds are script or function calls, as the
+// pipelined client's pipelines are.
 func scripts(cmds []redis.Cmder) bool {
-	return len(cmds) > 0 && cmds[0].Name() == "evalsha"
+	return len(cmds) > 0 && (cmds[0].Name() == "evalsha" || cmds[0].Name() == "fcall")
 }
 
 func raise(m *atomic.Int64, v int64) {
@@ -411,5 +411,47 @@ func (h afterPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 			h()
 		}
 		return err
+	}
+}
+
+// TestPipelinedFunctionCalls: function calls (the dispatcher's parks)
+// share pipelines with script calls (asynq's writes), each gets its own
+// reply, and a function call is not traced as a write of the task.
+func TestPipelinedFunctionCalls(t *testing.T) {
+	spy, p, rdb := newHeld(t)
+	ctx := context.Background()
+	if err := rdb.FunctionLoad(ctx, "#!lua name=echofn\nredis.register_function('echofn', function(keys, args) return 'fn:' .. args[1] end)").Err(); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan *redis.Cmd, 1)
+	go func() { first <- p.EvalSha(ctx, echo.Hash(), []string{"calls"}, "first") }()
+	waitFor(t, func() bool { return spy.pipelines.Load() == 1 })
+	tr := &writeTrace{}
+	traced := context.WithValue(ctx, writeTraceKey{}, tr)
+	replies := make([]*redis.Cmd, 3)
+	var wg sync.WaitGroup
+	for i := range replies {
+		wg.Go(func() {
+			if i == 1 {
+				replies[i] = p.EvalSha(ctx, echo.Hash(), []string{"calls"}, "w")
+				return
+			}
+			replies[i] = p.FCall(traced, "echofn", []string{"k"}, strconv.Itoa(i))
+		})
+		waitFor(t, func() bool { return queuedCalls(p) == i+1 })
+	}
+	close(spy.hold)
+	wg.Wait()
+	<-first
+	for i, want := range []string{"fn:0", "w", "fn:2"} {
+		if got, err := replies[i].Text(); err != nil || got != want {
+			t.Errorf("call %d = %q, %v; want %q", i, got, err, want)
+		}
+	}
+	if n := spy.pipelines.Load(); n != 2 {
+		t.Errorf("%d pipelines, want 2: the first call's and the other three's", n)
+	}
+	if tr.sent.Load() {
+		t.Error("a function call was traced as the task's write")
 	}
 }
