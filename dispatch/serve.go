@@ -351,8 +351,10 @@ func (p *pace) cycled(d time.Duration) {
 // turned takes the finishes received since the last turn into the rate.
 func (p *pace) turned(now time.Time) {
 	if dt := now.Sub(p.last).Seconds(); !p.last.IsZero() && dt > 0 {
-		p.rate += (float64(p.got)/dt - p.rate) / 8
-		p.peak = max(p.rate, p.peak*(1-min(dt/peakFades, 1)))
+		inst := float64(p.got) / dt
+		p.rate += (inst - p.rate) / 8
+		// the moment's rate too: the mean climbs slowly from a start
+		p.peak = max(inst, p.rate, p.peak*(1-min(dt/peakFades, 1)))
 	}
 	p.got, p.last = 0, now
 }

@@ -53,7 +53,10 @@ const (
 //     written.
 //
 // Batched (the default), EVALSHA calls share pipelines: those waiting when
-// a pipeline is free go out together. Every other command goes to the
+// a pipeline is free go out together. A call that finds no pipeline out
+// sends its own from its caller's goroutine, which saves a lone producer a
+// goroutine's hand-off each way. The dispatcher's parks (FCALL) share them
+// too, untraced. Every other command goes to the
 // client it wraps, as it is: asynq's SADD of a new queue's name, before its
 // write.
 type pipelined struct {
@@ -196,8 +199,16 @@ func (p *pipelined) call(c *scriptCall) *redis.Cmd {
 	if start {
 		p.inflight++
 	}
+	alone := start && p.inflight == 1
 	p.mu.Unlock()
-	if start {
+	switch {
+	case alone:
+		// No pipeline is out: send this one from here, without a
+		// goroutine's hand-off, and leave what queues meanwhile to one.
+		if _, more := p.flushOnce(make([]*scriptCall, 0, p.maxBatch)); more {
+			go p.flushLoop()
+		}
+	case start:
 		go p.flushLoop()
 	}
 	select {
@@ -256,24 +267,44 @@ func traceOOM(ctx context.Context, cmd *redis.Cmd) {
 // flushLoop sends what is waiting, a batch at a time, until nothing is.
 func (p *pipelined) flushLoop() {
 	batch := make([]*scriptCall, 0, p.maxBatch)
-	for {
-		p.mu.Lock()
-		if len(p.pending) == 0 {
-			p.inflight--
-			p.mu.Unlock()
-			return
-		}
-		if len(p.pending) <= p.maxBatch {
-			batch, p.pending = p.pending, batch[:0] // the common case: take it all
-		} else {
-			batch = append(batch[:0], p.pending[:p.maxBatch]...)
-			rest := copy(p.pending, p.pending[p.maxBatch:])
-			clear(p.pending[rest:])
-			p.pending = p.pending[:rest]
-		}
-		p.mu.Unlock()
-		p.flush(batch)
+	for more := true; more; {
+		batch, more = p.flushOnce(batch)
 	}
+}
+
+// flushOnce sends a batch of what is waiting, in batch's storage (or the
+// pending list's, which it swaps for it: it returns the storage it holds
+// now), and reports whether more waits; if not, its pipeline is no longer
+// in flight.
+func (p *pipelined) flushOnce(batch []*scriptCall) ([]*scriptCall, bool) {
+	p.mu.Lock()
+	if p.idle() {
+		p.mu.Unlock()
+		return batch, false
+	}
+	if len(p.pending) <= p.maxBatch {
+		batch, p.pending = p.pending, batch[:0] // the common case: take it all
+	} else {
+		batch = append(batch[:0], p.pending[:p.maxBatch]...)
+		rest := copy(p.pending, p.pending[p.maxBatch:])
+		clear(p.pending[rest:])
+		p.pending = p.pending[:rest]
+	}
+	p.mu.Unlock()
+	p.flush(batch)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return batch, !p.idle()
+}
+
+// idle reports whether nothing waits, and if so takes the caller's
+// pipeline out of flight. p.mu is held.
+func (p *pipelined) idle() bool {
+	if len(p.pending) > 0 {
+		return false
+	}
+	p.inflight--
+	return true
 }
 
 // flush sends the calls of batch whose callers are still waiting as one
