@@ -352,9 +352,12 @@ func (p *pace) cycled(d time.Duration) {
 func (p *pace) turned(now time.Time) {
 	if dt := now.Sub(p.last).Seconds(); !p.last.IsZero() && dt > 0 {
 		inst := float64(p.got) / dt
-		p.rate += (inst - p.rate) / 8
-		// the moment's rate too: the mean climbs slowly from a start
-		p.peak = max(inst, p.rate, p.peak*(1-min(dt/peakFades, 1)))
+		if p.rate == 0 {
+			p.rate = inst // a mean from zero would climb slowly from a start
+		} else {
+			p.rate += (inst - p.rate) / 8
+		}
+		p.peak = max(p.rate, p.peak*(1-min(dt/peakFades, 1)))
 	}
 	p.got, p.last = 0, now
 }
