@@ -50,8 +50,9 @@ type replayer struct {
 	// seen counts the steps that had a tenant registered with a key, a
 	// key at its cap, and a key held: the replay must reach them.
 	seen [3]int
-	// fronts counts the grants that went to the queue's front.
-	fronts int
+	// fronts counts the grants that went to the queue's front; streaks
+	// the grants that followed one of the same tenant in a turn.
+	fronts, streaks int
 	// moved are tasks in flight in asynq's hands, by ID; retried those
 	// asynq will run again.
 	moved   []string
@@ -98,8 +99,8 @@ func replay(t *testing.T, seed uint64, steps int) {
 	if slices.Contains(r.seen[:], 0) {
 		t.Errorf("the replay never had a tenant registered with a key, a key at its cap, or a key held: %v", r.seen)
 	}
-	if r.fronts == 0 {
-		t.Errorf("the replay never granted a task for the queue's front")
+	if r.fronts == 0 || r.streaks == 0 {
+		t.Errorf("the replay granted %d tasks for the queue's front and %d after one of the same tenant; want some of each", r.fronts, r.streaks)
 	}
 	_ = rdb
 }
@@ -151,6 +152,9 @@ func (r *replayer) park(T string) {
 func (r *replayer) turn() {
 	args := []any{"replay|100000|1", 600_000_000}
 	most := r.rng.IntN(4)
+	if r.rng.IntN(8) == 0 {
+		most = 16 // long turns: a tenant granted again while it stays the lowest
+	}
 	args = append(args, most)
 	var fins []any
 	var held, heldKeys []string // tenants and keys a throttled task holds, until the next turn
@@ -254,6 +258,9 @@ func (r *replayer) turn() {
 		}
 		if p.front {
 			r.fronts++
+		}
+		if i > 0 && picks[i-1].tenant == p.tenant {
+			r.streaks++
 		}
 		r.parkedAt[p.entry.id] = p.entry.parked
 		op := moveOp{op: opGo, id: p.entry.id}

@@ -785,14 +785,29 @@ end
 -- one whose asynq.Deadline passed is archived. None holds its tenant back.
 local function pick(most, space, out)
   local budget = PICK_BUDGET -- a deleted backlog costs in steps
-  while most > 0 and space > 0 and budget > 0 do
-    local head = call('ZRANGE', vt, 0, 0, 'WITHSCORES')
-    if #head == 0 and not (call('ZCARD', kw) > 0 and sweep()) then
-      break
+  -- A streak: a tenant with one flow, granted last, that stays the lowest
+  -- start tag (cur: its name, start, record and place to write when the
+  -- streak ends), is granted again without reading the queue or its record.
+  local cur, second
+  local function leave()
+    if cur then
+      place(cur.T, cur.tag, cur.h[1], cur.cap, '0', waitingOf(cur.T, 0), false)
+      cur = nil
     end
-    head = #head > 0 and head or call('ZRANGE', vt, 0, 0, 'WITHSCORES')
-    local T, start = head[1], tonumber(head[2])
-    local h = call('HMGET', P .. 't:' .. T, 'n', 'wm', 'est', 'cap', 'wk', 'tag', 'mv')
+  end
+  while most > 0 and space > 0 and budget > 0 do
+    local T, start, h
+    if cur then
+      T, start, h = cur.T, cur.start, cur.h
+    else
+      local head = call('ZRANGE', vt, 0, 1, 'WITHSCORES')
+      if #head == 0 and not (call('ZCARD', kw) > 0 and sweep()) then
+        break
+      end
+      head = #head > 0 and head or call('ZRANGE', vt, 0, 1, 'WITHSCORES')
+      T, start, second = head[1], tonumber(head[2]), head[3] and {head[3], tonumber(head[4])}
+      h = call('HMGET', P .. 't:' .. T, 'n', 'wm', 'est', 'cap', 'wk', 'tag', 'mv')
+    end
     local flows = {'0'}
     if h[5] then
       flows = flowsOf(T)
@@ -809,6 +824,7 @@ local function pick(most, space, out)
       block(T, start, flows)
       budget = budget - 1
     elseif not e then
+      cur = nil
       call('ZREM', vt, T)
       settle(T)
     else
@@ -818,9 +834,17 @@ local function pick(most, space, out)
         local tag, n, cap, front, after = grant(T, id, e, start, nil, f, h)
         out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = T, e, front and '1' or '0', after
         most, space = most - 1, space - 1
-        local wk = h[5] and call('HGET', P .. 't:' .. T, 'wk') -- pop changed it
-        place(T, tag, n, cap, '0', waitingOf(T, wk or 0), false)
+        local again = math.max(tag, floor)
+        if not h[5] and (cap == 0 or n < cap) and
+            (not second or again < second[2] or (again == second[2] and T < second[1])) then
+          cur = {T = T, start = again, tag = tag, cap = cap, h = {n, h[2], h[3], h[4], nil, int(tag), id}}
+        else
+          cur = nil
+          local wk = h[5] and call('HGET', P .. 't:' .. T, 'wk') -- pop changed it
+          place(T, tag, n, cap, '0', waitingOf(T, wk or 0), false)
+        end
       else
+        cur = nil
         budget = budget - 1
         local st = id and call('HGET', TP .. id, 'state')
         if id and not st then
@@ -842,15 +866,16 @@ local function pick(most, space, out)
       end
     end
   end
+  leave()
 end
 
 -- Move ops (fair_move.lua, and the tail of fair_dispatch.lua's ARGV):
 -- GO moves a granted task into asynq's pending list, behind the tasks
 -- there (its lock gets the op's TTL ms); FRONT moves it in at the end
 -- asynq takes from, where the next free worker finds it, or right behind
--- the task its op names when that is still there; BACK puts it back at the head of its tenant's line,
--- refunds its charge and holds the tenant for the op's µs; FREE lets a
--- task out of run; DROP takes a waiting entry out of its line (its
+-- the task its op names when that is still there; BACK puts it back at
+-- the head of its tenant's line, refunds its charge and holds the tenant
+-- for the op's µs; FREE lets a task out of run; DROP takes a waiting entry out of its line (its
 -- producer's write failed): its "ID" is "<tenant>\n<flow>\n<entry>".
 local GO, FRONT, BACK, FREE, DROP = 'go', 'front', 'back', 'free', 'drop'
 
