@@ -39,6 +39,9 @@ type DispatchConfig struct {
 	// SlowTasks the one drained at 20 ms [1,500].
 	Tasks     int `json:"tasks"`
 	SlowTasks int `json:"slow_tasks"`
+	// Tenants is how many tenants share the no-op backlog of the drain
+	// that many tenants take turns in [500].
+	Tenants int `json:"tenants"`
 	// Concurrency is the pool that drains at 0, 1 and 20 ms [64]; Workers
 	// the pool of the light-tenant, capped-tenant and lone-tenant runs [16].
 	Concurrency int `json:"concurrency"`
@@ -68,7 +71,7 @@ func (c DispatchConfig) withDefaults() DispatchConfig {
 		v *int
 		d int
 	}{
-		{&c.Tasks, 3000}, {&c.SlowTasks, 1500}, {&c.Concurrency, 64}, {&c.Workers, 16},
+		{&c.Tasks, 3000}, {&c.SlowTasks, 1500}, {&c.Tenants, 500}, {&c.Concurrency, 64}, {&c.Workers, 16},
 		{&c.Producers, 16}, {&c.Light, 8}, {&c.Every, 10},
 		{&c.CapTasks, 400}, {&c.MaxInFlight, 4}, {&c.Runs, 1},
 	} {
@@ -194,6 +197,19 @@ func (s *dispatchRun) drains(ctx context.Context) error {
 		}
 		s.rep.add("drain rate"+at, "tasks/s", target, fair.rate, bare.rate)
 	}
+	var fair, bare drained
+	err := s.pair(ctx, fmt.Sprintf("drain %d tasks of 0s over %d tenants with %d workers", s.cfg.Tasks, s.cfg.Tenants, s.cfg.Concurrency), func(ctx context.Context, f bool) error {
+		d, err := s.drainPool(ctx, poolSpec{fair: f, workers: s.cfg.Concurrency, spread: s.cfg.Tenants}, s.cfg.Tasks)
+		fair, bare = pick(f, d, fair, bare)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	at := fmt.Sprintf(", 0 ms tasks of %d tenants", s.cfg.Tenants)
+	s.rep.add("Redis CPU per task"+at, "µs", "≤ 2.0×", fair.cpu, bare.cpu)
+	s.rep.add("Redis commands per task"+at, "calls", "", fair.commands, bare.commands)
+	s.rep.add("drain rate"+at, "tasks/s", "≥ 0.65×", fair.rate, bare.rate)
 	return nil
 }
 
@@ -333,11 +349,17 @@ func (s *dispatchRun) drainPool(ctx context.Context, spec poolSpec, n int) (drai
 	if err != nil {
 		return drained{}, err
 	}
-	if _, _, err := p.enqueue(ctx, "solo", n, s.cfg.Producers, time.Time{}); err != nil {
+	if err := p.backlog(ctx, spec.spread, n, s.cfg.Producers); err != nil {
 		return drained{}, err
 	}
 	p.release()
-	if err := p.wait(ctx, n*int(task+time.Millisecond)/workers*4, func(ended map[string]int) bool { return ended["solo"] >= n }); err != nil {
+	if err := p.wait(ctx, n*int(task+time.Millisecond)/workers*4, func(ended map[string]int) bool {
+		sum := 0
+		for _, e := range ended {
+			sum += e
+		}
+		return sum >= n
+	}); err != nil {
 		return drained{}, err
 	}
 	after, err := readStats(ctx, s.admin)
@@ -514,6 +536,9 @@ type poolSpec struct {
 	tenants map[string]admission.Quota
 	// taskOpts go with every task the pool's enqueue sends.
 	taskOpts []asynq.Option
+	// spread, when set, is how many tenants a drain's backlog takes turns
+	// among (drainPool); else it is one tenant's.
+	spread int
 }
 
 // server is an asynq.Server or a worker.Worker.
@@ -719,6 +744,35 @@ func (p *pool) enqueue(ctx context.Context, tenant string, n, goroutines int, un
 	}
 }
 
+// backlog sends n tasks from goroutines at once, one Enqueue each: one
+// tenant's ("solo") when spread is 0, else spread tenants' in turn.
+func (p *pool) backlog(ctx context.Context, spread, n, goroutines int) error {
+	if spread == 0 {
+		_, _, err := p.enqueue(ctx, "solo", n, goroutines, time.Time{})
+		return err
+	}
+	var next atomic.Int64
+	errs := make(chan error, goroutines)
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
+				if err := p.send(ctx, "t"+strconv.FormatInt(i%int64(spread), 10), asynq.NewTask("bench", stamp())); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return fmt.Errorf("enqueueing a backlog over %d tenants: %w", spread, err)
+	default:
+		return nil
+	}
+}
+
 // fill sends a fair pool's tenant a backlog of n tasks, in batches.
 func (p *pool) fill(ctx context.Context, tenant string, n int) error {
 	ts := make([]*asynq.Task, n)
@@ -818,8 +872,8 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 func (r DispatchReport) WriteText(w io.Writer) error {
 	c := r.Config
 	fmt.Fprintf(w, "fair dispatch against bare asynq, on one Redis, %d run(s)\n", c.Runs)
-	fmt.Fprintf(w, "drain: %d tasks (%d at 20 ms) of one tenant enqueued by %d goroutines while %d workers are held, then drained; Redis CPU and commands from enqueue to the last task's end\n",
-		c.Tasks, c.SlowTasks, c.Producers, c.Concurrency)
+	fmt.Fprintf(w, "drain: %d tasks (%d at 20 ms) of one tenant, and %d no-op tasks of %d tenants in turn, enqueued by %d goroutines while %d workers are held, then drained; Redis CPU and commands from enqueue to the last task's end\n",
+		c.Tasks, c.SlowTasks, c.Tasks, c.Tenants, c.Producers, c.Concurrency)
 	fmt.Fprintf(w, "Enqueue: calls for %v into a queue whose %d workers are all held (a fair queue at its depth: each task waits its turn)\n", c.EnqueueFor, c.Concurrency)
 	fmt.Fprintf(w, "light wait: enqueue to start, fair pool of %d, %d light tenants each sending every %d task times for %v beside a backlog (about %d waits at 200 ms)\n",
 		c.Workers, c.Light, c.Every, c.LightFor, c.Light*int(c.LightFor/(200*time.Millisecond*time.Duration(c.Every))))
