@@ -33,7 +33,7 @@ func TestRunDispatchTiny(t *testing.T) {
 
 	var steps []string
 	rep, err := RunDispatch(ctx, DispatchConfig{
-		Redis: srv.Options(), Tasks: 60, SlowTasks: 30, Concurrency: 8, Workers: 6, Producers: 4, EnqueueFor: 100 * time.Millisecond,
+		Redis: srv.Options(), Tasks: 60, SlowTasks: 30, Tenants: 10, Concurrency: 8, Workers: 6, Producers: 4, EnqueueFor: 100 * time.Millisecond,
 		Light: 2, Every: 2, LightFor: 500 * time.Millisecond, CapTasks: 24, MaxInFlight: 2,
 		Progress: func(s string) { steps = append(steps, s) },
 	})
@@ -69,8 +69,11 @@ func TestRunDispatchTiny(t *testing.T) {
 	withBare("lone tenant", true)
 	withBare("light wait", false)
 	withBare("capped", false)
-	if len(names) != 3*3+2+3*3+3+2 {
-		t.Errorf("measures %q: want 3 per drain, 2 producer, 3 per light run, 3 capped, 2 lone", names)
+	if len(names) != 4*3+2+3*3+3+2 {
+		t.Errorf("measures %q: want 3 per drain (0, 1, 20 ms, and many tenants), 2 producer, 3 per light run, 3 capped, 2 lone", names)
+	}
+	if figure(t, rep, "Redis commands per task, 0 ms tasks of 10 tenants") <= 0 {
+		t.Error("the drain of many tenants counted no commands")
 	}
 	for _, task := range []string{"5 ms", "20 ms", "200 ms"} {
 		p50, p99, max := figure(t, rep, "light wait p50, "+task+" tasks"), figure(t, rep, "light wait p99, "+task+" tasks"), figure(t, rep, "light wait max, "+task+" tasks")
