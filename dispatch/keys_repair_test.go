@@ -21,9 +21,7 @@ func TestKeyPlacesFollowAsynq(t *testing.T) {
 	q := admission.Quota{Limit: 100_000, Window: time.Second}
 	d, rdb, ac := rig(t, q)
 	k := d.keysFor("default")
-	if _, err := d.run(ctx, d.scripts.dispatch, "default", "w|8|1", 600_000_000, 0, 0, 0, 0, 0); err != nil {
-		t.Fatal(err)
-	}
+	d.fairWorker(t, 8)
 	key := []Key{{Name: "api:x", MaxInFlight: 2}}
 	for i, id := range []string{"a1", "b1"} {
 		tk, err := d.Park(ctx, Task{Queue: "default", Tenant: []string{"a", "b"}[i], ID: id, Keys: key}, q)
@@ -119,9 +117,7 @@ func TestAbandonEmptiesAKeyedFlow(t *testing.T) {
 	q := admission.Quota{Limit: 100_000, Window: time.Second}
 	d, rdb, _ := rig(t, q)
 	k := d.keysFor("default")
-	if _, err := d.run(ctx, d.scripts.dispatch, "default", "w|8|1", 600_000_000, 0, 0, 0, 0, 0); err != nil {
-		t.Fatal(err)
-	}
+	d.fairWorker(t, 8)
 	tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "a", ID: "a1", Priority: 1, Keys: []Key{{Name: "api:x", Paused: true}}}, q)
 	if err != nil || tk.Verdict != Wait {
 		t.Fatalf("a1: %v, %v; want it to wait on the paused key", tk.Verdict, err)

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,6 +41,15 @@ func (d *Dispatcher) turnRaw(ctx context.Context, t *testing.T, most int, args .
 		t.Fatal(err)
 	}
 	return p
+}
+
+// fairWorker records a fair worker of concurrency c on queue default for
+// ten minutes, as a worker's first turn does, and grants nothing.
+func (d *Dispatcher) fairWorker(t *testing.T, c int) {
+	t.Helper()
+	if _, err := d.run(context.Background(), d.scripts.dispatch, "default", "w|"+strconv.Itoa(c)+"|1", 600_000_000, 0, 0, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
 }
 
 var q1 = admission.Quota{Limit: 100000, Window: time.Second, MaxInFlight: 1}

@@ -15,9 +15,7 @@ func TestStatsSeesTasksWaitingOnKeys(t *testing.T) {
 	ctx := context.Background()
 	q := admission.Quota{Limit: 100_000, Window: time.Second}
 	d, _, _ := rig(t, q)
-	if _, err := d.run(ctx, d.scripts.dispatch, "default", "w|8|1", 600_000_000, 0, 0, 0, 0, 0); err != nil {
-		t.Fatal(err)
-	}
+	d.fairWorker(t, 8)
 	tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "a", ID: "x", Priority: 3,
 		Keys: []Key{{Name: "api:b", MaxInFlight: 5}, {Name: "api:a", Paused: true}}}, q)
 	if err != nil || tk.Verdict != Wait {
@@ -48,9 +46,7 @@ func TestStatsListsTenantsWaitingOnKeys(t *testing.T) {
 	ctx := context.Background()
 	q := admission.Quota{Limit: 100_000, Window: time.Second}
 	d, _, _ := rig(t, q)
-	if _, err := d.run(ctx, d.scripts.dispatch, "default", "w|8|1", 600_000_000, 0, 0, 0, 0, 0); err != nil {
-		t.Fatal(err)
-	}
+	d.fairWorker(t, 8)
 	key := []Key{{Name: "api:x", MaxInFlight: 1}}
 	if tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "a", ID: "a1", Keys: key}, q); err != nil || tk.Verdict != Straight {
 		t.Fatalf("a1: %v, %v", tk.Verdict, err)

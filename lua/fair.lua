@@ -518,21 +518,31 @@ end
 -- settle forgets an idle tenant's record at once when it owes nothing (its
 -- tag is not ahead of the floor), and otherwise when the queue goes idle
 -- or after IDLE. A tenant with entries in limbo (field l) is not idle: its
--- cap and weight must outlive them.
-local function settle(T)
+-- cap and weight must outlive them. settleRecord does it for a caller that
+-- knows the record: whether T is busy (tasks waiting, in flight or in
+-- limbo), its tag, and whether it is paused ("1", "0", nil: not known).
+local function settleRecord(T, busy, tag, paused)
   local th = P .. 't:' .. T
-  local h = call('HMGET', th, 'n', 'l', 'tag', 'wk')
-  if toint(h[1]) > 0 or toint(h[2]) > 0 or waitingOf(T, h[4] or 0) > 0 then
+  if busy then
     persist(th, T)
-  elseif toint(h[3]) <= floor then
+  elseif tag <= floor then
     call('DEL', th)
-    call('ZREM', debts, T)
-    call('SREM', held, T)
+    if owes() then
+      call('ZREM', debts, T)
+    end
+    if paused ~= '0' then
+      call('SREM', held, T)
+    end
   else
     call('PEXPIRE', th, IDLE)
     call('ZADD', debts, nowS, T)
     owing = true
   end
+end
+
+local function settle(T)
+  local h = call('HMGET', P .. 't:' .. T, 'n', 'l', 'tag', 'wk')
+  settleRecord(T, toint(h[1]) > 0 or toint(h[2]) > 0 or waitingOf(T, h[4] or 0) > 0, toint(h[3]))
 end
 
 -- forgive drops the debts of idle tenants once nothing waits or runs in the

@@ -140,24 +140,10 @@ end
 -- of its left.
 local function settleAll()
   for _, T in ipairs(order) do
-    local c, th = recs[T], P .. 't:' .. T
+    local c = recs[T]
     local waiting = flush(T)
     if c.left then
-      if c.n > 0 or c.l > 0 or waiting > 0 then
-        persist(th, T)
-      elseif c.tag <= floor then
-        call('DEL', th)
-        if owes() then
-          call('ZREM', debts, T)
-        end
-        if c.paused == '1' then
-          call('SREM', held, T)
-        end
-      else
-        call('PEXPIRE', th, IDLE)
-        call('ZADD', debts, nowS, T)
-        owing = true
-      end
+      settleRecord(T, c.n > 0 or c.l > 0 or waiting > 0, c.tag, c.paused)
     end
   end
 end
