@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/dispatch/internal/rule"
+	"github.com/admitq/admitq/internal/rediserr"
 	"github.com/admitq/admitq/lua"
 )
 
@@ -177,8 +176,8 @@ func (d *Dispatcher) fcall(ctx context.Context, s lua.FairScript, keys []string,
 			return nil, err
 		}
 		if err := d.loadLibrary(ctx, keys[0]); err != nil {
-			if ctx.Err() != nil || isNetwork(err) {
-				return nil, err
+			if rediserr.Classify(err) != rediserr.Reply {
+				return nil, err // down, busy, out of memory: not a refusal
 			}
 			d.log.Warn("admitq: loading the dispatcher's functions failed; its scripts run with EVALSHA", "err", err)
 			d.scripts.evalOnly.Store(true)
@@ -221,13 +220,6 @@ func (d *Dispatcher) eval(ctx context.Context, s lua.FairScript, keys []string, 
 // before Redis 7, or in miniredis).
 func isUnknownCommand(err error) bool {
 	return strings.Contains(strings.ToLower(err.Error()), "unknown command")
-}
-
-// isNetwork reports whether err is a connection's or a timeout's, which
-// says nothing of what the server supports.
-func isNetwork(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // Mode reports whether a worker with a gate serves queue or did within its
