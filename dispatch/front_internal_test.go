@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -65,7 +66,8 @@ func TestFrontGoesWhereAsynqTakesNext(t *testing.T) {
 }
 
 // A grant goes to the front when its tenant is capped, has tasks in flight
-// and its tag lags the floor (rule.Fronts); behind the tenant's previous
+// and its tag lags the floor or lagged it at its last grant (rule.Fronts);
+// behind the tenant's previous
 // task when that is still pending, and not at all while that is still to
 // be moved in.
 func TestAGrantFrontsWhenItsCapHoldsTheTenantBack(t *testing.T) {
@@ -80,11 +82,14 @@ func TestAGrantFrontsWhenItsCapHoldsTheTenantBack(t *testing.T) {
 		front    bool
 		behind   string
 		uncapped bool
+		lagged   bool // at its last grant
 	}{
 		{name: "lags, previous pending", tag: 0, n: 1, prev: "f1", front: true, behind: "f1"},
 		{name: "lags, previous running", tag: 0, n: 1, prev: "gone", front: true},
 		{name: "lags, previous not moved in", tag: 0, n: 1, prev: "p"},
 		{name: "ahead of the floor", tag: 2_000_000, n: 1, prev: "gone"},
+		{name: "ahead of the floor, lagged at its last grant", tag: 2_000_000, n: 1, prev: "gone", lagged: true, front: true},
+		{name: "lagged at its last grant, no cap", tag: 2_000_000, n: 1, prev: "gone", lagged: true, uncapped: true},
 		{name: "nothing in flight", tag: 0, n: 0, prev: "gone"},
 		{name: "no cap", tag: 0, n: 1, prev: "gone", uncapped: true},
 	} {
@@ -111,7 +116,7 @@ func TestAGrantFrontsWhenItsCapHoldsTheTenantBack(t *testing.T) {
 			}
 			rdb.LPop(ctx, k.waitingKey("c")) // p stays parked, out of line
 			rdb.HSet(ctx, k.meta, "floor", 1_000_000)
-			rdb.HSet(ctx, k.tenantKey("c"), "tag", c.tag, "n", c.n, "mv", c.prev)
+			rdb.HSet(ctx, k.tenantKey("c"), "tag", c.tag, "n", c.n, "mv", c.prev, "bh", flag(c.lagged))
 			res, err := d.run(ctx, d.scripts.dispatch, "default", "big|16|1", 3_000_000, 8, 0, 0, 0, 0)
 			if err != nil {
 				t.Fatal(err)
@@ -125,6 +130,9 @@ func TestAGrantFrontsWhenItsCapHoldsTheTenantBack(t *testing.T) {
 			}
 			if mv, _ := rdb.HGet(ctx, k.tenantKey("c"), "mv").Result(); mv != "c1" {
 				t.Errorf("the tenant's last grant is %q, want c1", mv)
+			}
+			if bh, _ := rdb.HGet(ctx, k.tenantKey("c"), "bh").Result(); bh != strconv.Itoa(flag(c.tag < 1_000_000)) {
+				t.Errorf("bh %q after a grant at tag %d, floor 1000000", bh, c.tag)
 			}
 		})
 	}

@@ -330,10 +330,10 @@ func (r *replayer) compare(step int) {
 	}
 	for T, m := range r.model.Tenants {
 		h := rdb.HGetAll(ctx, k.tenantKey(T)).Val()
-		got := [6]int64{atoi(h["tag"]), atoi(h["n"]), atoi(h["cap"]), atoi(h["wm"]), atoi(h["est"]), atoi(h["paused"])}
-		want := [6]int64{m.Tag, int64(m.N), int64(m.Cap), m.Weight, m.Estimate, int64(flag(m.Paused))}
+		got := [7]int64{atoi(h["tag"]), atoi(h["n"]), atoi(h["cap"]), atoi(h["wm"]), atoi(h["est"]), atoi(h["paused"]), atoi(h["bh"])}
+		want := [7]int64{m.Tag, int64(m.N), int64(m.Cap), m.Weight, m.Estimate, int64(flag(m.Paused)), int64(flag(m.Behind))}
 		if got != want {
-			t.Fatalf("step %d: tenant %s (tag n cap wm est) %v, the model's %v", step, T, got, want)
+			t.Fatalf("step %d: tenant %s (tag n cap wm est paused bh) %v, the model's %v", step, T, got, want)
 		}
 	}
 }

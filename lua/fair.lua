@@ -566,10 +566,12 @@ end
 -- when given (p: asynq has it already), takes a place of T and of each key
 -- of f, and is charged its estimate, which moves the floor. It returns T's
 -- new tag, tasks in flight and cap, and whether the task goes in at the
--- front of the queue, and if so behind which of T's tasks ("": none). Only
--- a grant from T's line goes to the front, when h also holds T's tag and
--- mv. h is T's record's n, wm, est and cap, then wk, tag and mv (its task
--- granted last), when the caller read them (nil: read them).
+-- front of the queue, and if so behind which of T's tasks ("": none), and
+-- whether it lagged the floor (nil: not known). Only a grant from T's
+-- line (state g) goes to the front; its caller reads h whole. h is T's
+-- record's n, wm, est and cap, then wk, tag, mv (its task granted last)
+-- and bh ("1": its last grant from its line lagged the floor), when the
+-- caller read them (nil: read them).
 local function grant(T, id, e, start, st, f, h)
   local th = P .. 't:' .. T
   h = h or call('HMGET', th, 'n', 'wm', 'est', 'cap')
@@ -582,13 +584,16 @@ local function grant(T, id, e, start, st, f, h)
     est = qest > 0 and qest or DEFAULT_ESTIMATE
   end
   st = st or (e and 'g' or 'f')
-  local front, after = false, ''
-  if st == 'g' and h[6] and toint(h[4]) > 0 and toint(h[1]) > 0 and toint(h[6]) < floor then
-    -- package rule's Fronts; behind T's previous task if that is pending
-    -- still, and not before one that is still to be moved in
-    local prev = h[7] and call('HGET', TP .. h[7], 'state')
-    front = prev ~= 'scheduled'
-    after = prev == 'pending' and h[7] or ''
+  local front, after, behind = false, '', nil
+  if st == 'g' then
+    behind = toint(h[6]) < floor
+    if toint(h[4]) > 0 and toint(h[1]) > 0 and (behind or h[8] == '1') then
+      -- package rule's Fronts; behind T's previous task if that is
+      -- pending still, and not before one that is still to be moved in
+      local prev = h[7] and call('HGET', TP .. h[7], 'state')
+      front = prev ~= 'scheduled'
+      after = prev == 'pending' and h[7] or ''
+    end
   end
   call('HSET', run, id, st .. '|' .. int(est) .. '|' .. nowS .. '|' .. T .. (f == '0' and '' or '\n' .. f))
   for _, K in ipairs(flowKeys(f)) do
@@ -596,14 +601,18 @@ local function grant(T, id, e, start, st, f, h)
   end
   floor = math.max(floor, start)
   local tag, n = start + math.max(charge(est, wm), 1), toint(h[1]) + 1
-  call('HSET', th, 'n', n, 'tag', int(tag), 'mv', id)
+  if behind == nil then
+    call('HSET', th, 'n', n, 'tag', int(tag), 'mv', id)
+  else
+    call('HSET', th, 'n', n, 'tag', int(tag), 'mv', id, 'bh', behind and '1' or '0')
+  end
   persist(th, T)
   if st == 'g' then
     call('HSET', grants, id, e)
   elseif st == 'f' then
     call('ZADD', fresh, nowS, id)
   end
-  return tag, n, toint(h[4]), front, after
+  return tag, n, toint(h[4]), front, after, behind
 end
 
 -- runEntry splits a run entry "state|estimate|since|tenant", then a
@@ -816,7 +825,7 @@ local function pick(most, space, out)
       end
       head = #head > 0 and head or call('ZRANGE', vt, 0, 1, 'WITHSCORES')
       T, start, second = head[1], tonumber(head[2]), head[3] and {head[3], tonumber(head[4])}
-      h = call('HMGET', P .. 't:' .. T, 'n', 'wm', 'est', 'cap', 'wk', 'tag', 'mv')
+      h = call('HMGET', P .. 't:' .. T, 'n', 'wm', 'est', 'cap', 'wk', 'tag', 'mv', 'bh')
     end
     local flows = {'0'}
     if h[5] then
@@ -841,13 +850,13 @@ local function pick(most, space, out)
       local id = entryID(e)
       if id and parked(id) and not expired(id) then
         -- T was runnable: awake and not paused
-        local tag, n, cap, front, after = grant(T, id, e, start, nil, f, h)
+        local tag, n, cap, front, after, behind = grant(T, id, e, start, nil, f, h)
         out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = T, e, front and '1' or '0', after
         most, space = most - 1, space - 1
         local again = math.max(tag, floor)
         if not h[5] and (cap == 0 or n < cap) and
             (not second or again < second[2] or (again == second[2] and T < second[1])) then
-          cur = {T = T, start = again, tag = tag, cap = cap, h = {n, h[2], h[3], h[4], nil, int(tag), id}}
+          cur = {T = T, start = again, tag = tag, cap = cap, h = {n, h[2], h[3], h[4], nil, int(tag), id, behind and '1' or '0'}}
         else
           cur = nil
           local wk = h[5] and call('HGET', P .. 't:' .. T, 'wk') -- pop changed it

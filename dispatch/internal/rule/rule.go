@@ -110,6 +110,10 @@ type Tenant struct {
 	Lines map[string][]Waiter
 	// Asleep is set while the tenant is held back (by its rate).
 	Asleep bool
+	// Behind is set when its latest grant from its line started at the
+	// floor, ahead of its tag: something (its cap, most often) had held
+	// it back.
+	Behind bool
 }
 
 // Waiter is a waiting task: its ID and when it was parked, µs.
@@ -218,14 +222,19 @@ type Grant struct {
 
 // Fronts reports whether a grant to tenant t goes in at the front of the
 // queue, at floor (before the grant): when t is capped, has tasks in
-// flight, and its tag lags the floor, it is a tenant its cap holds below
-// its fair share, whose places would otherwise be spent waiting behind
-// the queue's depth. Such tenants' tasks together are fewer than the
-// workers, so the tasks they pass are passed a bounded number of times.
-// (The dispatcher also keeps a tenant's own tasks in order: a grant goes
-// to the front only when the tenant's previous one has started.)
+// flight, and its tag lags the floor or lagged it at its previous grant,
+// it is a tenant its cap holds below its fair share, whose places would
+// otherwise be spent waiting behind the queue's depth. (The previous
+// grant counts because a tenant's finishes come in clusters: the second
+// of two finishes that come before the floor has moved past the first's
+// grant finds the tag level with the floor.) Each of a tenant's grants
+// that lags lends the front to at most one more, and such tenants' tasks
+// together are fewer than the workers, so the tasks they pass are passed
+// a bounded number of times. (The dispatcher also keeps a tenant's own
+// tasks in order: a grant goes to the front only when the tenant's
+// previous one has started.)
 func Fronts(t *Tenant, floor int64) bool {
-	return t.Cap > 0 && t.N > 0 && t.Tag < floor
+	return t.Cap > 0 && t.N > 0 && (t.Tag < floor || t.Behind)
 }
 
 // Queue is the rule's state for one queue. The zero value is not usable;
@@ -510,10 +519,14 @@ func (q *Queue) Update(T string, l Limits) {
 }
 
 // grant lets task id of T (flow f) in at start tag start, charging its
-// estimate.
-func (q *Queue) grant(T, id, f string, start int64) Grant {
+// estimate; line says it comes from T's line (Pick), which may go to the
+// front.
+func (q *Queue) grant(T, id, f string, start int64, line bool) Grant {
 	t := q.tenant(T)
-	front := Fronts(t, q.Floor)
+	front := line && Fronts(t, q.Floor)
+	if line {
+		t.Behind = t.Tag < q.Floor
+	}
 	est := cmp.Or(t.Estimate, q.Estimate, DefaultEstimate)
 	q.InFlight[id] = Run{Tenant: T, Flow: f, Estimate: est}
 	t.N++
@@ -552,7 +565,7 @@ func (q *Queue) Park(task Task, l Limits, keys map[string]KeyLimits, space int) 
 	_, eligible := q.eligible(t)
 	if !eligible && !t.Asleep && !l.Paused && (l.Cap == 0 || t.N < l.Cap) && q.flowOpen(task.Flow) &&
 		(!any || start <= head) && space > 0 {
-		g := q.grant(T, task.ID, task.Flow, start)
+		g := q.grant(T, task.ID, task.Flow, start, false)
 		q.Refresh(T) // its waiting tasks, if any, wait on keys: at its new tag
 		return g, true
 	}
@@ -590,7 +603,7 @@ func (q *Queue) Pick(most, space int, skip func(id string) bool) []Grant {
 		}
 		w := q.pop(T, f)
 		if skip == nil || !skip(w.ID) {
-			out = append(out, q.grant(T, w.ID, f, start))
+			out = append(out, q.grant(T, w.ID, f, start, true))
 			most, space = most-1, space-1
 		} else {
 			// Dropped: the room its keys kept for it goes to the next.
