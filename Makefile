@@ -9,7 +9,8 @@ FUZZTIME ?= 3s
 .PHONY: test redis chromium lint build bench fuzz
 
 ## test: go vet, then all tests with the race detector, then the bench's
-## builds with a floor in admit.lua's place (lua.AdmitStandIn). ADMITQ_REQUIRE_REDIS=1
+## builds with a floor in admit.lua's place (lua.AdmitStandIn), counter.lua's
+## (lua.CounterStandIn) and fair.lua's fronts (lua.FrontStandIn). ADMITQ_REQUIRE_REDIS=1
 ## turns "redis-server missing" from a skip into a failure, and
 ## ADMITQ_REQUIRE_BROWSER=1 does the same for the dashboard's Chromium.
 test: redis chromium
@@ -21,6 +22,8 @@ test: redis chromium
 	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_free -run '^(TestStandIn|TestAdmitCarriesItsFile)$$' ./lua/ ./internal/bench/
 	$(GO) vet -tags admitq_counterfloor ./lua/ ./internal/bench/ ./cmd/admitq/
 	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_counterfloor -run '^(TestCounterStandIn|TestCounterScriptsCarryTheirFiles)$$' ./lua/ ./internal/bench/
+	$(GO) vet -tags admitq_frontfloor ./lua/ ./internal/bench/ ./cmd/admitq/
+	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_frontfloor -run '^(TestFairCarriesItsFronts|TestRunDispatchTiny)$$' ./lua/ ./internal/bench/
 	$(GO) test -run '^$$' -fuzz '^FuzzTenant$$' -fuzztime $(FUZZTIME) ./admission/
 	$(GO) test -run '^$$' -fuzz '^FuzzQuota$$' -fuzztime $(FUZZTIME) ./admission/
 	$(GO) test -run '^$$' -fuzz '^FuzzRedisQuotas$$' -fuzztime $(FUZZTIME) ./admission/

@@ -7,9 +7,12 @@
 // directly (against miniredis with an exact clock and against redis-server),
 // not only through the admission package that calls them.
 //
-// The directory floor holds scripts that are not limiters: floors that
-// take admit.lua's arguments and answer in its shape but do less, for
-// measuring what admission costs (internal/bench). A build with the tag
-// admitq_floor or admitq_free carries one in admit.lua's place, and says
-// so (AdmitStandIn); no other build does.
+// The directory floor holds stand-ins for measuring floors
+// (internal/bench), never for use: scripts that take admit.lua's or
+// counter.lua's arguments and answer in their shape but do less, and a
+// dispatcher rule that puts every capped tenant's grant at the front of the
+// queue. A build with the tag admitq_floor or admitq_free carries one in
+// admit.lua's place (AdmitStandIn), admitq_counterfloor in counter.lua's
+// (CounterStandIn), admitq_frontfloor in the place of fair.lua's fronts
+// (FrontStandIn), and says so; no other build does.
 package lua

@@ -54,7 +54,7 @@ var fairBodies = []struct{ name, src string }{
 // its source: a library of another version (a mixed fleet) loads beside it.
 var library, version = func() (string, string) {
 	var b strings.Builder
-	b.WriteString(fairSrc)
+	b.WriteString(prelude)
 	for _, body := range fairBodies {
 		fmt.Fprintf(&b, "\nlocal function %s()\n%s\nend\n", body.name, body.src)
 	}
@@ -69,6 +69,30 @@ var library, version = func() (string, string) {
 	return b.String(), v
 }()
 
+// prelude is fair.lua, with frontSrc in the place of its fronts in a
+// benchmark build (FrontStandIn).
+var prelude = func() string {
+	if frontSrc == "" {
+		return fairSrc
+	}
+	const begin = "local function fronts("
+	i := strings.Index(fairSrc, begin)
+	n := strings.Index(fairSrc[max(i, 0):], "\nend\n")
+	if i < 0 || n < 0 {
+		panic("lua: fair.lua declares no function fronts for " + frontStandIn + " to replace")
+	}
+	return fairSrc[:i] + frontSrc + fairSrc[i+n+len("\nend\n"):]
+}()
+
+// FrontStandIn names the stand-in a benchmark build carries in the place of
+// fair.lua's fronts, the rule that puts a grant at the front of the queue,
+// or returns "" for fair.lua's own, as in every build without the tag
+// admitq_frontfloor. That stand-in, floor/frontall.lua, fronts every grant
+// of a capped tenant with tasks in flight: the best placement for a tenant
+// its cap holds below its share, to measure how much of its cap such a
+// tenant can use (admitq bench --only dispatch).
+func FrontStandIn() string { return frontStandIn }
+
 func fairFunction(name, version string) string { return "admitq_fair_" + name + "_" + version }
 
 // FairLibrary returns the source of the dispatcher's Redis Functions
@@ -80,14 +104,15 @@ func FairLibrary() string { return library }
 func fair(name, src string) FairScript {
 	// As a script, the prelude is defined anew at each call: KEYS and ARGV
 	// are kept before its locals of those names hide them.
-	script := "local EVAL_KEYS, EVAL_ARGV = KEYS, ARGV\n" + fairSrc +
+	script := "local EVAL_KEYS, EVAL_ARGV = KEYS, ARGV\n" + prelude +
 		"\nlocal function main()\n" + src + "\nend\nbegin(EVAL_KEYS, EVAL_ARGV)\nreturn main()\n"
 	return FairScript{Function: fairFunction(name, version), Flagged: redis.NewScript(shebang + script), Plain: redis.NewScript(script)}
 }
 
 // FairPrelude returns fair.lua's source: the keys, constants and steps the
-// dispatcher's scripts share.
-func FairPrelude() string { return fairSrc }
+// dispatcher's scripts share (with the stand-in of a benchmark build,
+// FrontStandIn).
+func FairPrelude() string { return prelude }
 
 // FairPark returns fair_park.lua: a producer's task in a dispatched queue
 // goes straight in, waits its turn, or is refused.

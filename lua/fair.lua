@@ -561,6 +561,15 @@ local function forgive()
   end
 end
 
+-- fronts is package rule's Fronts: a grant from the line of a tenant with
+-- cap (0: none) and n tasks in flight goes in at the front of the queue
+-- when the tenant's tag lags the floor (lags) or lagged it at its last
+-- grant from its line (lagged). A benchmark build replaces it
+-- (FrontStandIn in package lua).
+local function fronts(cap, n, lags, lagged)
+  return cap > 0 and n > 0 and (lags or lagged)
+end
+
 -- grant lets task id (waiting entry e, or nil; flow f) of tenant T in at
 -- start tag start: it enters run in state g (with e) or f (without), or st
 -- when given (p: asynq has it already), takes a place of T and of each key
@@ -587,9 +596,9 @@ local function grant(T, id, e, start, st, f, h)
   local front, after, behind = false, '', nil
   if st == 'g' then
     behind = toint(h[6]) < floor
-    if toint(h[4]) > 0 and toint(h[1]) > 0 and (behind or h[8] == '1') then
-      -- package rule's Fronts; behind T's previous task if that is
-      -- pending still, and not before one that is still to be moved in
+    if fronts(toint(h[4]), toint(h[1]), behind, h[8] == '1') then
+      -- behind T's previous task if that is pending still, and not
+      -- before one that is still to be moved in
       local prev = h[7] and call('HGET', TP .. h[7], 'state')
       front = prev ~= 'scheduled'
       after = prev == 'pending' and h[7] or ''

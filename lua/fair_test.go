@@ -1,6 +1,7 @@
 package lua
 
 import (
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -37,5 +38,34 @@ func TestFairLibraryRegistersEachScript(t *testing.T) {
 		if !strings.Contains(lib, "redis.register_function('"+s.Function+"',") {
 			t.Errorf("the library registers no %s", s.Function)
 		}
+	}
+}
+
+// The dispatcher's scripts carry fair.lua as it is, or, in a benchmark
+// build (FrontStandIn), fair.lua with floor/frontall.lua in the place of
+// its function fronts and nothing else changed.
+func TestFairCarriesItsFronts(t *testing.T) {
+	src, err := os.ReadFile("fair.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := string(src)
+	if s := FrontStandIn(); s != "" {
+		path, _, _ := strings.Cut(s, " ")
+		stand, err := os.ReadFile(strings.TrimPrefix(path, "lua/"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		own := regexp.MustCompile(`(?s)local function fronts\(.*?\nend\n`)
+		if n := len(own.FindAllString(want, -1)); n != 1 {
+			t.Fatalf("fair.lua declares fronts %d times", n)
+		}
+		want = own.ReplaceAllLiteralString(want, string(stand))
+	}
+	if FairPrelude() != want {
+		t.Errorf("the prelude is not fair.lua with its stand-in (%q)", FrontStandIn())
+	}
+	if !strings.Contains(FairLibrary(), want) {
+		t.Errorf("the library does not carry the prelude")
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/enqueue"
 	"github.com/admitq/admitq/internal/worktime"
+	"github.com/admitq/admitq/lua"
 	aqworker "github.com/admitq/admitq/worker"
 )
 
@@ -121,6 +122,9 @@ func (m DispatchMeasure) Ratios() []float64 { return ratios(m.Fair, m.Bare) }
 type DispatchReport struct {
 	Config   DispatchConfig    `json:"config"`
 	Measures []DispatchMeasure `json:"measures"`
+	// FrontStandIn names the stand-in this build runs in the place of
+	// fair.lua's fronts (lua.FrontStandIn); empty in a normal build.
+	FrontStandIn string `json:"front_stand_in,omitempty"`
 }
 
 // add records one run's value of a measure (and bare asynq's, if given).
@@ -142,7 +146,7 @@ func (r *DispatchReport) add(name, unit, target string, fair float64, bare ...fl
 // drain time. Each pair runs back to back, in alternating order run by run.
 func RunDispatch(ctx context.Context, cfg DispatchConfig) (DispatchReport, error) {
 	cfg = cfg.withDefaults()
-	rep := DispatchReport{Config: cfg}
+	rep := DispatchReport{Config: cfg, FrontStandIn: lua.FrontStandIn()}
 	opts, admin, done, err := scenarioRedis(ctx, cfg.Redis)
 	if err != nil {
 		return rep, err
@@ -872,6 +876,9 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 func (r DispatchReport) WriteText(w io.Writer) error {
 	c := r.Config
 	fmt.Fprintf(w, "fair dispatch against bare asynq, on one Redis, %d run(s)\n", c.Runs)
+	if r.FrontStandIn != "" {
+		fmt.Fprintf(w, "fair.lua's fronts replaced by %s: every capped tenant's grant goes to the front, a floor, not the rule\n", r.FrontStandIn)
+	}
 	fmt.Fprintf(w, "drain: %d tasks (%d at 20 ms) of one tenant, and %d no-op tasks of %d tenants in turn, enqueued by %d goroutines while %d workers are held, then drained; Redis CPU and commands from enqueue to the last task's end\n",
 		c.Tasks, c.SlowTasks, c.Tasks, c.Tenants, c.Producers, c.Concurrency)
 	fmt.Fprintf(w, "Enqueue: calls for %v into a queue whose %d workers are all held (a fair queue at its depth: each task waits its turn)\n", c.EnqueueFor, c.Concurrency)

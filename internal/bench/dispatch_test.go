@@ -11,12 +11,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/admitq/admitq/internal/redistest"
+	"github.com/admitq/admitq/lua"
 )
 
 // TestRunDispatchTiny runs the whole dispatcher scenario with a few tasks
 // on a Redis that holds someone else's data: every figure is measured and
-// sane, a cap is never exceeded, the report survives JSON and prints, and
-// only the bench's own keys were touched.
+// sane, a cap is never exceeded, the report survives JSON and prints (and
+// names the stand-in of a benchmark build), and only the bench's own keys
+// were touched.
 func TestRunDispatchTiny(t *testing.T) {
 	if testing.Short() {
 		t.Skip("about 20 s of real workers")
@@ -104,6 +106,9 @@ func TestRunDispatchTiny(t *testing.T) {
 		if !strings.Contains(text.String(), n) {
 			t.Errorf("text report lacks %q:\n%s", n, text.String())
 		}
+	}
+	if standIn := lua.FrontStandIn(); rep.FrontStandIn != standIn || (standIn != "") != strings.Contains(text.String(), "fronts replaced by "+standIn) {
+		t.Errorf("the report names %q as the stand-in for fronts, this build runs %q:\n%s", rep.FrontStandIn, standIn, text.String())
 	}
 	t.Logf("\n%s", text.String())
 
