@@ -335,6 +335,9 @@ func (r *replayer) compare(step int) {
 		if got != want {
 			t.Fatalf("step %d: tenant %s (tag n cap wm est paused bh) %v, the model's %v", step, T, got, want)
 		}
+		if ttl := rdb.PTTL(ctx, k.tenantKey(T)).Val(); (m.N > 0 || m.Waiting() > 0) && ttl != -1 {
+			t.Fatalf("step %d: tenant %s has %d tasks in flight and %d waiting, and its record expires (PTTL %v)", step, T, m.N, m.Waiting(), ttl)
+		}
 	}
 }
 

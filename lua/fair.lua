@@ -363,6 +363,22 @@ local function owes()
   return owing
 end
 
+-- asleep reports whether tenant T sleeps (its rate holds it back). A call
+-- reads whether anyone sleeps once, and lull sets it.
+local anyAsleep
+local function asleep(T)
+  if anyAsleep == nil then
+    anyAsleep = call('ZCARD', sleep) > 0
+  end
+  return anyAsleep and call('ZSCORE', sleep, T) ~= false
+end
+
+-- lull puts tenant T to sleep until wake µs.
+local function lull(T, wake)
+  call('ZADD', sleep, int(wake), T)
+  anyAsleep = true
+end
+
 -- persist makes record th of tenant T permanent again, as one with tasks
 -- waiting or in flight must be.
 local function persist(th, T)
@@ -383,7 +399,7 @@ local function place(T, tag, n, cap, paused, waiting, sleeping)
   if paused == '1' then
     call('ZREM', vt, T)
     call('SADD', held, T)
-  elseif (cap > 0 and n >= cap) or sleeping or (sleeping == nil and call('ZSCORE', sleep, T))
+  elseif (cap > 0 and n >= cap) or sleeping or (sleeping == nil and asleep(T))
       or (waiting or waitingOf(T)) == 0 then
     call('ZREM', vt, T)
   else
@@ -612,10 +628,11 @@ local function grant(T, id, e, start, st, f, h)
   local tag, n = start + math.max(charge(est, wm), 1), toint(h[1]) + 1
   if behind == nil then
     call('HSET', th, 'n', n, 'tag', int(tag), 'mv', id)
+    persist(th, T)
   else
+    -- from T's line: T had a task waiting, so its record is kept already
     call('HSET', th, 'n', n, 'tag', int(tag), 'mv', id, 'bh', behind and '1' or '0')
   end
-  persist(th, T)
   if st == 'g' then
     call('HSET', grants, id, e)
   elseif st == 'f' then
@@ -943,7 +960,7 @@ local function back(id, r, e, us)
   call('HSET', th, 'tag', int(toint(h[1]) - charge(est, wm)), 'n', math.max(toint(h[3]) - 1, 0))
   push(T, f, e, true)
   if us > 0 then
-    call('ZADD', sleep, int(now + us), T)
+    lull(T, now + us)
   end
   refresh(T)
   leaveKeys(f)
@@ -1066,7 +1083,7 @@ local function begin(keys_, argv)
   local t = call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   nowS = int(now)
-  keyCache, owing, anyDeadlines = {}, nil, nil
+  keyCache, owing, anyDeadlines, anyAsleep = {}, nil, nil, nil
   local m = call('HMGET', meta, 'floor', 'est')
   floor, qest = toint(m[1]), toint(m[2])
 end

@@ -95,7 +95,7 @@ local function finish(id, ran, done, cap, wm, paused, hold, key)
   elseif hold > 0 then
     local wake = now + hold
     if toint(call('ZSCORE', sleep, T)) < wake then
-      call('ZADD', sleep, int(wake), T)
+      lull(T, wake)
     end
     c.asleep = true
   end
