@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/admission"
 )
@@ -117,6 +118,7 @@ func TestAGrantFrontsWhenItsCapHoldsTheTenantBack(t *testing.T) {
 			rdb.LPop(ctx, k.waitingKey("c")) // p stays parked, out of line
 			rdb.HSet(ctx, k.meta, "floor", 1_000_000)
 			rdb.HSet(ctx, k.tenantKey("c"), "tag", c.tag, "n", c.n, "mv", c.prev, "bh", flag(c.lagged))
+			rdb.ZAdd(ctx, k.vt, redis.Z{Score: float64(max(c.tag, 1_000_000)), Member: "c"}) // as refresh places it
 			res, err := d.run(ctx, d.scripts.dispatch, "default", "big|16|1", 3_000_000, 8, 0, 0, 0, 0)
 			if err != nil {
 				t.Fatal(err)

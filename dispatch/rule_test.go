@@ -53,6 +53,7 @@ type replayer struct {
 	// fronts counts the grants that went to the queue's front; streaks
 	// the grants that followed one of the same tenant in a turn.
 	fronts, streaks int
+	loans           int // steps with a runnable tenant placed ahead of its tag (rule.Lent)
 	// moved are tasks in flight in asynq's hands, by ID; retried those
 	// asynq will run again.
 	moved   []string
@@ -99,8 +100,8 @@ func replay(t *testing.T, seed uint64, steps int) {
 	if slices.Contains(r.seen[:], 0) {
 		t.Errorf("the replay never had a tenant registered with a key, a key at its cap, or a key held: %v", r.seen)
 	}
-	if r.fronts == 0 || r.streaks == 0 {
-		t.Errorf("the replay granted %d tasks for the queue's front and %d after one of the same tenant; want some of each", r.fronts, r.streaks)
+	if r.fronts == 0 || r.streaks == 0 || r.loans == 0 {
+		t.Errorf("the replay granted %d tasks for the queue's front and %d after one of the same tenant, and placed a tenant on a loan at %d steps; want some of each", r.fronts, r.streaks, r.loans)
 	}
 	_ = rdb
 }
@@ -307,8 +308,12 @@ func (r *replayer) compare(step int) {
 		t.Fatalf("step %d: %d runnable tenants, the model has %d (%v, %v)", step, len(vt), len(r.model.Runnable), vt, r.model.Runnable)
 	}
 	for _, z := range vt {
-		if want, ok := r.model.Runnable[z.Member.(string)]; !ok || int64(z.Score) != want {
+		want, ok := r.model.Runnable[z.Member.(string)]
+		if !ok || int64(z.Score) != want {
 			t.Fatalf("step %d: tenant %s runnable at %v, the model at %d (%v)", step, z.Member, z.Score, want, ok)
+		}
+		if m := r.model.Tenants[z.Member.(string)]; want < m.Tag && want == r.model.Floor {
+			r.loans++
 		}
 	}
 	run := rdb.HGetAll(ctx, k.run).Val()
@@ -330,10 +335,10 @@ func (r *replayer) compare(step int) {
 	}
 	for T, m := range r.model.Tenants {
 		h := rdb.HGetAll(ctx, k.tenantKey(T)).Val()
-		got := [7]int64{atoi(h["tag"]), atoi(h["n"]), atoi(h["cap"]), atoi(h["wm"]), atoi(h["est"]), atoi(h["paused"]), atoi(h["bh"])}
-		want := [7]int64{m.Tag, int64(m.N), int64(m.Cap), m.Weight, m.Estimate, int64(flag(m.Paused)), int64(flag(m.Behind))}
+		got := [8]int64{atoi(h["tag"]), atoi(h["n"]), atoi(h["cap"]), atoi(h["wm"]), atoi(h["est"]), atoi(h["paused"]), atoi(h["bh"]), atoi(h["lg"])}
+		want := [8]int64{m.Tag, int64(m.N), int64(m.Cap), m.Weight, m.Estimate, int64(flag(m.Paused)), int64(flag(m.Behind)), m.Lag}
 		if got != want {
-			t.Fatalf("step %d: tenant %s (tag n cap wm est paused bh) %v, the model's %v", step, T, got, want)
+			t.Fatalf("step %d: tenant %s (tag n cap wm est paused bh lg) %v, the model's %v", step, T, got, want)
 		}
 		if ttl := rdb.PTTL(ctx, k.tenantKey(T)).Val(); (m.N > 0 || m.Waiting() > 0) && ttl != -1 {
 			t.Fatalf("step %d: tenant %s has %d tasks in flight and %d waiting, and its record expires (PTTL %v)", step, T, m.N, m.Waiting(), ttl)

@@ -388,14 +388,29 @@ local function persist(th, T)
   end
 end
 
+-- lent is package rule's Lent: how far ahead of the floor the tag of a
+-- tenant with cap, n tasks in flight, lag lg at its last grant from its
+-- line, estimate est and weight wm (0: none yet) may be while its next
+-- task still starts at the floor.
+local function lent(cap, n, lg, est, wm)
+  if cap <= 0 or n <= 0 or lg <= 0 then
+    return 0
+  end
+  if est == 0 then
+    est = qest > 0 and qest or DEFAULT_ESTIMATE
+  end
+  return math.min(lg, math.max(charge(est, wm > 0 and wm or WEIGHT_SCALE), 1))
+end
+
 -- place puts tenant T among those that may go in, at the later of its own
 -- tag and the floor (an idle or blocked tenant banks no credit), when it
 -- has a task waiting, is under its cap, awake and not paused; else it takes
 -- T out. The caller gives what it knows of T: its tag, tasks in flight n,
 -- cap and paused ("1"), and, when it knows them, how many tasks wait and
--- whether it sleeps (nil: read them).
+-- whether it sleeps (nil: read them), and what it is lent (lent; nil:
+-- nothing).
 -- It reports whether T may go in.
-local function place(T, tag, n, cap, paused, waiting, sleeping)
+local function place(T, tag, n, cap, paused, waiting, sleeping, lend)
   if paused == '1' then
     call('ZREM', vt, T)
     call('SADD', held, T)
@@ -403,7 +418,7 @@ local function place(T, tag, n, cap, paused, waiting, sleeping)
       or (waiting or waitingOf(T)) == 0 then
     call('ZREM', vt, T)
   else
-    call('ZADD', vt, int(math.max(tag, floor)), T)
+    call('ZADD', vt, int(math.max(tag - (lend or 0), floor)), T)
     return true
   end
   return false
@@ -412,8 +427,9 @@ end
 -- refresh places tenant T by its record. Every change to a tenant ends
 -- with it, or with place.
 local function refresh(T)
-  local h = call('HMGET', P .. 't:' .. T, 'tag', 'n', 'cap', 'paused', 'wk')
-  return place(T, toint(h[1]), toint(h[2]), toint(h[3]), h[4], waitingOf(T, h[5] or 0))
+  local h = call('HMGET', P .. 't:' .. T, 'tag', 'n', 'cap', 'paused', 'wk', 'lg', 'est', 'wm')
+  local n, cap = toint(h[2]), toint(h[3])
+  return place(T, toint(h[1]), n, cap, h[4], waitingOf(T, h[5] or 0), nil, lent(cap, n, toint(h[6]), toint(h[7]), toint(h[8])))
 end
 
 -- uses reports whether tenant T has a flow that carries key K and is
@@ -594,9 +610,10 @@ end
 -- front of the queue, and if so behind which of T's tasks ("": none), and
 -- whether it lagged the floor (nil: not known). Only a grant from T's
 -- line (state g) goes to the front; its caller reads h whole. h is T's
--- record's n, wm, est and cap, then wk, tag, mv (its task granted last)
--- and bh ("1": its last grant from its line lagged the floor), when the
--- caller read them (nil: read them).
+-- record's n, wm, est and cap, then wk, tag, mv (its task granted last),
+-- bh ("1": its last grant from its line started ahead of its tag) and lg
+-- (how far its tag lagged the floor then), when the caller read them (nil:
+-- read them). A grant from the line also returns its own bh and lg.
 local function grant(T, id, e, start, st, f, h)
   local th = P .. 't:' .. T
   h = h or call('HMGET', th, 'n', 'wm', 'est', 'cap')
@@ -609,10 +626,11 @@ local function grant(T, id, e, start, st, f, h)
     est = qest > 0 and qest or DEFAULT_ESTIMATE
   end
   st = st or (e and 'g' or 'f')
-  local front, after, behind = false, '', nil
+  local front, after, behind, lag = false, '', nil, 0
   if st == 'g' then
-    behind = toint(h[6]) < floor
-    if fronts(toint(h[4]), toint(h[1]), behind, h[8] == '1') then
+    local was = toint(h[6])
+    behind, lag = start ~= was, math.max(floor - was, 0)
+    if fronts(toint(h[4]), toint(h[1]), was < floor, h[8] == '1') then
       -- behind T's previous task if that is pending still, and not
       -- before one that is still to be moved in
       local prev = h[7] and call('HGET', TP .. h[7], 'state')
@@ -631,14 +649,14 @@ local function grant(T, id, e, start, st, f, h)
     persist(th, T)
   else
     -- from T's line: T had a task waiting, so its record is kept already
-    call('HSET', th, 'n', n, 'tag', int(tag), 'mv', id, 'bh', behind and '1' or '0')
+    call('HSET', th, 'n', n, 'tag', int(tag), 'mv', id, 'bh', behind and '1' or '0', 'lg', int(lag))
   end
   if st == 'g' then
     call('HSET', grants, id, e)
   elseif st == 'f' then
     call('ZADD', fresh, nowS, id)
   end
-  return tag, n, toint(h[4]), front, after, behind
+  return tag, n, toint(h[4]), front, after, behind, lag
 end
 
 -- runEntry splits a run entry "state|estimate|since|tenant", then a
@@ -836,7 +854,7 @@ local function pick(most, space, out)
   local cur, second
   local function leave()
     if cur then
-      place(cur.T, cur.tag, cur.h[1], cur.cap, '0', waitingOf(cur.T, 0), false)
+      place(cur.T, cur.tag, cur.h[1], cur.cap, '0', waitingOf(cur.T, 0), false, cur.lend)
       cur = nil
     end
   end
@@ -851,7 +869,7 @@ local function pick(most, space, out)
       end
       head = #head > 0 and head or call('ZRANGE', vt, 0, 1, 'WITHSCORES')
       T, start, second = head[1], tonumber(head[2]), head[3] and {head[3], tonumber(head[4])}
-      h = call('HMGET', P .. 't:' .. T, 'n', 'wm', 'est', 'cap', 'wk', 'tag', 'mv', 'bh')
+      h = call('HMGET', P .. 't:' .. T, 'n', 'wm', 'est', 'cap', 'wk', 'tag', 'mv', 'bh', 'lg')
     end
     local flows = {'0'}
     if h[5] then
@@ -876,17 +894,19 @@ local function pick(most, space, out)
       local id = entryID(e)
       if id and parked(id) and not expired(id) then
         -- T was runnable: awake and not paused
-        local tag, n, cap, front, after, behind = grant(T, id, e, start, nil, f, h)
+        local tag, n, cap, front, after, behind, lag = grant(T, id, e, start, nil, f, h)
         out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = T, e, front and '1' or '0', after
         most, space = most - 1, space - 1
-        local again = math.max(tag, floor)
+        local lend = lent(cap, n, lag, toint(h[3]), toint(h[2]))
+        local again = math.max(tag - lend, floor)
         if not h[5] and (cap == 0 or n < cap) and
             (not second or again < second[2] or (again == second[2] and T < second[1])) then
-          cur = {T = T, start = again, tag = tag, cap = cap, h = {n, h[2], h[3], h[4], nil, int(tag), id, behind and '1' or '0'}}
+          cur = {T = T, start = again, tag = tag, cap = cap, lend = lend,
+            h = {n, h[2], h[3], h[4], nil, int(tag), id, behind and '1' or '0', int(lag)}}
         else
           cur = nil
           local wk = h[5] and call('HGET', P .. 't:' .. T, 'wk') -- pop changed it
-          place(T, tag, n, cap, '0', waitingOf(T, wk or 0), false)
+          place(T, tag, n, cap, '0', waitingOf(T, wk or 0), false, lend)
         end
       else
         cur = nil

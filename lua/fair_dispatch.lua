@@ -49,10 +49,10 @@ local recs, order = {}, {}
 local function record(T)
   local c = recs[T]
   if not c then
-    local h = call('HMGET', P .. 't:' .. T, 'tag', 'wm', 'est', 'used', 'n', 'cap', 'paused', 'l', 'wk')
+    local h = call('HMGET', P .. 't:' .. T, 'tag', 'wm', 'est', 'used', 'n', 'cap', 'paused', 'l', 'wk', 'lg')
     c = {tag = toint(h[1]), wm = toint(h[2]), est = toint(h[3]), used = toint(h[4]), n = toint(h[5]),
       cap = toint(h[6]), paused = h[7] or '0', wasPaused = h[7] == '1', l = toint(h[8]), wk = h[9],
-      left = false, asleep = false}
+      lg = toint(h[10]), left = false, asleep = false}
     recs[T] = c
     order[#order + 1] = T
   end
@@ -70,7 +70,7 @@ local function flush(T)
   call('HSET', P .. 't:' .. T, 'tag', int(c.tag), 'est', int(c.est), 'used', int(c.used), 'n', c.n,
     'cap', c.cap, 'wm', c.wm, 'paused', c.paused)
   local waiting = waitingOf(T, c.wk or 0)
-  place(T, c.tag, c.n, c.cap, c.paused, waiting, c.asleep or nil)
+  place(T, c.tag, c.n, c.cap, c.paused, waiting, c.asleep or nil, lent(c.cap, c.n, c.lg, c.est, c.wm))
   return waiting
 end
 

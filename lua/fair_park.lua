@@ -51,7 +51,7 @@ if isParked(id) then
   return {'wait-again', now, 0}
 end
 local th = P .. 't:' .. T
-local h = call('HMGET', th, 'tag', 'n', 'cap', 'wm', 'paused', 'wk')
+local h = call('HMGET', th, 'tag', 'n', 'cap', 'wm', 'paused', 'wk', 'est', 'lg')
 local changed = toint(h[3]) ~= cap or toint(h[4]) ~= wm or (h[5] or '0') ~= paused
 if changed then
   call('HSET', th, 'cap', cap, 'wm', wm, 'paused', paused)
@@ -66,7 +66,8 @@ end
 local waiting = waitingOf(T, h[6] or 0)
 local later = tonumber(nb) > now + 1000000
 local tag, n = toint(h[1]), toint(h[2])
-local start = math.max(tag, floor)
+local lend = lent(cap, n, toint(h[8]), toint(h[7]), wm)
+local start = math.max(tag - lend, floor)
 -- anyOpen reports whether a flow of T with tasks waiting is open (flow
 -- "0" always is; a tenant without wk has no other).
 local function anyOpen()
@@ -120,6 +121,6 @@ if later then
 end
 push(T, f, e, false)
 if not same then
-  place(T, tag, n, cap, paused, waiting + 1)
+  place(T, tag, n, cap, paused, waiting + 1, nil, lend)
 end
 return {'wait', now, waiting + 1}

@@ -110,10 +110,12 @@ type Tenant struct {
 	Lines map[string][]Waiter
 	// Asleep is set while the tenant is held back (by its rate).
 	Asleep bool
-	// Behind is set when its latest grant from its line started at the
-	// floor, ahead of its tag: something (its cap, most often) had held
-	// it back.
+	// Behind is set when its latest grant from its line started ahead of
+	// its tag: at the floor, because something (its cap, most often) had
+	// held it back, or on a loan (Lent). Lag is how far its tag lagged the
+	// floor then (0: not at all).
 	Behind bool
+	Lag    int64
 }
 
 // Waiter is a waiting task: its ID and when it was parked, µs.
@@ -222,17 +224,16 @@ type Grant struct {
 
 // Fronts reports whether a grant to tenant t goes in at the front of the
 // queue, at floor (before the grant): when t is capped, has tasks in
-// flight, and its tag lags the floor or lagged it at its previous grant,
-// it is a tenant its cap holds below its fair share, whose places would
-// otherwise be spent waiting behind the queue's depth. (The previous
-// grant counts because a tenant's finishes come in clusters: the second
-// of two finishes that come before the floor has moved past the first's
-// grant finds the tag level with the floor.) Each of a tenant's grants
-// that lags lends the front to at most one more, and such tenants' tasks
-// together are fewer than the workers, so the tasks they pass are passed
-// a bounded number of times. (The dispatcher also keeps a tenant's own
-// tasks in order: a grant goes to the front only when the tenant's
-// previous one has started.)
+// flight, and its tag lags the floor or its last grant from its line
+// started ahead of its tag (Behind), it is a tenant its cap holds below
+// its fair share, whose places would otherwise be spent waiting behind the
+// queue's depth. (The last grant counts because a tenant's finishes come
+// in clusters: the second of two that come close together finds the tag
+// level with the floor, or on a loan.) Such tenants' tasks together are
+// fewer than the workers, so the tasks they pass are passed a bounded
+// number of times (fronts_test.go measures it). (The dispatcher also keeps
+// a tenant's own tasks in order: a grant goes to the front only when the
+// tenant's previous one has started.)
 func Fronts(t *Tenant, floor int64) bool {
 	return t.Cap > 0 && t.N > 0 && (t.Tag < floor || t.Behind)
 }
@@ -290,8 +291,34 @@ func (q *Queue) Refresh(T string) bool {
 		delete(q.Runnable, T)
 		return false
 	}
-	q.Runnable[T] = max(t.Tag, q.Floor)
+	q.Runnable[T] = q.start(t)
 	return true
+}
+
+// start is the start tag t's next task gets now: the later of its tag and
+// the floor (an idle or blocked tenant banks no credit), less what t is
+// lent (Lent).
+func (q *Queue) start(t *Tenant) int64 {
+	return max(t.Tag-Lent(t, q.Estimate), q.Floor)
+}
+
+// Lent is how far ahead of the floor the tag of tenant t may be while its
+// next task still starts at the floor, with the queue's estimate qest:
+// what its tag lagged the floor at its last grant from its line (Lag), at
+// most one task's charge, while t is capped and has tasks in flight. A
+// tenant its cap holds below its fair share loses the virtual time the
+// floor gains while it waits at its cap; its finishes come in clusters,
+// and the second of two that come before the floor has passed the first's
+// grant would otherwise wait for the floor, a place of its cap unused.
+// The loan gives back what the last grant's clamp took, once: a grant on a
+// loan lags nothing, so the next lends nothing. An idle tenant (nothing in
+// flight) borrows nothing, and a task that ran past its estimate is
+// charged in full.
+func Lent(t *Tenant, qest int64) int64 {
+	if t.Cap == 0 || t.N == 0 || t.Lag == 0 {
+		return 0
+	}
+	return min(t.Lag, max(Charge(cmp.Or(t.Estimate, qest, DefaultEstimate), t.Weight), 1))
 }
 
 // flows returns T's flows with tasks waiting, in the order its tasks go.
@@ -525,7 +552,8 @@ func (q *Queue) grant(T, id, f string, start int64, line bool) Grant {
 	t := q.tenant(T)
 	front := line && Fronts(t, q.Floor)
 	if line {
-		t.Behind = t.Tag < q.Floor
+		t.Behind = start != t.Tag
+		t.Lag = max(q.Floor-t.Tag, 0)
 	}
 	est := cmp.Or(t.Estimate, q.Estimate, DefaultEstimate)
 	q.InFlight[id] = Run{Tenant: T, Flow: f, Estimate: est}
@@ -560,7 +588,7 @@ func (q *Queue) Park(task Task, l Limits, keys map[string]KeyLimits, space int) 
 		q.SetKey(K, keys[K])
 	}
 	t := q.Tenants[T]
-	start := max(t.Tag, q.Floor)
+	start := q.start(t)
 	_, head, any := q.Head()
 	_, eligible := q.eligible(t)
 	if !eligible && !t.Asleep && !l.Paused && (l.Cap == 0 || t.N < l.Cap) && q.flowOpen(task.Flow) &&
