@@ -403,13 +403,12 @@ local function lent(cap, n, lg, est, wm)
 end
 
 -- place puts tenant T among those that may go in, at the later of its own
--- tag and the floor (an idle or blocked tenant banks no credit), when it
--- has a task waiting, is under its cap, awake and not paused; else it takes
--- T out. The caller gives what it knows of T: its tag, tasks in flight n,
--- cap and paused ("1"), and, when it knows them, how many tasks wait and
--- whether it sleeps (nil: read them), and what it is lent (lent; nil:
--- nothing).
--- It reports whether T may go in.
+-- tag, less what it is lent, and the floor (an idle or blocked tenant banks
+-- no credit), when it has a task waiting, is under its cap, awake and not
+-- paused; else it takes T out. The caller gives what it knows of T: its
+-- tag, tasks in flight n, cap and paused ("1"), and, when it knows them,
+-- how many tasks wait and whether it sleeps (nil: read them), and what it
+-- is lent (lent; nil: nothing). It reports whether T may go in.
 local function place(T, tag, n, cap, paused, waiting, sleeping, lend)
   if paused == '1' then
     call('ZREM', vt, T)
@@ -595,9 +594,9 @@ end
 
 -- fronts is package rule's Fronts: a grant from the line of a tenant with
 -- cap (0: none) and n tasks in flight goes in at the front of the queue
--- when the tenant's tag lags the floor (lags) or lagged it at its last
--- grant from its line (lagged). A benchmark build replaces it
--- (FrontStandIn in package lua).
+-- when the tenant's tag lags the floor (lags) or its last grant from its
+-- line started away from its tag (lagged: at the floor, or on a loan). A
+-- benchmark build replaces it (FrontStandIn in package lua).
 local function fronts(cap, n, lags, lagged)
   return cap > 0 and n > 0 and (lags or lagged)
 end
@@ -607,9 +606,10 @@ end
 -- when given (p: asynq has it already), takes a place of T and of each key
 -- of f, and is charged its estimate, which moves the floor. It returns T's
 -- new tag, tasks in flight and cap, and whether the task goes in at the
--- front of the queue, and if so behind which of T's tasks ("": none), and
--- whether it lagged the floor (nil: not known). Only a grant from T's
--- line (state g) goes to the front; its caller reads h whole. h is T's
+-- front of the queue, and if so behind which of T's tasks ("": none), then,
+-- for a grant from T's line, whether it started away from T's tag and how
+-- far T's tag lagged the floor (nil and 0 for any other). Only a grant
+-- from T's line (state g) goes to the front; its caller reads h whole. h is T's
 -- record's n, wm, est and cap, then wk, tag, mv (its task granted last),
 -- bh ("1": its last grant from its line started ahead of its tag) and lg
 -- (how far its tag lagged the floor then), when the caller read them (nil:
