@@ -117,9 +117,10 @@ local function toint(s)
   return math.floor(tonumber(s) or 0)
 end
 
--- charge is the virtual time x µs of work costs a tenant of weight wm.
+-- charge is the virtual time x µs of work costs a tenant of weight wm in
+-- thousandths (0 or less, none stored: a weight of 1).
 local function charge(x, wm)
-  return math.floor(x * WEIGHT_SCALE / wm)
+  return math.floor(x * WEIGHT_SCALE / (wm > 0 and wm or WEIGHT_SCALE))
 end
 
 -- smooth moves mean m a 1/div part of the way to x.
@@ -309,6 +310,16 @@ end
 -- floor and qest are the queue's floor and estimate, read by begin.
 local floor, qest
 
+-- estimate is the run time µs charged a task of a tenant whose stored
+-- estimate is est: est, or the queue's (qest) while the tenant has none,
+-- or DEFAULT_ESTIMATE while neither has.
+local function estimate(est)
+  if est ~= 0 then
+    return est
+  end
+  return qest > 0 and qest or DEFAULT_ESTIMATE
+end
+
 -- save writes the queue's floor and estimate back.
 local function save()
   call('HSET', meta, 'floor', int(floor), 'est', int(qest))
@@ -396,10 +407,7 @@ local function lent(cap, n, lg, est, wm)
   if cap <= 0 or n <= 0 or lg <= 0 then
     return 0
   end
-  if est == 0 then
-    est = qest > 0 and qest or DEFAULT_ESTIMATE
-  end
-  return math.min(lg, math.max(charge(est, wm > 0 and wm or WEIGHT_SCALE), 1))
+  return math.min(lg, math.max(charge(estimate(est), wm), 1))
 end
 
 -- place puts tenant T among those that may go in, at the later of its own
@@ -617,14 +625,7 @@ end
 local function grant(T, id, e, start, st, f, h)
   local th = P .. 't:' .. T
   h = h or call('HMGET', th, 'n', 'wm', 'est', 'cap')
-  local wm = toint(h[2])
-  if wm <= 0 then
-    wm = WEIGHT_SCALE
-  end
-  local est = toint(h[3])
-  if est == 0 then
-    est = qest > 0 and qest or DEFAULT_ESTIMATE
-  end
+  local wm, est = toint(h[2]), estimate(toint(h[3]))
   st = st or (e and 'g' or 'f')
   local front, after, behind, lag = false, '', nil, 0
   if st == 'g' then
@@ -973,11 +974,7 @@ local function back(id, r, e, us)
   call('HDEL', grants, id)
   local th = P .. 't:' .. T
   local h = call('HMGET', th, 'tag', 'wm', 'n')
-  local wm = toint(h[2])
-  if wm <= 0 then
-    wm = WEIGHT_SCALE
-  end
-  call('HSET', th, 'tag', int(toint(h[1]) - charge(est, wm)), 'n', math.max(toint(h[3]) - 1, 0))
+  call('HSET', th, 'tag', int(toint(h[1]) - charge(est, toint(h[2]))), 'n', math.max(toint(h[3]) - 1, 0))
   push(T, f, e, true)
   if us > 0 then
     lull(T, now + us)

@@ -99,9 +99,8 @@ local function finish(id, ran, done, cap, wm, paused, hold, key)
     end
     c.asleep = true
   end
-  local twm = c.wm > 0 and c.wm or WEIGHT_SCALE
   c.est = c.est == 0 and ran or smooth(c.est, ran, TENANT_SMOOTHING)
-  c.tag = c.tag + charge(ran - est, twm)
+  c.tag = c.tag + charge(ran - est, c.wm)
   c.used = c.used + ran
   qest = qest == 0 and ran or smooth(qest, ran, QUEUE_SMOOTHING)
   local rollback = state == 'scheduled' and isParked(id)

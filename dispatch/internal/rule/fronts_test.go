@@ -52,13 +52,7 @@ type frontResult struct {
 	capUse map[string]float64
 	// mostPassed is the most fronted grants any task was passed by.
 	mostPassed int
-	problems   []string
-}
-
-func (r *frontResult) fail(format string, args ...any) {
-	if len(r.problems) < 10 {
-		r.problems = append(r.problems, fmt.Sprintf(format, args...))
-	}
+	findings
 }
 
 // simulateFronts runs backlogged tenants on workers with a pending list

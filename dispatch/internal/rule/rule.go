@@ -318,8 +318,17 @@ func Lent(t *Tenant, qest int64) int64 {
 	if t.Cap == 0 || t.N == 0 || t.Lag == 0 {
 		return 0
 	}
-	return min(t.Lag, max(Charge(cmp.Or(t.Estimate, qest, DefaultEstimate), t.Weight), 1))
+	return min(t.Lag, t.charge(qest))
 }
+
+// estimate is the run time µs charged t's next task, with the queue's
+// estimate qest: its own, the queue's while it has none, or
+// DefaultEstimate.
+func (t *Tenant) estimate(qest int64) int64 { return cmp.Or(t.Estimate, qest, DefaultEstimate) }
+
+// charge is the virtual time t's next task is charged at its grant, at
+// least 1.
+func (t *Tenant) charge(qest int64) int64 { return max(Charge(t.estimate(qest), t.Weight), 1) }
 
 // flows returns T's flows with tasks waiting, in the order its tasks go.
 func (q *Queue) flows(t *Tenant) []string {
@@ -555,15 +564,14 @@ func (q *Queue) grant(T, id, f string, start int64, line bool) Grant {
 		t.Behind = start != t.Tag
 		t.Lag = max(q.Floor-t.Tag, 0)
 	}
-	est := cmp.Or(t.Estimate, q.Estimate, DefaultEstimate)
-	q.InFlight[id] = Run{Tenant: T, Flow: f, Estimate: est}
+	q.InFlight[id] = Run{Tenant: T, Flow: f, Estimate: t.estimate(q.Estimate)}
 	t.N++
 	_, keys := ParseFlow(f)
 	for _, K := range keys {
 		q.key(K).N++
 	}
 	q.Floor = max(q.Floor, start)
-	t.Tag = start + max(Charge(est, t.Weight), 1)
+	t.Tag = start + t.charge(q.Estimate)
 	return Grant{Tenant: T, ID: id, Start: start, Front: front}
 }
 

@@ -144,12 +144,15 @@ type simResult struct {
 	contentionEnd int64
 	lightWaits    []int64
 	maxRun        int64
-	problems      []string
+	findings
 }
 
-func (r *simResult) fail(format string, args ...any) {
-	if len(r.problems) < 10 {
-		r.problems = append(r.problems, fmt.Sprintf(format, args...))
+// findings are the problems a simulation found, the first ten.
+type findings struct{ problems []string }
+
+func (f *findings) fail(format string, args ...any) {
+	if len(f.problems) < 10 {
+		f.problems = append(f.problems, fmt.Sprintf(format, args...))
 	}
 }
 
