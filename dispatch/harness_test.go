@@ -104,7 +104,18 @@ func (s *stack) shares(from, to time.Time) map[string]float64 {
 
 type event struct {
 	tenant, id string
-	at         time.Time
+	at         time.Time // the handler's start
+	taken      time.Time // when asynq took the task (see takenAt)
+}
+
+// takenAt is when asynq's processor took the task ctx carries, for tasks
+// without an asynq.Deadline. Handlers do not start in the order asynq took
+// their tasks: its one loop takes a task and starts a goroutine for it, and
+// Go may run the last goroutine started first. The deadline that loop sets
+// as it takes the task, now plus the task's timeout, keeps the order.
+func takenAt(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
 }
 
 func newStack(t *testing.T, def admission.Quota) *stack {
@@ -159,7 +170,7 @@ func (s *stack) handler() asynq.Handler {
 		now := time.Now()
 		s.mu.Lock()
 		s.runs[id]++
-		s.started = append(s.started, event{tenant, id, now})
+		s.started = append(s.started, event{tenant, id, now, takenAt(ctx)})
 		s.running[tenant]++
 		s.peak[tenant] = max(s.peak[tenant], s.running[tenant])
 		if at, ok := s.sent.Load(id); ok {

@@ -46,7 +46,7 @@ func (s *stack) setKey(key string, q admission.Quota) {
 type keyWatch struct {
 	mu      sync.Mutex
 	runs    map[string]int       // task ID -> starts
-	order   []string             // task IDs, in the order they started
+	taken   map[string]time.Time // task ID -> when asynq first took it (see ProcessTask)
 	tenant  map[string]string    // task ID -> tenant
 	first   map[string]time.Time // task ID -> its first start
 	last    map[string]time.Time // task ID -> its last start
@@ -59,7 +59,7 @@ type keyWatch struct {
 
 func newKeyWatch() *keyWatch {
 	return &keyWatch{
-		runs: map[string]int{}, tenant: map[string]string{}, first: map[string]time.Time{}, last: map[string]time.Time{},
+		runs: map[string]int{}, taken: map[string]time.Time{}, tenant: map[string]string{}, first: map[string]time.Time{}, last: map[string]time.Time{},
 		running: map[string]int{}, peak: map[string]int{}, inRedis: map[string]int{}, blocks: map[string]chan struct{}{},
 	}
 }
@@ -83,7 +83,8 @@ func (w *keyWatch) ran(id string) int {
 	return w.runs[id]
 }
 
-// ProcessTask runs t, counting its keys while it runs.
+// ProcessTask runs t, counting its keys while it runs, and notes when asynq
+// took it (takenAt), since handlers do not start in that order.
 func (w *keyWatch) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	id, _ := asynq.GetTaskID(ctx)
 	queue, _ := asynq.GetQueueName(ctx)
@@ -92,10 +93,10 @@ func (w *keyWatch) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	w.mu.Lock()
 	w.runs[id]++
 	firstRun := w.runs[id] == 1
-	w.order = append(w.order, id)
 	w.tenant[id] = worker.Tenant(ctx)
 	if firstRun {
 		w.first[id] = now
+		w.taken[id] = takenAt(ctx)
 	}
 	w.last[id] = now
 	for _, k := range keys {
@@ -247,20 +248,18 @@ func (w *keyWatch) waitRuns(t *testing.T, ids []string, within time.Duration) {
 	}
 }
 
-// startedOf lists the IDs among ids in the order they first started.
+// startedOf lists the IDs among ids that have run in the order asynq first
+// took them. Not for tasks with an asynq.Deadline.
 func (w *keyWatch) startedOf(ids []string) []string {
-	in := map[string]bool{}
-	for _, id := range ids {
-		in[id] = true
-	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []string
-	for _, id := range w.order {
-		if in[id] && !slices.Contains(out, id) {
+	for _, id := range ids {
+		if w.runs[id] > 0 {
 			out = append(out, id)
 		}
 	}
+	slices.SortStableFunc(out, func(a, b string) int { return w.taken[a].Compare(w.taken[b]) })
 	return out
 }
 
