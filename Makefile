@@ -24,6 +24,8 @@ test: redis chromium
 	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_counterfloor -run '^(TestCounterStandIn|TestCounterScriptsCarryTheirFiles)$$' ./lua/ ./internal/bench/
 	$(GO) vet -tags admitq_frontfloor ./lua/ ./internal/bench/ ./cmd/admitq/
 	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_frontfloor -run '^(TestFairCarriesItsFronts|TestRunDispatchTiny)$$' ./lua/ ./internal/bench/
+	$(GO) vet -tags admitq_dispatchfloor ./lua/ ./internal/bench/ ./cmd/admitq/
+	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_dispatchfloor -run '^(TestFairCarriesItsParkAndTurn|TestRunDispatchTiny)$$' ./lua/ ./internal/bench/
 	$(GO) test -run '^$$' -fuzz '^FuzzTenant$$' -fuzztime $(FUZZTIME) ./admission/
 	$(GO) test -run '^$$' -fuzz '^FuzzQuota$$' -fuzztime $(FUZZTIME) ./admission/
 	$(GO) test -run '^$$' -fuzz '^FuzzRedisQuotas$$' -fuzztime $(FUZZTIME) ./admission/

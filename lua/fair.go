@@ -46,9 +46,18 @@ type FairScript struct {
 // fairBodies are the scripts after the prelude, by the name of their
 // function in the library.
 var fairBodies = []struct{ name, src string }{
-	{"park", fairParkSrc}, {"dispatch", fairDispatchSrc}, {"move", fairMoveSrc},
+	{"park", parkSrc}, {"dispatch", dispatchSrc}, {"move", fairMoveSrc},
 	{"repair", fairRepairSrc}, {"adopt", fairAdoptSrc},
 }
+
+// parkSrc and dispatchSrc are fair_park.lua and fair_dispatch.lua, or
+// their stand-ins in a benchmark build (DispatchStandIn).
+var parkSrc, dispatchSrc = func() (string, string) {
+	if dispatchStandIn != "" {
+		return leanParkSrc, leanTurnSrc
+	}
+	return fairParkSrc, fairDispatchSrc
+}()
 
 // library is the dispatcher's Functions library and its version, a hash of
 // its source: a library of another version (a mixed fleet) loads beside it.
@@ -93,6 +102,15 @@ var prelude = func() string {
 // tenant can use (admitq bench --only dispatch).
 func FrontStandIn() string { return frontStandIn }
 
+// DispatchStandIn names the stand-ins a benchmark build carries in the
+// place of fair_park.lua and fair_dispatch.lua, or returns "" for the
+// dispatcher's own scripts, as in every build without the tag
+// admitq_dispatchfloor. Those stand-ins, floor/leanpark.lua and
+// floor/leanturn.lua, keep one first-in-first-out line per queue and do
+// the least a park, a grant, a move and a finish must: a floor for fair
+// dispatch's cost (admitq bench --only dispatch), not a rule.
+func DispatchStandIn() string { return dispatchStandIn }
+
 func fairFunction(name, version string) string { return "admitq_fair_" + name + "_" + version }
 
 // FairLibrary returns the source of the dispatcher's Redis Functions
@@ -116,11 +134,11 @@ func FairPrelude() string { return prelude }
 
 // FairPark returns fair_park.lua: a producer's task in a dispatched queue
 // goes straight in, waits its turn, or is refused.
-func FairPark() FairScript { return fair("park", fairParkSrc) }
+func FairPark() FairScript { return fair("park", parkSrc) }
 
 // FairDispatch returns fair_dispatch.lua: a worker's heartbeat, the tasks it
 // finished, and the grants the queue has space for.
-func FairDispatch() FairScript { return fair("dispatch", fairDispatchSrc) }
+func FairDispatch() FairScript { return fair("dispatch", dispatchSrc) }
 
 // FairMove returns fair_move.lua: granted tasks into asynq's queue, or back
 // in line.

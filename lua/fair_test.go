@@ -69,3 +69,31 @@ func TestFairCarriesItsFronts(t *testing.T) {
 		t.Errorf("the library does not carry the prelude")
 	}
 }
+
+// The park and the turn are fair_park.lua and fair_dispatch.lua, or, in a
+// benchmark build (DispatchStandIn), floor/leanpark.lua and
+// floor/leanturn.lua, in the library and as scripts alike.
+func TestFairCarriesItsParkAndTurn(t *testing.T) {
+	park, turn := "fair_park.lua", "fair_dispatch.lua"
+	if s := DispatchStandIn(); s != "" {
+		park, turn = "floor/leanpark.lua", "floor/leanturn.lua"
+		if !strings.HasPrefix(s, "lua/"+park+" and lua/"+turn+" ") {
+			t.Errorf("DispatchStandIn names %q, want %s and %s", s, park, turn)
+		}
+	}
+	for _, c := range []struct {
+		name, file string
+		s          FairScript
+	}{{"park", park, FairPark()}, {"dispatch", turn, FairDispatch()}} {
+		src, err := os.ReadFile(c.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(FairLibrary(), "\nlocal function "+c.name+"()\n"+string(src)+"\nend\n") {
+			t.Errorf("the library's %s does not carry %s", c.name, c.file)
+		}
+		if want := fair(c.name, string(src)); c.s.Plain.Hash() != want.Plain.Hash() || c.s.Flagged.Hash() != want.Flagged.Hash() {
+			t.Errorf("the script %s does not carry %s", c.s.Function, c.file)
+		}
+	}
+}
