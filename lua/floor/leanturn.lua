@@ -1,13 +1,16 @@
 -- leanturn.lua: a stand-in for fair_dispatch.lua, built in with the tag
 -- admitq_dispatchfloor, with its arguments and its reply. The least a turn
--- can be, with leanpark.lua's line: a finish frees its place (once asynq
--- has marked it done), a grant the gate admitted goes into asynq's pending
--- list while asynq still keeps it parked, a task that went straight in
--- leaves fresh once asynq has it, and the line's first tasks are granted
--- while the queue has room, each recorded in run and grants as
--- fair_dispatch.lua records one (so that a repair pass can judge it). No
--- tags, weights, caps, keys, pauses, records or charges. A floor for the
--- cost of fair dispatch, not a rule.
+-- can be, with leanpark.lua's line:
+--   * a finish frees its place, once asynq has marked it done;
+--   * a grant the gate admitted goes into asynq's pending list while asynq
+--     still keeps it parked;
+--   * a task that went straight in leaves fresh once asynq has it;
+--   * the line's first tasks that asynq keeps parked are granted while the
+--     queue has room, each recorded in run and grants as fair_dispatch.lua
+--     records one (so that a repair pass can judge it); one whose producer
+--     has yet to write it goes to the back of the line.
+-- No tags, weights, caps, keys, pauses, records or charges. A floor for
+-- the cost of fair dispatch, not a rule.
 local member, ttl, most = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 call('ZADD', workers, int(now + math.max(ttl, 0)), member)
 local line = P .. 'lean'
@@ -71,10 +74,14 @@ if most > 0 then
     end
     local T, e = string.match(m, '^([^\n]*)\n(.*)$')
     local id = string.match(e, '^[^|]*|[^|]*|[^|]*|(.*)$')
-    call('HSET', run, id, 'g|0|' .. nowS .. '|' .. T)
-    call('HSET', grants, id, e)
-    n = n + 1
-    out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = T, e, '0', ''
+    if call('HGET', TP .. id, 'state') == 'scheduled' then
+      call('HSET', run, id, 'g|0|' .. nowS .. '|' .. T)
+      call('HSET', grants, id, e)
+      n = n + 1
+      out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = T, e, '0', ''
+    else
+      call('RPUSH', line, m) -- its producer has yet to write it: later
+    end
   end
   out[1] = n
 end
