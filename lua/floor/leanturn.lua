@@ -34,9 +34,9 @@ for _ = 1, moves do
   a = a + (op == FRONT and 4 or 3)
   local r = call('HGET', run, id)
   if r and string.sub(r, 1, 1) == 'g' then
-    local e = call('HGET', grants, id)
+    local e = op == BACK and call('HGET', grants, id)
     call('HDEL', grants, id)
-    if op == BACK and e then
+    if e then
       local _, _, _, T = runEntry(r)
       call('LPUSH', line, T .. '\n' .. e)
       call('HDEL', run, id)
@@ -53,10 +53,12 @@ end
 
 -- tasks that went straight in and are in asynq now leave fresh; one whose
 -- producer never wrote it frees its place
-for _, id in ipairs(call('ZRANGE', fresh, 0, 63)) do
+local zs = call('ZRANGE', fresh, 0, 63, 'WITHSCORES')
+for i = 1, #zs, 2 do
+  local id = zs[i]
   if call('EXISTS', TP .. id) == 1 then
     call('ZREM', fresh, id)
-  elseif now - tonumber(call('ZSCORE', fresh, id)) > FRESH_GRACE then
+  elseif now - tonumber(zs[i + 1]) > FRESH_GRACE then
     call('ZREM', fresh, id)
     call('HDEL', run, id)
   end
