@@ -685,6 +685,22 @@ local function free(id, r)
   settle(T)
 end
 
+-- endTurn ends a turn's reply out, its grants in already, as
+-- fair_dispatch.lua's header has it: the tenants waiting, the earliest µs
+-- one wakes or an entry in limbo is due (0: none), the tasks in asynq's
+-- pending list, the live gate workers' concurrency, then the indexes of
+-- the finishes to hand in again (later).
+local function endTurn(out, waiting, due, live, later)
+  out[#out + 1] = waiting
+  out[#out + 1] = due
+  out[#out + 1] = call('LLEN', pending)
+  out[#out + 1] = live
+  for _, i in ipairs(later) do
+    out[#out + 1] = i
+  end
+  return out
+end
+
 -- seen takes the tasks that went straight in and are now in asynq out of
 -- fresh (they count in asynq's lists from now on), and frees the place of
 -- one whose producer did not write it within FRESH_GRACE.

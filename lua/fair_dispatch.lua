@@ -178,7 +178,6 @@ if most > 0 then
 end
 forgive()
 save()
-out[#out + 1] = call('ZCARD', vt) + call('ZCARD', sleep)
 local due = 0
 for _, k in ipairs({sleep, limbo, ksleep}) do
   local first = call('ZRANGE', k, 0, 0, 'WITHSCORES')
@@ -186,10 +185,4 @@ for _, k in ipairs({sleep, limbo, ksleep}) do
     due = tonumber(first[2])
   end
 end
-out[#out + 1] = due
-out[#out + 1] = call('LLEN', pending)
-out[#out + 1] = live
-for _, i in ipairs(later) do
-  out[#out + 1] = i
-end
-return out
+return endTurn(out, call('ZCARD', vt) + call('ZCARD', sleep), due, live, later)

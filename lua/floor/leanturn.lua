@@ -4,7 +4,8 @@
 --   * a finish frees its place, once asynq has marked it done;
 --   * a grant the gate admitted goes into asynq's pending list while asynq
 --     still keeps it parked;
---   * a task that went straight in leaves fresh once asynq has it;
+--   * a task that went straight in leaves fresh once asynq has it
+--     (fair.lua's seen, as in fair_dispatch.lua);
 --   * the line's first tasks that asynq keeps parked are granted while the
 --     queue has room, each recorded in run and grants as fair_dispatch.lua
 --     records one (so that a repair pass can judge it); one whose producer
@@ -51,18 +52,7 @@ for _ = 1, moves do
   end
 end
 
--- tasks that went straight in and are in asynq now leave fresh; one whose
--- producer never wrote it frees its place
-local zs = call('ZRANGE', fresh, 0, 63, 'WITHSCORES')
-for i = 1, #zs, 2 do
-  local id = zs[i]
-  if call('EXISTS', TP .. id) == 1 then
-    call('ZREM', fresh, id)
-  elseif now - tonumber(zs[i + 1]) > FRESH_GRACE then
-    call('ZREM', fresh, id)
-    call('HDEL', run, id)
-  end
-end
+seen() -- tasks that went straight in and are in asynq now leave fresh
 
 local out, live = {0}, 0
 if most > 0 then
@@ -87,11 +77,4 @@ if most > 0 then
   end
   out[1] = n
 end
-out[#out + 1] = call('LLEN', line)
-out[#out + 1] = 0
-out[#out + 1] = call('LLEN', pending)
-out[#out + 1] = live
-for _, i in ipairs(later) do
-  out[#out + 1] = i
-end
-return out
+return endTurn(out, call('LLEN', line), 0, live, later)
