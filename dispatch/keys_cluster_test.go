@@ -94,7 +94,7 @@ func TestKeysPauseAndPriorityOnCluster(t *testing.T) {
 	w.waitRuns(t, append(append(keyed, free...), prios...), 30*time.Second)
 	want := slices.Clone(prios)
 	slices.SortStableFunc(want, func(a, b string) int { return prioOf(b) - prioOf(a) })
-	if got := w.takenOf(prios); !slices.Equal(got, want) {
+	if got := w.takenOf(t, prios); !slices.Equal(got, want) {
 		t.Errorf("prio's tasks ran in the order %v, want %v", got, want)
 	}
 	for _, id := range paused {
@@ -112,7 +112,7 @@ func TestKeysPauseAndPriorityOnCluster(t *testing.T) {
 			}
 		}
 		// Tenant b's tasks of one flow go in first in, first out.
-		if got := w.takenOf(ids); !slices.Equal(got, ids) {
+		if got := w.takenOf(t, ids); !slices.Equal(got, ids) {
 			t.Errorf("queue %s: the resumed key's tasks ran in the order %v, want %v", q, got, ids)
 		}
 	}

@@ -250,14 +250,19 @@ func (w *keyWatch) waitRuns(t *testing.T, ids []string, within time.Duration) {
 
 // takenOf lists the IDs among ids that have run in the order asynq first
 // took them. Not for tasks with an asynq.Deadline.
-func (w *keyWatch) takenOf(ids []string) []string {
+func (w *keyWatch) takenOf(t *testing.T, ids []string) []string {
+	t.Helper()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []string
 	for _, id := range ids {
-		if w.runs[id] > 0 {
-			out = append(out, id)
+		if w.runs[id] == 0 {
+			continue
 		}
+		if w.taken[id].IsZero() {
+			t.Fatalf("task %s ran without a deadline: when asynq took it is unknown", id)
+		}
+		out = append(out, id)
 	}
 	slices.SortStableFunc(out, func(a, b string) int { return w.taken[a].Compare(w.taken[b]) })
 	return out
@@ -418,7 +423,7 @@ func TestPriorityOrdersATenantButNotTenants(t *testing.T) {
 		slices.SortStableFunc(want, func(a, b string) int { return prioOf(b) - prioOf(a) })
 		w.unblock("first")
 		w.waitRuns(t, ids, 10*time.Second)
-		if got := w.takenOf(ids); !slices.Equal(got, want) {
+		if got := w.takenOf(t, ids); !slices.Equal(got, want) {
 			t.Errorf("t's tasks ran in the order %v, want %v", got, want)
 		}
 	})
@@ -453,12 +458,12 @@ func TestPriorityOrdersATenantButNotTenants(t *testing.T) {
 		w.waitRuns(t, append(hi, lo...), 20*time.Second)
 		wantHi := slices.Clone(hi)
 		slices.SortStableFunc(wantHi, func(a, b string) int { return prioOf(b) - prioOf(a) })
-		if got := w.takenOf(hi); !slices.Equal(got, wantHi) {
+		if got := w.takenOf(t, hi); !slices.Equal(got, wantHi) {
 			t.Errorf("hi's tasks ran in the order %v, want %v", got, wantHi)
 		}
 		// One worker runs them in the order they were granted: while both
 		// wait, neither tenant gets more than a grant ahead of the other.
-		order := w.takenOf(append(hi, lo...))
+		order := w.takenOf(t, append(hi, lo...))
 		n := map[string]int{}
 		for i, id := range order {
 			tenant := "lo"
@@ -520,7 +525,7 @@ func TestPausedKeyHoldsAcrossTenantsAndResumesInOrder(t *testing.T) {
 	s.setKey("pz", admission.Quota{Limit: admission.NoLimit})
 	for tenant, ids := range held {
 		w.waitRuns(t, ids, 10*time.Second)
-		if got := w.takenOf(ids); !slices.Equal(got, ids) {
+		if got := w.takenOf(t, ids); !slices.Equal(got, ids) {
 			t.Errorf("tenant %s's tasks of the resumed key ran in the order %v, want %v", tenant, got, ids)
 		}
 	}

@@ -45,6 +45,9 @@ func TestPausedTenantWaitsAndResumesInOrder(t *testing.T) {
 	var taken []event
 	for _, e := range s.started {
 		if e.tenant == "p" {
+			if e.taken.IsZero() {
+				t.Fatalf("task %s ran without a deadline: when asynq took it is unknown", e.id)
+			}
 			taken = append(taken, e)
 		}
 	}

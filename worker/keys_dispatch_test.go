@@ -428,6 +428,11 @@ func TestPausedKeyHoldsItsTasksUntilResumed(t *testing.T) {
 	defer s.mu.Unlock()
 	for _, tenant := range []string{"a", "b"} {
 		want := []string{tenant + "-api-0", tenant + "-api-1", tenant + "-api-2"}
+		for _, id := range want {
+			if s.taken[id].IsZero() {
+				t.Fatalf("task %s ran without a deadline: when asynq took it is unknown", id)
+			}
+		}
 		got := slices.SortedStableFunc(slices.Values(want), func(a, b string) int { return s.taken[a].Compare(s.taken[b]) })
 		if !slices.Equal(got, want) {
 			t.Errorf("tenant %s's tasks of the resumed key were taken in the order %v, want %v", tenant, got, want)
