@@ -10,7 +10,8 @@ FUZZTIME ?= 3s
 
 ## test: go vet, then all tests with the race detector, then the bench's
 ## builds with a floor in admit.lua's place (lua.AdmitStandIn), counter.lua's
-## (lua.CounterStandIn) and fair.lua's fronts (lua.FrontStandIn). ADMITQ_REQUIRE_REDIS=1
+## (lua.CounterStandIn), fair.lua's fronts (lua.FrontStandIn), and the
+## dispatcher's park and turn (lua.DispatchStandIn). ADMITQ_REQUIRE_REDIS=1
 ## turns "redis-server missing" from a skip into a failure, and
 ## ADMITQ_REQUIRE_BROWSER=1 does the same for the dashboard's Chromium.
 test: redis chromium

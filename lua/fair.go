@@ -50,15 +50,6 @@ var fairBodies = []struct{ name, src string }{
 	{"repair", fairRepairSrc}, {"adopt", fairAdoptSrc},
 }
 
-// parkSrc and dispatchSrc are fair_park.lua and fair_dispatch.lua, or
-// their stand-ins in a benchmark build (DispatchStandIn).
-var parkSrc, dispatchSrc = func() (string, string) {
-	if dispatchStandIn != "" {
-		return leanParkSrc, leanTurnSrc
-	}
-	return fairParkSrc, fairDispatchSrc
-}()
-
 // library is the dispatcher's Functions library and its version, a hash of
 // its source: a library of another version (a mixed fleet) loads beside it.
 var library, version = func() (string, string) {

@@ -410,6 +410,14 @@ local function lent(cap, n, lg, est, wm)
   return math.min(lg, math.max(charge(estimate(est), wm), 1))
 end
 
+-- startAt is package rule's Queue.start: the start tag of the next task
+-- of a tenant with tag tag that is lent lend (lent; nil: nothing), the
+-- later of the two and the floor (an idle or blocked tenant banks no
+-- credit).
+local function startAt(tag, lend)
+  return math.max(tag - (lend or 0), floor)
+end
+
 -- place puts tenant T among those that may go in, at the later of its own
 -- tag, less what it is lent, and the floor (an idle or blocked tenant banks
 -- no credit), when it has a task waiting, is under its cap, awake and not
@@ -425,7 +433,7 @@ local function place(T, tag, n, cap, paused, waiting, sleeping, lend)
       or (waiting or waitingOf(T)) == 0 then
     call('ZREM', vt, T)
   else
-    call('ZADD', vt, int(math.max(tag - (lend or 0), floor)), T)
+    call('ZADD', vt, int(startAt(tag, lend)), T)
     return true
   end
   return false
@@ -915,7 +923,7 @@ local function pick(most, space, out)
         out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = T, e, front and '1' or '0', after
         most, space = most - 1, space - 1
         local lend = lent(cap, n, lag, toint(h[3]), toint(h[2]))
-        local again = math.max(tag - lend, floor)
+        local again = startAt(tag, lend)
         if not h[5] and (cap == 0 or n < cap) and
             (not second or again < second[2] or (again == second[2] and T < second[1])) then
           cur = {T = T, start = again, tag = tag, cap = cap, lend = lend,

@@ -2,6 +2,9 @@
 
 package lua
 
-// leanParkSrc and leanTurnSrc replace fair_park.lua and fair_dispatch.lua
-// in a benchmark build (DispatchStandIn); empty here.
-const leanParkSrc, leanTurnSrc, dispatchStandIn = "", "", ""
+// parkSrc and dispatchSrc are the park and the turn: fair_park.lua and
+// fair_dispatch.lua, and their stand-ins in a benchmark build
+// (DispatchStandIn).
+var parkSrc, dispatchSrc = fairParkSrc, fairDispatchSrc
+
+const dispatchStandIn = ""

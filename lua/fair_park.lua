@@ -67,7 +67,7 @@ local waiting = waitingOf(T, h[6] or 0)
 local later = tonumber(nb) > now + 1000000
 local tag, n = toint(h[1]), toint(h[2])
 local lend = lent(cap, n, toint(h[8]), toint(h[7]), wm)
-local start = math.max(tag - lend, floor)
+local start = startAt(tag, lend)
 -- anyOpen reports whether a flow of T with tasks waiting is open (flow
 -- "0" always is; a tenant without wk has no other).
 local function anyOpen()
