@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -298,5 +299,50 @@ func TestAFinishAsynqHasNotMarkedDoneBacksOff(t *testing.T) {
 	t.Logf("%d script calls in 3 s", c.n.Load())
 	if n := c.n.Load(); n == 0 || n > 30 {
 		t.Errorf("%d script calls in 3 s for one finish asynq has not marked done; want a backoff (about a dozen)", n)
+	}
+}
+
+// A second waiting entry of a task the dispatcher has let in (a retried
+// ID's, or one a snapshot restore put back) is dropped at its turn: the
+// task is granted once, and takes one place.
+func TestASecondEntryOfAGrantedTaskIsNotGrantedAgain(t *testing.T) {
+	ctx := context.Background()
+	held := admission.Quota{Limit: 100_000, Window: time.Second, Paused: true}
+	d, rdb, ac := rig(t, held)
+	d.fairWorker(t, 4)
+	line := d.keysFor("default").prefix + "w:t"
+	for _, id := range []string{"a", "b"} {
+		tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: id}, held)
+		if err != nil || tk.Verdict != Wait {
+			t.Fatalf("%s: %v %v", id, tk.Verdict, err)
+		}
+		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(ParkedUntil)); err != nil {
+			t.Fatal(err)
+		}
+		if id == "a" {
+			e, err := rdb.LIndex(ctx, line, 0).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			rdb.RPush(ctx, line, e) // a's second entry, between a and b
+		}
+	}
+	// t is resumed: its tasks go in, a once.
+	picks := d.turnRaw(ctx, t, 4, 0, 0, 1, "t", 0, rule.WeightScale, 0, 0)
+	var ids []string
+	for _, p := range picks {
+		ids = append(ids, p.entry.id)
+	}
+	if !slices.Equal(ids, []string{"a", "b"}) {
+		t.Errorf("granted %v, want [a b]", ids)
+	}
+	if n, _ := rdb.HLen(ctx, d.keysFor("default").run).Result(); n != 2 {
+		t.Errorf("%d tasks in run, want 2", n)
+	}
+	if n, _ := rdb.LLen(ctx, line).Result(); n != 0 {
+		t.Errorf("%d entries still waiting, want none", n)
+	}
+	if n, _ := rdb.HGet(ctx, d.keysFor("default").prefix+"t:t", "n").Int(); n != 2 {
+		t.Errorf("t has %d tasks in flight, want 2", n)
 	}
 }

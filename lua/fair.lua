@@ -629,12 +629,17 @@ end
 -- record's n, wm, est and cap, then wk, tag, mv (its task granted last),
 -- bh ("1": its last grant from its line started ahead of its tag) and lg
 -- (how far its tag lagged the floor then), when the caller read them (nil:
--- read them). A grant from the line also returns its own bh and lg.
+-- read them). A grant from the line also returns its own bh and lg. A
+-- task in run already (let in by another entry of its ID) is not granted
+-- again: grant then returns nil and changes nothing.
 local function grant(T, id, e, start, st, f, h)
   local th = P .. 't:' .. T
   h = h or call('HMGET', th, 'n', 'wm', 'est', 'cap')
   local wm, est = toint(h[2]), estimate(toint(h[3]))
   st = st or (e and 'g' or 'f')
+  if call('HSETNX', run, id, st .. '|' .. int(est) .. '|' .. nowS .. '|' .. T .. (f == '0' and '' or '\n' .. f)) == 0 then
+    return nil -- let in already, by another entry of its ID
+  end
   local front, after, behind, lag = false, '', nil, 0
   if st == 'g' then
     local was = toint(h[6])
@@ -647,7 +652,6 @@ local function grant(T, id, e, start, st, f, h)
       after = prev == 'pending' and h[7] or ''
     end
   end
-  call('HSET', run, id, st .. '|' .. int(est) .. '|' .. nowS .. '|' .. T .. (f == '0' and '' or '\n' .. f))
   for _, K in ipairs(flowKeys(f)) do
     keyAdd(K, 'n', 1)
   end
@@ -917,9 +921,13 @@ local function pick(most, space, out)
       settle(T)
     else
       local id = entryID(e)
-      if id and parked(id) and not expired(id) then
-        -- T was runnable: awake and not paused
-        local tag, n, cap, front, after, behind, lag = grant(T, id, e, start, nil, f, h)
+      local tag, n, cap, front, after, behind, lag
+      if id and toint(call('ZSCORE', scheduled, id)) == PARKED and not expired(id) then
+        -- asynq keeps it parked (its move checks its state), and T was
+        -- runnable: awake and not paused
+        tag, n, cap, front, after, behind, lag = grant(T, id, e, start, nil, f, h)
+      end
+      if tag then
         out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = T, e, front and '1' or '0', after
         most, space = most - 1, space - 1
         local lend = lent(cap, n, lag, toint(h[3]), toint(h[2]))
@@ -939,10 +947,9 @@ local function pick(most, space, out)
         local st = id and call('HGET', TP .. id, 'state')
         if id and not st then
           toLimbo(T, e, now + 1000, f)
-        elseif (st == 'pending' or st == 'active') and call('HEXISTS', run, id) == 0 then
+        elseif (st == 'pending' or st == 'active') and grant(T, id, nil, start, 'p', f) then
           -- Run from outside (asynqmon's "run now"): it counts against
           -- its tenant's cap and its keys from now on, as if granted.
-          grant(T, id, nil, start, 'p', f)
           space = space - 1
         end
         if id and hasDeadlines() then
