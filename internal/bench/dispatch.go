@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"math"
@@ -100,6 +101,10 @@ var (
 )
 
 const capTask = 20 * time.Millisecond
+
+// capSpread is how far the task times of the capped row with spread task
+// times stray from capTask, as a fraction of it.
+const capSpread = 0.25
 
 // DispatchMeasure is one figure of the scenario, with a value per run.
 type DispatchMeasure struct {
@@ -259,18 +264,25 @@ func (s *dispatchRun) lights(ctx context.Context) error {
 	return nil
 }
 
-// caps: how much of its cap a capped tenant uses.
+// caps: how much of its cap a capped tenant uses. In the busy queue its
+// neighbours' tasks all start at the release and take the same time, so
+// the workers free in bursts, one a task time apart; the last row runs
+// the same queue with task times spread over capTask ± capSpread, as real
+// tasks' are, to show how much of what the cap misses the bursts cost.
 func (s *dispatchRun) caps(ctx context.Context) error {
+	share := float64(s.cfg.Workers) / 3
 	for _, c := range []struct {
 		name, target   string
 		busy, capsOnly bool
+		vary           float64
 	}{
-		{"alone", "≥ 71%", false, false},
-		{"alone, caps only (Gate without Fair)", "", false, true},
-		{fmt.Sprintf("busy queue (share %.1f)", float64(s.cfg.Workers)/3), "≥ 90%", true, false},
+		{"alone", "≥ 71%", false, false, 0},
+		{"alone, caps only (Gate without Fair)", "", false, true, 0},
+		{fmt.Sprintf("busy queue (share %.1f)", share), "≥ 90%", true, false, 0},
+		{fmt.Sprintf("busy queue (share %.1f), tasks of %v ± %.0f%%", share, capTask, 100*capSpread), "", true, false, capSpread},
 	} {
 		s.progress("a capped tenant, " + c.name)
-		used, err := s.capped(ctx, c.busy, c.capsOnly)
+		used, err := s.capped(ctx, c.busy, c.capsOnly, c.vary)
 		if err != nil {
 			return fmt.Errorf("bench: capped tenant, %s: %w", c.name, err)
 		}
@@ -486,10 +498,11 @@ const cappedTenant = "capped"
 // capped returns the mean of a capped tenant's running tasks over its cap,
 // sampled while it has tasks waiting: alone, or beside two uncapped
 // tenants with backlogs, where its fair share of the pool is a third. With
-// capsOnly the queue caps and does not share.
-func (s *dispatchRun) capped(ctx context.Context, busy, capsOnly bool) (float64, error) {
+// capsOnly the queue caps and does not share; vary is poolSpec's.
+func (s *dispatchRun) capped(ctx context.Context, busy, capsOnly bool, vary float64) (float64, error) {
 	cfg := s.cfg
-	p, err := s.start(ctx, poolSpec{fair: true, capsOnly: capsOnly, workers: cfg.Workers, task: capTask, hold: true, maxInFlight: cfg.MaxInFlight})
+	p, err := s.start(ctx, poolSpec{fair: true, capsOnly: capsOnly, workers: cfg.Workers, task: capTask, vary: vary,
+		hold: true, maxInFlight: cfg.MaxInFlight})
 	if err != nil {
 		return 0, err
 	}
@@ -536,12 +549,15 @@ func (s *dispatchRun) capped(ctx context.Context, busy, capsOnly bool) (float64,
 
 // poolSpec is a pool of workers to measure.
 type poolSpec struct {
-	fair        bool // admitq's fair workers and producers; else bare asynq's
-	capsOnly    bool // with fair: worker.Config{Gate} without Fair
-	workers     int
-	task        time.Duration // how long each handler runs
-	hold        bool          // handlers wait for release
-	maxInFlight int           // the capped tenant's cap; 0 is none
+	fair     bool // admitq's fair workers and producers; else bare asynq's
+	capsOnly bool // with fair: worker.Config{Gate} without Fair
+	workers  int
+	task     time.Duration // how long each handler runs
+	// vary, when set, spreads task times evenly over task ± vary×task,
+	// each task's from a hash of its ID.
+	vary        float64
+	hold        bool // handlers wait for release
+	maxInFlight int  // the capped tenant's cap; 0 is none
 	// keys are the quotas of concurrency keys (admission.StaticQuotas.Keys).
 	keys map[string]admission.Quota
 	// tenants, when set, are written to a RedisQuotas that the gate reads,
@@ -565,6 +581,7 @@ type server interface {
 type pool struct {
 	fair   bool
 	task   time.Duration
+	vary   float64 // poolSpec.vary
 	rdb    *redis.Client
 	srv    server
 	gate   *admission.Gate
@@ -593,7 +610,7 @@ func (s *dispatchRun) start(ctx context.Context, spec poolSpec) (*pool, error) {
 		return nil, err
 	}
 	rdb := redis.NewClient(withPool(s.opts, 2*spec.workers+s.cfg.Producers+8))
-	p := &pool{fair: spec.fair, task: spec.task, rdb: rdb, opts: spec.taskOpts, hold: make(chan struct{}),
+	p := &pool{fair: spec.fair, task: spec.task, vary: spec.vary, rdb: rdb, opts: spec.taskOpts, hold: make(chan struct{}),
 		running: map[string]int{}, ended: map[string]int{}, keyRunning: map[string]int{}, keyPeak: map[string]int{}}
 	if !spec.hold {
 		p.release()
@@ -683,8 +700,8 @@ func (p *pool) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return ctx.Err()
 	}
 	r.Start = time.Now()
-	if p.task > 0 {
-		time.Sleep(p.task)
+	if d := p.taskTime(t.ResultWriter().TaskID()); d > 0 {
+		time.Sleep(d)
 	}
 	r.End = time.Now()
 	p.mu.Lock()
@@ -693,6 +710,18 @@ func (p *pool) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	p.runs = append(p.runs, r)
 	p.mu.Unlock()
 	return nil
+}
+
+// taskTime is how long task id runs: the pool's task time, spread by
+// vary with a fraction drawn from the ID's hash.
+func (p *pool) taskTime(id string) time.Duration {
+	if p.vary == 0 {
+		return p.task
+	}
+	h := fnv.New64a()
+	_, _ = io.WriteString(h, id)
+	u := float64(h.Sum64()>>11) / (1 << 53) // [0, 1)
+	return time.Duration(float64(p.task) * (1 + p.vary*(2*u-1)))
 }
 
 // release lets held handlers run, once.

@@ -75,8 +75,8 @@ func TestRunDispatchTiny(t *testing.T) {
 	switch {
 	case lean && len(names) != 4*3+2+2:
 		t.Errorf("measures %q with the dispatcher's stand-ins: want 3 per drain (0, 1, 20 ms, and many tenants), 2 producer, 2 lone", names)
-	case !lean && len(names) != 4*3+2+3*3+3+2:
-		t.Errorf("measures %q: want 3 per drain (0, 1, 20 ms, and many tenants), 2 producer, 3 per light run, 3 capped, 2 lone", names)
+	case !lean && len(names) != 4*3+2+3*3+4+2:
+		t.Errorf("measures %q: want 3 per drain (0, 1, 20 ms, and many tenants), 2 producer, 3 per light run, 4 capped, 2 lone", names)
 	}
 	if figure(t, rep, "Redis commands per task, 0 ms tasks of 10 tenants") <= 0 {
 		t.Error("the drain of many tenants counted no commands")
