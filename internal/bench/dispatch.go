@@ -279,7 +279,7 @@ func (s *dispatchRun) caps(ctx context.Context) error {
 		{"alone", "≥ 71%", false, false, 0},
 		{"alone, caps only (Gate without Fair)", "", false, true, 0},
 		{fmt.Sprintf("busy queue (share %.1f)", share), "≥ 90%", true, false, 0},
-		{fmt.Sprintf("busy queue (share %.1f), tasks of %v ± %.0f%%", share, capTask, 100*capSpread), "", true, false, capSpread},
+		{fmt.Sprintf("busy queue (share %.1f), tasks of %s ± %.0f%%", share, fmtTask(capTask), 100*capSpread), "", true, false, capSpread},
 	} {
 		s.progress("a capped tenant, " + c.name)
 		used, err := s.capped(ctx, c.busy, c.capsOnly, c.vary)
