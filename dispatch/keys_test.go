@@ -542,6 +542,11 @@ func TestThrottledKeyHoldsTheKeyNotOthers(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond)
 	w.put(t, s.client, "default", "a", "throttled", "throttle-key:api:"+hold.String(), []string{"api"})
 	eventually(t, 5*time.Second, "the throttled task runs", func() bool { return w.ran("throttled") == 1 })
+	// Its handler has started; the throttle holds the key once the worker
+	// hands it in.
+	eventually(t, 5*time.Second, "the dispatcher holds key api", func() bool {
+		return s.rdb.ZScore(context.Background(), "admitq:fair:{default}:ksleep", "api").Err() == nil
+	})
 	w.mu.Lock()
 	throttled := w.first["throttled"]
 	w.mu.Unlock()

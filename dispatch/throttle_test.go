@@ -25,6 +25,11 @@ func TestThrottledHoldsTheTenant(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, "the first task runs", func() bool { return s.ran(first) == 1 })
 	throttled := time.Now()
+	// Its handler has started; the throttle holds the tenant once the
+	// worker hands it in.
+	eventually(t, 5*time.Second, "the dispatcher holds tenant t", func() bool {
+		return s.rdb.ZScore(ctx, "admitq:fair:{default}:sleep", "t").Err() == nil
+	})
 	held := s.enqueue("t", 5, time.Millisecond)
 	qs, err := dispatch.New(s.rdb, s.gate, nil).Stats(ctx, "default")
 	if err != nil {

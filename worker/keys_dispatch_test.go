@@ -320,6 +320,10 @@ func TestThrottledKeyHoldsTheKeyAcrossTenants(t *testing.T) {
 	s.startWorker(4)
 	s.put("a", "throttled", "throttle-key:api:"+hold.String(), enqueue.Keys("api"))
 	poll(t, "the throttled task to run", func() bool { return s.ran("throttled") == 1 })
+	// The throttle holds the key once the worker hands it in.
+	poll(t, "the dispatcher to hold key api", func() bool {
+		return s.rdb.ZScore(context.Background(), "admitq:fair:{default}:ksleep", "api").Err() == nil
+	})
 	s.mu.Lock()
 	throttled := s.throttle
 	s.mu.Unlock()
