@@ -352,6 +352,17 @@ local function capacity()
   return recent, fair, total
 end
 
+-- queued is the length of asynq's pending list, read once a call: no
+-- call moves a task into it after its grants (the next turn moves them).
+-- freshLeft is how many tasks fresh holds once seen has looked at it, when
+-- seen could tell (nil: read it).
+local queued, freshLeft
+
+local function pendingLen()
+  queued = queued or call('LLEN', pending)
+  return queued
+end
+
 -- room is how many more tasks may go into the queue (package rule's Room):
 -- a fair queue holds its live gate workers' concurrency and half as much
 -- again (at least 2), pending, active, granted or being written, so a
@@ -360,7 +371,7 @@ local function room(fair, total)
   if not fair then
     return math.huge
   end
-  local inq = call('LLEN', pending) + call('LLEN', active) + call('HLEN', grants) + call('ZCARD', fresh)
+  local inq = pendingLen() + call('LLEN', active) + call('HLEN', grants) + (freshLeft or call('ZCARD', fresh))
   return total + math.max(2, math.floor(total / 2)) - inq
 end
 
@@ -629,8 +640,10 @@ end
 -- record's n, wm, est and cap, then wk, tag, mv (its task granted last),
 -- bh ("1": its last grant from its line started ahead of its tag) and lg
 -- (how far its tag lagged the floor then), when the caller read them (nil:
--- read them). A grant from the line also returns its own bh and lg. A
--- task in run already (let in by another entry of its ID) is not granted
+-- read them). A grant from the line also returns its own bh and lg, and
+-- leaves T's record to its caller (pick, which writes it once a streak;
+-- T had a task waiting, so its record is kept already). A task in run
+-- already (let in by another entry of its ID) is not granted
 -- again: grant then returns nil and changes nothing.
 local function grant(T, id, e, start, st, f, h)
   local th = P .. 't:' .. T
@@ -660,9 +673,6 @@ local function grant(T, id, e, start, st, f, h)
   if behind == nil then
     call('HSET', th, 'n', n, 'tag', int(tag), 'mv', id)
     persist(th, T)
-  else
-    -- from T's line: T had a task waiting, so its record is kept already
-    call('HSET', th, 'n', n, 'tag', int(tag), 'mv', id, 'bh', behind and '1' or '0', 'lg', int(lag))
   end
   if st == 'g' then
     call('HSET', grants, id, e)
@@ -705,7 +715,7 @@ end
 local function endTurn(out, waiting, due, live, later)
   out[#out + 1] = waiting
   out[#out + 1] = due
-  out[#out + 1] = call('LLEN', pending)
+  out[#out + 1] = pendingLen()
   out[#out + 1] = live
   for _, i in ipairs(later) do
     out[#out + 1] = i
@@ -718,18 +728,23 @@ end
 -- one whose producer did not write it within FRESH_GRACE.
 local function seen()
   local zs = call('ZRANGE', fresh, 0, 63, 'WITHSCORES')
+  local left = #zs / 2
   for i = 1, #zs, 2 do
     local id = zs[i]
     if call('EXISTS', TP .. id) == 1 then
       call('ZREM', fresh, id)
+      left = left - 1
     elseif now - tonumber(zs[i + 1]) > FRESH_GRACE then
       local r = call('HGET', run, id)
       if r then
         free(id, r)
-      else
-        call('ZREM', fresh, id)
       end
+      call('ZREM', fresh, id)
+      left = left - 1
     end
+  end
+  if #zs < 128 then
+    freshLeft = left -- it read all of fresh
   end
 end
 
@@ -877,14 +892,23 @@ end
 -- one whose asynq.Deadline passed is archived. None holds its tenant back.
 local function pick(most, space, out)
   local budget = PICK_BUDGET -- a deleted backlog costs in steps
-  -- A streak: a tenant with one flow, granted last, that stays the lowest
-  -- start tag (cur: its name, start, record and place to write when the
-  -- streak ends), is granted again without reading the queue or its record.
+  -- A streak: a tenant granted last (cur: its name, start, record and
+  -- place to write when the streak ends) that has one flow and stays the
+  -- lowest start tag is granted again without reading the queue or its
+  -- record, and its record is written once.
   local cur, second
-  local function leave()
-    if cur then
-      place(cur.T, cur.tag, cur.h[1], cur.cap, '0', waitingOf(cur.T, 0), false, cur.lend)
-      cur = nil
+  -- stop ends the streak: it writes its tenant's record, and with placed
+  -- its place too.
+  local function stop(placed)
+    if not cur then
+      return
+    end
+    local c, h = cur, cur.h
+    cur = nil
+    call('HSET', P .. 't:' .. c.T, 'n', h[1], 'tag', h[6], 'mv', h[7], 'bh', h[8], 'lg', h[9])
+    if placed then
+      local wk = h[5] and call('HGET', P .. 't:' .. c.T, 'wk') -- pop changed it
+      place(c.T, c.tag, h[1], c.cap, '0', waitingOf(c.T, wk or 0), false, c.lend)
     end
   end
   while most > 0 and space > 0 and budget > 0 do
@@ -916,7 +940,7 @@ local function pick(most, space, out)
       block(T, start, flows)
       budget = budget - 1
     elseif not e then
-      cur = nil
+      stop()
       call('ZREM', vt, T)
       settle(T)
     else
@@ -932,17 +956,14 @@ local function pick(most, space, out)
         most, space = most - 1, space - 1
         local lend = lent(cap, n, lag, toint(h[3]), toint(h[2]))
         local again = startAt(tag, lend)
-        if not h[5] and (cap == 0 or n < cap) and
-            (not second or again < second[2] or (again == second[2] and T < second[1])) then
-          cur = {T = T, start = again, tag = tag, cap = cap, lend = lend,
-            h = {n, h[2], h[3], h[4], nil, int(tag), id, behind and '1' or '0', int(lag)}}
-        else
-          cur = nil
-          local wk = h[5] and call('HGET', P .. 't:' .. T, 'wk') -- pop changed it
-          place(T, tag, n, cap, '0', waitingOf(T, wk or 0), false, lend)
+        cur = {T = T, start = again, tag = tag, cap = cap, lend = lend,
+          h = {n, h[2], h[3], h[4], h[5], int(tag), id, behind and '1' or '0', int(lag)}}
+        if h[5] or (cap > 0 and n >= cap) or
+            (second and (again > second[2] or (again == second[2] and T > second[1]))) then
+          stop(true)
         end
       else
-        cur = nil
+        stop()
         budget = budget - 1
         local st = id and call('HGET', TP .. id, 'state')
         if id and not st then
@@ -963,7 +984,7 @@ local function pick(most, space, out)
       end
     end
   end
-  leave()
+  stop(true)
 end
 
 -- Move ops (fair_move.lua, and the tail of fair_dispatch.lua's ARGV):
@@ -1131,7 +1152,7 @@ local function begin(keys_, argv)
   local t = call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   nowS = int(now)
-  keyCache, owing, anyDeadlines, anyAsleep = {}, nil, nil, nil
+  keyCache, owing, anyDeadlines, anyAsleep, queued, freshLeft = {}, nil, nil, nil, nil, nil
   local m = call('HMGET', meta, 'floor', 'est')
   floor, qest = toint(m[1]), toint(m[2])
 end

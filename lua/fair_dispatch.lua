@@ -178,11 +178,12 @@ if most > 0 then
 end
 forgive()
 save()
+local sleeping = call('ZCARD', sleep)
 local due = 0
-for _, k in ipairs({sleep, limbo, ksleep}) do
+for _, k in ipairs(sleeping > 0 and {sleep, limbo, ksleep} or {limbo, ksleep}) do
   local first = call('ZRANGE', k, 0, 0, 'WITHSCORES')
   if first[2] and (due == 0 or tonumber(first[2]) < due) then
     due = tonumber(first[2])
   end
 end
-return endTurn(out, call('ZCARD', vt) + call('ZCARD', sleep), due, live, later)
+return endTurn(out, call('ZCARD', vt) + sleeping, due, live, later)
