@@ -402,9 +402,10 @@ local function lull(T, wake)
 end
 
 -- persist makes record th of tenant T permanent again, as one with tasks
--- waiting or in flight must be.
+-- waiting or in flight must be. A record expires only while T owes (is in
+-- debts), so only then is there anything to do.
 local function persist(th, T)
-  if owes() then
+  if owes() and call('ZSCORE', debts, T) then
     call('PERSIST', th)
     call('ZREM', debts, T)
   end
@@ -615,6 +616,8 @@ local function forgive()
     if toint(call('HGET', th, 'l')) == 0 then
       call('DEL', th)
       call('SREM', held, T)
+    else
+      call('PERSIST', th) -- its entries in limbo keep it; it owes nothing
     end
   end
 end
