@@ -352,8 +352,9 @@ local function capacity()
   return recent, fair, total
 end
 
--- queued is the length of asynq's pending list, read once a call: no
--- call moves a task into it after its grants (the next turn moves them).
+-- queued is the length of asynq's pending list, read once a call at its
+-- first pendingLen: a call that moves tasks into the list (a turn's moves)
+-- moves them all before that, and its grants go in with the next turn.
 -- freshLeft is how many tasks fresh holds once seen has looked at it, when
 -- seen could tell (nil: read it).
 local queued, freshLeft
@@ -788,7 +789,9 @@ local function isParked(id)
 end
 
 -- parked reports whether asynq keeps task id parked and the dispatcher has
--- not let it in: only such a task may be granted.
+-- not let it in: an entry in limbo whose task is such goes back to its
+-- line (recall). pick makes the same test with the score alone and
+-- grant's claim of the run entry; the move checks the state.
 local function parked(id)
   return isParked(id) and call('HEXISTS', run, id) == 0
 end
@@ -889,7 +892,8 @@ end
 -- front of the queue, else "0") and the task it goes behind there ("":
 -- none) to out. A tenant whose every flow
 -- waits on a closed key is taken out (block). An entry whose task asynq
--- holds but not parked (archived, or run from outside) is dropped, and
+-- holds but not parked (archived, or run from outside), or whose task is
+-- in run already (let in by another entry of its ID), is dropped, and
 -- one run from outside is counted against its tenant's cap while it runs;
 -- one whose task is missing (deleted, or not written yet) goes to limbo;
 -- one whose asynq.Deadline passed is archived. None holds its tenant back.
