@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -116,6 +117,19 @@ type event struct {
 func takenAt(ctx context.Context) time.Time {
 	d, _ := ctx.Deadline()
 	return d
+}
+
+// inTakenOrder sorts ids by when asynq took them (taken, from takenAt),
+// and fails t for one whose take time is unknown (a task with an
+// asynq.Deadline), rather than let it pass in the order asked.
+func inTakenOrder(t *testing.T, ids []string, taken map[string]time.Time) []string {
+	t.Helper()
+	for _, id := range ids {
+		if taken[id].IsZero() {
+			t.Fatalf("task %s ran without a deadline: when asynq took it is unknown", id)
+		}
+	}
+	return slices.SortedStableFunc(slices.Values(ids), func(a, b string) int { return taken[a].Compare(taken[b]) })
 }
 
 func newStack(t *testing.T, def admission.Quota) *stack {

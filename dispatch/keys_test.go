@@ -254,18 +254,8 @@ func (w *keyWatch) takenOf(t *testing.T, ids []string) []string {
 	t.Helper()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var out []string
-	for _, id := range ids {
-		if w.runs[id] == 0 {
-			continue
-		}
-		if w.taken[id].IsZero() {
-			t.Fatalf("task %s ran without a deadline: when asynq took it is unknown", id)
-		}
-		out = append(out, id)
-	}
-	slices.SortStableFunc(out, func(a, b string) int { return w.taken[a].Compare(w.taken[b]) })
-	return out
+	ran := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return w.runs[id] == 0 })
+	return inTakenOrder(t, ran, w.taken)
 }
 
 // A key capped at 2, carried by the tasks of four tenants, never has more

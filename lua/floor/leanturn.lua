@@ -65,8 +65,8 @@ if most > 0 then
       break
     end
     local T, e = string.match(m, '^([^\n]*)\n(.*)$')
-    local id = string.match(e, '^[^|]*|[^|]*|[^|]*|(.*)$')
-    if call('HGET', TP .. id, 'state') == 'scheduled' then
+    local id = entryID(e)
+    if id and call('HGET', TP .. id, 'state') == 'scheduled' then
       call('HSET', run, id, 'g|0|' .. nowS .. '|' .. T)
       call('HSET', grants, id, e)
       n = n + 1
