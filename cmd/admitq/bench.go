@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/admitq/admitq/admission"
@@ -64,7 +65,10 @@ masters, and the decisions/s at which the busiest master would fill a core.
 
 --only dispatch runs fair dispatch (worker.Config{Gate, Fair: true} with
 enqueue.Client producers) against bare asynq (asynq.Client and a plain
-asynq.Server) with real workers on one Redis, and prints each figure as a
+asynq.Server) with real workers on one Redis (or, with --redis-cluster, on
+a Redis Cluster: the queue's keys share one slot, the gate's spread by
+tenant, and Redis CPU and commands are summed over the masters), and
+prints each figure as a
 ratio: Redis CPU and commands per task and the drain rate of a backlog
 (0, 1 and 20 ms tasks of one tenant, and no-op tasks of 500 tenants taking
 turns), Enqueue calls/s, a light tenant's wait beside a
@@ -152,9 +156,6 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 				if len(cfg.Only) > 1 {
 					return usageErrorf("--only %s: the dispatcher scenario runs alone", strings.Join(cfg.Only, ","))
 				}
-				if a.redisCluster != "" {
-					return usageErrorf("--only %s: the dispatcher scenario runs on one Redis server; give --redis, not --redis-cluster", bench.Dispatch)
-				}
 				return a.benchDispatch(cmd, cfg, runs, asJSON)
 			}
 			if cmd.Flags().Changed("runs") {
@@ -176,21 +177,9 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 				}
 			}
 
-			switch {
-			case a.redisCluster == startClusterFlag:
-				if a.redisURL != "" {
-					return usageErrorf("--redis and --redis-cluster: give one")
-				}
-				cfg.StartCluster = true
-			case a.redisURLOrEnv() != "" || a.redisCluster != "":
-				rc, err := a.redisConfig()
-				if err != nil {
-					return err
-				}
-				if err := ping(cmd.Context(), rc, a.timeout); err != nil {
-					return err
-				}
-				cfg.Redis, cfg.Cluster = rc.single, rc.cluster
+			var err error
+			if cfg.Redis, cfg.Cluster, cfg.StartCluster, err = a.benchTarget(cmd); err != nil {
+				return err
 			}
 			if isTerminal(a.stderr) {
 				cfg.Progress = a.benchProgress
@@ -269,9 +258,10 @@ func (a *app) benchDispatch(cmd *cobra.Command, cfg bench.Config, runs int, asJS
 		dc.Concurrency = cfg.Concurrency
 	}
 	var err error
-	if dc.Redis, dc.Progress, err = a.scenarioInputs(cmd, "dispatch"); err != nil {
+	if dc.Redis, dc.Cluster, dc.StartCluster, err = a.benchTarget(cmd); err != nil {
 		return err
 	}
+	dc.Progress = a.scenarioProgress("dispatch")
 	rep, err := bench.RunDispatch(cmd.Context(), dc)
 	if dc.Progress != nil {
 		fmt.Fprint(a.stderr, "\r\x1b[K")
@@ -283,6 +273,30 @@ func (a *app) benchDispatch(cmd *cobra.Command, cfg bench.Config, runs int, asJS
 		return writeJSON(a.stdout, rep, true)
 	}
 	return rep.WriteText(a.stdout)
+}
+
+// benchTarget is the Redis bench measures on: the server --redis (or
+// ADMITQ_REDIS) names, the cluster --redis-cluster names, a throwaway
+// cluster for --redis-cluster alone (start), or, when all are zero, a
+// throwaway server. A named one has answered a ping.
+func (a *app) benchTarget(cmd *cobra.Command) (single *redis.Options, cluster *redis.ClusterOptions, start bool, err error) {
+	switch {
+	case a.redisCluster == startClusterFlag:
+		if a.redisURL != "" {
+			return nil, nil, false, usageErrorf("--redis and --redis-cluster: give one")
+		}
+		return nil, nil, true, nil
+	case a.redisURLOrEnv() != "" || a.redisCluster != "":
+		rc, err := a.redisConfig()
+		if err != nil {
+			return nil, nil, false, err
+		}
+		if err := ping(cmd.Context(), rc, a.timeout); err != nil {
+			return nil, nil, false, err
+		}
+		return rc.single, rc.cluster, false, nil
+	}
+	return nil, nil, false, nil
 }
 
 // noRedisServer says how to get a Redis when bench found no redis-server to

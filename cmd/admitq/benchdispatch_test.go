@@ -15,7 +15,7 @@ func TestBenchDispatchUsage(t *testing.T) {
 		want string // in stderr
 	}{
 		{"dispatch beside contenders", []string{"bench", "--only", "dispatch,gate-batched"}, "the dispatcher scenario runs alone"},
-		{"dispatch on a cluster", []string{"bench", "--redis-cluster", "--only", "dispatch"}, "runs on one Redis server"},
+		{"dispatch on a server and a cluster", []string{"bench", "--redis", "127.0.0.1:1", "--redis-cluster", "--only", "dispatch"}, "--redis and --redis-cluster: give one"},
 		{"no runs", []string{"bench", "--only", "dispatch", "--runs", "0"}, "--runs 0: want at least 1"},
 		{"runs without dispatch", []string{"bench", "--only", "gate-batched", "--runs", "2"}, "--runs: only --only dispatch takes it"},
 	} {

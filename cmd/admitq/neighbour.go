@@ -24,11 +24,16 @@ func (a *app) scenarioInputs(cmd *cobra.Command, name string) (*redis.Options, f
 		}
 		opts = rc.single
 	}
-	var progress func(string)
-	if isTerminal(a.stderr) {
-		progress = func(s string) { fmt.Fprintf(a.stderr, "\r\x1b[K%s: %s", name, s) }
+	return opts, a.scenarioProgress(name), nil
+}
+
+// scenarioProgress is what a scenario says it is doing, on a terminal
+// (nil elsewhere).
+func (a *app) scenarioProgress(name string) func(string) {
+	if !isTerminal(a.stderr) {
+		return nil
 	}
-	return opts, progress, nil
+	return func(s string) { fmt.Fprintf(a.stderr, "\r\x1b[K%s: %s", name, s) }
 }
 
 // benchNeighbour runs `bench --only neighbour`: bare asynq, admitq with

@@ -153,3 +153,20 @@ func (r *runner) masterRows() []MasterCPU {
 	}
 	return rows
 }
+
+// masters counts a cluster's masters; 0 for one server.
+func masters(ctx context.Context, rdb redis.UniversalClient) (int, error) {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return 0, nil
+	}
+	var mu sync.Mutex
+	n := 0
+	err := cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error {
+		mu.Lock()
+		n++
+		mu.Unlock()
+		return nil
+	})
+	return n, err
+}

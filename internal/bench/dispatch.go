@@ -32,11 +32,20 @@ const Dispatch = "dispatch"
 
 // DispatchConfig is the fair dispatcher's scenario: fair dispatch
 // (worker.Config{Gate, Fair: true} with enqueue.Client producers) against
-// bare asynq (asynq.Client and a plain asynq.Server) on one Redis, in one
-// run. Zero fields take the defaults in brackets.
+// bare asynq (asynq.Client and a plain asynq.Server) on one Redis or one
+// Redis Cluster, in one run. Zero fields take the defaults in brackets.
 type DispatchConfig struct {
-	// Redis is the server to run on; nil starts a throwaway redis-server.
+	// Redis is the server to run on; nil starts a throwaway redis-server,
+	// unless Cluster or StartCluster is set.
 	Redis *redis.Options `json:"-"`
+	// Cluster, when set and Redis is nil, runs on this Redis Cluster; and
+	// StartCluster, when Redis and Cluster are nil, on a throwaway one of 3
+	// masters. The queue's keys, asynq's and the dispatcher's, share one
+	// slot, so its turns run on one master; the gate's keys spread over
+	// all of them by tenant. Redis CPU and commands are summed over the
+	// masters.
+	Cluster      *redis.ClusterOptions `json:"-"`
+	StartCluster bool                  `json:"-"`
 	// Tasks is the backlog drained at 0, 1 and 2 ms a task [3,000], and
 	// SlowTasks the one drained at 20 ms [1,500].
 	Tasks     int `json:"tasks"`
@@ -133,6 +142,9 @@ type DispatchReport struct {
 	// DispatchStandIn names the stand-ins this build runs in the place of
 	// the park and the turn (lua.DispatchStandIn); empty in a normal build.
 	DispatchStandIn string `json:"dispatch_stand_in,omitempty"`
+	// Masters is how many masters the Redis Cluster it ran on has; 0 on
+	// one server.
+	Masters int `json:"masters,omitempty"`
 }
 
 // add records one run's value of a measure (and bare asynq's, if given).
@@ -147,21 +159,24 @@ func (r *DispatchReport) add(name, unit, target string, fair float64, bare ...fl
 	m.Bare = append(m.Bare, bare...)
 }
 
-// RunDispatch measures fair dispatch against bare asynq on one Redis, with
-// real workers: Redis's CPU and commands per task and the drain rate of a
+// RunDispatch measures fair dispatch against bare asynq on one Redis (or
+// one Redis Cluster), with real workers: Redis's CPU and commands per task and the drain rate of a
 // backlog; a producer's Enqueue rate; a light tenant's wait beside a
 // backlog; how much of its cap a capped tenant uses; and a lone tenant's
 // drain time. Each pair runs back to back, in alternating order run by run.
 func RunDispatch(ctx context.Context, cfg DispatchConfig) (DispatchReport, error) {
 	cfg = cfg.withDefaults()
 	rep := DispatchReport{Config: cfg, FrontStandIn: lua.FrontStandIn(), DispatchStandIn: lua.DispatchStandIn()}
-	opts, admin, done, err := scenarioRedis(ctx, cfg.Redis)
+	tg, done, err := scenarioTarget(ctx, cfg.Redis, cfg.Cluster, cfg.StartCluster)
 	if err != nil {
 		return rep, err
 	}
 	defer done()
+	if rep.Masters, err = masters(ctx, tg.admin); err != nil {
+		return rep, err
+	}
 	for i := range cfg.Runs {
-		s := &dispatchRun{cfg: cfg, opts: opts, admin: admin, rep: &rep, bareFirst: i%2 == 0}
+		s := &dispatchRun{cfg: cfg, tg: tg, rep: &rep, bareFirst: i%2 == 0}
 		if cfg.Runs > 1 {
 			s.step = fmt.Sprintf("run %d/%d: ", i+1, cfg.Runs)
 		}
@@ -175,8 +190,7 @@ func RunDispatch(ctx context.Context, cfg DispatchConfig) (DispatchReport, error
 // dispatchRun is one run of the scenario.
 type dispatchRun struct {
 	cfg       DispatchConfig
-	opts      *redis.Options
-	admin     *redis.Client
+	tg        *target
 	rep       *DispatchReport
 	bareFirst bool
 	step      string // "run i/n: " when there are several
@@ -370,7 +384,7 @@ func (s *dispatchRun) drainPool(ctx context.Context, spec poolSpec, n int) (drai
 		return drained{}, err
 	}
 	defer p.close()
-	before, err := readStats(ctx, s.admin)
+	before, err := s.stats(ctx)
 	if err != nil {
 		return drained{}, err
 	}
@@ -387,7 +401,7 @@ func (s *dispatchRun) drainPool(ctx context.Context, spec poolSpec, n int) (drai
 	}); err != nil {
 		return drained{}, err
 	}
-	after, err := readStats(ctx, s.admin)
+	after, err := s.stats(ctx)
 	if err != nil {
 		return drained{}, err
 	}
@@ -405,6 +419,12 @@ func (s *dispatchRun) drainPool(ctx context.Context, spec poolSpec, n int) (drai
 		rate:     float64(n-p.held) / took.Seconds(),
 		took:     took,
 	}, nil
+}
+
+// stats reads Redis's counters, summed over a cluster's masters.
+func (s *dispatchRun) stats(ctx context.Context) (serverStats, error) {
+	all, err := readAll(ctx, s.tg.admin)
+	return sumStats(all), err
 }
 
 // produce measures Enqueue calls per second into a queue whose pool holds
@@ -582,7 +602,7 @@ type pool struct {
 	fair   bool
 	task   time.Duration
 	vary   float64 // poolSpec.vary
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	srv    server
 	gate   *admission.Gate
 	client *enqueue.Client // fair
@@ -606,10 +626,10 @@ type pool struct {
 // the pools before left (a backlog's rest, the dispatcher's state). A fair
 // pool returns once producers see its workers.
 func (s *dispatchRun) start(ctx context.Context, spec poolSpec) (*pool, error) {
-	if err := cleanup(ctx, s.admin); err != nil {
+	if err := cleanup(ctx, s.tg.admin); err != nil {
 		return nil, err
 	}
-	rdb := redis.NewClient(withPool(s.opts, 2*spec.workers+s.cfg.Producers+8))
+	rdb := s.tg.client(2*spec.workers + s.cfg.Producers + 8)
 	p := &pool{fair: spec.fair, task: spec.task, vary: spec.vary, rdb: rdb, opts: spec.taskOpts, hold: make(chan struct{}),
 		running: map[string]int{}, ended: map[string]int{}, keyRunning: map[string]int{}, keyPeak: map[string]int{}}
 	if !spec.hold {
@@ -913,7 +933,11 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 // where bare asynq has none).
 func (r DispatchReport) WriteText(w io.Writer) error {
 	c := r.Config
-	fmt.Fprintf(w, "fair dispatch against bare asynq, on one Redis, %d run(s)\n", c.Runs)
+	on := "on one Redis"
+	if r.Masters > 0 {
+		on = fmt.Sprintf("on a Redis Cluster of %d masters (the queue's keys in one slot; Redis CPU and commands summed over the masters)", r.Masters)
+	}
+	fmt.Fprintf(w, "fair dispatch against bare asynq, %s, %d run(s)\n", on, c.Runs)
 	if r.FrontStandIn != "" {
 		fmt.Fprintf(w, "fair.lua's fronts replaced by %s: every capped tenant's grant goes to the front, a floor, not the rule\n", r.FrontStandIn)
 	}

@@ -1,14 +1,17 @@
 package bench
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/internal/redistest"
 	"github.com/admitq/admitq/lua"
@@ -43,21 +46,7 @@ func TestRunDispatchTiny(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var names []string
-	for _, m := range rep.Measures {
-		names = append(names, m.Name)
-		if len(m.Fair) != 1 {
-			t.Errorf("%s: fair %v, want one value", m.Name, m.Fair)
-		}
-		for _, v := range append(slices.Clone(m.Fair), m.Bare...) {
-			if !(v > 0) || math.IsInf(v, 0) {
-				t.Errorf("%s: fair %v, bare %v: want every value above 0 and finite", m.Name, m.Fair, m.Bare)
-			}
-		}
-		if m.Unit == "of cap" && m.Fair[0] > 1 {
-			t.Errorf("%s: %.2f of the cap running on average, want at most all of it", m.Name, m.Fair[0])
-		}
-	}
+	names := measured(t, rep)
 	withBare := func(prefix string, want bool) {
 		for _, m := range rep.Measures {
 			if strings.HasPrefix(m.Name, prefix) && (len(m.Bare) == 1) != want {
@@ -123,6 +112,101 @@ func TestRunDispatchTiny(t *testing.T) {
 	t.Logf("\n%s", text.String())
 
 	left, err := rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(left)
+	if diff := cmp.Diff(theirs, left); diff != "" {
+		t.Errorf("keys after the run (-want,+got):\n%s", diff)
+	}
+}
+
+// measured checks that rep has one value of each measure, every value
+// above 0 and finite, and no capped tenant above its cap, and returns the
+// measures' names.
+func measured(t *testing.T, rep DispatchReport) []string {
+	t.Helper()
+	var names []string
+	for _, m := range rep.Measures {
+		names = append(names, m.Name)
+		if len(m.Fair) != 1 {
+			t.Errorf("%s: fair %v, want one value", m.Name, m.Fair)
+		}
+		for _, v := range append(slices.Clone(m.Fair), m.Bare...) {
+			if !(v > 0) || math.IsInf(v, 0) {
+				t.Errorf("%s: fair %v, bare %v: want every value above 0 and finite", m.Name, m.Fair, m.Bare)
+			}
+		}
+		if m.Unit == "of cap" && m.Fair[0] > 1 {
+			t.Errorf("%s: %.2f of the cap running on average, want at most all of it", m.Name, m.Fair[0])
+		}
+	}
+	return names
+}
+
+// TestRunDispatchOnACluster runs the dispatcher scenario, tiny, on a Redis
+// Cluster of 3 masters that holds someone else's data: every figure is
+// measured, the commands are counted on every master (the gate's keys
+// spread by tenant, the queue's share one slot), the report says where it
+// ran, and only the bench's own keys were touched.
+func TestRunDispatchOnACluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("about 20 s of real workers")
+	}
+	c := redistest.StartCluster(t)
+	rdb := c.Client(t)
+	ctx := t.Context()
+	theirs := []string{"admitq-benchmark", "asynq:{default}:pending"}
+	for _, k := range theirs {
+		if err := rdb.Set(ctx, k, "keep", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, err := readAll(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	rep, err := RunDispatch(ctx, DispatchConfig{
+		Cluster: c.Options(), Tasks: 60, SlowTasks: 30, Tenants: 10, Concurrency: 8, Workers: 6, Producers: 4, EnqueueFor: 100 * time.Millisecond,
+		Light: 2, Every: 2, LightFor: 500 * time.Millisecond, CapTasks: 24, MaxInFlight: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	measured(t, rep)
+	if rep.Masters != 3 {
+		t.Errorf("report: %d masters, want 3", rep.Masters)
+	}
+	after, err := readAll(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for addr, s := range after {
+		if calls := s.cmds["evalsha"].calls - before[addr].cmds["evalsha"].calls; calls == 0 {
+			t.Errorf("master %s ran no scripts: the gate's keys did not spread over the masters", addr)
+		}
+	}
+	var text strings.Builder
+	if err := rep.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "on a Redis Cluster of 3 masters") {
+		t.Errorf("text report does not say it ran on the cluster:\n%s", text.String())
+	}
+	t.Logf("\n%s", text.String())
+
+	var (
+		mu   sync.Mutex
+		left []string
+	)
+	err = rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		keys, err := node.Keys(ctx, "*").Result()
+		mu.Lock() // the masters answer at once
+		defer mu.Unlock()
+		left = append(left, keys...)
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -167,20 +167,20 @@ func RunFlow(ctx context.Context, cfg FlowConfig) (FlowReport, error) {
 		"no task of a paused tenant runs",
 		"a paused tenant capped at 1 starts its tasks in enqueue order",
 	}}
-	opts, admin, done, err := scenarioRedis(ctx, cfg.Redis)
+	tg, done, err := scenarioTarget(ctx, cfg.Redis, nil, false)
 	if err != nil {
 		return rep, err
 	}
 	defer done()
 	for i := range cfg.Runs {
-		s := &flowRun{cfg: cfg, admin: admin, rep: &rep, withFirst: i%2 == 0}
+		s := &flowRun{cfg: cfg, admin: tg.admin, rep: &rep, withFirst: i%2 == 0}
 		if cfg.Runs > 1 {
 			s.step = fmt.Sprintf("run %d/%d: ", i+1, cfg.Runs)
 		}
 		// The pools, their producers and the drain come from the
 		// dispatcher's scenario.
 		s.d = &dispatchRun{cfg: DispatchConfig{Concurrency: cfg.Concurrency, Producers: cfg.Producers, Progress: cfg.Progress}.withDefaults(),
-			opts: opts, admin: admin, step: s.step}
+			tg: tg, step: s.step}
 		if err := s.all(ctx); err != nil {
 			return rep, err
 		}
@@ -191,7 +191,7 @@ func RunFlow(ctx context.Context, cfg FlowConfig) (FlowReport, error) {
 // flowRun is one run of the flow scenario.
 type flowRun struct {
 	cfg       FlowConfig
-	admin     *redis.Client
+	admin     redis.UniversalClient
 	rep       *FlowReport
 	d         *dispatchRun
 	withFirst bool   // keys or pause before the run without

@@ -169,6 +169,22 @@ func scenarioRedis(ctx context.Context, opts *redis.Options) (_ *redis.Options, 
 	}, nil
 }
 
+// scenarioTarget gives a scenario that runs on a cluster too its Redis:
+// the server single names, else the cluster cluster names, else a
+// throwaway cluster of 3 masters when startCluster is set, else a
+// throwaway redis-server. done removes the scenario's keys, closes the
+// admin client and stops what it started.
+func scenarioTarget(ctx context.Context, single *redis.Options, cluster *redis.ClusterOptions, startCluster bool) (_ *target, done func(), err error) {
+	tg, err := connect(ctx, Config{Redis: single, Cluster: cluster, StartCluster: startCluster})
+	if err != nil {
+		return nil, nil, err
+	}
+	return tg, func() {
+		_ = cleanup(ctx, tg.admin)
+		tg.close()
+	}, nil
+}
+
 // RunNeighbour runs the noisy-neighbour scenario for bare asynq, admitq
 // with rate limits only and admitq with MaxInFlight, one after another on
 // one Redis, with real asynq workers.
