@@ -192,6 +192,27 @@ local function flowsOf(T)
   return fs
 end
 
+-- filled says which of the sets sleep, limbo and ksleep may have members:
+-- one EXISTS of all three, at a call's first question, finds most turns
+-- with all of them empty, and then none of them is read. A call that adds
+-- to one marks it (fill).
+local filled
+
+-- has reports whether set k (sleep, limbo or ksleep) may have members.
+local function has(k)
+  if not filled then
+    local any = call('EXISTS', sleep, limbo, ksleep) > 0
+    filled = {[sleep] = any, [limbo] = any, [ksleep] = any}
+  end
+  return filled[k]
+end
+
+-- fill marks set k as having members, after an add.
+local function fill(k)
+  has(k)
+  filled[k] = true
+end
+
 -- The keys' records, read once a call and kept in step with each write.
 local keyCache
 
@@ -201,7 +222,7 @@ local function keyState(K)
   if not k then
     local h = call('HMGET', P .. 'k:' .. K, 'n', 'cap', 'paused', 'w')
     k = {n = toint(h[1]), cap = toint(h[2]), paused = h[3] == '1', w = toint(h[4]),
-      asleep = call('ZSCORE', ksleep, K) ~= false, exists = (h[1] or h[2] or h[3] or h[4]) ~= false}
+      asleep = has(ksleep) and call('ZSCORE', ksleep, K) ~= false, exists = (h[1] or h[2] or h[3] or h[4]) ~= false}
     keyCache[K] = k
   end
   return k
@@ -386,20 +407,15 @@ local function owes()
   return owing
 end
 
--- asleep reports whether tenant T sleeps (its rate holds it back). A call
--- reads whether anyone sleeps once, and lull sets it.
-local anyAsleep
+-- asleep reports whether tenant T sleeps (its rate holds it back).
 local function asleep(T)
-  if anyAsleep == nil then
-    anyAsleep = call('ZCARD', sleep) > 0
-  end
-  return anyAsleep and call('ZSCORE', sleep, T) ~= false
+  return has(sleep) and call('ZSCORE', sleep, T) ~= false
 end
 
 -- lull puts tenant T to sleep until wake µs.
 local function lull(T, wake)
   call('ZADD', sleep, int(wake), T)
-  anyAsleep = true
+  fill(sleep)
 end
 
 -- persist makes record th of tenant T permanent again, as one with tasks
@@ -608,7 +624,7 @@ end
 -- forgive drops the debts of idle tenants once nothing waits or runs in the
 -- queue: with no one to be fair to, a debt only keeps a record.
 local function forgive()
-  if call('HLEN', run) > 0 or call('ZCARD', vt) > 0 or call('ZCARD', sleep) > 0 then
+  if call('HLEN', run) > 0 or call('ZCARD', vt) > 0 or has(sleep) and call('ZCARD', sleep) > 0 then
     return
   end
   for _, T in ipairs(call('ZRANGE', debts, 0, 999)) do
@@ -755,11 +771,11 @@ end
 -- wake makes the tenants whose sleep is over runnable again, then the
 -- keys whose hold is over.
 local function wake()
-  for _, T in ipairs(call('ZRANGE', sleep, '-inf', now, 'BYSCORE', 'LIMIT', 0, 100)) do
+  for _, T in ipairs(has(sleep) and call('ZRANGE', sleep, '-inf', now, 'BYSCORE', 'LIMIT', 0, 100) or {}) do
     call('ZREM', sleep, T)
     refresh(T)
   end
-  for _, K in ipairs(call('ZRANGE', ksleep, '-inf', now, 'BYSCORE', 'LIMIT', 0, 100)) do
+  for _, K in ipairs(has(ksleep) and call('ZRANGE', ksleep, '-inf', now, 'BYSCORE', 'LIMIT', 0, 100) or {}) do
     call('ZREM', ksleep, K)
     keyState(K).asleep = false
     release(K)
@@ -773,6 +789,7 @@ local function holdKey(K, us)
   local wake = now + us
   if toint(call('ZSCORE', ksleep, K)) < wake then
     call('ZADD', ksleep, int(wake), K)
+    fill(ksleep)
   end
   k.asleep = true
   if not k.exists then
@@ -809,6 +826,7 @@ end
 -- is "<tenant>\n<entry>" for flow "0", else "<tenant>\n\t<flow>\n<entry>".
 local function toLimbo(T, e, at, f)
   local m = T .. '\n' .. (f == '0' and '' or '\t' .. f .. '\n') .. e
+  fill(limbo)
   if call('ZADD', limbo, int(at), m) == 1 then
     call('HINCRBY', P .. 't:' .. T, 'l', 1)
   end
@@ -833,7 +851,7 @@ end
 -- (from 1 ms on: a producer is usually writing it), and dropped after
 -- LIMBO.
 local function recall()
-  for _, m in ipairs(call('ZRANGE', limbo, '-inf', nowS, 'BYSCORE', 'LIMIT', 0, 32)) do
+  for _, m in ipairs(has(limbo) and call('ZRANGE', limbo, '-inf', nowS, 'BYSCORE', 'LIMIT', 0, 32) or {}) do
     local T, e = string.match(m, '^(.-)\n(.*)$')
     local f = '0'
     if string.sub(e, 1, 1) == '\t' then
@@ -1159,7 +1177,7 @@ local function begin(keys_, argv)
   local t = call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   nowS = int(now)
-  keyCache, owing, anyDeadlines, anyAsleep, queued, freshLeft = {}, nil, nil, nil, nil, nil
+  keyCache, owing, anyDeadlines, filled, queued, freshLeft = {}, nil, nil, nil, nil, nil
   local m = call('HMGET', meta, 'floor', 'est')
   floor, qest = toint(m[1]), toint(m[2])
 end

@@ -178,10 +178,10 @@ if most > 0 then
 end
 forgive()
 save()
-local sleeping = call('ZCARD', sleep)
+local sleeping = has(sleep) and call('ZCARD', sleep) or 0
 local due = 0
-for _, k in ipairs(sleeping > 0 and {sleep, limbo, ksleep} or {limbo, ksleep}) do
-  local first = call('ZRANGE', k, 0, 0, 'WITHSCORES')
+for _, k in ipairs({sleep, limbo, ksleep}) do
+  local first = has(k) and call('ZRANGE', k, 0, 0, 'WITHSCORES') or {}
   if first[2] and (due == 0 or tonumber(first[2]) < due) then
     due = tonumber(first[2])
   end
