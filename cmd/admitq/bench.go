@@ -87,7 +87,8 @@ tenant's 10,000 waiting tasks resumed (the time to drain them, and how far
 they started from enqueue order). It exits 1 when an invariant broke (the
 key above its cap, a task lost or run twice, a paused tenant's task
 running, a tenant capped at 1 out of order). --scale multiplies its task
-counts; --runs repeats it.
+counts; --runs repeats it. With --redis-cluster it runs on a Redis Cluster
+as --only dispatch does.
 
 Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`,
 		Example: `  admitq bench
@@ -142,8 +143,6 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 				switch {
 				case len(cfg.Only) > 1:
 					return usageErrorf("--only %s: the flow-control scenario runs alone", strings.Join(cfg.Only, ","))
-				case a.redisCluster != "":
-					return usageErrorf("--only %s: the flow-control scenario runs on one Redis server; give --redis, not --redis-cluster", bench.Flow)
 				case !(scale > 0) || scale > 100:
 					return usageErrorf("--scale %v: want above 0, at most 100", scale)
 				case flow.KeyCap < 1:

@@ -28,9 +28,10 @@ func (a *app) benchFlow(cmd *cobra.Command, cfg bench.Config, fc bench.FlowConfi
 		fc.Tenants = cfg.Tenants // as given, not scaled
 	}
 	var err error
-	if fc.Redis, fc.Progress, err = a.scenarioInputs(cmd, bench.Flow); err != nil {
+	if fc.Redis, fc.Cluster, fc.StartCluster, err = a.benchTarget(cmd); err != nil {
 		return err
 	}
+	fc.Progress = a.scenarioProgress(bench.Flow)
 	rep, err := bench.RunFlow(cmd.Context(), fc)
 	if fc.Progress != nil {
 		fmt.Fprint(a.stderr, "\r\x1b[K")

@@ -20,7 +20,7 @@ func TestBenchFlowUsage(t *testing.T) {
 	}{
 		{"flow beside contenders", []string{"bench", "--only", "flow,gate-batched"}, "the flow-control scenario runs alone"},
 		{"flow beside dispatch", []string{"bench", "--only", "dispatch,flow"}, "the flow-control scenario runs alone"},
-		{"flow on a cluster", []string{"bench", "--redis-cluster", "--only", "flow"}, "runs on one Redis server"},
+		{"flow on a server and a cluster", []string{"bench", "--redis", "127.0.0.1:1", "--redis-cluster", "--only", "flow"}, "--redis and --redis-cluster: give one"},
 		{"no scale", []string{"bench", "--only", "flow", "--scale", "0"}, "--scale 0: want above 0"},
 		{"no key cap", []string{"bench", "--only", "flow", "--key-cap", "0"}, "--key-cap 0: want at least 1"},
 		{"no runs", []string{"bench", "--only", "flow", "--runs", "0"}, "--runs 0: want at least 1"},
@@ -45,16 +45,33 @@ func TestBenchFlowTiny(t *testing.T) {
 	if testing.Short() {
 		t.Skip("about 15 s of real workers")
 	}
-	srv := redistest.Start(t)
+	benchFlowTiny(t, 0, "--redis", redistest.Start(t).URL())
+}
+
+// TestBenchFlowTinyOnACluster is TestBenchFlowTiny on a Redis Cluster of 3
+// masters.
+func TestBenchFlowTinyOnACluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("about 15 s of real workers")
+	}
+	benchFlowTiny(t, 3, "--redis-cluster", strings.Join(redistest.StartCluster(t).Addrs(), ","))
+}
+
+// benchFlowTiny runs the tiny flow scenario on the Redis target names and
+// checks it, and that the report names masters masters (0: one server).
+func benchFlowTiny(t *testing.T, masters int, target ...string) {
 	const keyCap = 3
-	res := admitq(t, "--redis", srv.URL(), "bench", "--only", "flow", "--json",
-		"--scale", "0.05", "--tenants", "12", "--concurrency", "8", "--key-cap", "3")
+	res := admitq(t, append(target, "bench", "--only", "flow", "--json",
+		"--scale", "0.05", "--tenants", "12", "--concurrency", "8", "--key-cap", "3")...)
 	if res.code != 0 {
 		t.Fatalf("bench --only flow: %v", res)
 	}
 	var rep bench.FlowReport
 	if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil {
 		t.Fatalf("bench --only flow --json: %v\n%s", err, res.stdout)
+	}
+	if rep.Masters != masters {
+		t.Errorf("report: %d masters, want %d", rep.Masters, masters)
 	}
 	if c := rep.Config; c.Tenants != 12 || c.Concurrency != 8 || c.KeyCap != keyCap || c.Paused != 500 || c.Ordered != 5 || c.CPUTasks != 150 || c.Runs != 1 {
 		t.Errorf("config %+v: want 12 tenants, a pool of 8, a cap of 3, 500 paused, 5 ordered, 150 CPU tasks (0.05 of the defaults), 1 run", c)

@@ -933,11 +933,7 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 // where bare asynq has none).
 func (r DispatchReport) WriteText(w io.Writer) error {
 	c := r.Config
-	on := "on one Redis"
-	if r.Masters > 0 {
-		on = fmt.Sprintf("on a Redis Cluster of %d masters (the queue's keys in one slot; Redis CPU and commands summed over the masters)", r.Masters)
-	}
-	fmt.Fprintf(w, "fair dispatch against bare asynq, %s, %d run(s)\n", on, c.Runs)
+	fmt.Fprintf(w, "fair dispatch against bare asynq, %s, %d run(s)\n", where(r.Masters), c.Runs)
 	if r.FrontStandIn != "" {
 		fmt.Fprintf(w, "fair.lua's fronts replaced by %s: every capped tenant's grant goes to the front, a floor, not the rule\n", r.FrontStandIn)
 	}
@@ -956,6 +952,15 @@ func (r DispatchReport) WriteText(w io.Writer) error {
 		rows[i] = measureRow{name: m.Name, unit: m.Unit, target: m.Target, value: m.Fair, against: m.Bare}
 	}
 	return writeMeasures(w, [3]string{"FAIR", "BARE", "FAIR÷BARE"}, rows)
+}
+
+// where says what a scenario ran on: one server, or a cluster of masters
+// masters.
+func where(masters int) string {
+	if masters == 0 {
+		return "on one Redis"
+	}
+	return fmt.Sprintf("on a Redis Cluster of %d masters (the queue's keys in one slot; Redis CPU and commands summed over the masters)", masters)
 }
 
 // measureRow is one figure of a scenario: its value in each run and, where

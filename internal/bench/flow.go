@@ -28,11 +28,18 @@ const Flow = "flow"
 
 // FlowConfig is the flow-control scenario: concurrency keys and pause on
 // a fair pool (worker.Config{Gate, Fair: true} with enqueue.Client
-// producers) on one Redis, each part against the same work without keys or
-// without a pause. Zero fields take the defaults in brackets.
+// producers) on one Redis or one Redis Cluster, each part against the same
+// work without keys or without a pause. Zero fields take the defaults in
+// brackets.
 type FlowConfig struct {
-	// Redis is the server to run on; nil starts a throwaway redis-server.
+	// Redis is the server to run on; nil starts a throwaway redis-server,
+	// unless Cluster or StartCluster is set.
 	Redis *redis.Options `json:"-"`
+	// Cluster, when set and Redis is nil, runs on this Redis Cluster; and
+	// StartCluster, when Redis and Cluster are nil, on a throwaway one of 3
+	// masters. Redis CPU and commands are summed over the masters.
+	Cluster      *redis.ClusterOptions `json:"-"`
+	StartCluster bool                  `json:"-"`
 	// Tenants share one key capped at KeyCap [1,000; 20]. Each has
 	// PerTenant tasks carrying the key and as many carrying none,
 	// alternately, each of Task [4; 10 ms].
@@ -135,6 +142,9 @@ type FlowReport struct {
 	// Violations what broke them, by run; none when all held.
 	Checks     []string `json:"checks"`
 	Violations []string `json:"violations,omitempty"`
+	// Masters is how many masters the Redis Cluster it ran on has; 0 on
+	// one server.
+	Masters int `json:"masters,omitempty"`
 }
 
 // add records one run's value of a measure (and what it is against, if
@@ -167,11 +177,14 @@ func RunFlow(ctx context.Context, cfg FlowConfig) (FlowReport, error) {
 		"no task of a paused tenant runs",
 		"a paused tenant capped at 1 starts its tasks in enqueue order",
 	}}
-	tg, done, err := scenarioTarget(ctx, cfg.Redis, nil, false)
+	tg, done, err := scenarioTarget(ctx, cfg.Redis, cfg.Cluster, cfg.StartCluster)
 	if err != nil {
 		return rep, err
 	}
 	defer done()
+	if rep.Masters, err = masters(ctx, tg.admin); err != nil {
+		return rep, err
+	}
 	for i := range cfg.Runs {
 		s := &flowRun{cfg: cfg, admin: tg.admin, rep: &rep, withFirst: i%2 == 0}
 		if cfg.Runs > 1 {
@@ -675,7 +688,7 @@ func abs(x int) int {
 // that broke.
 func (r FlowReport) WriteText(w io.Writer) error {
 	c := r.Config
-	fmt.Fprintf(w, "flow control beyond the tenant: fair pool of %d, on one Redis, %d run(s); AGAINST is the same work without keys or without a pause\n", c.Concurrency, c.Runs)
+	fmt.Fprintf(w, "flow control beyond the tenant: fair pool of %d, %s, %d run(s); AGAINST is the same work without keys or without a pause\n", c.Concurrency, where(r.Masters), c.Runs)
 	keyed := c.Tenants * c.PerTenant
 	fmt.Fprintf(w, "keys: %d tenants, each with %d tasks carrying %s (MaxInFlight %d, across tenants) and %d carrying none, alternately, %s each, enqueued while the pool is held, then drained; against: no task carries a key. \"while both kinds wait\": from the first start until either kind's last start. On a saturated pool keyless tasks get the %d workers the key leaves, %.2f× their half without keys; the key's %d tasks alone take at least %.2fs\n",
 		c.Tenants, c.PerTenant, sharedKey, c.KeyCap, c.PerTenant, fmtTask(c.Task), c.Concurrency-c.KeyCap,
