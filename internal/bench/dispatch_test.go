@@ -29,12 +29,7 @@ func TestRunDispatchTiny(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := t.Context()
-	theirs := []string{"admitq-benchmark", "asynq:{default}:pending"}
-	for _, k := range theirs {
-		if err := rdb.Set(ctx, k, "keep", 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeTheirs(t, rdb)
 
 	var steps []string
 	rep, err := RunDispatch(ctx, DispatchConfig{
@@ -111,14 +106,7 @@ func TestRunDispatchTiny(t *testing.T) {
 	}
 	t.Logf("\n%s", text.String())
 
-	left, err := rdb.Keys(ctx, "*").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(left)
-	if diff := cmp.Diff(theirs, left); diff != "" {
-		t.Errorf("keys after the run (-want,+got):\n%s", diff)
-	}
+	onlyTheirsLeft(t, rdb)
 }
 
 // measured checks that rep has one value of each measure, every value
@@ -156,12 +144,7 @@ func TestRunDispatchOnACluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	rdb := c.Client(t)
 	ctx := t.Context()
-	theirs := []string{"admitq-benchmark", "asynq:{default}:pending"}
-	for _, k := range theirs {
-		if err := rdb.Set(ctx, k, "keep", 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeTheirs(t, rdb)
 	before, err := readAll(ctx, rdb)
 	if err != nil {
 		t.Fatal(err)
@@ -196,23 +179,54 @@ func TestRunDispatchOnACluster(t *testing.T) {
 	}
 	t.Logf("\n%s", text.String())
 
+	onlyTheirsLeft(t, rdb)
+}
+
+// theirKeys are someone else's keys on the Redis a scenario runs on.
+var theirKeys = []string{"admitq-benchmark", "asynq:{default}:pending"}
+
+// writeTheirs writes theirKeys.
+func writeTheirs(t *testing.T, rdb redis.UniversalClient) {
+	t.Helper()
+	for _, k := range theirKeys {
+		if err := rdb.Set(t.Context(), k, "keep", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// onlyTheirsLeft checks that theirKeys, untouched, are all the keys left
+// on rdb, on every master of a cluster.
+func onlyTheirsLeft(t *testing.T, rdb redis.UniversalClient) {
+	t.Helper()
 	var (
 		mu   sync.Mutex
 		left []string
 	)
-	err = rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-		keys, err := node.Keys(ctx, "*").Result()
-		mu.Lock() // the masters answer at once
+	keys := func(ctx context.Context, node *redis.Client) error {
+		ks, err := node.Keys(ctx, "*").Result()
+		mu.Lock() // a cluster's masters answer at once
 		defer mu.Unlock()
-		left = append(left, keys...)
+		left = append(left, ks...)
 		return err
-	})
+	}
+	var err error
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(t.Context(), keys)
+	} else {
+		err = keys(t.Context(), rdb.(*redis.Client))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	slices.Sort(left)
-	if diff := cmp.Diff(theirs, left); diff != "" {
+	if diff := cmp.Diff(theirKeys, left); diff != "" {
 		t.Errorf("keys after the run (-want,+got):\n%s", diff)
+	}
+	for _, k := range theirKeys {
+		if v, err := rdb.Get(t.Context(), k).Result(); err != nil || v != "keep" {
+			t.Errorf("%s: %q, %v; want it as it was, \"keep\"", k, v, err)
+		}
 	}
 }
 
