@@ -207,7 +207,7 @@ local function has(k)
   return filled[k]
 end
 
--- fill marks set k as having members, after an add.
+-- fill marks set k as having members, before an add.
 local function fill(k)
   has(k)
   filled[k] = true
@@ -414,8 +414,8 @@ end
 
 -- lull puts tenant T to sleep until wake µs.
 local function lull(T, wake)
-  call('ZADD', sleep, int(wake), T)
   fill(sleep)
+  call('ZADD', sleep, int(wake), T)
 end
 
 -- persist makes record th of tenant T permanent again, as one with tasks
@@ -788,8 +788,8 @@ local function holdKey(K, us)
   local k = keyState(K)
   local wake = now + us
   if toint(call('ZSCORE', ksleep, K)) < wake then
-    call('ZADD', ksleep, int(wake), K)
     fill(ksleep)
+    call('ZADD', ksleep, int(wake), K)
   end
   k.asleep = true
   if not k.exists then

@@ -68,14 +68,13 @@ enqueue.Client producers) against bare asynq (asynq.Client and a plain
 asynq.Server) with real workers on one Redis (or, with --redis-cluster, on
 a Redis Cluster: the queue's keys share one slot, the gate's spread by
 tenant, and Redis CPU and commands are summed over the masters), and
-prints each figure as a
-ratio: Redis CPU and commands per task and the drain rate of a backlog
-(0, 1 and 20 ms tasks of one tenant, and no-op tasks of 500 tenants taking
-turns), Enqueue calls/s, a light tenant's wait beside a
-backlog in task times, how much of its cap a capped tenant uses (alone, and
-in a busy queue with equal task times and with task times spread ±25%), and
-a lone tenant's drain time. --runs repeats it and prints each ratio's
-spread.
+prints each figure as a ratio: Redis CPU and commands per task and the
+drain rate of a backlog (0, 1 and 20 ms tasks of one tenant, and no-op
+tasks of 500 tenants taking turns), Enqueue calls/s, a light tenant's wait
+beside a backlog in task times, how much of its cap a capped tenant uses
+(alone, and in a busy queue with equal task times and with task times
+spread ±25%), and a lone tenant's drain time. --runs repeats it and prints
+each ratio's spread.
 
 --only flow runs concurrency keys and pause on a fair pool of --concurrency
 workers (64), each part against the same work without them: --tenants

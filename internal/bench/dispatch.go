@@ -160,10 +160,11 @@ func (r *DispatchReport) add(name, unit, target string, fair float64, bare ...fl
 }
 
 // RunDispatch measures fair dispatch against bare asynq on one Redis (or
-// one Redis Cluster), with real workers: Redis's CPU and commands per task and the drain rate of a
-// backlog; a producer's Enqueue rate; a light tenant's wait beside a
-// backlog; how much of its cap a capped tenant uses; and a lone tenant's
-// drain time. Each pair runs back to back, in alternating order run by run.
+// one Redis Cluster), with real workers: Redis's CPU and commands per task
+// and the drain rate of a backlog; a producer's Enqueue rate; a light
+// tenant's wait beside a backlog; how much of its cap a capped tenant uses;
+// and a lone tenant's drain time. Each pair runs back to back, in
+// alternating order run by run.
 func RunDispatch(ctx context.Context, cfg DispatchConfig) (DispatchReport, error) {
 	cfg = cfg.withDefaults()
 	rep := DispatchReport{Config: cfg, FrontStandIn: lua.FrontStandIn(), DispatchStandIn: lua.DispatchStandIn()}
