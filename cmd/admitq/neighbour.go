@@ -9,20 +9,14 @@ import (
 	"github.com/admitq/admitq/internal/bench"
 )
 
-// scenarioInputs reads what a bench scenario takes from the command line:
-// its Redis (nil for a throwaway one), once it answered a ping, and a
-// progress line when stderr is a terminal.
+// scenarioInputs reads what a bench scenario on one server takes from the
+// command line (the caller refused --redis-cluster): its Redis (nil for a
+// throwaway one), once it answered a ping, and a progress line when stderr
+// is a terminal.
 func (a *app) scenarioInputs(cmd *cobra.Command, name string) (*redis.Options, func(string), error) {
-	var opts *redis.Options
-	if a.redisURLOrEnv() != "" {
-		rc, err := a.redisConfig()
-		if err != nil {
-			return nil, nil, err
-		}
-		if err := ping(cmd.Context(), rc, a.timeout); err != nil {
-			return nil, nil, err
-		}
-		opts = rc.single
+	opts, _, _, err := a.benchTarget(cmd)
+	if err != nil {
+		return nil, nil, err
 	}
 	return opts, a.scenarioProgress(name), nil
 }

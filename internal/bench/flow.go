@@ -186,7 +186,7 @@ func RunFlow(ctx context.Context, cfg FlowConfig) (FlowReport, error) {
 		return rep, err
 	}
 	for i := range cfg.Runs {
-		s := &flowRun{cfg: cfg, admin: tg.admin, rep: &rep, withFirst: i%2 == 0}
+		s := &flowRun{cfg: cfg, rep: &rep, withFirst: i%2 == 0}
 		if cfg.Runs > 1 {
 			s.step = fmt.Sprintf("run %d/%d: ", i+1, cfg.Runs)
 		}
@@ -204,7 +204,6 @@ func RunFlow(ctx context.Context, cfg FlowConfig) (FlowReport, error) {
 // flowRun is one run of the flow scenario.
 type flowRun struct {
 	cfg       FlowConfig
-	admin     redis.UniversalClient
 	rep       *FlowReport
 	d         *dispatchRun
 	withFirst bool   // keys or pause before the run without
@@ -600,7 +599,7 @@ func (s *flowRun) pausePool(ctx context.Context, paused bool) (resumed, error) {
 		if early > 0 {
 			s.violated("%d tasks of paused tenants ran before they were resumed", early)
 		}
-		rq := admission.NewRedisQuotas(s.admin, admission.WithPrefix(Prefix))
+		rq := admission.NewRedisQuotas(s.d.tg.admin, admission.WithPrefix(Prefix))
 		q.Paused, capped.Paused = false, false
 		begin = time.Now()
 		if err := rq.Set(ctx, pausedTenant, q); err != nil {

@@ -143,32 +143,6 @@ type neighbourContender struct {
 	light *admission.Quota
 }
 
-// scenarioRedis gives a scenario its Redis: opts, or a throwaway
-// redis-server when opts is nil, and an admin client on it that has
-// answered a ping. done removes the scenario's keys, closes the client and
-// stops the server.
-func scenarioRedis(ctx context.Context, opts *redis.Options) (_ *redis.Options, admin *redis.Client, done func(), err error) {
-	stop := func() {}
-	if opts == nil {
-		addr, s, err := startRedis(ctx)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		opts, stop = &redis.Options{Addr: addr}, s
-	}
-	admin = redis.NewClient(withPool(opts, 2))
-	if err := admin.Ping(ctx).Err(); err != nil {
-		_ = admin.Close()
-		stop()
-		return nil, nil, nil, fmt.Errorf("bench: redis at %s: %w", opts.Addr, err)
-	}
-	return opts, admin, func() {
-		_ = cleanup(ctx, admin)
-		_ = admin.Close()
-		stop()
-	}, nil
-}
-
 // scenarioTarget gives a scenario that runs on a cluster too its Redis:
 // the server single names, else the cluster cluster names, else a
 // throwaway cluster of 3 masters when startCluster is set, else a
@@ -191,11 +165,12 @@ func scenarioTarget(ctx context.Context, single *redis.Options, cluster *redis.C
 func RunNeighbour(ctx context.Context, cfg NeighbourConfig) (NeighbourReport, error) {
 	cfg = cfg.withDefaults()
 	rep := NeighbourReport{Config: cfg}
-	opts, admin, done, err := scenarioRedis(ctx, cfg.Redis)
+	tg, done, err := scenarioTarget(ctx, cfg.Redis, nil, false)
 	if err != nil {
 		return rep, err
 	}
 	defer done()
+	opts, admin := tg.single, tg.admin
 	rate := admission.Quota{Limit: cfg.Rate, Window: time.Second, MaxDelay: time.Duration(cfg.Backlog/cfg.Rate+60) * time.Second}
 	capped := rate
 	capped.MaxInFlight, capped.MaxParked = cfg.MaxInFlight, cfg.Backlog+cfg.Light*1000

@@ -14,6 +14,7 @@ import (
 type target struct {
 	admin    redis.UniversalClient
 	client   func(pool int) redis.UniversalClient // a contender's own client
+	single   *redis.Options                       // the one server's, off a cluster
 	timeout  time.Duration                        // the gate's per-call deadline
 	addr     string
 	embedded bool
@@ -61,7 +62,7 @@ func connect(ctx context.Context, cfg Config) (*target, error) {
 			tg.stop, tg.embedded = stop, true
 			opts = &redis.Options{Addr: addr}
 		}
-		tg.addr = opts.Addr
+		tg.addr, tg.single = opts.Addr, opts
 		tg.timeout = callTimeout(opts)
 		tg.client = func(pool int) redis.UniversalClient { return redis.NewClient(withPool(opts, pool)) }
 	}
