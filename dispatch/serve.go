@@ -32,12 +32,14 @@ const (
 	// finish of a task asynq has yet to mark done (it does so a moment
 	// after the handler returns); the wait doubles up to a second.
 	firstRetry = 250 * time.Microsecond
-	// gatherFor is the longest a loop lets finishes gather for its next
-	// turn, so that one turn hands in several: at most a quarter of the
+	// gatherFor and gatherMost are the shortest and the longest a loop
+	// lets finishes gather for its next turn, so that one turn hands in
+	// several: so long that three turns and three gatherings fit in the
 	// time asynq's pending list keeps the queue's workers busy, at the rate
 	// they finish tasks, so that they never find it empty meanwhile (an
 	// asynq worker that does sleeps its TaskCheckInterval).
-	gatherFor = time.Millisecond
+	gatherFor  = time.Millisecond
+	gatherMost = 4 * time.Millisecond
 	// syncEvery is how often a loop looks up the quotas of its queue's
 	// paused tenants, the next syncTenants in line and its keys: with the
 	// quota cache's admission.DefaultRefresh, a pause or a resume reaches
@@ -363,20 +365,23 @@ func (p *pace) turned(now time.Time) {
 }
 
 // gather is how long the loop lets finishes gather after a turn (ok: it
-// succeeded) that found tr: gatherFor when asynq's pending list keeps the
-// queue's live workers busy, at this worker's peak rate, for three turns
-// with their admissions and three times gatherFor more; else none. So the
-// workers do not find the list empty for a gathering.
+// succeeded) that found tr: the longest g up to gatherMost such that
+// asynq's pending list keeps the queue's live workers busy, at this
+// worker's peak rate, for three turns with their admissions and three
+// times g more; none when that is under gatherFor. So the workers do not
+// find the list empty for a gathering, and the longer tasks take, the
+// more finishes a turn hands in.
 func (l *loop) gather(tr turnResult, ok bool) time.Duration {
 	if !ok || tr.queued == 0 || l.pace.peak <= 0 {
 		return 0
 	}
 	own := l.s.most / 2
 	rate := l.pace.peak * float64(max(tr.live, own)) / float64(own)
-	if float64(tr.queued)/rate < 3*(l.pace.cycle+gatherFor.Seconds()) {
+	g := time.Duration((float64(tr.queued)/rate/3 - l.pace.cycle) * float64(time.Second))
+	if g < gatherFor {
 		return 0
 	}
-	return gatherFor
+	return min(g, gatherMost)
 }
 
 // syncLimits looks up the quotas of the queue's paused tenants, of the
