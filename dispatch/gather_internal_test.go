@@ -1,8 +1,11 @@
 package dispatch
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/admitq/admitq/admission"
 )
 
 // A loop lets finishes gather only while asynq's pending list keeps the
@@ -45,5 +48,36 @@ func TestGatheringNeverLetsThePendingListRunDry(t *testing.T) {
 	l.pace.turned(now.Add(20 * time.Millisecond))
 	if got := l.gather(turnResult{queued: 40, live: 16}, true); got < gatherFor || got > 1200*time.Microsecond {
 		t.Errorf("after a stall: gather %v, want about 1.17 ms", got)
+	}
+}
+
+// A grant for the front, or a capped tenant's finish that asynq has yet to
+// mark done, cuts the gathering out: they go in at once, however long the
+// pending list would let finishes gather.
+func TestFrontsAndCappedFinishesDoNotGather(t *testing.T) {
+	ctx := context.Background()
+	d, rdb, _ := rig(t, admission.Quota{Limit: 1000, Window: time.Second}) // no cap
+	if err := admission.NewRedisQuotas(rdb).Set(ctx, "capped", q1); err != nil {
+		t.Fatal(err)
+	}
+	l := &loop{s: &Server{d: d, most: 2 * 16}}
+	l.pace.cycle = (500 * time.Microsecond).Seconds()
+	l.pace.peak = 8000
+	tr := turnResult{queued: 200, live: 16} // 25 ms of work: gatherMost
+	for _, c := range []struct {
+		name string
+		ops  []moveOp
+		fs   []finish
+		want time.Duration
+	}{
+		{name: "nothing waits", want: gatherMost},
+		{name: "a move behind the others", ops: []moveOp{{op: opGo, id: "a"}}, want: gatherMost},
+		{name: "an uncapped tenant's finish", fs: []finish{{id: "a", tenant: "free", done: true}}, want: gatherMost},
+		{name: "a move to the front", ops: []moveOp{{op: opGo, id: "a"}, {op: opFront, id: "b"}}},
+		{name: "a capped tenant's finish", fs: []finish{{id: "a", tenant: "free", done: true}, {id: "b", tenant: "capped", done: true}}},
+	} {
+		if got := l.gatherAfter(tr, true, c.ops, c.fs); got != c.want {
+			t.Errorf("%s: gather %v, want %v", c.name, got, c.want)
+		}
 	}
 }

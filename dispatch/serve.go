@@ -230,8 +230,8 @@ func (l *loop) drain(fs []finish) []finish {
 // the last turn's grants, and grants more; the grants are admitted at once
 // and moved in by the next turn, which follows without a pause unless
 // asynq's pending list holds enough to keep the workers busy meanwhile:
-// then finishes gather for up to gatherFor, so that one turn hands in
-// several. Finishes that asynq has yet to mark done are handed in again
+// then finishes gather for gatherFor to gatherMost (gather), so that one
+// turn hands in several. Finishes that asynq has yet to mark done are handed in again
 // after a pause that doubles from 1 ms to a second, so an outage never
 // makes a busy loop.
 func (l *loop) run(ctx context.Context) {
@@ -305,7 +305,7 @@ func (l *loop) run(ctx context.Context) {
 			next = busyTick
 		}
 		calm, gathering = time.Time{}, false
-		if g := l.gather(tr, err == nil); g > 0 && !fronts(ops) {
+		if g := l.gatherAfter(tr, err == nil, ops, fs); g > 0 {
 			calm, gathering = time.Now().Add(g), next <= g
 			next = max(next, g)
 		}
@@ -364,6 +364,17 @@ func (p *pace) turned(now time.Time) {
 	p.got, p.last = 0, now
 }
 
+// gatherAfter is how long the loop lets finishes gather after a turn (ok:
+// it succeeded) that found tr, left ops to move and fs to hand in again:
+// gather's time, but none when a grant goes to the front or a capped
+// tenant's finish waits to be handed in again, for those go at once.
+func (l *loop) gatherAfter(tr turnResult, ok bool, ops []moveOp, fs []finish) time.Duration {
+	if fronts(ops) || slices.ContainsFunc(fs, func(f finish) bool { return l.capped(f.tenant) }) {
+		return 0
+	}
+	return l.gather(tr, ok)
+}
+
 // gather is how long the loop lets finishes gather after a turn (ok: it
 // succeeded) that found tr: the longest g up to gatherMost such that
 // asynq's pending list keeps the queue's live workers busy, at this
@@ -377,11 +388,11 @@ func (l *loop) gather(tr turnResult, ok bool) time.Duration {
 	}
 	own := l.s.most / 2
 	rate := l.pace.peak * float64(max(tr.live, own)) / float64(own)
-	g := time.Duration((float64(tr.queued)/rate/3 - l.pace.cycle) * float64(time.Second))
-	if g < gatherFor {
+	g := float64(tr.queued)/rate/3 - l.pace.cycle // seconds
+	if g < gatherFor.Seconds() {
 		return 0
 	}
-	return min(g, gatherMost)
+	return time.Duration(min(g, gatherMost.Seconds()) * float64(time.Second))
 }
 
 // syncLimits looks up the quotas of the queue's paused tenants, of the
