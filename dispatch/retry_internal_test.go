@@ -16,7 +16,7 @@ import (
 	"github.com/admitq/admitq/internal/redistest"
 )
 
-func rig(t *testing.T, q admission.Quota) (*Dispatcher, *redis.Client, *asynq.Client) {
+func rig(t testing.TB, q admission.Quota) (*Dispatcher, *redis.Client, *asynq.Client) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	quotas := admission.NewRedisQuotas(rdb)

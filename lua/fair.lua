@@ -18,7 +18,9 @@
 --          granted, being moved by a dispatcher; f: went straight in at
 --          park, written by its producer; p: in asynq's hands
 -- KEYS[4]  meta: HASH floor (the virtual time: start tag of the latest
---          grant, never lower), est (the queue's mean run time µs)
+--          grant, never lower), est (the queue's mean run time µs), cw
+--          and cu (the summary of the workers, "<dispatched>|<fair>|<live
+--          concurrency>", and until when it holds, µs: capacity)
 -- KEYS[5]  workers: ZSET "<id>|<concurrency>|<fair: 0 or 1>|<restart grace
 --          ms>" -> expiry µs; a member that left or lapsed stays its restart
 --          grace more (RESTART_GRACE for one without), so that a restart
@@ -99,8 +101,12 @@ local LIMBO = 3600000000
 local FRESH_GRACE = 1000000
 -- RESTART_GRACE is how long, in µs, a queue stays dispatched after its
 -- last worker with a gate left, so that a restart does not open the caps,
--- for a worker's record that names no grace of its own.
+-- for a worker's record that names no grace of its own. SUMMARY_FOR is
+-- the longest, in µs, a call trusts the summary of the workers another
+-- call left (capacity): a worker that joins or leaves without a turn of
+-- this version (an older worker of a mixed fleet) counts within it.
 local RESTART_GRACE = 30000000
+local SUMMARY_FOR = 1000000
 -- PICK_BUDGET is how many waiting entries a turn may drop, or tenants it
 -- may find waiting on keys, before it stops.
 local PICK_BUDGET = 256
@@ -354,12 +360,26 @@ local function save()
   call('HSET', meta, 'floor', int(floor), 'est', int(qest))
 end
 
+-- The summary of the queue's workers (capacity's answer) that a call
+-- found in meta, read by begin: sumUntil is until when it holds (0: there
+-- is none, or it no longer holds).
+local sumRecent, sumFair, sumTotal, sumUntil
+
 -- capacity reads the queue's workers with a gate: whether any served it
 -- within its restart grace (dispatched), whether one of them is fair, and
 -- the live ones' total concurrency, fair or not (every gate worker adds
--- room). It drops the records whose grace is over.
-local function capacity()
-  local recent, fair, total = false, false, 0
+-- room). It drops the records whose grace is over. It keeps its answer in
+-- meta, "cw" ("<recent>|<fair>|<total>", 1 or 0 for yes or no) and "cu"
+-- (until when it holds, µs): until a live record would lapse or a lapsed
+-- one's grace end, and at most SUMMARY_FOR. A call takes the answer from
+-- there while it holds, unless asked to read the workers (fresh): a turn
+-- whose worker joins or comes back is, so that a park never reads the
+-- whole fleet.
+local function capacity(fresh)
+  if not fresh and sumUntil > now then
+    return sumRecent, sumFair, sumTotal
+  end
+  local recent, fair, total, till = false, false, 0, now + SUMMARY_FOR
   local ms = call('ZRANGE', workers, 0, -1, 'WITHSCORES')
   for i = 1, #ms, 2 do
     local c, f, g = string.match(ms[i], '|(%d+)|([01])|(%d+)$')
@@ -375,9 +395,14 @@ local function capacity()
       fair = fair or f == '1'
       if expiry >= now then
         total = total + tonumber(c)
+        till = math.min(till, expiry + 1)
+      else
+        till = math.min(till, expiry + grace + 1)
       end
     end
   end
+  sumRecent, sumFair, sumTotal, sumUntil = recent, fair, total, till
+  call('HSET', meta, 'cw', (recent and '1|' or '0|') .. (fair and '1|' or '0|') .. total, 'cu', int(till))
   return recent, fair, total
 end
 
@@ -1187,6 +1212,9 @@ local function begin(keys_, argv)
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   nowS, nowNs = int(now), nil
   keyCache, owing, anyDeadlines, filled, queued, freshLeft = {}, nil, nil, nil, nil, nil
-  local m = call('HMGET', meta, 'floor', 'est')
+  local m = call('HMGET', meta, 'floor', 'est', 'cw', 'cu')
   floor, qest = toint(m[1]), toint(m[2])
+  local r, f, total = string.match(m[3] or '', '^([01])|([01])|(%d+)$')
+  sumUntil = r and toint(m[4]) or 0
+  sumRecent, sumFair, sumTotal = r == '1', f == '1', tonumber(total)
 end

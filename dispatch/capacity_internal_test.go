@@ -1,0 +1,133 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// zranges is how many ZRANGE commands Redis ran, in scripts or not.
+func zranges(t *testing.T, rdb *redis.Client) int {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_zrange:calls="); ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			return n
+		}
+	}
+	return 0
+}
+
+// A park takes the queue's capacity from the summary of its workers that
+// the last call to read them left, so that it costs the same however many
+// workers serve the queue: a worker that joins, comes back or leaves
+// writes the summary anew with its turn, and one that joins without a
+// turn of this version (an older worker of a mixed fleet) counts within
+// SUMMARY_FOR.
+func TestAParkDoesNotReadTheFleet(t *testing.T) {
+	ctx := context.Background()
+	d, rdb, _ := rig(t, q1)
+	k := d.keysFor("default")
+	join := func(member string, ttl int) {
+		t.Helper()
+		if _, err := d.run(ctx, d.scripts.dispatch, "default", member, ttl, 0, 0, 0, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	summary := func() string { return rdb.HGet(ctx, k.meta, "cw").Val() }
+	for i := range 32 {
+		join(fmt.Sprintf("w%d|1|1", i), 600_000_000)
+	}
+	if got := summary(); got != "1|1|32" {
+		t.Fatalf("after 32 workers joined: summary %q, want 1|1|32", got)
+	}
+	park := func(id string) {
+		t.Helper()
+		if _, err := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: id}, q1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	park("first") // straight in: its cap of 1 holds the others
+	park("second")
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		park("p" + strconv.Itoa(i))
+	}
+	if n := zranges(t, rdb); n != 0 {
+		t.Errorf("50 parks beside 32 workers ran %d ZRANGE; want none", n)
+	}
+
+	// One leaves (a turn with ttl 0): its turn writes the summary at once,
+	// and the next call, once its record lapsed, counts it out.
+	join("w0|1|1", 0)
+	time.Sleep(time.Millisecond)
+	park("after-leave")
+	if got := summary(); got != "1|1|31" {
+		t.Errorf("after one left: summary %q, want 1|1|31", got)
+	}
+
+	// An older worker's record, written without a turn of this version,
+	// counts within SUMMARY_FOR.
+	if err := rdb.ZAdd(ctx, k.workers, redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMicro()), Member: "old|8|1"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	park("after-old")
+	if got := summary(); got != "1|1|39" {
+		t.Errorf("a second after an older worker joined: summary %q, want 1|1|39", got)
+	}
+}
+
+// BenchmarkParkBesideWorkers parks tasks of a tenant whose cap holds them
+// waiting, beside 1, 16 and 64 workers' records of 64 workers in all, and
+// reports Redis's own time a park (redis-µs/park, from INFO
+// commandstats), which does not grow with the records.
+func BenchmarkParkBesideWorkers(b *testing.B) {
+	for _, n := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("workers=%d", n), func(b *testing.B) {
+			ctx := context.Background()
+			d, rdb, _ := rig(b, q1)
+			for i := range n {
+				member := fmt.Sprintf("w%d|%d|1", i, 64/n)
+				if _, err := d.run(ctx, d.scripts.dispatch, "default", member, 600_000_000, 0, 0, 0, 0, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			q := q1
+			q.MaxParked = 1 << 30
+			park := func(id string) {
+				if _, err := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: id}, q); err != nil {
+					b.Fatal(err)
+				}
+			}
+			park("first")
+			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				park(strconv.Itoa(i))
+			}
+			b.StopTimer()
+			info := rdb.Info(ctx, "commandstats").Val()
+			for line := range strings.SplitSeq(info, "\n") {
+				if rest, ok := strings.CutPrefix(line, "cmdstat_fcall:"); ok {
+					var calls, usec int64
+					fmt.Sscanf(rest, "calls=%d,usec=%d", &calls, &usec)
+					b.ReportMetric(float64(usec)/float64(calls), "redis-µs/park")
+				}
+			}
+		})
+	}
+}
