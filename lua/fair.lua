@@ -373,8 +373,9 @@ local sumRecent, sumFair, sumTotal, sumUntil
 -- (until when it holds, µs): until a live record would lapse or a lapsed
 -- one's grace end, and at most SUMMARY_FOR. A call takes the answer from
 -- there while it holds, unless asked to read the workers (fresh): a turn
--- whose worker joins or comes back is, so that a park never reads the
--- whole fleet.
+-- whose worker joins, comes back, leaves or shortens its record's life
+-- is. So a park reads the fleet's records only when the answer ran out,
+-- about once a second.
 local function capacity(fresh)
   if not fresh and sumUntil > now then
     return sumRecent, sumFair, sumTotal
@@ -1216,5 +1217,8 @@ local function begin(keys_, argv)
   floor, qest = toint(m[1]), toint(m[2])
   local r, f, total = string.match(m[3] or '', '^([01])|([01])|(%d+)$')
   sumUntil = r and toint(m[4]) or 0
+  if sumUntil > now + SUMMARY_FOR then
+    sumUntil = 0 -- written by a clock ahead of this one (a failover)
+  end
   sumRecent, sumFair, sumTotal = r == '1', f == '1', tonumber(total)
 end

@@ -38,11 +38,12 @@
 -- came back from a snapshot taken between its grant and its move) goes
 -- back to the head of its tenant's line.
 local member, ttl, most = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
--- A worker that joins, comes back after its record lapsed, or leaves
--- changes the summary of the workers (capacity): read them now.
+-- A worker that joins, comes back after its record lapsed, leaves, or
+-- shortens its record's life changes the summary of the workers
+-- (capacity): read them now.
 local was = toint(call('ZSCORE', workers, member))
 call('ZADD', workers, int(now + math.max(ttl, 0)), member)
-if was < now or ttl <= 0 then
+if was < now or now + math.max(ttl, 0) < was then
   capacity(true)
 end
 

@@ -17,10 +17,10 @@
 -- Returns  {verdict, now µs, tasks the tenant has waiting}, verdict:
 --          "wait": the entry is stored, the caller writes the task parked
 --          "in": granted (state f), the caller admits and writes it
---          "full": nothing stored, the backlog is at MaxParked
+--          "full": nothing of the task stored, the backlog is at MaxParked
 --          "direct": no worker with a gate served the queue within
 --            RESTART_GRACE (or none is fair and the tenant has no cap and
---            is not paused): nothing stored
+--            is not paused): nothing of the task stored
 --          "in-again": the ID is in run already (a retry), nothing
 --            changes; the caller admits and writes it, and gives nothing
 --            back

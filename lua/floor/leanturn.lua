@@ -15,7 +15,7 @@
 local member, ttl, most = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local was = toint(call('ZSCORE', workers, member))
 call('ZADD', workers, int(now + math.max(ttl, 0)), member)
-if was < now or ttl <= 0 then
+if was < now or now + math.max(ttl, 0) < was then
   capacity(true) -- as fair_dispatch.lua: the summary of the workers
 end
 local line = P .. 'lean'
