@@ -60,7 +60,7 @@ func TestAParkDoesNotReadTheFleet(t *testing.T) {
 		join(fmt.Sprintf("w%d|1|1", i), 600_000_000)
 	}
 	summary("after 32 workers joined", "1|1|32")
-	began := time.Now() // the dispatcher's mode, read by this first park, is kept a second
+	began := time.Now()     // the dispatcher's mode, read by this first park, is kept a second
 	park("first", Straight) // its cap of 1 holds the others
 	park("second", Wait)
 	join("w32|1|1", 600_000_000) // a join writes the summary anew
