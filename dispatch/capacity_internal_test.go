@@ -11,20 +11,20 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// zranges is how many ZRANGE commands Redis ran, in scripts or not.
-func zranges(t *testing.T, rdb *redis.Client) int {
-	t.Helper()
+// commandStat reads command name's calls and µs from INFO commandstats
+// (those a script runs included).
+func commandStat(tb testing.TB, rdb *redis.Client, name string) (calls, usec int64) {
+	tb.Helper()
 	info, err := rdb.Info(context.Background(), "commandstats").Result()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	for line := range strings.SplitSeq(info, "\n") {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_zrange:calls="); ok {
-			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-			return n
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+name+":"); ok {
+			fmt.Sscanf(rest, "calls=%d,usec=%d", &calls, &usec)
 		}
 	}
-	return 0
+	return calls, usec
 }
 
 // A park takes the queue's capacity from the summary of its workers that
@@ -71,7 +71,7 @@ func TestAParkDoesNotReadTheFleet(t *testing.T) {
 	for i := range 50 {
 		park("p"+strconv.Itoa(i), Wait)
 	}
-	if n := zranges(t, rdb); n != 0 && time.Since(began) < 900*time.Millisecond {
+	if n, _ := commandStat(t, rdb, "zrange"); n != 0 && time.Since(began) < 900*time.Millisecond {
 		t.Errorf("50 parks beside 33 workers ran %d ZRANGE; want none", n)
 	}
 
@@ -133,14 +133,8 @@ func BenchmarkParkBesideWorkers(b *testing.B) {
 				park(strconv.Itoa(i))
 			}
 			b.StopTimer()
-			info := rdb.Info(ctx, "commandstats").Val()
-			for line := range strings.SplitSeq(info, "\n") {
-				if rest, ok := strings.CutPrefix(line, "cmdstat_fcall:"); ok {
-					var calls, usec int64
-					fmt.Sscanf(rest, "calls=%d,usec=%d", &calls, &usec)
-					b.ReportMetric(float64(usec)/float64(calls), "redis-µs/park")
-				}
-			}
+			calls, usec := commandStat(b, rdb, "fcall")
+			b.ReportMetric(float64(usec)/float64(calls), "redis-µs/park")
 		})
 	}
 }
