@@ -231,9 +231,9 @@ func (l *loop) drain(fs []finish) []finish {
 // and moved in by the next turn, which follows without a pause unless
 // asynq's pending list holds enough to keep the workers busy meanwhile:
 // then finishes gather for gatherFor to gatherMost (gather), so that one
-// turn hands in several. Finishes that asynq has yet to mark done are handed in again
-// after a pause that doubles from 1 ms to a second, so an outage never
-// makes a busy loop.
+// turn hands in several. Finishes that asynq has yet to mark done are
+// handed in again after a pause that doubles from 1 ms to a second, so an
+// outage never makes a busy loop.
 func (l *loop) run(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()

@@ -407,6 +407,19 @@ local function capacity(fresh)
   return recent, fair, total
 end
 
+-- heartbeat records worker member's record as live for ttl µs more (0 or
+-- less: it leaves now). A worker that joins, comes back after its record
+-- lapsed, leaves, or shortens its record's life changes the summary of
+-- the workers, so then capacity reads them at once.
+local function heartbeat(member, ttl)
+  local was = toint(call('ZSCORE', workers, member))
+  local expiry = now + math.max(ttl, 0)
+  call('ZADD', workers, int(expiry), member)
+  if was < now or expiry < was then
+    capacity(true)
+  end
+end
+
 -- queued is the length of asynq's pending list, read once a call at its
 -- first pendingLen: a call that moves tasks into the list (a turn's moves)
 -- moves them all before that, and its grants go in with the next turn.

@@ -38,14 +38,7 @@
 -- came back from a snapshot taken between its grant and its move) goes
 -- back to the head of its tenant's line.
 local member, ttl, most = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
--- A worker that joins, comes back after its record lapsed, leaves, or
--- shortens its record's life changes the summary of the workers
--- (capacity): read them now.
-local was = toint(call('ZSCORE', workers, member))
-call('ZADD', workers, int(now + math.max(ttl, 0)), member)
-if was < now or now + math.max(ttl, 0) < was then
-  capacity(true)
-end
+heartbeat(member, ttl)
 
 -- The records of the tenants whose tasks a turn hands in, read once and
 -- written once a turn (flush), however many of each tenant's tasks it

@@ -13,11 +13,7 @@
 -- No tags, weights, caps, keys, pauses, records or charges. A floor for
 -- the cost of fair dispatch, not a rule.
 local member, ttl, most = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
-local was = toint(call('ZSCORE', workers, member))
-call('ZADD', workers, int(now + math.max(ttl, 0)), member)
-if was < now or now + math.max(ttl, 0) < was then
-  capacity(true) -- as fair_dispatch.lua: the summary of the workers
-end
+heartbeat(member, ttl)
 local line = P .. 'lean'
 
 local a, later = 7, {}
