@@ -19,8 +19,8 @@ test: redis chromium
 	ADMITQ_REQUIRE_REDIS=1 ADMITQ_REQUIRE_BROWSER=1 $(GO) test -race -count=1 -timeout 20m ./...
 	$(GO) vet -tags admitq_floor ./lua/ ./internal/bench/ ./cmd/admitq/
 	$(GO) vet -tags admitq_free ./lua/ ./internal/bench/ ./cmd/admitq/
-	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_floor -run '^(TestStandIn|TestAdmitCarriesItsFile)$$' ./lua/ ./internal/bench/
-	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_free -run '^(TestStandIn|TestAdmitCarriesItsFile)$$' ./lua/ ./internal/bench/
+	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_floor -run '^(TestStandIn|TestAdmitCarriesItsFile|TestAdmitTakesItsLogsFromARGV)$$' ./lua/ ./internal/bench/
+	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_free -run '^(TestStandIn|TestAdmitCarriesItsFile|TestAdmitTakesItsLogsFromARGV)$$' ./lua/ ./internal/bench/
 	$(GO) vet -tags admitq_counterfloor ./lua/ ./internal/bench/ ./cmd/admitq/
 	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_counterfloor -run '^(TestCounterStandIn|TestCounterScriptsCarryTheirFiles)$$' ./lua/ ./internal/bench/
 	$(GO) vet -tags admitq_frontfloor ./lua/ ./internal/bench/ ./cmd/admitq/

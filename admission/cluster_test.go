@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/internal/redistest"
+	"github.com/admitq/admitq/lua"
 )
 
 // TestCluster runs the gate and the quota store end to end on a 3-master
@@ -26,6 +28,8 @@ func TestCluster(t *testing.T) {
 	t.Run("bound", func(t *testing.T) { testClusterBound(t, c) })
 	t.Run("tenants on every master", func(t *testing.T) { testClusterSpread(t, c) })
 	t.Run("quotas", func(t *testing.T) { testClusterQuotas(t, c) })
+	t.Run("one script call per master", func(t *testing.T) { testClusterSharesCalls(t, c) })
+	t.Run("a log moved to another master", func(t *testing.T) { testClusterLogMoved(t, c) })
 	t.Run("script cache flushed", func(t *testing.T) { testClusterNoScript(t, c) })
 	t.Run("check server", func(t *testing.T) { testClusterCheckServer(t, c) })
 	t.Run("plain client on a node", func(t *testing.T) { testClusterPlainClientMoved(t, c) })
@@ -240,6 +244,196 @@ func testClusterQuotas(t *testing.T, c *redistest.Cluster) {
 	}
 	if _, err := store.Get(ctx, tenants[0]); !errors.Is(err, admission.ErrNoQuota) {
 		t.Fatalf("Get after Delete: %v, want ErrNoQuota", err)
+	}
+}
+
+// testClusterSharesCalls is TestGroupCommitSharesScriptCalls on the
+// cluster: concurrent callers over tenants of every master share a script
+// call per master's batch (about 0.13 calls a decision here, where a call
+// per tenant cost 0.99), and every tenant gets exactly its limit.
+func testClusterSharesCalls(t *testing.T, c *redistest.Cluster) {
+	cc := c.Client(t)
+	tenants := tenantsOnEveryMaster(t, cc, 100)
+	q := admission.Quota{Limit: 20, Window: time.Minute}
+	g := admission.New(c.Client(t), static(q), admission.WithPrefix("cshare"), admission.WithDenyCache(false))
+	t.Cleanup(func() { g.Close() })
+	calls := func() int64 {
+		var mu sync.Mutex
+		var n int64
+		if err := cc.ForEachMaster(t.Context(), func(_ context.Context, m *redis.Client) error {
+			c := scriptCalls(t, m)
+			mu.Lock()
+			defer mu.Unlock()
+			n += c
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := calls()
+	var mu sync.Mutex
+	admitted := map[string]int{}
+	var wg sync.WaitGroup
+	const workers, each = 64, 100
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				tenant := tenants[(w*each+i)%len(tenants)]
+				d, err := g.Admit(t.Context(), tenant)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Outcome == admission.Admitted {
+					mu.Lock()
+					admitted[tenant]++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, tenant := range tenants {
+		if admitted[tenant] != q.Limit {
+			t.Errorf("tenant %s: %d admitted, want %d", tenant, admitted[tenant], q.Limit)
+		}
+	}
+	perDecision := float64(calls()-before) / (workers * each)
+	t.Logf("%d decisions over %d tenants on 3 masters: %.3f script calls per decision", workers*each, len(tenants), perDecision)
+	if perDecision > 0.4 {
+		t.Errorf("%.3f script calls per decision: a master's tenants do not share calls", perDecision)
+	}
+}
+
+// testClusterLogMoved moves one tenant's slot, log and all, to another
+// master behind the gate's client, which still sends it to the old one
+// beside a tenant that stayed. A call that joins the two fails on the log
+// that left before it writes anything, and each tenant is then decided
+// alone, where it lives: both get exactly their limit, each log on its
+// own master.
+func testClusterLogMoved(t *testing.T, c *redistest.Cluster) {
+	ctx := t.Context()
+	cc := c.Client(t)
+	masters, master := clusterMasters(t, cc)
+	var stays, moves string
+	for _, tenant := range tenantsOnEveryMaster(t, cc, 2) {
+		if master(tenant) == masters[0] {
+			if stays == "" {
+				stays = tenant
+			} else {
+				moves = tenant
+			}
+		}
+	}
+	const prefix = "cmoved"
+	q := admission.Quota{Limit: 5, Window: time.Minute}
+	g := admission.New(cc, static(q), admission.WithPrefix(prefix), admission.WithDenyCache(false))
+	t.Cleanup(func() { g.Close() })
+	admitted := map[string]int{}
+	for _, tenant := range []string{stays, moves} {
+		if d, err := g.Admit(ctx, tenant); err != nil || d.Outcome != admission.Admitted {
+			t.Fatalf("Admit(%s) = %+v, %v; want admitted", tenant, d, err)
+		}
+		admitted[tenant]++
+	}
+	from, to := nodeAt(t, c, masters[0]), nodeAt(t, c, masters[1])
+	log := prefix + ":{" + moves + "}:log"
+	slot := int(cc.ClusterKeySlot(ctx, log).Val())
+	moveSlot(t, c, slot, from, to)
+	t.Cleanup(func() { moveSlot(t, c, slot, to, from) })
+
+	// admit.lua alone, on the old master, with both logs: it fails at the
+	// log that left, and the other's log is as it was.
+	staysLog := prefix + ":{" + stays + "}:log"
+	err := lua.Admit().Run(ctx, from, []string{staysLog}, "logs", 2, staysLog, log,
+		1, q.Limit, q.Window.Microseconds(), 0, 1, 1, 0, 1, "x", 1, 0, 1, "y").Err()
+	if err == nil || !strings.Contains(err.Error(), "non local key") {
+		t.Fatalf("admit.lua over a log that left its node: %v, want the non-local key error", err)
+	}
+	if n := from.ZCard(ctx, staysLog).Val(); n != 1 {
+		t.Fatalf("the failed call left %d entries in %s, want 1", n, staysLog)
+	}
+
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := range 4 {
+				tenant := []string{stays, moves}[(w+i)%2]
+				d, err := g.Admit(ctx, tenant)
+				if err != nil {
+					t.Errorf("Admit(%s): %v", tenant, err)
+					return
+				}
+				if d.Outcome == admission.Admitted {
+					mu.Lock()
+					admitted[tenant]++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, tenant := range []string{stays, moves} {
+		if admitted[tenant] != q.Limit {
+			t.Errorf("tenant %s: %d admitted, want %d", tenant, admitted[tenant], q.Limit)
+		}
+	}
+	for _, l := range []struct {
+		node *redis.Client
+		key  string
+		want int64
+	}{
+		{from, prefix + ":{" + stays + "}:log", int64(q.Limit)},
+		{to, log, int64(q.Limit)},
+		{from, log, 0},
+	} {
+		// ZCARD on a node that does not serve the key's slot answers MOVED.
+		if n, err := l.node.Do(ctx, "ZCARD", l.key).Int64(); err == nil && n != l.want || err != nil && l.want != 0 {
+			t.Errorf("ZCARD %s on %s = %d, %v; want %d", l.key, l.node.Options().Addr, n, err, l.want)
+		}
+	}
+}
+
+// nodeAt returns a client of the cluster node at addr.
+func nodeAt(t *testing.T, c *redistest.Cluster, addr string) *redis.Client {
+	t.Helper()
+	for _, n := range c.Nodes() {
+		if n.Addr() == addr {
+			return n.Client(t)
+		}
+	}
+	t.Fatalf("no node at %s", addr)
+	return nil
+}
+
+// moveSlot moves slot, with its keys, from one master to another, as
+// redis-cli --cluster reshard does, and tells every node.
+func moveSlot(t *testing.T, c *redistest.Cluster, slot int, from, to *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	fromID, toID := from.ClusterMyID(ctx).Val(), to.ClusterMyID(ctx).Val()
+	host, port, _ := strings.Cut(to.Options().Addr, ":")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("moving slot %d: %v", slot, err)
+		}
+	}
+	must(to.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err())
+	must(from.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err())
+	keys, err := from.ClusterGetKeysInSlot(ctx, slot, 1000).Result()
+	must(err)
+	if len(keys) > 0 {
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		must(from.Do(ctx, args...).Err())
+	}
+	for _, n := range c.Nodes() {
+		must(n.Client(t).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
 	}
 }
 

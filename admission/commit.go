@@ -13,26 +13,30 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// committer group-commits admission requests. A request joins a queue; while
-// fewer than maxFlight pipelines are in flight, the request starts one,
-// which takes everything waiting (up to maxBatch requests) and sends it as
-// a single Redis pipeline. Under load each pipeline carries many requests;
-// at low load a request goes out at once, alone. No timer ever waits for
-// company. A pipeline still unanswered at the timeout stops counting as in
-// flight (see flushLoop), and each pipeline tells the gate's breaker how it
-// went (report).
+// committer group-commits admission requests. A request joins the queue
+// of the Redis server that serves its key (a lane: the one server's, or on
+// a cluster its master's); while fewer than maxFlight of the lane's
+// pipelines are in flight, the request starts one, which takes everything
+// waiting in the lane (up to maxBatch requests) and sends it as a single
+// Redis pipeline. Under load each pipeline carries many requests; at low
+// load a request goes out at once, alone. No timer ever waits for company.
+// A pipeline still unanswered at the timeout stops counting as in flight
+// (see flushLoop), and each pipeline tells the gate's breaker how it went
+// (report). A master that is slow or down holds up only its own lane.
 //
 // Within a pipeline one script call decides all of a tenant's waiting
-// requests; on a plain client (one Redis server) one script call decides
-// the whole batch across tenants, with every key declared. A cluster client
-// keeps one call per tenant, since a script's keys must share a hash slot,
-// and go-redis splits the pipeline per node.
+// requests, and one call of admit.lua decides the whole batch across
+// tenants: on a plain client (one Redis server) with every key declared;
+// on a cluster, where a script's declared keys must share a hash slot,
+// with the first declared and every log named in ARGV (queue). counter.lua
+// decides a batch in one call on a plain client, and each tenant in a call
+// of its own on a cluster.
 type committer struct {
 	rdb       redis.UniversalClient
 	admit     *redis.Script
 	counter   *redis.Script
 	crossKey  bool
-	perNode   bool // a cluster: each master's part of a batch goes out on its own
+	perNode   bool // a cluster: a lane per master
 	maxBatch  int
 	maxFlight int
 	timeout   time.Duration
@@ -44,16 +48,9 @@ type committer struct {
 
 	timers sync.Pool // *time.Timer, stopped: one per waiting caller
 
-	mu       sync.Mutex
-	pending  []*request
-	inflight int
-	// out holds when each batch that is out was taken (UnixNano), until
-	// all of it is answered or has failed, and answered when Redis last
-	// answered a pipeline: together with failed they tell since when Redis
-	// has answered nothing (see due).
-	out      []int64
-	answered int64
-	failed   int64 // when the oldest batch taken since answered and found Redis unavailable was taken
+	mu    sync.Mutex
+	one   *lane            // the lane of a client that is not a cluster's
+	lanes map[string]*lane // a cluster's, by master address ("": unknown)
 
 	// busy counts the requests queued or in flight, and the callers
 	// answered without Redis wait in yield for one of them to finish.
@@ -62,6 +59,24 @@ type committer struct {
 	wmu     sync.Mutex
 	wcond   *sync.Cond // on wmu
 	wgen    uint64     // moved on, under wmu, as a request finishes
+}
+
+// lane is the queue of one Redis server's requests, guarded by the
+// committer's mu.
+type lane struct {
+	// addr is the cluster master the lane's keys hashed to when their
+	// requests came; "" on any other client, or when the cluster client
+	// could not tell (then its keys may lie on any master).
+	addr     string
+	pending  []*request
+	inflight int
+	// out holds when each batch that is out was taken (UnixNano), until
+	// all of it is answered or has failed, and answered when the server
+	// last answered a pipeline: together with failed they tell since when
+	// it has answered nothing (see due).
+	out      []int64
+	answered int64
+	failed   int64 // when the oldest batch taken since answered and found the server unavailable was taken
 }
 
 // Request states: a waiting caller and the pipeline that answers it race
@@ -75,6 +90,7 @@ const (
 // request is one decision's call on Redis, answered by the pipeline that
 // sends it.
 type request struct {
+	lane   *lane // the queue it joined
 	tenant string
 	key    string
 	q      Quota
@@ -124,6 +140,8 @@ func newCommitter(rdb redis.UniversalClient, s commitScripts, timeout time.Durat
 		maxBatch:  maxBatch,
 		maxFlight: maxFlight,
 		timeout:   timeout,
+		one:       &lane{},
+		lanes:     make(map[string]*lane),
 	}
 	if !batching {
 		c.maxBatch, c.maxFlight = 1, maxFlightUnbatched
@@ -188,15 +206,24 @@ func (c *committer) do(ctx context.Context, r *request, budget time.Duration, fo
 	r.done = make(chan struct{})
 	c.busy.Add(1)
 	defer c.finished()
+	addr := c.master(ctx, r.key)
 	c.mu.Lock()
-	c.pending = append(c.pending, r)
-	start := c.inflight < c.maxFlight
+	l := c.one
+	if c.perNode {
+		if l = c.lanes[addr]; l == nil {
+			l = &lane{addr: addr}
+			c.lanes[addr] = l
+		}
+	}
+	r.lane = l
+	l.pending = append(l.pending, r)
+	start := l.inflight < c.maxFlight
 	if start {
-		c.inflight++
+		l.inflight++
 	}
 	c.mu.Unlock()
 	if start {
-		go c.flushLoop(forget)
+		go c.flushLoop(l, forget)
 	}
 	// A pooled timer rather than context.WithTimeout: this is the hot path,
 	// and since Go 1.23 a stopped timer can be reset without draining.
@@ -239,6 +266,21 @@ func (c *committer) do(ctx context.Context, r *request, budget time.Duration, fo
 	return r.ds, r.err
 }
 
+// master returns the address of the cluster master that serves key, as
+// the client's view of the cluster has it: "" when the client is not a
+// cluster's, or cannot tell.
+func (c *committer) master(ctx context.Context, key string) string {
+	cc, ok := c.rdb.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	node, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return ""
+	}
+	return node.Options().Addr
+}
+
 // due reports whether Redis still has time to answer r, and until when:
 // r's budget from when a pipeline took it, and no later than a timeout from
 // when the oldest batch still out, or that found Redis unavailable, was
@@ -251,15 +293,16 @@ func (c *committer) due(r *request) (time.Time, bool) {
 	if sent := r.sent.Load(); sent != 0 {
 		due = time.Unix(0, sent).Add(r.budget)
 	}
+	l := r.lane
 	c.mu.Lock()
 	silent := int64(0)
-	for _, s := range c.out {
-		if s > c.answered && (silent == 0 || s < silent) {
+	for _, s := range l.out {
+		if s > l.answered && (silent == 0 || s < silent) {
 			silent = s
 		}
 	}
-	if c.failed > c.answered && (silent == 0 || c.failed < silent) {
-		silent = c.failed
+	if l.failed > l.answered && (silent == 0 || l.failed < silent) {
+		silent = l.failed
 	}
 	c.mu.Unlock()
 	if d := time.Unix(0, silent).Add(c.timeout); silent != 0 && (due.IsZero() || d.Before(due)) {
@@ -271,20 +314,22 @@ func (c *committer) due(r *request) (time.Time, bool) {
 	return due, now.Before(due)
 }
 
-func (c *committer) flushLoop(forget func(*request)) {
+// flushLoop sends lane l's waiting requests, a batch a pipeline, until
+// none wait.
+func (c *committer) flushLoop(l *lane, forget func(*request)) {
 	for {
 		c.mu.Lock()
-		batch := c.pending
+		batch := l.pending
 		if len(batch) == 0 {
-			c.inflight--
+			l.inflight--
 			c.mu.Unlock()
 			return
 		}
 		if len(batch) > c.maxBatch {
-			c.pending = append([]*request(nil), batch[c.maxBatch:]...)
+			l.pending = append([]*request(nil), batch[c.maxBatch:]...)
 			batch = batch[:c.maxBatch]
 		} else {
-			c.pending = nil
+			l.pending = nil
 		}
 		c.mu.Unlock()
 
@@ -302,13 +347,13 @@ func (c *committer) flushLoop(forget func(*request)) {
 				return
 			}
 			detached = true
-			c.inflight--
-			if len(c.pending) > 0 && c.inflight < c.maxFlight {
-				c.inflight++
-				go c.flushLoop(forget)
+			l.inflight--
+			if len(l.pending) > 0 && l.inflight < c.maxFlight {
+				l.inflight++
+				go c.flushLoop(l, forget)
 			}
 		})
-		c.flush(batch, forget)
+		c.flush(l, batch, forget)
 		t.Stop()
 		c.mu.Lock()
 		finished = true
@@ -342,24 +387,25 @@ type flushState struct {
 
 var flushStates = sync.Pool{New: func() any { return &flushState{byKey: make(map[groupKey]*group)} }}
 
-// flush sends batch to Redis and delivers the replies, in three steps:
-// it groups the requests (flushState.group), plans the script calls
-// (plan) and sends them (send). On a single Redis it returns once every
+// flush sends batch, lane l's, to Redis and delivers the replies, in
+// three steps: it groups the requests (flushState.group), plans the script
+// calls (plan) and sends them in one pipeline (run). It returns once every
 // reply is delivered.
-func (c *committer) flush(batch []*request, forget func(*request)) {
+func (c *committer) flush(l *lane, batch []*request, forget func(*request)) {
 	st := flushStates.Get().(*flushState)
-	groups := st.group(batch)
-	taken := c.take(groups)
-	done := func() {
-		c.returned(taken)
+	defer func() {
 		st.reset()
 		flushStates.Put(st)
-	}
+	}()
+	groups := st.group(batch)
 	if len(groups) == 0 {
-		done()
 		return
 	}
-	c.send(taken, c.plan(groups), forget, done)
+	taken := c.take(l, groups)
+	defer c.returned(l, taken)
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	c.run(ctx, l, taken, c.plan(l, groups), forget)
 }
 
 // group gathers the requests of batch whose callers still wait into
@@ -400,9 +446,10 @@ func (st *flushState) reset() {
 	st.all, st.groups = st.all[:0], st.groups[:0]
 }
 
-// take marks the requests of groups as sent, now, and returns when: from
-// then on they wait on Redis (see due), and the batch is out until returned.
-func (c *committer) take(groups []*group) int64 {
+// take marks the requests of groups, lane l's, as sent, now, and returns
+// when: from then on they wait on Redis (see due), and the batch is out
+// until returned.
+func (c *committer) take(l *lane, groups []*group) int64 {
 	taken := time.Now().UnixNano()
 	for _, g := range groups {
 		for _, r := range g.reqs {
@@ -410,37 +457,37 @@ func (c *committer) take(groups []*group) int64 {
 		}
 	}
 	c.mu.Lock()
-	c.out = append(c.out, taken)
+	l.out = append(l.out, taken)
 	c.mu.Unlock()
 	return taken
 }
 
-// returned notes that no part of the batch taken at taken is out any more.
-func (c *committer) returned(taken int64) {
+// returned notes that no part of lane l's batch taken at taken is out any
+// more.
+func (c *committer) returned(l *lane, taken int64) {
 	c.mu.Lock()
-	if i := slices.Index(c.out, taken); i >= 0 {
-		c.out = slices.Delete(c.out, i, i+1)
+	if i := slices.Index(l.out, taken); i >= 0 {
+		l.out = slices.Delete(l.out, i, i+1)
 	}
 	c.mu.Unlock()
 }
 
-// plan returns the script calls that decide groups. Where keys may span
-// slots, the Log groups share one call of admit.lua and the Counter
-// groups one of counter.lua; on a cluster each group is a call of its own.
-func (c *committer) plan(groups []*group) [][]*group {
+// plan returns the script calls that decide groups, lane l's. The Log
+// groups share one call of admit.lua, on a cluster too when the lane is a
+// known master's (its logs then go in ARGV, queue); the Counter groups
+// share one call of counter.lua where keys may span slots. Any other
+// group is a call of its own.
+func (c *committer) plan(l *lane, groups []*group) [][]*group {
 	var calls [][]*group
-	if !c.crossKey {
-		for _, g := range groups {
-			calls = append(calls, []*group{g})
-		}
-		return calls
-	}
 	var logs, counters []*group
 	for _, g := range groups {
-		if g.q.Mode == Log {
+		switch {
+		case g.q.Mode == Log && (c.crossKey || c.perNode && l.addr != ""):
 			logs = append(logs, g)
-		} else {
+		case g.q.Mode == Counter && c.crossKey:
 			counters = append(counters, g)
+		default:
+			calls = append(calls, []*group{g})
 		}
 	}
 	for _, call := range [][]*group{logs, counters} {
@@ -449,58 +496,6 @@ func (c *committer) plan(groups []*group) [][]*group {
 		}
 	}
 	return calls
-}
-
-// send runs calls and then calls done. On a single Redis it returns when
-// done has run. On a cluster each master's part goes out and is delivered
-// on its own, and send returns at once, even when the whole batch is one
-// master's: a master that is slow or down holds up only its own tenants
-// (until its breaker opens and they stop coming), never a flight that the
-// healthy masters' tenants wait for.
-func (c *committer) send(taken int64, calls [][]*group, forget func(*request), done func()) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	parts := c.byNode(ctx, calls)
-	if !c.perNode {
-		c.run(ctx, taken, parts[0], forget)
-		cancel()
-		done()
-		return
-	}
-	var wg sync.WaitGroup
-	for _, part := range parts {
-		wg.Go(func() { c.run(ctx, taken, part, forget) })
-	}
-	go func() {
-		wg.Wait()
-		cancel()
-		done()
-	}()
-}
-
-// byNode splits calls by the cluster master that serves them, so that one
-// master that is slow or down delays only its own tenants: each part is
-// sent and delivered on its own. On a single Redis there is one part.
-func (c *committer) byNode(ctx context.Context, calls [][]*group) [][][]*group {
-	cc, ok := c.rdb.(*redis.ClusterClient)
-	if !ok {
-		return [][][]*group{calls}
-	}
-	var parts [][][]*group
-	index := make(map[string]int)
-	for _, call := range calls {
-		addr := "" // unknown slot owner: go-redis will find it
-		if node, err := cc.MasterForKey(ctx, call[0].key); err == nil {
-			addr = node.Options().Addr
-		}
-		i, ok := index[addr]
-		if !ok {
-			i = len(parts)
-			index[addr] = i
-			parts = append(parts, nil)
-		}
-		parts[i] = append(parts[i], call)
-	}
-	return parts
 }
 
 // run sends calls in one pipeline and delivers their replies. What must
@@ -513,9 +508,9 @@ func (c *committer) byNode(ctx context.Context, calls [][]*group) [][][]*group {
 // that met no script
 // and then failed by EVAL is split too; a group alone is never sent a
 // third time.
-func (c *committer) run(ctx context.Context, taken int64, calls [][]*group, forget func(*request)) {
+func (c *committer) run(ctx context.Context, l *lane, taken int64, calls [][]*group, forget func(*request)) {
 	for eval := false; len(calls) > 0; eval = true {
-		res, errs := c.exec(ctx, taken, calls, eval)
+		res, errs := c.exec(ctx, l, taken, calls, eval)
 		var again [][]*group
 		for i, call := range calls {
 			switch err := errs[i]; {
@@ -546,7 +541,7 @@ type groupKey struct {
 // exec sends one script call per entry of calls in a single pipeline, by
 // EVALSHA, or by EVAL when eval is set, and returns each call's reply.
 // taken is when the batch was taken.
-func (c *committer) exec(ctx context.Context, taken int64, calls [][]*group, eval bool) ([][]int64, []error) {
+func (c *committer) exec(ctx context.Context, l *lane, taken int64, calls [][]*group, eval bool) ([][]int64, []error) {
 	pipe := c.rdb.Pipeline()
 	cmds := make([]scriptCmd, len(calls))
 	for i, call := range calls {
@@ -561,7 +556,7 @@ func (c *committer) exec(ctx context.Context, taken int64, calls [][]*group, eva
 	for i, cmd := range cmds {
 		res[i], errs[i] = cmd.Result()
 	}
-	answered, down := c.heard(taken, errs)
+	answered, down := c.heard(l, taken, errs)
 	if c.report != nil && (answered || !reported) {
 		c.report(key, started, down)
 	}
@@ -569,27 +564,41 @@ func (c *committer) exec(ctx context.Context, taken int64, calls [][]*group, eva
 }
 
 // queue adds call's script call to pipe, by EVALSHA, or by EVAL when eval
-// is set.
+// is set. Its keys are declared, but on a cluster, where declared keys
+// must share a slot, a call of several tenants (one master's) declares the
+// first, which routes it, and names every log in ARGV: admit.lua reaches
+// them with its flag allow-cross-slot-keys. A log that has left the master
+// since fails the call before it writes, and run decides each tenant alone.
 func (c *committer) queue(ctx context.Context, pipe redis.Pipeliner, call []*group, eval bool) scriptCmd {
 	script := c.admit
 	if call[0].q.Mode == Counter {
 		script = c.counter
 	}
-	args := make([]any, 3, 4+len(call)+c.argsLen(call)) // EVALSHA, its hash, the keys, ARGV
-	for _, g := range call {
+	declared := call
+	if c.perNode && len(call) > 1 {
+		declared = call[:1]
+	}
+	args := make([]any, 3, 3+len(declared)+c.argsLen(call)) // EVALSHA, its hash, the keys, ARGV
+	for _, g := range declared {
 		args = append(args, g.key)
+	}
+	if len(declared) < len(call) {
+		args = append(args, "logs", len(call))
+		for _, g := range call {
+			args = append(args, g.key)
+		}
 	}
 	args = c.appendAdmitArgs(args, call, script == c.admit)
 	if eval { // rare: Redis lost its scripts
-		keys := make([]string, len(call))
-		for j, g := range call {
+		keys := make([]string, len(declared))
+		for j, g := range declared {
 			keys[j] = g.key
 		}
-		return int64s{script.Eval(ctx, pipe, keys, args[3+len(call):]...)}
+		return int64s{script.Eval(ctx, pipe, keys, args[3+len(declared):]...)}
 	}
 	// An IntSliceCmd reads the reply's numbers as they come, where a Cmd
 	// boxes each into an interface and copies them out again.
-	args[0], args[1], args[2] = "evalsha", script.Hash(), len(call)
+	args[0], args[1], args[2] = "evalsha", script.Hash(), len(declared)
 	cmd := redis.NewIntSliceCmd(ctx, args...)
 	_ = pipe.Process(ctx, cmd)
 	return cmd
@@ -610,7 +619,7 @@ func (c *committer) reportLate(key string, started time.Time) *time.Timer {
 // heard records, for due, what a pipeline's errors say of Redis: answered
 // when any call got an answer (a script error is one), else down, the
 // first error that shows Redis unavailable.
-func (c *committer) heard(taken int64, errs []error) (answered bool, down error) {
+func (c *committer) heard(l *lane, taken int64, errs []error) (answered bool, down error) {
 	for _, err := range errs {
 		switch {
 		case err == nil || !unavailable(err):
@@ -623,10 +632,10 @@ func (c *committer) heard(taken int64, errs []error) (answered bool, down error)
 	defer c.mu.Unlock()
 	switch {
 	case answered:
-		c.answered = max(c.answered, time.Now().UnixNano())
+		l.answered = max(l.answered, time.Now().UnixNano())
 		return true, nil
-	case down != nil && taken > c.answered && (c.failed <= c.answered || taken < c.failed):
-		c.failed = taken
+	case down != nil && taken > l.answered && (l.failed <= l.answered || taken < l.failed):
+		l.failed = taken
 	}
 	return false, down
 }
@@ -687,11 +696,12 @@ func (r *request) hand() (abandoned bool) {
 }
 
 // argsLen bounds the ARGV of call's script: admit.lua's when each group
-// has a quota of its own, which is more than counter.lua's.
+// has a quota of its own and its log in ARGV, which is more than
+// counter.lua's.
 func (c *committer) argsLen(call []*group) int {
-	n := 1
+	n := 3
 	for _, g := range call {
-		n += 4 + 3 + len(g.ids)
+		n += 1 + 4 + 3 + len(g.ids)
 	}
 	return n
 }

@@ -1,12 +1,18 @@
-#!lua
+#!lua flags=allow-cross-slot-keys
 -- admit.lua: the slot rule, for one or more tenants' sliding-window logs.
 --
 -- Flags    the first line declares the script (Redis 7), without allow-oom:
 --          while Redis is over maxmemory it refuses the call whole with OOM,
 --          where a script without flags would trim (a deletion, which Redis
---          allows) and then record its entries past maxmemory.
+--          allows) and then record its entries past maxmemory. With
+--          allow-cross-slot-keys, a call on a Redis Cluster node may reach
+--          the logs of every slot the node serves (below).
 -- KEYS[k]  the log of the k-th tenant: a ZSET of entry ID -> slot (Redis time, µs)
--- ARGV     nq, then nq quotas of four numbers each: limit, window µs,
+--          On a Redis Cluster, where declared keys must share a slot, a
+--          call for the tenants of one node declares only the first log
+--          (which routes the call) and names them all in ARGV.
+-- ARGV     optionally "logs", m, then the m logs in KEYS' place; then
+--          nq, then nq quotas of four numbers each: limit, window µs,
 --          max delay µs, granularity µs (1 = none); then for each key k, in
 --          order: the index (1..nq) of its quota, the key's not-before time
 --          µs (0 = none), n, then n entry IDs in request order. Most calls
@@ -85,9 +91,17 @@ local function lth(key, limit, card)
   return lthSlot
 end
 
-local nq = tonumber(ARGV[1])
+local logs, a = KEYS, 1
+if ARGV[1] == 'logs' then
+  logs = {}
+  for k = 1, tonumber(ARGV[2]) do
+    logs[k] = ARGV[2 + k]
+  end
+  a = 3 + #logs
+end
+local nq = tonumber(ARGV[a])
 local quotas = {}
-local a = 2
+a = a + 1
 for i = 1, nq do
   local window = tonumber(ARGV[a + 1])
   quotas[i] = {
@@ -103,16 +117,17 @@ local future = '(' .. nowS
 
 local out, o = {now}, 1
 
--- Count every log first: a key of the wrong type fails the script here,
--- before any key is written, so a failed call never leaves half a batch.
+-- Count every log first: a key of the wrong type, or a log this cluster
+-- node does not serve, fails the script here, before any key is written,
+-- so a failed call never leaves half a batch.
 local cards = {}
-for k = 1, #KEYS do
-  cards[k] = call('ZCARD', KEYS[k])
+for k = 1, #logs do
+  cards[k] = call('ZCARD', logs[k])
 end
 local seen = {}
 
-for k = 1, #KEYS do
-  local key = KEYS[k]
+for k = 1, #logs do
+  local key = logs[k]
   local quota = quotas[tonumber(ARGV[a])]
   local limit, window, maxDelay, gran = quota.limit, quota.window, quota.maxDelay, quota.gran
   local start = tonumber(ARGV[a + 1])

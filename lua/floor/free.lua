@@ -9,10 +9,19 @@
 -- recorded. It is not a limiter.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local limit = tonumber(ARGV[2]) -- the first quota's
+-- admit.lua's ARGV starts after b: its logs are in ARGV on a cluster.
+local logs, b = KEYS, 0
+if ARGV[1] == 'logs' then
+  logs = {}
+  for k = 1, tonumber(ARGV[2]) do
+    logs[k] = ARGV[2 + k]
+  end
+  b = 2 + #logs
+end
+local limit = tonumber(ARGV[b + 2]) -- the first quota's
 local out, o = {now}, 1
-local a = 2 + 4 * tonumber(ARGV[1])
-for _ = 1, #KEYS do
+local a = b + 2 + 4 * tonumber(ARGV[b + 1])
+for _ = 1, #logs do
   local n = tonumber(ARGV[a + 2])
   a = a + 3
   for _ = 1, n do

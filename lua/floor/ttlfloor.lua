@@ -18,12 +18,21 @@ local call = redis.call
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local nowS = string.format('%.0f', now)
-local limit = tonumber(ARGV[2]) -- the first quota's
-local trim = string.format('%.0f', now - tonumber(ARGV[3]))
+-- admit.lua's ARGV starts after b: its logs are in ARGV on a cluster.
+local logs, b = KEYS, 0
+if ARGV[1] == 'logs' then
+  logs = {}
+  for k = 1, tonumber(ARGV[2]) do
+    logs[k] = ARGV[2 + k]
+  end
+  b = 2 + #logs
+end
+local limit = tonumber(ARGV[b + 2]) -- the first quota's
+local trim = string.format('%.0f', now - tonumber(ARGV[b + 3]))
 local out, o = {now}, 1
-local a = 2 + 4 * tonumber(ARGV[1])
-for k = 1, #KEYS do
-  local key = KEYS[k]
+local a = b + 2 + 4 * tonumber(ARGV[b + 1])
+for k = 1, #logs do
+  local key = logs[k]
   local n = tonumber(ARGV[a + 2])
   a = a + 3
   local card = call('ZCARD', key)
@@ -39,7 +48,7 @@ for k = 1, #KEYS do
     out[o + 1], out[o + 2], out[o + 3] = code, now, limit - card
     o = o + 3
   end
-  call('PEXPIRE', key, string.format('%.0f', math.ceil(2 * tonumber(ARGV[3]) / 1000))) -- two windows, ms
+  call('PEXPIRE', key, string.format('%.0f', math.ceil(2 * tonumber(ARGV[b + 3]) / 1000))) -- two windows, ms
   a = a + n
   o = o + 1
   out[o] = 0
