@@ -22,7 +22,7 @@ test: redis chromium
 	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_floor -run '^(TestStandIn|TestAdmitCarriesItsFile|TestAdmitTakesItsLogsFromARGV)$$' ./lua/ ./internal/bench/
 	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_free -run '^(TestStandIn|TestAdmitCarriesItsFile|TestAdmitTakesItsLogsFromARGV)$$' ./lua/ ./internal/bench/
 	$(GO) vet -tags admitq_counterfloor ./lua/ ./internal/bench/ ./cmd/admitq/
-	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_counterfloor -run '^(TestCounterStandIn|TestCounterScriptsCarryTheirFiles)$$' ./lua/ ./internal/bench/
+	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_counterfloor -run '^(TestCounterStandIn|TestCounterScriptsCarryTheirFiles|TestCounterTakesItsWindowsFromARGV)$$' ./lua/ ./internal/bench/
 	$(GO) vet -tags admitq_frontfloor ./lua/ ./internal/bench/ ./cmd/admitq/
 	ADMITQ_REQUIRE_REDIS=1 $(GO) test -count=1 -tags admitq_frontfloor -run '^(TestFairCarriesItsFronts|TestRunDispatchTiny)$$' ./lua/ ./internal/bench/
 	$(GO) vet -tags admitq_dispatchfloor ./lua/ ./internal/bench/ ./cmd/admitq/

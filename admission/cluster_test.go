@@ -250,13 +250,11 @@ func testClusterQuotas(t *testing.T, c *redistest.Cluster) {
 // testClusterSharesCalls is TestGroupCommitSharesScriptCalls on the
 // cluster: concurrent callers over tenants of every master share a script
 // call per master's batch (about 0.13 calls a decision here, where a call
-// per tenant cost 0.99), and every tenant gets exactly its limit.
+// per tenant cost 0.99), in Log mode and in Counter mode, and every tenant
+// gets exactly its limit.
 func testClusterSharesCalls(t *testing.T, c *redistest.Cluster) {
 	cc := c.Client(t)
 	tenants := tenantsOnEveryMaster(t, cc, 100)
-	q := admission.Quota{Limit: 20, Window: time.Minute}
-	g := admission.New(c.Client(t), static(q), admission.WithPrefix("cshare"), admission.WithDenyCache(false))
-	t.Cleanup(func() { g.Close() })
 	calls := func() int64 {
 		var mu sync.Mutex
 		var n int64
@@ -271,47 +269,54 @@ func testClusterSharesCalls(t *testing.T, c *redistest.Cluster) {
 		}
 		return n
 	}
-	before := calls()
-	var mu sync.Mutex
-	admitted := map[string]int{}
-	var wg sync.WaitGroup
-	const workers, each = 64, 100
-	for w := range workers {
-		wg.Go(func() {
-			for i := range each {
-				tenant := tenants[(w*each+i)%len(tenants)]
-				d, err := g.Admit(t.Context(), tenant)
-				if err != nil {
-					t.Error(err)
-					return
+	for _, mode := range []admission.Mode{admission.Log, admission.Counter} {
+		t.Run(mode.String(), func(t *testing.T) {
+			q := admission.Quota{Limit: 20, Window: time.Minute, Mode: mode}
+			g := admission.New(c.Client(t), static(q), admission.WithPrefix("cshare-"+mode.String()), admission.WithDenyCache(false))
+			t.Cleanup(func() { g.Close() })
+			before := calls()
+			var mu sync.Mutex
+			admitted := map[string]int{}
+			var wg sync.WaitGroup
+			const workers, each = 64, 100
+			for w := range workers {
+				wg.Go(func() {
+					for i := range each {
+						tenant := tenants[(w*each+i)%len(tenants)]
+						d, err := g.Admit(t.Context(), tenant)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d.Outcome == admission.Admitted {
+							mu.Lock()
+							admitted[tenant]++
+							mu.Unlock()
+						}
+					}
+				})
+			}
+			wg.Wait()
+			for _, tenant := range tenants {
+				if admitted[tenant] != q.Limit {
+					t.Errorf("tenant %s: %d admitted, want %d", tenant, admitted[tenant], q.Limit)
 				}
-				if d.Outcome == admission.Admitted {
-					mu.Lock()
-					admitted[tenant]++
-					mu.Unlock()
-				}
+			}
+			perDecision := float64(calls()-before) / (workers * each)
+			t.Logf("%d decisions over %d tenants on 3 masters: %.3f script calls per decision", workers*each, len(tenants), perDecision)
+			if perDecision > 0.4 {
+				t.Errorf("%.3f script calls per decision: a master's tenants do not share calls", perDecision)
 			}
 		})
 	}
-	wg.Wait()
-	for _, tenant := range tenants {
-		if admitted[tenant] != q.Limit {
-			t.Errorf("tenant %s: %d admitted, want %d", tenant, admitted[tenant], q.Limit)
-		}
-	}
-	perDecision := float64(calls()-before) / (workers * each)
-	t.Logf("%d decisions over %d tenants on 3 masters: %.3f script calls per decision", workers*each, len(tenants), perDecision)
-	if perDecision > 0.4 {
-		t.Errorf("%.3f script calls per decision: a master's tenants do not share calls", perDecision)
-	}
 }
 
-// testClusterLogMoved moves one tenant's slot, log and all, to another
-// master behind the gate's client, which still sends it to the old one
-// beside a tenant that stayed. A call that joins the two fails on the log
-// that left before it writes anything, and each tenant is then decided
-// alone, where it lives: both get exactly their limit, each log on its
-// own master.
+// testClusterLogMoved moves one tenant's slot, its log and its Counter
+// mode window, to another master behind the gate's client, which still
+// sends it to the old one beside a tenant that stayed. A call that joins
+// the two fails on the key that left before it writes anything, and each
+// tenant is then decided alone, where it lives: both get exactly their
+// limit, in both modes, each key on its own master.
 func testClusterLogMoved(t *testing.T, c *redistest.Cluster) {
 	ctx := t.Context()
 	cc := c.Client(t)
@@ -326,72 +331,94 @@ func testClusterLogMoved(t *testing.T, c *redistest.Cluster) {
 			}
 		}
 	}
-	const prefix = "cmoved"
-	q := admission.Quota{Limit: 5, Window: time.Minute}
-	g := admission.New(cc, static(q), admission.WithPrefix(prefix), admission.WithDenyCache(false))
-	t.Cleanup(func() { g.Close() })
-	admitted := map[string]int{}
-	for _, tenant := range []string{stays, moves} {
-		if d, err := g.Admit(ctx, tenant); err != nil || d.Outcome != admission.Admitted {
-			t.Fatalf("Admit(%s) = %+v, %v; want admitted", tenant, d, err)
-		}
-		admitted[tenant]++
+	type side struct {
+		q        admission.Quota
+		g        *admission.Gate
+		suffix   string // of the tenant's key
+		admitted map[string]int
 	}
+	var sides []*side
+	for _, mode := range []admission.Mode{admission.Log, admission.Counter} {
+		sd := &side{q: admission.Quota{Limit: 5, Window: time.Minute, Mode: mode}, suffix: "log", admitted: map[string]int{}}
+		if mode == admission.Counter {
+			sd.suffix = "cnt"
+		}
+		sd.g = admission.New(cc, static(sd.q), admission.WithPrefix("cmoved"), admission.WithDenyCache(false))
+		t.Cleanup(func() { sd.g.Close() })
+		for _, tenant := range []string{stays, moves} {
+			if d, err := sd.g.Admit(ctx, tenant); err != nil || d.Outcome != admission.Admitted {
+				t.Fatalf("%v: Admit(%s) = %+v, %v; want admitted", mode, tenant, d, err)
+			}
+			sd.admitted[tenant]++
+		}
+		sides = append(sides, sd)
+	}
+	key := func(tenant, suffix string) string { return "cmoved:{" + tenant + "}:" + suffix }
 	from, to := nodeAt(t, c, masters[0]), nodeAt(t, c, masters[1])
-	log := prefix + ":{" + moves + "}:log"
-	slot := int(cc.ClusterKeySlot(ctx, log).Val())
+	slot := int(cc.ClusterKeySlot(ctx, key(moves, "log")).Val())
 	moveSlot(t, c, slot, from, to)
 	t.Cleanup(func() { moveSlot(t, c, slot, to, from) })
 
-	// admit.lua alone, on the old master, with both logs: it fails at the
-	// log that left, and the other's log is as it was.
-	staysLog := prefix + ":{" + stays + "}:log"
-	err := lua.Admit().Run(ctx, from, []string{staysLog}, "logs", 2, staysLog, log,
-		1, q.Limit, q.Window.Microseconds(), 0, 1, 1, 0, 1, "x", 1, 0, 1, "y").Err()
-	if err == nil || !strings.Contains(err.Error(), "non local key") {
-		t.Fatalf("admit.lua over a log that left its node: %v, want the non-local key error", err)
-	}
-	if n := from.ZCard(ctx, staysLog).Val(); n != 1 {
-		t.Fatalf("the failed call left %d entries in %s, want 1", n, staysLog)
+	// Each script alone, on the old master, with both tenants' keys: it
+	// fails at the key that left, and the other's is as it was.
+	for _, sc := range []struct {
+		script *redis.Script
+		suffix string
+		named  string
+		ids    []any
+	}{
+		{lua.Admit(), "log", "logs", []any{"x"}},
+		{lua.Counter(), "cnt", "windows", nil},
+	} {
+		k1, k2 := key(stays, sc.suffix), key(moves, sc.suffix)
+		was := from.Dump(ctx, k1).Val()
+		args := []any{sc.named, 2, k1, k2, 1, 5, time.Minute.Microseconds(), 0, 1}
+		for range 2 {
+			args = append(args, 1, 0, 1)
+			args = append(args, sc.ids...)
+		}
+		err := sc.script.Run(ctx, from, []string{k1}, args...).Err()
+		if err == nil || !strings.Contains(err.Error(), "non local key") {
+			t.Fatalf("%s over a key that left its node: %v, want the non-local key error", sc.named, err)
+		}
+		if now := from.Dump(ctx, k1).Val(); now != was {
+			t.Fatalf("%s: the failed call changed %s", sc.named, k1)
+		}
 	}
 
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for w := range 16 {
 		wg.Go(func() {
-			for i := range 4 {
-				tenant := []string{stays, moves}[(w+i)%2]
-				d, err := g.Admit(ctx, tenant)
+			for i := range 8 {
+				tenant, sd := []string{stays, moves}[(w+i)%2], sides[(w+i/2)%2]
+				d, err := sd.g.Admit(ctx, tenant)
 				if err != nil {
-					t.Errorf("Admit(%s): %v", tenant, err)
+					t.Errorf("%v: Admit(%s): %v", sd.q.Mode, tenant, err)
 					return
 				}
 				if d.Outcome == admission.Admitted {
 					mu.Lock()
-					admitted[tenant]++
+					sd.admitted[tenant]++
 					mu.Unlock()
 				}
 			}
 		})
 	}
 	wg.Wait()
-	for _, tenant := range []string{stays, moves} {
-		if admitted[tenant] != q.Limit {
-			t.Errorf("tenant %s: %d admitted, want %d", tenant, admitted[tenant], q.Limit)
+	for _, sd := range sides {
+		for _, tenant := range []string{stays, moves} {
+			if sd.admitted[tenant] != sd.q.Limit {
+				t.Errorf("%v: tenant %s: %d admitted, want %d", sd.q.Mode, tenant, sd.admitted[tenant], sd.q.Limit)
+			}
 		}
-	}
-	for _, l := range []struct {
-		node *redis.Client
-		key  string
-		want int64
-	}{
-		{from, prefix + ":{" + stays + "}:log", int64(q.Limit)},
-		{to, log, int64(q.Limit)},
-		{from, log, 0},
-	} {
-		// ZCARD on a node that does not serve the key's slot answers MOVED.
-		if n, err := l.node.Do(ctx, "ZCARD", l.key).Int64(); err == nil && n != l.want || err != nil && l.want != 0 {
-			t.Errorf("ZCARD %s on %s = %d, %v; want %d", l.key, l.node.Options().Addr, n, err, l.want)
+		for _, l := range []struct {
+			node *redis.Client
+			key  string
+		}{{from, key(stays, sd.suffix)}, {to, key(moves, sd.suffix)}} {
+			if n, err := l.node.Exists(ctx, l.key).Result(); err != nil || n != 1 {
+				t.Errorf("EXISTS %s on %s = %d, %v; want 1", l.key, l.node.Options().Addr, n, err)
+			}
 		}
 	}
 }

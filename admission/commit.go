@@ -25,12 +25,11 @@ import (
 // (report). A master that is slow or down holds up only its own lane.
 //
 // Within a pipeline one script call decides all of a tenant's waiting
-// requests, and one call of admit.lua decides the whole batch across
-// tenants: on a plain client (one Redis server) with every key declared;
-// on a cluster, where a script's declared keys must share a hash slot,
-// with the first declared and every log named in ARGV (queue). counter.lua
-// decides a batch in one call on a plain client, and each tenant in a call
-// of its own on a cluster.
+// requests, and one call of admit.lua (or counter.lua, for Counter mode)
+// decides the whole batch across tenants: on a plain client (one Redis
+// server) with every key declared; on a cluster, where a script's declared
+// keys must share a hash slot, with the first declared and every key named
+// in ARGV (queue).
 type committer struct {
 	rdb       redis.UniversalClient
 	admit     *redis.Script
@@ -472,22 +471,26 @@ func (c *committer) returned(l *lane, taken int64) {
 	c.mu.Unlock()
 }
 
-// plan returns the script calls that decide groups, lane l's. The Log
-// groups share one call of admit.lua, on a cluster too when the lane is a
-// known master's (its logs then go in ARGV, queue); the Counter groups
-// share one call of counter.lua where keys may span slots. Any other
-// group is a call of its own.
+// plan returns the script calls that decide groups, lane l's: the Log
+// groups share one call of admit.lua and the Counter groups one of
+// counter.lua, where keys may span slots or the lane is a known cluster
+// master's (the keys then go in ARGV, queue). Elsewhere each group is a
+// call of its own.
 func (c *committer) plan(l *lane, groups []*group) [][]*group {
+	if !c.crossKey && (!c.perNode || l.addr == "") {
+		calls := make([][]*group, len(groups))
+		for i, g := range groups {
+			calls[i] = []*group{g}
+		}
+		return calls
+	}
 	var calls [][]*group
 	var logs, counters []*group
 	for _, g := range groups {
-		switch {
-		case g.q.Mode == Log && (c.crossKey || c.perNode && l.addr != ""):
+		if g.q.Mode == Log {
 			logs = append(logs, g)
-		case g.q.Mode == Counter && c.crossKey:
+		} else {
 			counters = append(counters, g)
-		default:
-			calls = append(calls, []*group{g})
 		}
 	}
 	for _, call := range [][]*group{logs, counters} {
@@ -566,13 +569,14 @@ func (c *committer) exec(ctx context.Context, l *lane, taken int64, calls [][]*g
 // queue adds call's script call to pipe, by EVALSHA, or by EVAL when eval
 // is set. Its keys are declared, but on a cluster, where declared keys
 // must share a slot, a call of several tenants (one master's) declares the
-// first, which routes it, and names every log in ARGV: admit.lua reaches
-// them with its flag allow-cross-slot-keys. A log that has left the master
-// since fails the call before it writes, and run decides each tenant alone.
+// first, which routes it, and names every key in ARGV, after "logs" (or
+// "windows" for counter.lua): the scripts reach them with their flag
+// allow-cross-slot-keys. A key that has left the master since fails the
+// call before it writes, and run decides each tenant alone.
 func (c *committer) queue(ctx context.Context, pipe redis.Pipeliner, call []*group, eval bool) scriptCmd {
-	script := c.admit
+	script, named := c.admit, "logs"
 	if call[0].q.Mode == Counter {
-		script = c.counter
+		script, named = c.counter, "windows"
 	}
 	declared := call
 	if c.perNode && len(call) > 1 {
@@ -583,7 +587,7 @@ func (c *committer) queue(ctx context.Context, pipe redis.Pipeliner, call []*gro
 		args = append(args, g.key)
 	}
 	if len(declared) < len(call) {
-		args = append(args, "logs", len(call))
+		args = append(args, named, len(call))
 		for _, g := range call {
 			args = append(args, g.key)
 		}

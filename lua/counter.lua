@@ -1,12 +1,15 @@
-#!lua
+#!lua flags=allow-cross-slot-keys
 -- counter.lua: the slot rule kept in buckets, O(1) in Limit, for tenants
 -- whose quotas are too large to log, one or more tenants a call. After
 -- counter_prelude.lua (the window's layout), which package lua puts after
--- this line; the shebang without flags makes Redis refuse the call whole
--- when it is over maxmemory, never halfway.
+-- this line; the shebang without allow-oom makes Redis refuse the call
+-- whole when it is over maxmemory, never halfway, and allow-cross-slot-keys
+-- lets a call on a Redis Cluster node reach the windows of every slot the
+-- node serves, as admit.lua's do.
 --
 -- KEYS, ARGV and reply are admit.lua's without IDs: KEYS[k] the k-th
--- tenant's window; ARGV nq, nq quotas (limit, window µs, max delay µs,
+-- tenant's window (or, on a cluster, the first, and ARGV starts with
+-- "windows", m and the m windows); ARGV nq, nq quotas (limit, window µs, max delay µs,
 -- granularity µs), then per key its quota's index, not-before time µs
 -- (0: none) and n > 0 requests; reply {now µs, per key per request outcome
 -- (0 admitted, 1 deferred, 2 rejected), at µs, remaining, then per key its
@@ -117,35 +120,47 @@ local function decide(out, key, v, q, nb, n)
   end
 end
 
-local nq, quotas = tonumber(ARGV[1]), {}
+local keys, b = KEYS, 0 -- the quotas' ARGV starts after b
+if ARGV[1] == 'windows' then
+  keys = {}
+  for k = 1, tonumber(ARGV[2]) do
+    keys[k] = ARGV[2 + k]
+  end
+  b = 2 + #keys
+end
+local nq, quotas = tonumber(ARGV[b + 1]), {}
 for i = 1, nq do
-  local a = 4 * i - 2
+  local a = b + 4 * i - 2
   local window = tonumber(ARGV[a + 1])
   local width, span = shape(window)
   quotas[i] = {tonumber(ARGV[a]), window, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), width, span}
 end
 
--- Every key is read before any is written, so that a key of the wrong type
--- fails the call whole: a call failed halfway would have recorded entries
--- that a retry records again. A key that comes again is read at its turn.
+-- Every key is read before any is written, so that a key of the wrong type,
+-- or one this cluster node does not serve, fails the call whole: a call
+-- failed halfway would have recorded entries that a retry records again.
+-- A key that comes again is read at its turn.
 local values, seen = {}, {}
-for k = 1, #KEYS do
-  if not seen[KEYS[k]] then
-    seen[KEYS[k]] = true
-    local v = redis.pcall('GET', KEYS[k])
+for k = 1, #keys do
+  if not seen[keys[k]] then
+    seen[keys[k]] = true
+    local v = redis.pcall('GET', keys[k])
     if type(v) == 'table' and v.err then
-      return redis.error_reply('WRONGTYPE ' .. KEYS[k] .. ' holds a ' .. call('TYPE', KEYS[k]).ok .. ', not a counter window')
+      if string.sub(v.err, 1, 9) ~= 'WRONGTYPE' then
+        return v
+      end
+      return redis.error_reply('WRONGTYPE ' .. keys[k] .. ' holds a ' .. call('TYPE', keys[k]).ok .. ', not a counter window')
     end
     values[k] = v
   end
 end
-local out, a = {now}, 2 + 4 * nq
-for k = 1, #KEYS do
+local out, a = {now}, b + 2 + 4 * nq
+for k = 1, #keys do
   local v = values[k]
   if v == nil then
-    v = call('GET', KEYS[k])
+    v = call('GET', keys[k])
   end
-  decide(out, KEYS[k], v, quotas[tonumber(ARGV[a])], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
+  decide(out, keys[k], v, quotas[tonumber(ARGV[a])], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
   a = a + 3
 end
 return out
