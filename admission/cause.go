@@ -226,6 +226,10 @@ func (e *causedError) Unwrap() []error { return []error{e.err, e.cause} }
 // error is an answer, not an outage.
 func unavailable(err error) bool { return rediserr.Unavailable(err) }
 
+// busy reports whether err is a reply from a Redis that cannot serve the
+// call now (rediserr.Busy): LOADING, CLUSTERDOWN, TRYAGAIN and the like.
+func busy(err error) bool { return rediserr.Classify(err) == rediserr.Busy }
+
 // isReply reports whether err is an error reply from Redis that says it
 // served the call or refused it for itself (rediserr.Answered).
 func isReply(err error) bool { return rediserr.Answered(err) }

@@ -30,6 +30,7 @@ func TestCluster(t *testing.T) {
 	t.Run("quotas", func(t *testing.T) { testClusterQuotas(t, c) })
 	t.Run("one script call per master", func(t *testing.T) { testClusterSharesCalls(t, c) })
 	t.Run("a log moved to another master", func(t *testing.T) { testClusterLogMoved(t, c) })
+	t.Run("a slot halfway through a move", func(t *testing.T) { testClusterSlotMoving(t, c) })
 	t.Run("script cache flushed", func(t *testing.T) { testClusterNoScript(t, c) })
 	t.Run("check server", func(t *testing.T) { testClusterCheckServer(t, c) })
 	t.Run("plain client on a node", func(t *testing.T) { testClusterPlainClientMoved(t, c) })
@@ -421,6 +422,107 @@ func testClusterLogMoved(t *testing.T, c *redistest.Cluster) {
 			}
 		}
 	}
+}
+
+// testClusterSlotMoving stops a slot's move halfway: two tenants share the
+// slot, both at their limit, and only the first one's log has moved. A
+// call that joins them goes to the old master, which answers ASK for the
+// first log; had the call followed the redirect (ASKING), the new master
+// would have reached the second tenant's log too, found none, and admitted
+// it over its limit in a log of its own there. Each is decided alone
+// instead, where its log is: nothing more is admitted, and the new master
+// holds no second log.
+func testClusterSlotMoving(t *testing.T, c *redistest.Cluster) {
+	ctx := t.Context()
+	cc := c.Client(t)
+	masters, master := clusterMasters(t, cc)
+	const prefix = "cmoving"
+	first, second := sharingASlot(t, cc, prefix, master, masters[0])
+	q := admission.Quota{Limit: 5, Window: time.Minute}
+	g := admission.New(cc, static(q), admission.WithPrefix(prefix), admission.WithDenyCache(false))
+	t.Cleanup(func() { g.Close() })
+	for range q.Limit {
+		for _, tenant := range []string{first, second} {
+			if d, err := g.Admit(ctx, tenant); err != nil || d.Outcome != admission.Admitted {
+				t.Fatalf("Admit(%s) = %+v, %v; want admitted", tenant, d, err)
+			}
+		}
+	}
+	from, to := nodeAt(t, c, masters[0]), nodeAt(t, c, masters[1])
+	log1, log2 := prefix+":{"+first+"}:log", prefix+":{"+second+"}:log"
+	slot := int(cc.ClusterKeySlot(ctx, log1).Val())
+	fromID, toID := from.ClusterMyID(ctx).Val(), to.ClusterMyID(ctx).Val()
+	host, port, _ := strings.Cut(to.Options().Addr, ":")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("moving slot %d: %v", slot, err)
+		}
+	}
+	must(to.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err())
+	must(from.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err())
+	must(from.Do(ctx, "MIGRATE", host, port, "", 0, 5000, "KEYS", log1).Err())
+	t.Cleanup(func() {
+		must(from.Do(context.Background(), "MIGRATE", host, port, "", 0, 5000, "KEYS", log2).Err())
+		for _, n := range c.Nodes() {
+			must(n.Client(t).Do(context.Background(), "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
+		}
+		moveSlot(t, c, slot, to, from)
+	})
+
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := range 16 {
+				tenant := []string{first, second}[(w+i)%2]
+				d, err := g.Admit(ctx, tenant)
+				if err != nil {
+					t.Errorf("Admit(%s): %v", tenant, err)
+					return
+				}
+				if d.Outcome == admission.Admitted {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := admitted.Load(); n > 0 {
+		t.Errorf("%d admitted past the limit of two tenants at it", n)
+	}
+	conn := to.Conn()
+	defer conn.Close()
+	must(conn.Do(ctx, "ASKING").Err())
+	if n := conn.Exists(ctx, log2).Val(); n != 0 {
+		t.Errorf("the new master holds a log of %s, which has not moved", second)
+	}
+}
+
+// sharingASlot returns two tenants whose keys under prefix hash to one
+// slot, served by master.
+func sharingASlot(t *testing.T, cc *redis.ClusterClient, prefix string, master masterOf, addr string) (string, string) {
+	t.Helper()
+	ctx := t.Context()
+	const names = 20000
+	cmds := make([]*redis.IntCmd, names)
+	pipe := cc.Pipeline()
+	for i := range cmds {
+		cmds[i] = pipe.ClusterKeySlot(ctx, prefix+":{s"+strconv.Itoa(i)+"}:log")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int64]string{}
+	for i, cmd := range cmds {
+		tenant := "s" + strconv.Itoa(i)
+		if other, ok := seen[cmd.Val()]; ok && master(tenant) == addr {
+			return other, tenant
+		}
+		seen[cmd.Val()] = tenant
+	}
+	t.Fatalf("no two of %d tenants share a slot of %s", names, addr)
+	return "", ""
 }
 
 // nodeAt returns a client of the cluster node at addr.

@@ -521,7 +521,12 @@ func (c *committer) run(ctx context.Context, l *lane, taken int64, calls [][]*gr
 				c.deliver(call, res[i], nil, forget)
 			case isNoScript(err) && !eval:
 				again = append(again, call)
-			case len(call) > 1 && !unavailable(err) && !outOfMemory(err): // OOM is the server's, not a key's
+			case len(call) > 1 && !outOfMemory(err) && (!unavailable(err) || c.perNode && busy(err)):
+				// One tenant's key (of the wrong type, say, or on a cluster
+				// in a slot that moved or is not served: MOVED, ASK,
+				// CLUSTERDOWN) must not fail the others. OOM and a server
+				// that is down are the server's, and so is a busy one but on
+				// a cluster.
 				for _, g := range call {
 					again = append(again, []*group{g})
 				}
@@ -544,15 +549,42 @@ type groupKey struct {
 // exec sends one script call per entry of calls in a single pipeline, by
 // EVALSHA, or by EVAL when eval is set, and returns each call's reply.
 // taken is when the batch was taken.
+//
+// On a cluster a call of several tenants goes to its master by the
+// master's own client, which follows no redirect: a MOVED or ASK reply to
+// its first key comes back as an error, and run decides each tenant alone.
+// Through the cluster client, an ASK followed with ASKING would let the
+// script reach every key of an importing slot on that node, keys not yet
+// migrated included, and decide them there. The cluster client's own
+// hooks do not see these calls; its node clients' do.
 func (c *committer) exec(ctx context.Context, l *lane, taken int64, calls [][]*group, eval bool) ([][]int64, []error) {
 	pipe := c.rdb.Pipeline()
+	var direct redis.Pipeliner // the master's own, for calls of several tenants
 	cmds := make([]scriptCmd, len(calls))
 	for i, call := range calls {
-		cmds[i] = c.queue(ctx, pipe, call, eval)
+		p := pipe
+		if c.perNode && len(call) > 1 {
+			if direct == nil {
+				node, err := c.rdb.(*redis.ClusterClient).MasterForKey(ctx, call[0].key)
+				if err != nil {
+					cmd := redis.NewIntSliceCmd(ctx)
+					cmd.SetErr(err)
+					cmds[i] = cmd
+					continue
+				}
+				direct = node.Pipeline()
+			}
+			p = direct
+		}
+		cmds[i] = c.queue(ctx, p, call, eval)
 	}
 	key, started := calls[0][0].key, time.Now()
 	late := c.reportLate(key, started)
-	_, _ = pipe.Exec(ctx) // errors are read per command below
+	for _, p := range []redis.Pipeliner{direct, pipe} {
+		if p != nil && p.Len() > 0 {
+			_, _ = p.Exec(ctx) // errors are read per command below
+		}
+	}
 	reported := late != nil && !late.Stop()
 	res := make([][]int64, len(calls))
 	errs := make([]error, len(calls))

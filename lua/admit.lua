@@ -10,7 +10,9 @@
 -- KEYS[k]  the log of the k-th tenant: a ZSET of entry ID -> slot (Redis time, µs)
 --          On a Redis Cluster, where declared keys must share a slot, a
 --          call for the tenants of one node declares only the first log
---          (which routes the call) and names them all in ARGV.
+--          and names them all in ARGV. It must reach the node without
+--          ASKING (follow no ASK redirect): under ASKING the node serves
+--          every key of a slot it is importing, moved yet or not.
 -- ARGV     optionally "logs", m, then the m logs in KEYS' place; then
 --          nq, then nq quotas of four numbers each: limit, window µs,
 --          max delay µs, granularity µs (1 = none); then for each key k, in

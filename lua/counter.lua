@@ -9,7 +9,8 @@
 --
 -- KEYS, ARGV and reply are admit.lua's without IDs: KEYS[k] the k-th
 -- tenant's window (or, on a cluster, the first, and ARGV starts with
--- "windows", m and the m windows); ARGV nq, nq quotas (limit, window µs, max delay µs,
+-- "windows", m and the m windows: such a call must reach the node without
+-- ASKING, as admit.lua's); ARGV nq, nq quotas (limit, window µs, max delay µs,
 -- granularity µs), then per key its quota's index, not-before time µs
 -- (0: none) and n > 0 requests; reply {now µs, per key per request outcome
 -- (0 admitted, 1 deferred, 2 rejected), at µs, remaining, then per key its
