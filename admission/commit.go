@@ -210,6 +210,7 @@ func (c *committer) do(ctx context.Context, r *request, budget time.Duration, fo
 	l := c.one
 	if c.perNode {
 		if l = c.lanes[addr]; l == nil {
+			c.dropIdleLanes()
 			l = &lane{addr: addr}
 			c.lanes[addr] = l
 		}
@@ -263,6 +264,24 @@ func (c *committer) do(ctx context.Context, r *request, budget time.Duration, fo
 	}
 	<-r.done
 	return r.ds, r.err
+}
+
+// maxLanes is how many lanes a committer keeps before it drops its idle
+// ones: a cluster's masters, and those it had before failovers and moves.
+const maxLanes = 64
+
+// dropIdleLanes forgets, once there are maxLanes, the lanes with nothing
+// waiting or out: masters a failover or a move has replaced. Called with
+// c.mu held.
+func (c *committer) dropIdleLanes() {
+	if len(c.lanes) < maxLanes {
+		return
+	}
+	for addr, l := range c.lanes {
+		if len(l.pending) == 0 && l.inflight == 0 && len(l.out) == 0 {
+			delete(c.lanes, addr)
+		}
+	}
 }
 
 // master returns the address of the cluster master that serves key, as
