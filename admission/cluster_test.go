@@ -451,22 +451,11 @@ func testClusterSlotMoving(t *testing.T, c *redistest.Cluster) {
 	from, to := nodeAt(t, c, masters[0]), nodeAt(t, c, masters[1])
 	log1, log2 := prefix+":{"+first+"}:log", prefix+":{"+second+"}:log"
 	slot := int(cc.ClusterKeySlot(ctx, log1).Val())
-	fromID, toID := from.ClusterMyID(ctx).Val(), to.ClusterMyID(ctx).Val()
-	host, port, _ := strings.Cut(to.Options().Addr, ":")
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("moving slot %d: %v", slot, err)
-		}
-	}
-	must(to.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err())
-	must(from.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err())
-	must(from.Do(ctx, "MIGRATE", host, port, "", 0, 5000, "KEYS", log1).Err())
+	m := startMove(t, c, slot, from, to)
+	m.migrate(log1)
 	t.Cleanup(func() {
-		must(from.Do(context.Background(), "MIGRATE", host, port, "", 0, 5000, "KEYS", log2).Err())
-		for _, n := range c.Nodes() {
-			must(n.Client(t).Do(context.Background(), "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
-		}
+		m.migrate(log2)
+		m.finish()
 		moveSlot(t, c, slot, to, from)
 	})
 
@@ -493,7 +482,7 @@ func testClusterSlotMoving(t *testing.T, c *redistest.Cluster) {
 	}
 	conn := to.Conn()
 	defer conn.Close()
-	must(conn.Do(ctx, "ASKING").Err())
+	m.must(conn.Do(ctx, "ASKING").Err())
 	if n := conn.Exists(ctx, log2).Val(); n != 0 {
 		t.Errorf("the new master holds a log of %s, which has not moved", second)
 	}
@@ -537,33 +526,68 @@ func nodeAt(t *testing.T, c *redistest.Cluster, addr string) *redis.Client {
 	return nil
 }
 
-// moveSlot moves slot, with its keys, from one master to another, as
-// redis-cli --cluster reshard does, and tells every node.
+// slotMove is a slot on its way from one master to another, as
+// redis-cli --cluster reshard moves it: begun (startMove), its keys
+// migrated one by one (migrate), then given to the new master on every
+// node (finish).
+type slotMove struct {
+	t        *testing.T
+	c        *redistest.Cluster
+	slot     int
+	from, to *redis.Client
+	toID     string
+}
+
+// startMove sets slot importing on to and migrating on from.
+func startMove(t *testing.T, c *redistest.Cluster, slot int, from, to *redis.Client) *slotMove {
+	t.Helper()
+	m := &slotMove{t: t, c: c, slot: slot, from: from, to: to, toID: to.ClusterMyID(context.Background()).Val()}
+	m.must(to.Do(context.Background(), "CLUSTER", "SETSLOT", slot, "IMPORTING", from.ClusterMyID(context.Background()).Val()).Err())
+	m.must(from.Do(context.Background(), "CLUSTER", "SETSLOT", slot, "MIGRATING", m.toID).Err())
+	return m
+}
+
+func (m *slotMove) must(err error) {
+	m.t.Helper()
+	if err != nil {
+		m.t.Fatalf("moving slot %d: %v", m.slot, err)
+	}
+}
+
+// migrate moves keys (none: every key of the slot) to the new master.
+func (m *slotMove) migrate(keys ...string) {
+	m.t.Helper()
+	ctx := context.Background()
+	if len(keys) == 0 {
+		var err error
+		keys, err = m.from.ClusterGetKeysInSlot(ctx, m.slot, 1000).Result()
+		m.must(err)
+	}
+	if len(keys) == 0 {
+		return
+	}
+	host, port, _ := strings.Cut(m.to.Options().Addr, ":")
+	args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	m.must(m.from.Do(ctx, args...).Err())
+}
+
+// finish gives the slot to the new master on every node.
+func (m *slotMove) finish() {
+	m.t.Helper()
+	for _, n := range m.c.Nodes() {
+		m.must(n.Client(m.t).Do(context.Background(), "CLUSTER", "SETSLOT", m.slot, "NODE", m.toID).Err())
+	}
+}
+
+// moveSlot moves slot, with its keys, from one master to another.
 func moveSlot(t *testing.T, c *redistest.Cluster, slot int, from, to *redis.Client) {
 	t.Helper()
-	ctx := context.Background()
-	fromID, toID := from.ClusterMyID(ctx).Val(), to.ClusterMyID(ctx).Val()
-	host, port, _ := strings.Cut(to.Options().Addr, ":")
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("moving slot %d: %v", slot, err)
-		}
-	}
-	must(to.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err())
-	must(from.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err())
-	keys, err := from.ClusterGetKeysInSlot(ctx, slot, 1000).Result()
-	must(err)
-	if len(keys) > 0 {
-		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		must(from.Do(ctx, args...).Err())
-	}
-	for _, n := range c.Nodes() {
-		must(n.Client(t).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
-	}
+	m := startMove(t, c, slot, from, to)
+	m.migrate()
+	m.finish()
 }
 
 // testClusterNoScript: with the scripts flushed from every master, the

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/admitq/admitq/internal/redistest"
 	"github.com/admitq/admitq/lua"
 )
@@ -40,12 +42,26 @@ func TestAdmitCarriesItsFile(t *testing.T) {
 func TestAdmitTakesItsLogsFromARGV(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	ctx := t.Context()
 	// One quota (2 a minute); three IDs for the first log, one for the second.
 	tail := []any{1, 2, 60_000_000, 0, 1, 1, 0, 3, "a", "b", "c", 1, 0, 1, "d"}
-	decide := func(keys []string, argv ...any) (codes, left []int64) {
+	sameDecisions(t, rdb, lua.Admit(), []string{"{x}:log", "{y}:log"},
+		[]string{"{p}:log"}, append([]any{"logs", 2, "{p}:log", "{q}:log"}, tail...), tail)
+	for _, pair := range [][2]string{{"{x}:log", "{p}:log"}, {"{y}:log", "{q}:log"}} {
+		if a, b := rdb.ZRange(t.Context(), pair[0], 0, -1).Val(), rdb.ZRange(t.Context(), pair[1], 0, -1).Val(); !slices.Equal(a, b) {
+			t.Errorf("%s holds %v, %s holds %v", pair[0], a, pair[1], b)
+		}
+	}
+}
+
+// sameDecisions runs script with its keys declared (keys, tail) and with
+// them named in ARGV (named, argv), on keys of its own, for three requests
+// of the first key and one of the second, and checks that both give the
+// same outcomes and room left.
+func sameDecisions(t *testing.T, rdb *redis.Client, script *redis.Script, keys, named []string, argv, tail []any) {
+	t.Helper()
+	decide := func(keys []string, argv []any) (codes, left []int64) {
 		t.Helper()
-		res, err := lua.Admit().Run(ctx, rdb, keys, argv...).Int64Slice()
+		res, err := script.Run(t.Context(), rdb, keys, argv...).Int64Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,14 +78,9 @@ func TestAdmitTakesItsLogsFromARGV(t *testing.T) {
 		}
 		return codes, left
 	}
-	codes, left := decide([]string{"{x}:log", "{y}:log"}, tail...)
-	namedCodes, namedLeft := decide([]string{"{p}:log"}, append([]any{"logs", 2, "{p}:log", "{q}:log"}, tail...)...)
+	codes, left := decide(keys, tail)
+	namedCodes, namedLeft := decide(named, argv)
 	if !slices.Equal(codes, namedCodes) || !slices.Equal(left, namedLeft) {
-		t.Errorf("logs in ARGV: outcomes %v, left %v; declared: %v, %v", namedCodes, namedLeft, codes, left)
-	}
-	for _, pair := range [][2]string{{"{x}:log", "{p}:log"}, {"{y}:log", "{q}:log"}} {
-		if a, b := rdb.ZRange(ctx, pair[0], 0, -1).Val(), rdb.ZRange(ctx, pair[1], 0, -1).Val(); !slices.Equal(a, b) {
-			t.Errorf("%s holds %v, %s holds %v", pair[0], a, pair[1], b)
-		}
+		t.Errorf("keys in ARGV: outcomes %v, left %v; declared: %v, %v", namedCodes, namedLeft, codes, left)
 	}
 }

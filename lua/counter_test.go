@@ -4,7 +4,6 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 
@@ -65,35 +64,12 @@ func TestCounterScriptsCarryTheirFiles(t *testing.T) {
 func TestCounterTakesItsWindowsFromARGV(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	ctx := t.Context()
 	// One quota (2 a minute); three requests for the first window, one for
 	// the second.
 	tail := []any{1, 2, 60_000_000, 0, 1, 1, 0, 3, 1, 0, 1}
-	decide := func(keys []string, argv ...any) (codes, left []int64) {
-		t.Helper()
-		res, err := lua.Counter().Run(ctx, rdb, keys, argv...).Int64Slice()
-		if err != nil {
-			t.Fatal(err)
-		}
-		o := 1
-		for _, n := range []int{3, 1} {
-			if len(res) < o+3*n+1 {
-				t.Fatalf("reply %v is short", res)
-			}
-			for range n {
-				codes, left = append(codes, res[o]), append(left, res[o+2])
-				o += 3
-			}
-			o++ // the key's retry hint
-		}
-		return codes, left
-	}
-	codes, left := decide([]string{"{x}:cnt", "{y}:cnt"}, tail...)
-	namedCodes, namedLeft := decide([]string{"{p}:cnt"}, append([]any{"windows", 2, "{p}:cnt", "{q}:cnt"}, tail...)...)
-	if !slices.Equal(codes, namedCodes) || !slices.Equal(left, namedLeft) {
-		t.Errorf("windows in ARGV: outcomes %v, left %v; declared: %v, %v", namedCodes, namedLeft, codes, left)
-	}
-	if n := rdb.Exists(ctx, "{p}:cnt", "{q}:cnt").Val(); n != 2 {
+	sameDecisions(t, rdb, lua.Counter(), []string{"{x}:cnt", "{y}:cnt"},
+		[]string{"{p}:cnt"}, append([]any{"windows", 2, "{p}:cnt", "{q}:cnt"}, tail...), tail)
+	if n := rdb.Exists(t.Context(), "{p}:cnt", "{q}:cnt").Val(); n != 2 {
 		t.Errorf("%d of the two windows named in ARGV exist, want 2", n)
 	}
 }
