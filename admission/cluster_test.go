@@ -448,16 +448,49 @@ func testClusterSlotMoving(t *testing.T, c *redistest.Cluster) {
 			}
 		}
 	}
+	// Counter mode windows: one in the slot that will move, one elsewhere
+	// on the same master.
+	other := ""
+	for _, tenant := range tenantsOnEveryMaster(t, cc, 2) {
+		if master(tenant) == masters[0] {
+			other = tenant
+		}
+	}
+	counter := admission.New(cc, static(admission.Quota{Limit: 5, Window: time.Minute, Mode: admission.Counter}), admission.WithPrefix(prefix))
+	t.Cleanup(func() { counter.Close() })
+	for _, tenant := range []string{other, second} {
+		if d, err := counter.Admit(ctx, tenant); err != nil || d.Outcome != admission.Admitted {
+			t.Fatalf("Counter mode: Admit(%s) = %+v, %v; want admitted", tenant, d, err)
+		}
+	}
 	from, to := nodeAt(t, c, masters[0]), nodeAt(t, c, masters[1])
 	log1, log2 := prefix+":{"+first+"}:log", prefix+":{"+second+"}:log"
 	slot := int(cc.ClusterKeySlot(ctx, log1).Val())
+	if other == "" || cc.ClusterKeySlot(ctx, "{"+other+"}").Val() == int64(slot) {
+		t.Fatal("no tenant on the master outside the slot")
+	}
 	m := startMove(t, c, slot, from, to)
-	m.migrate(log1)
 	t.Cleanup(func() {
-		m.migrate(log2)
+		m.migrate() // what is left of the slot
 		m.finish()
 		moveSlot(t, c, slot, to, from)
 	})
+	m.migrate(log1)
+
+	// counter.lua with a window of the moving slot that has not moved, and
+	// no list: the node holds the window but would refuse the list a write
+	// may touch, so the call fails before it writes anything.
+	w1, w2 := prefix+":{"+other+"}:cnt", prefix+":{"+second+"}:cnt"
+	was := []string{from.Dump(ctx, w1).Val(), from.Dump(ctx, w2).Val()}
+	err := lua.Counter().Run(ctx, from, []string{w1}, "windows", 2, w1, w2, 1, 5, time.Minute.Microseconds(), 0, 1, 1, 0, 1, 1, 0, 1).Err()
+	if err == nil || !strings.Contains(err.Error(), "non local key") {
+		t.Errorf("counter.lua over a window whose slot is moving: %v, want the non-local key error", err)
+	}
+	for i, w := range []string{w1, w2} {
+		if from.Dump(ctx, w).Val() != was[i] {
+			t.Errorf("the failed call wrote %s", w)
+		}
+	}
 
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
@@ -567,7 +600,7 @@ func (m *slotMove) migrate(keys ...string) {
 		return
 	}
 	host, port, _ := strings.Cut(m.to.Options().Addr, ":")
-	args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+	args := []any{"MIGRATE", host, port, "", 0, 5000, "REPLACE", "KEYS"}
 	for _, k := range keys {
 		args = append(args, k)
 	}

@@ -540,12 +540,11 @@ func (c *committer) run(ctx context.Context, l *lane, taken int64, calls [][]*gr
 				c.deliver(call, res[i], nil, forget)
 			case isNoScript(err) && !eval:
 				again = append(again, call)
-			case len(call) > 1 && !outOfMemory(err) && (!unavailable(err) || c.perNode && busy(err)):
+			case len(call) > 1 && !outOfMemory(err) && (!unavailable(err) || c.perNode && slotBusy(err)):
 				// One tenant's key (of the wrong type, say, or on a cluster
-				// in a slot that moved or is not served: MOVED, ASK,
-				// CLUSTERDOWN) must not fail the others. OOM and a server
-				// that is down are the server's, and so is a busy one but on
-				// a cluster.
+				// in a slot that moved or is not served: MOVED, ASK, a
+				// CLUSTERDOWN of the slot) must not fail the others. OOM and
+				// a server that is down or busy are the server's.
 				for _, g := range call {
 					again = append(again, []*group{g})
 				}
@@ -555,6 +554,22 @@ func (c *committer) run(ctx context.Context, l *lane, taken int64, calls [][]*gr
 		}
 		calls = again
 	}
+}
+
+// errNoMaster fails, unsent, a call of several tenants whose master the
+// cluster client could not name; run then decides each tenant alone.
+var errNoMaster = errors.New("admitq: the cluster client names no master for the call")
+
+// slotBusy reports whether err is a cluster node's refusal of one slot,
+// not of itself: the slot is not served (CLUSTERDOWN Hash slot not
+// served), or the node was a master and is a replica now (READONLY), so
+// its tenants go elsewhere, each alone.
+func slotBusy(err error) bool {
+	if !busy(err) {
+		return false
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "CLUSTERDOWN Hash slot not served") || strings.HasPrefix(msg, "READONLY")
 }
 
 // groupKey is what the requests of one group share.
@@ -587,7 +602,7 @@ func (c *committer) exec(ctx context.Context, l *lane, taken int64, calls [][]*g
 				node, err := c.rdb.(*redis.ClusterClient).MasterForKey(ctx, call[0].key)
 				if err != nil {
 					cmd := redis.NewIntSliceCmd(ctx)
-					cmd.SetErr(err)
+					cmd.SetErr(fmt.Errorf("%w: %w", errNoMaster, err))
 					cmds[i] = cmd
 					continue
 				}
@@ -597,16 +612,28 @@ func (c *committer) exec(ctx context.Context, l *lane, taken int64, calls [][]*g
 		}
 		cmds[i] = c.queue(ctx, p, call, eval)
 	}
-	key, started := calls[0][0].key, time.Now()
-	late := c.reportLate(key, started)
-	for _, p := range []redis.Pipeliner{direct, pipe} {
-		if p != nil && p.Len() > 0 {
-			_, _ = p.Exec(ctx) // errors are read per command below
-		}
-	}
-	reported := late != nil && !late.Stop()
 	res := make([][]int64, len(calls))
 	errs := make([]error, len(calls))
+	if pipe.Len() == 0 && direct == nil {
+		for i, cmd := range cmds {
+			res[i], errs[i] = cmd.Result() // none went out: nothing to hear
+		}
+		return res, errs
+	}
+	key, started := calls[0][0].key, time.Now()
+	late := c.reportLate(key, started)
+	// errors are read per command below
+	if direct != nil && pipe.Len() > 0 {
+		var wg sync.WaitGroup
+		wg.Go(func() { _, _ = direct.Exec(ctx) })
+		_, _ = pipe.Exec(ctx)
+		wg.Wait()
+	} else if direct != nil {
+		_, _ = direct.Exec(ctx)
+	} else {
+		_, _ = pipe.Exec(ctx)
+	}
+	reported := late != nil && !late.Stop()
 	for i, cmd := range cmds {
 		res[i], errs[i] = cmd.Result()
 	}
@@ -677,6 +704,8 @@ func (c *committer) reportLate(key string, started time.Time) *time.Timer {
 func (c *committer) heard(l *lane, taken int64, errs []error) (answered bool, down error) {
 	for _, err := range errs {
 		switch {
+		case errors.Is(err, errNoMaster):
+			// never sent: it says nothing of Redis
 		case err == nil || !unavailable(err):
 			answered = true
 		case down == nil:

@@ -140,7 +140,10 @@ end
 -- Every key is read before any is written, so that a key of the wrong type,
 -- or one this cluster node does not serve, fails the call whole: a call
 -- failed halfway would have recorded entries that a retry records again.
--- A key that comes again is read at its turn.
+-- A key that comes again is read at its turn. A call of a cluster's
+-- tenants (windows in ARGV) looks at each window's list too, which a write
+-- may touch: in a slot moving away, the node refuses a key it no longer
+-- holds.
 local values, seen = {}, {}
 for k = 1, #keys do
   if not seen[keys[k]] then
@@ -151,6 +154,12 @@ for k = 1, #keys do
         return v
       end
       return redis.error_reply('WRONGTYPE ' .. keys[k] .. ' holds a ' .. call('TYPE', keys[k]).ok .. ', not a counter window')
+    end
+    if keys ~= KEYS then
+      local o = redis.pcall('EXISTS', keys[k] .. ':o')
+      if type(o) == 'table' and o.err then
+        return o
+      end
     end
     values[k] = v
   end
