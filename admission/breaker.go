@@ -170,14 +170,23 @@ type nodeBreaker struct {
 	key  string
 }
 
-// of returns the breaker of the master that serves key, or nil when that
-// master is not known yet.
-func (n *nodeBreakers) of(ctx context.Context, key string) *breaker {
+// master returns the client of the master that serves key, as the
+// cluster client's view has it, or nil when that master is not known yet
+// (or n is, off a cluster).
+func (n *nodeBreakers) master(ctx context.Context, key string) *redis.Client {
 	if n == nil {
 		return nil
 	}
 	node, err := n.cc.MasterForKey(ctx, key)
 	if err != nil {
+		return nil
+	}
+	return node
+}
+
+// of returns the breaker of node (nil: none), the master that serves key.
+func (n *nodeBreakers) of(ctx context.Context, node *redis.Client, key string) *breaker {
+	if node == nil {
 		return nil
 	}
 	addr := node.Options().Addr

@@ -92,6 +92,7 @@ type request struct {
 	lane   *lane // the queue it joined
 	tenant string
 	key    string
+	master string // on a cluster, the address of key's master ("": not known), its lane's
 	q      Quota
 	gran   int64
 	ids    []string
@@ -205,14 +206,13 @@ func (c *committer) do(ctx context.Context, r *request, budget time.Duration, fo
 	r.done = make(chan struct{})
 	c.busy.Add(1)
 	defer c.finished()
-	addr := c.master(ctx, r.key)
 	c.mu.Lock()
 	l := c.one
 	if c.perNode {
-		if l = c.lanes[addr]; l == nil {
+		if l = c.lanes[r.master]; l == nil {
 			c.dropIdleLanes()
-			l = &lane{addr: addr}
-			c.lanes[addr] = l
+			l = &lane{addr: r.master}
+			c.lanes[r.master] = l
 		}
 	}
 	r.lane = l
@@ -282,21 +282,6 @@ func (c *committer) dropIdleLanes() {
 			delete(c.lanes, addr)
 		}
 	}
-}
-
-// master returns the address of the cluster master that serves key, as
-// the client's view of the cluster has it: "" when the client is not a
-// cluster's, or cannot tell.
-func (c *committer) master(ctx context.Context, key string) string {
-	cc, ok := c.rdb.(*redis.ClusterClient)
-	if !ok {
-		return ""
-	}
-	node, err := cc.MasterForKey(ctx, key)
-	if err != nil {
-		return ""
-	}
-	return node.Options().Addr
 }
 
 // due reports whether Redis still has time to answer r, and until when:

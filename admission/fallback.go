@@ -299,7 +299,7 @@ func (l *localLimiter) replayed(tenant string, n int) {
 // they ran already, and a deferred slot would only delay the tenant's
 // next work. A call that fails leaves them for the next one.
 func (g *Gate) replay(ctx context.Context, a *ask, n int, budget time.Duration) {
-	back := ask{tenant: a.tenant, key: a.key, q: a.q, gran: a.gran, ids: make([]string, n), fresh: true}
+	back := ask{tenant: a.tenant, key: a.key, master: a.master, q: a.q, gran: a.gran, ids: make([]string, n), fresh: true}
 	back.q.MaxDelay = 0
 	for i := range back.ids {
 		back.ids[i] = g.ids.next(logBound(a.q))

@@ -230,13 +230,14 @@ type ask struct {
 	q         Quota
 	gran      int64
 	ids       []string
-	fresh     bool  // the gate generated ids: no one else can ask for them
-	notBefore int64 // Redis time µs; 0 when the work runs as soon as admitted
+	fresh     bool   // the gate generated ids: no one else can ask for them
+	notBefore int64  // Redis time µs; 0 when the work runs as soon as admitted
+	master    string // on a cluster, the address of key's master ("": not known)
 }
 
 // request returns a new request of the group commit for a.
 func (a *ask) request() *request {
-	return &request{tenant: a.tenant, key: a.key, q: a.q, gran: a.gran, ids: a.ids, fresh: a.fresh, notBefore: a.notBefore}
+	return &request{tenant: a.tenant, key: a.key, master: a.master, q: a.q, gran: a.gran, ids: a.ids, fresh: a.fresh, notBefore: a.notBefore}
 }
 
 func (a *ask) denyKey() denyKey { return denyKey{a.tenant, a.q, a.gran} }
@@ -278,7 +279,13 @@ func (g *Gate) quota(ctx context.Context, tenant string) (Quota, error) {
 // the deny cache.
 func (g *Gate) decide(ctx context.Context, a *ask) ([]Decision, error) {
 	now := time.Now()
-	brk := g.breakerFor(ctx, a.key)
+	// One lookup of the key's master, for its breaker and its lane in the
+	// group commit.
+	node := g.nodes.master(ctx, a.key)
+	if node != nil {
+		a.master = node.Options().Addr
+	}
+	brk := g.breakerAt(ctx, node, a.key)
 	if brk.isOpen() {
 		return g.withoutRedis(a.tenant, a.q, a.ids, now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, a.tenant))
 	}
@@ -387,7 +394,13 @@ func (g *Gate) cached(ctx context.Context, a *ask, now time.Time, dl *deadline) 
 // cluster, its master's, so that one master down opens no breaker for the
 // tenants of the others.
 func (g *Gate) breakerFor(ctx context.Context, key string) *breaker {
-	if b := g.nodes.of(ctx, key); b != nil {
+	return g.breakerAt(ctx, g.nodes.master(ctx, key), key)
+}
+
+// breakerAt is breakerFor for a caller that has looked up key's master,
+// node (nil: none, or not a cluster).
+func (g *Gate) breakerAt(ctx context.Context, node *redis.Client, key string) *breaker {
+	if b := g.nodes.of(ctx, node, key); b != nil {
 		return b
 	}
 	return g.brk
