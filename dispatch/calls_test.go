@@ -2,12 +2,15 @@ package dispatch_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/dispatch"
 	"github.com/admitq/admitq/lua"
 )
@@ -70,5 +73,38 @@ func TestDispatchCostsAScriptCallPerTaskAtMost(t *testing.T) {
 	t.Logf("%d waiting tasks went in with %d dispatcher script calls (%.2f a task)", waiting, c.n.Load(), per)
 	if per > 1 {
 		t.Errorf("%.2f dispatcher script calls per waiting task; want at most 1", per)
+	}
+}
+
+// A task whose ID Enqueue makes cannot be a retry of an earlier call, so
+// its park does not look for the ID among the tasks the dispatcher let in
+// (HEXISTS) or asynq keeps parked (HGET of the task's state); a task with
+// the caller's own ID is looked for, so that a retry adds nothing.
+func TestAParkLooksForARetryOnlyOfTheCallersIDs(t *testing.T) {
+	s := newStack(t, generous)
+	hold, err := dispatch.New(s.rdb, s.gate, nil).Serve(dispatch.Worker{Queues: []string{"default"}, Concurrency: 1, Fair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	ctx := context.Background()
+	for _, own := range []bool{false, true} {
+		before := commandCalls(t, s, "hexists", "hget")
+		for i := range 10 {
+			var opts []asynq.Option
+			if own {
+				opts = append(opts, asynq.TaskID(fmt.Sprintf("own-%d", i)))
+			}
+			if _, d, err := s.client.Enqueue(ctx, "a", asynq.NewTask("work", []byte("1ms")), opts...); err != nil || d.Outcome == admission.Rejected {
+				t.Fatalf("own IDs %v, task %d: %v, %v", own, i, d.Outcome, err)
+			}
+		}
+		looks := commandCalls(t, s, "hexists", "hget") - before
+		switch {
+		case !own && looks != 0:
+			t.Errorf("ten parks of IDs Enqueue made: %d HEXISTS and HGET calls, want none", looks)
+		case own && looks < 20:
+			t.Errorf("ten parks of the caller's IDs: %d HEXISTS and HGET calls, want two each at least", looks)
+		}
 	}
 }

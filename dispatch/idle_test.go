@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -61,8 +62,9 @@ func TestIdleTenantsCostNothingInTheBackground(t *testing.T) {
 	}
 }
 
-// commandCalls sums the calls of every command in INFO commandstats.
-func commandCalls(t *testing.T, s *stack) int {
+// commandCalls sums the calls of the named commands in INFO commandstats
+// (those scripts make included), or of every command when none is named.
+func commandCalls(t *testing.T, s *stack, names ...string) int {
 	t.Helper()
 	info, err := s.rdb.Info(context.Background(), "commandstats").Result()
 	if err != nil {
@@ -70,7 +72,8 @@ func commandCalls(t *testing.T, s *stack) int {
 	}
 	total := 0
 	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_") {
+		name, _, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+		if !strings.HasPrefix(line, "cmdstat_") || !ok || len(names) > 0 && !slices.Contains(names, name) {
 			continue
 		}
 		var calls int

@@ -11,6 +11,7 @@ import (
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/dispatch/internal/rule"
+	"github.com/admitq/admitq/internal/freshid"
 )
 
 // Verdict is what Park decided for a task.
@@ -89,7 +90,9 @@ type Ticket struct {
 // Park decides task's way into its queue under tenant quota q (which the
 // caller read from the gate). A tenant with no cap in a queue that is not
 // fair, or a queue no live worker with a gate serves, is Direct without a
-// script call once the queue's mode is known.
+// script call once the queue's mode is known. A task whose ID package
+// enqueue made for this call (it marks ctx) cannot be a retry, so its park
+// skips the look for the ID among the tasks let in and the parked ones.
 func (d *Dispatcher) Park(ctx context.Context, t Task, q admission.Quota) (Ticket, error) {
 	if err := d.checkPrefix(); err != nil {
 		return Ticket{}, err
@@ -115,7 +118,7 @@ func (d *Dispatcher) Park(ctx context.Context, t Task, q admission.Quota) (Ticke
 	}
 	args := []any{t.Tenant, t.ID, micros(t.NotBefore),
 		max(t.UniqueTTL.Milliseconds(), 0), q.MaxInFlight, maxParked, rule.Weight(q.EffectiveWeight()), flag(q.Paused), micros(t.Deadline),
-		rule.FlowID(t.Priority, keys), len(t.Keys)}
+		rule.FlowID(t.Priority, keys), flag(freshid.Marked(ctx)), len(t.Keys)}
 	for _, k := range t.Keys {
 		args = append(args, k.Name, k.MaxInFlight, flag(k.Paused))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/dispatch/internal/rule"
+	"github.com/admitq/admitq/internal/freshid"
 	"github.com/admitq/admitq/internal/redistest"
 )
 
@@ -344,5 +346,51 @@ func TestASecondEntryOfAGrantedTaskIsNotGrantedAgain(t *testing.T) {
 	}
 	if n, _ := rdb.HGet(ctx, d.keysFor("default").prefix+"t:t", "n").Int(); n != 2 {
 		t.Errorf("t has %d tasks in flight, want 2", n)
+	}
+}
+
+// A park of an ID package enqueue made for the call (its ctx marked
+// freshid) cannot be a retry: it skips the look for the ID among the tasks
+// let in (HEXISTS) and the parked ones (HGET of the task's state), and
+// decides as a park that looks does, with the same entries.
+func TestAFreshIDSkipsTheLookForARetry(t *testing.T) {
+	ctx := context.Background()
+	var lines [2][]string
+	for i, fresh := range []bool{false, true} {
+		d, rdb, _ := rig(t, q1)
+		d.turnRaw(ctx, t, 0, 0, 0, 0)
+		pctx := ctx
+		if fresh {
+			pctx = freshid.Mark(ctx)
+		}
+		hexists, _ := commandStat(t, rdb, "hexists")
+		hget, _ := commandStat(t, rdb, "hget")
+		var verdicts []Verdict
+		for _, id := range []string{"a", "b", "c", "d"} {
+			tk, err := d.Park(pctx, Task{Queue: "default", Tenant: "t", ID: id}, q1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			verdicts = append(verdicts, tk.Verdict)
+		}
+		if want := []Verdict{Straight, Wait, Wait, Wait}; !slices.Equal(verdicts, want) {
+			t.Errorf("fresh %v: verdicts %v, want %v", fresh, verdicts, want)
+		}
+		hexists2, _ := commandStat(t, rdb, "hexists")
+		hget2, _ := commandStat(t, rdb, "hget")
+		looks := (hexists2 - hexists) + (hget2 - hget)
+		switch {
+		case fresh && looks != 0:
+			t.Errorf("four parks of fresh IDs made %d HEXISTS and HGET calls, want none", looks)
+		case !fresh && looks < 8:
+			t.Errorf("four parks of a caller's IDs made %d HEXISTS and HGET calls, want two each at least", looks)
+		}
+		lines[i] = rdb.LRange(ctx, "admitq:fair:{default}:w:t", 0, -1).Val()
+		for j, e := range lines[i] {
+			lines[i][j] = e[strings.LastIndexByte(e, '|'):] // without the park's time
+		}
+	}
+	if !slices.Equal(lines[0], lines[1]) {
+		t.Errorf("the tenant's line: %q with the look, %q without", lines[0], lines[1])
 	}
 }

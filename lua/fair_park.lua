@@ -12,7 +12,10 @@
 -- ARGV[10] the tenant's Paused: 1 or 0
 -- ARGV[11] the task's asynq.Deadline µs (0 for none)
 -- ARGV[12] the task's flow (package rule's FlowID: its priority and keys)
--- ARGV[13] k, then k triples: each key of the flow, in its order, with its
+-- ARGV[13] newID: 1 when the ID was made for this call alone (Enqueue's
+--          own, first asked now), so that it cannot be in run or parked
+--          already and the retry checks are skipped; else 0
+-- ARGV[14] k, then k triples: each key of the flow, in its order, with its
 --          MaxInFlight and paused (1 or 0) as its quota says now
 -- Returns  {verdict, now µs, tasks the tenant has waiting}, verdict:
 --          "wait": the entry is stored, the caller writes the task parked
@@ -38,17 +41,19 @@
 -- head of its tenant's line.
 local T, id, nb, uttl = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local cap, maxParked, wm, paused = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10]
-local f, nk = ARGV[12], tonumber(ARGV[13])
+local f, newID, nk = ARGV[12], ARGV[13] == '1', tonumber(ARGV[14])
 
 local recent, fair, total = capacity()
 if not recent or (not fair and cap == 0 and paused ~= '1' and nk == 0) then
   return {'direct', now, 0}
 end
-if call('HEXISTS', run, id) == 1 then
-  return {'in-again', now, 0}
-end
-if isParked(id) then
-  return {'wait-again', now, 0}
+if not newID then
+  if call('HEXISTS', run, id) == 1 then
+    return {'in-again', now, 0}
+  end
+  if isParked(id) then
+    return {'wait-again', now, 0}
+  end
 end
 local th = P .. 't:' .. T
 local h = call('HMGET', th, 'tag', 'n', 'cap', 'wm', 'paused', 'wk', 'est', 'lg')
@@ -60,7 +65,7 @@ if changed then
   end
 end
 for i = 1, nk do
-  local a = 11 + 3 * i
+  local a = 12 + 3 * i
   keyLimits(ARGV[a], ARGV[a + 1], ARGV[a + 2], true)
 end
 local waiting = waitingOf(T, h[6] or 0)

@@ -1,9 +1,11 @@
 // Package freshid marks a context whose admission IDs were made for that
-// call alone, so that the gate may give back the slots of an admission its
-// caller no longer waits for: no retry can ever ask for those IDs again.
+// call alone: no retry can ever ask for those IDs again. So the gate may
+// give back the slots of an admission its caller no longer waits for, and
+// the dispatcher's park need not look for the ID among the tasks it holds.
 //
 // package enqueue marks the contexts of Enqueue calls whose task IDs it made
-// itself; package admission reads the mark. It is no one's public API.
+// itself; packages admission and dispatch read the mark. It is no one's
+// public API.
 //
 //	d, err := gate.AdmitID(freshid.Mark(ctx), tenant, uuid.NewString())
 package freshid
