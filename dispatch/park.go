@@ -91,8 +91,10 @@ type Ticket struct {
 // caller read from the gate). A tenant with no cap in a queue that is not
 // fair, or a queue no live worker with a gate serves, is Direct without a
 // script call once the queue's mode is known. A task whose ID package
-// enqueue made for this call (it marks ctx) cannot be a retry, so its park
-// skips the look for the ID among the tasks let in and the parked ones.
+// enqueue made for this call (it marks ctx) is written only after Park
+// returns, so its park skips the look for the ID among the parked tasks
+// (a park the client resends after a lost reply still finds the ID among
+// the tasks let in).
 func (d *Dispatcher) Park(ctx context.Context, t Task, q admission.Quota) (Ticket, error) {
 	if err := d.checkPrefix(); err != nil {
 		return Ticket{}, err

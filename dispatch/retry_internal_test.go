@@ -350,10 +350,12 @@ func TestASecondEntryOfAGrantedTaskIsNotGrantedAgain(t *testing.T) {
 }
 
 // A park of an ID package enqueue made for the call (its ctx marked
-// freshid) cannot be a retry: it skips the look for the ID among the tasks
-// let in (HEXISTS) and the parked ones (HGET of the task's state), and
-// decides as a park that looks does, with the same entries.
-func TestAFreshIDSkipsTheLookForARetry(t *testing.T) {
+// freshid) skips the look for the ID among the parked tasks (HGET of the
+// task's state): the call writes its task only after the park answers. It
+// still looks among the tasks let in (HEXISTS), so that a park the client
+// resends after a lost reply is told the task went in already. It decides
+// as a park that looks does, with the same entries.
+func TestAFreshIDSkipsTheLookAmongTheParked(t *testing.T) {
 	ctx := context.Background()
 	var lines [2][]string
 	for i, fresh := range []bool{false, true} {
@@ -363,31 +365,43 @@ func TestAFreshIDSkipsTheLookForARetry(t *testing.T) {
 		if fresh {
 			pctx = freshid.Mark(ctx)
 		}
-		hexists, _ := commandStat(t, rdb, "hexists")
-		hget, _ := commandStat(t, rdb, "hget")
-		var verdicts []Verdict
-		for _, id := range []string{"a", "b", "c", "d"} {
+		park := func(id string) Ticket {
 			tk, err := d.Park(pctx, Task{Queue: "default", Tenant: "t", ID: id}, q1)
 			if err != nil {
 				t.Fatal(err)
 			}
-			verdicts = append(verdicts, tk.Verdict)
+			return tk
+		}
+		hexists, _ := commandStat(t, rdb, "hexists")
+		hget, _ := commandStat(t, rdb, "hget")
+		var verdicts []Verdict
+		for _, id := range []string{"a", "b", "c", "d"} {
+			verdicts = append(verdicts, park(id).Verdict)
 		}
 		if want := []Verdict{Straight, Wait, Wait, Wait}; !slices.Equal(verdicts, want) {
 			t.Errorf("fresh %v: verdicts %v, want %v", fresh, verdicts, want)
 		}
 		hexists2, _ := commandStat(t, rdb, "hexists")
 		hget2, _ := commandStat(t, rdb, "hget")
-		looks := (hexists2 - hexists) + (hget2 - hget)
-		switch {
-		case fresh && looks != 0:
-			t.Errorf("four parks of fresh IDs made %d HEXISTS and HGET calls, want none", looks)
-		case !fresh && looks < 8:
-			t.Errorf("four parks of a caller's IDs made %d HEXISTS and HGET calls, want two each at least", looks)
+		if n := hexists2 - hexists; n != 4 {
+			t.Errorf("fresh %v: four parks made %d HEXISTS calls, want one each", fresh, n)
+		}
+		switch n := hget2 - hget; {
+		case fresh && n != 0:
+			t.Errorf("four parks of fresh IDs made %d HGET calls, want none", n)
+		case !fresh && n < 4:
+			t.Errorf("four parks of a caller's IDs made %d HGET calls, want one each at least", n)
+		}
+		// The client resends the park of a, which went straight in.
+		if tk := park("a"); tk.Verdict != Straight || !tk.again {
+			t.Errorf("fresh %v: a's park again: %v (again %v), want straight in, again", fresh, tk.Verdict, tk.again)
+		}
+		if n, _ := rdb.HGet(ctx, "admitq:fair:{default}:t:t", "n").Int(); n != 1 {
+			t.Errorf("fresh %v: the tenant has %d in flight after a's park was resent, want 1", fresh, n)
 		}
 		lines[i] = rdb.LRange(ctx, "admitq:fair:{default}:w:t", 0, -1).Val()
 		for j, e := range lines[i] {
-			lines[i][j] = e[strings.LastIndexByte(e, '|'):] // without the park's time
+			lines[i][j] = e[strings.LastIndexByte(e, '|'):] // the task ID alone
 		}
 	}
 	if !slices.Equal(lines[0], lines[1]) {

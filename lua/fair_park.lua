@@ -13,8 +13,10 @@
 -- ARGV[11] the task's asynq.Deadline µs (0 for none)
 -- ARGV[12] the task's flow (package rule's FlowID: its priority and keys)
 -- ARGV[13] newID: 1 when the ID was made for this call alone (Enqueue's
---          own, first asked now), so that it cannot be in run or parked
---          already and the retry checks are skipped; else 0
+--          own), else 0. Its task is written only once the park has
+--          answered, so it cannot be parked yet, and the look for it among
+--          the parked tasks is skipped; it may be in run already (a park
+--          resent by the client after a lost reply), so that look stays
 -- ARGV[14] k, then k triples: each key of the flow, in its order, with its
 --          MaxInFlight and paused (1 or 0) as its quota says now
 -- Returns  {verdict, now µs, tasks the tenant has waiting}, verdict:
@@ -47,13 +49,11 @@ local recent, fair, total = capacity()
 if not recent or (not fair and cap == 0 and paused ~= '1' and nk == 0) then
   return {'direct', now, 0}
 end
-if not newID then
-  if call('HEXISTS', run, id) == 1 then
-    return {'in-again', now, 0}
-  end
-  if isParked(id) then
-    return {'wait-again', now, 0}
-  end
+if call('HEXISTS', run, id) == 1 then
+  return {'in-again', now, 0}
+end
+if not newID and isParked(id) then
+  return {'wait-again', now, 0}
 end
 local th = P .. 't:' .. T
 local h = call('HMGET', th, 'tag', 'n', 'cap', 'wm', 'paused', 'wk', 'est', 'lg')

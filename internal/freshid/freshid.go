@@ -1,7 +1,7 @@
 // Package freshid marks a context whose admission IDs were made for that
 // call alone: no retry can ever ask for those IDs again. So the gate may
 // give back the slots of an admission its caller no longer waits for, and
-// the dispatcher's park need not look for the ID among the tasks it holds.
+// the dispatcher's park need not look for the ID among the parked tasks.
 //
 // package enqueue marks the contexts of Enqueue calls whose task IDs it made
 // itself; packages admission and dispatch read the mark. It is no one's
