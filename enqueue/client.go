@@ -56,7 +56,8 @@ func (f optionFunc) apply(c *Client) { f(c) }
 
 // WithIDFunc sets how task IDs are made for tasks enqueued without an
 // asynq.TaskID option. Each ID must be unique across all producers, since
-// it is both the asynq task ID and the tenant's log entry. Nil, the default,
+// it is both the asynq task ID and the tenant's log entry; a made ID is
+// taken to be new, so a repeat is not looked for as a retry. Nil, the default,
 // means a random (version 4) UUID, as uuid.NewString makes.
 func WithIDFunc(f func() string) Option {
 	return optionFunc(func(c *Client) {
@@ -374,8 +375,8 @@ func (c *callContext) Value(key any) any {
 	if _, ok := key.(writeTraceKey); ok {
 		return &c.trace
 	}
-	if c.fresh && freshid.IsKey(key) {
-		return true
+	if freshid.IsKey(key) {
+		return c.fresh // this call's own, not a caller's: Enqueue within Enqueue
 	}
 	return c.Context.Value(key)
 }
