@@ -276,28 +276,10 @@ func testClusterSharesCalls(t *testing.T, c *redistest.Cluster) {
 			g := admission.New(c.Client(t), static(q), admission.WithPrefix("cshare-"+mode.String()), admission.WithDenyCache(false))
 			t.Cleanup(func() { g.Close() })
 			before := calls()
-			var mu sync.Mutex
-			admitted := map[string]int{}
-			var wg sync.WaitGroup
 			const workers, each = 64, 100
-			for w := range workers {
-				wg.Go(func() {
-					for i := range each {
-						tenant := tenants[(w*each+i)%len(tenants)]
-						d, err := g.Admit(t.Context(), tenant)
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						if d.Outcome == admission.Admitted {
-							mu.Lock()
-							admitted[tenant]++
-							mu.Unlock()
-						}
-					}
-				})
-			}
-			wg.Wait()
+			admitted := admitAll(t, workers, each, func(w, i int) (*admission.Gate, string) {
+				return g, tenants[(w*each+i)%len(tenants)]
+			})
 			for _, tenant := range tenants {
 				if admitted[tenant] != q.Limit {
 					t.Errorf("tenant %s: %d admitted, want %d", tenant, admitted[tenant], q.Limit)

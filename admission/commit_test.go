@@ -38,6 +38,35 @@ func scriptCalls(t *testing.T, rdb *redis.Client) int64 {
 	return n
 }
 
+// admitAll has workers goroutines make each calls of Admit, the i-th of
+// goroutine w on the gate and for the tenant pick gives, and returns how
+// many each tenant got admitted.
+func admitAll(t *testing.T, workers, each int, pick func(w, i int) (*admission.Gate, string)) map[string]int {
+	t.Helper()
+	var mu sync.Mutex
+	admitted := map[string]int{}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				g, tenant := pick(w, i)
+				d, err := g.Admit(t.Context(), tenant)
+				if err != nil {
+					t.Errorf("Admit(%s): %v", tenant, err)
+					return
+				}
+				if d.Outcome == admission.Admitted {
+					mu.Lock()
+					admitted[tenant]++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return admitted
+}
+
 // TestGroupCommitSharesScriptCalls: concurrent callers over many tenants
 // share script calls, so Redis serves far fewer calls than decisions, in
 // Log mode and in Counter mode alike.
@@ -50,19 +79,10 @@ func TestGroupCommitSharesScriptCalls(t *testing.T) {
 				admission.WithPrefix("share-"+mode.String()))
 			defer g.Close()
 			before := scriptCalls(t, rdb)
-			var wg sync.WaitGroup
 			const workers, each = 64, 100
-			for w := range workers {
-				wg.Go(func() {
-					for i := range each {
-						if _, err := g.Admit(t.Context(), "t"+strconv.Itoa((w*each+i)%500)); err != nil {
-							t.Error(err)
-							return
-						}
-					}
-				})
-			}
-			wg.Wait()
+			admitAll(t, workers, each, func(w, i int) (*admission.Gate, string) {
+				return g, "t" + strconv.Itoa((w*each+i)%500)
+			})
 			calls := scriptCalls(t, rdb) - before
 			perDecision := float64(calls) / (workers * each)
 			t.Logf("%d decisions, %d script calls: %.3f calls per decision", workers*each, calls, perDecision)
@@ -89,32 +109,13 @@ func TestGroupCommitMixesQuotas(t *testing.T) {
 	defer g.Close()
 	coarse := g.AtGranularity(time.Second)
 	before := scriptCalls(t, rdb)
-	var mu sync.Mutex
-	admitted := map[string]int{}
-	var wg sync.WaitGroup
 	const workers, each = 48, 20
-	for w := range workers {
-		wg.Go(func() {
-			gate := g
-			if w%2 == 1 {
-				gate = coarse
-			}
-			for i := range each {
-				tenant := "m" + strconv.Itoa((w+i)%len(tenants))
-				d, err := gate.Admit(t.Context(), tenant)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if d.Outcome == admission.Admitted {
-					mu.Lock()
-					admitted[tenant]++
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	wg.Wait()
+	admitted := admitAll(t, workers, each, func(w, i int) (*admission.Gate, string) {
+		if w%2 == 1 {
+			return coarse, "m" + strconv.Itoa((w+i)%len(tenants))
+		}
+		return g, "m" + strconv.Itoa((w+i)%len(tenants))
+	})
 	for tenant, q := range tenants {
 		if admitted[tenant] != q.Limit {
 			t.Errorf("tenant %s: %d admitted, want its limit %d", tenant, admitted[tenant], q.Limit)
