@@ -172,7 +172,7 @@ func (g *Gate) AdmitBatchAt(ctx context.Context, tenant string, ids []string, no
 	}
 	// package enqueue marks the IDs it made itself: like the gate's own,
 	// their slots go back when the caller leaves before the decision.
-	return g.admitBatch(ctx, tenant, ids, notBefore, freshid.Marked(ctx))
+	return g.admitBatch(ctx, tenant, ids, notBefore, freshid.MadeAll(ctx, ids))
 }
 
 // admitBatch decides ids for work that starts at notBefore (zero: when
@@ -572,7 +572,7 @@ func (g *Gate) Release(ctx context.Context, d Decision) (err error) {
 		return g.rdb.ZRem(ctx, logKey(g.opts.prefix, d.Tenant), d.ID).Err()
 	})
 	if err != nil {
-		if q.Mode == Log && !isReply(err) && (freshid.Marked(ctx) || g.ids.owns(d.ID)) {
+		if q.Mode == Log && !isReply(err) && (freshid.Made(ctx, d.ID) || g.ids.owns(d.ID)) {
 			// No one else can hold the ID: give it back when Redis can
 			// take it, or the slot stays taken for nothing.
 			g.back.add(d.Tenant, logKey(g.opts.prefix, d.Tenant), []string{d.ID}, time.Now().Add(time.Until(d.At)+q.Window+giveBackSlack))

@@ -115,7 +115,8 @@ func TestFreshSlotsGivenBackThoughRemovalsFail(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Millisecond)
 			var err error
 			if i%2 == 1 {
-				_, err = g.AdmitID(freshid.Mark(ctx), "left", "task-"+strconv.Itoa(i))
+				id := "task-" + strconv.Itoa(i)
+				_, err = g.AdmitID(freshid.Mark(ctx, id), "left", id)
 			} else {
 				_, err = g.Admit(ctx, "left")
 			}
@@ -132,11 +133,12 @@ func TestFreshSlotsGivenBackThoughRemovalsFail(t *testing.T) {
 	t.Run("release", func(t *testing.T) {
 		g, h := newGate(t, 0)
 		var ds []admission.Decision
-		for _, ctx := range []context.Context{t.Context(), freshid.Mark(t.Context())} {
+		for _, marked := range []bool{false, true} {
+			ctx := t.Context()
 			var d admission.Decision
 			var err error
-			if freshid.Marked(ctx) {
-				d, err = g.AdmitID(ctx, "released", "task-2")
+			if marked {
+				d, err = g.AdmitID(freshid.Mark(ctx, "task-2"), "released", "task-2")
 			} else {
 				d, err = g.Admit(ctx, "released")
 			}
@@ -149,7 +151,7 @@ func TestFreshSlotsGivenBackThoughRemovalsFail(t *testing.T) {
 		for i, d := range ds {
 			ctx := t.Context()
 			if i == 1 {
-				ctx = freshid.Mark(ctx)
+				ctx = freshid.Mark(ctx, d.ID)
 			}
 			if err := g.Release(ctx, d); !errors.Is(err, admission.ErrUnavailable) {
 				t.Fatalf("Release with its ZREM failing = %v, want ErrUnavailable", err)

@@ -120,7 +120,7 @@ func (d *Dispatcher) Park(ctx context.Context, t Task, q admission.Quota) (Ticke
 	}
 	args := []any{t.Tenant, t.ID, micros(t.NotBefore),
 		max(t.UniqueTTL.Milliseconds(), 0), q.MaxInFlight, maxParked, rule.Weight(q.EffectiveWeight()), flag(q.Paused), micros(t.Deadline),
-		rule.FlowID(t.Priority, keys), flag(freshid.Marked(ctx)), len(t.Keys)}
+		rule.FlowID(t.Priority, keys), flag(freshid.Made(ctx, t.ID)), len(t.Keys)}
 	for _, k := range t.Keys {
 		args = append(args, k.Name, k.MaxInFlight, flag(k.Paused))
 	}

@@ -357,16 +357,20 @@ func TestASecondEntryOfAGrantedTaskIsNotGrantedAgain(t *testing.T) {
 // as a park that looks does, with the same entries.
 func TestAFreshIDSkipsTheLookAmongTheParked(t *testing.T) {
 	ctx := context.Background()
-	var lines [2][]string
-	for i, fresh := range []bool{false, true} {
+	// A context marked with other IDs (a custom Quotas' park inside an
+	// Enqueue whose ID was made) looks as an unmarked one does.
+	marks := []func(id string) context.Context{
+		func(string) context.Context { return ctx },
+		func(id string) context.Context { return freshid.Mark(ctx, id) },
+		func(id string) context.Context { return freshid.Mark(ctx, "another", id+"'") },
+	}
+	var lines [3][]string
+	for i, mark := range marks {
+		fresh := i == 1
 		d, rdb, _ := rig(t, q1)
 		d.turnRaw(ctx, t, 0, 0, 0, 0)
-		pctx := ctx
-		if fresh {
-			pctx = freshid.Mark(ctx)
-		}
 		park := func(id string) Ticket {
-			tk, err := d.Park(pctx, Task{Queue: "default", Tenant: "t", ID: id}, q1)
+			tk, err := d.Park(mark(id), Task{Queue: "default", Tenant: "t", ID: id}, q1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -404,7 +408,9 @@ func TestAFreshIDSkipsTheLookAmongTheParked(t *testing.T) {
 			lines[i][j] = e[strings.LastIndexByte(e, '|'):] // the task ID alone
 		}
 	}
-	if !slices.Equal(lines[0], lines[1]) {
-		t.Errorf("the tenant's line: %q with the look, %q without", lines[0], lines[1])
+	for i := range lines[1:] {
+		if !slices.Equal(lines[0], lines[i+1]) {
+			t.Errorf("the tenant's line: %q with the look, %q under mark %d", lines[0], lines[i+1], i+1)
+		}
 	}
 }

@@ -175,7 +175,7 @@ func (c *Client) Enqueue(ctx context.Context, tenant string, task *asynq.Task, o
 	if err != nil {
 		return nil, admission.Decision{}, err
 	}
-	cc := &callContext{Context: ctx, fresh: p.made}
+	cc := callFor(ctx, p)
 	d, tk, err := c.admit(cc, p)
 	if err != nil {
 		return nil, admission.Decision{}, c.settle(ctx, h, admission.Decision{}, unwritten, err)
@@ -248,7 +248,11 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 	}
 	actx := ctx
 	if made {
-		actx = freshid.Mark(ctx)
+		ids := make([]string, len(ps))
+		for j, p := range ps {
+			ids[j] = p.id
+		}
+		actx = freshid.Mark(ctx, ids...)
 	}
 	ds, tks, errs, err := c.admitAll(actx, tenant, ps)
 	if err != nil {
@@ -360,14 +364,14 @@ func (c *Client) join(ctx context.Context, p prepared) (hold, error) {
 }
 
 // callContext is the context of one task's admission and write: the
-// caller's ctx, marked (freshid) when Enqueue made the task's ID, so that
-// the gate gives its slot back should ctx end before the decision arrives
-// (a caller's own ID keeps its slot then, for its retry), and carrying the
-// trace of its write (writeTrace). One allocation per call, where
-// context.WithValue would take three.
+// caller's ctx, marked (freshid) with the task's ID when Enqueue made it,
+// so that the gate gives its slot back should ctx end before the decision
+// arrives (a caller's own ID keeps its slot then, for its retry), and
+// carrying the trace of its write (writeTrace). One allocation per call,
+// where context.WithValue would take three.
 type callContext struct {
 	context.Context
-	fresh bool
+	made  string // the task's ID when Enqueue made it, else ""
 	trace writeTrace
 }
 
@@ -376,10 +380,27 @@ func (c *callContext) Value(key any) any {
 		return &c.trace
 	}
 	if freshid.IsKey(key) {
-		return c.fresh // this call's own, not a caller's: Enqueue within Enqueue
+		// This call's own mark, not a caller's (Enqueue within Enqueue),
+		// and only of its own ID.
+		if c.made == "" {
+			return nil
+		}
+		return c
 	}
 	return c.Context.Value(key)
 }
+
+// callFor returns the context of p's admission and write.
+func callFor(ctx context.Context, p prepared) *callContext {
+	cc := &callContext{Context: ctx}
+	if p.made {
+		cc.made = p.id
+	}
+	return cc
+}
+
+// Made reports whether id is the task ID this call made (freshid.Marker).
+func (c *callContext) Made(id string) bool { return c.made != "" && id == c.made }
 
 // fate is what became of a task's write.
 type fate int
@@ -515,7 +536,7 @@ func (c *Client) settle(ctx context.Context, h hold, d admission.Decision, f fat
 	if h.c == nil {
 		// An ID Enqueue made: should the release fail, the gate keeps
 		// trying, since no other call can hold the ID.
-		rctx = freshid.Mark(rctx)
+		rctx = freshid.Mark(rctx, slot.ID)
 	}
 	if rerr := c.gate.Release(rctx, slot); rerr != nil {
 		return fmt.Errorf("%w (releasing its slot failed too: %v)", err, rerr)

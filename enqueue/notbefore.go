@@ -32,7 +32,7 @@ func (c *Client) admitAll(ctx context.Context, tenant string, ps []prepared) (ds
 	if c.dispatched(ctx, tenant, ps) {
 		ds = make([]admission.Decision, len(ps))
 		for j, p := range ps {
-			ds[j], tks[j], err = c.admit(&callContext{Context: ctx, fresh: p.made}, p)
+			ds[j], tks[j], err = c.admit(callFor(ctx, p), p)
 			if err != nil {
 				if j == 0 {
 					return nil, nil, nil, err
