@@ -50,6 +50,9 @@ const (
 	// fleetEvery is how often a loop that reports no stats reads them,
 	// to warn of asynq servers without a gate on its queue.
 	fleetEvery = time.Minute
+	// handOffWait is the longest Done holds a worker's slot for its
+	// tenant's next task.
+	handOffWait = 5 * time.Millisecond
 )
 
 // Server runs the dispatch of one worker's queues: a loop per queue that
@@ -61,9 +64,12 @@ type Server struct {
 	member  string
 	most    int
 	observe func(QueueStats)
-	loops   map[string]*loop
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	handOff bool // Worker.HandOff
+	// handOffWait is the longest Done waits (handOffWait; tests set it).
+	handOffWait time.Duration
+	loops       map[string]*loop
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
 }
 
 // finish is a task a worker finished.
@@ -92,6 +98,58 @@ type loop struct {
 	fleetRead time.Time
 	ungated   bool
 	pace      pace
+	// awaited are the finishes of capped tenants' tasks whose worker
+	// waits in Done, by task ID: each channel closes once the finish is
+	// handed in and what its turn granted is moved in. wake cuts short
+	// the pause before a finish asynq had yet to mark done goes in again.
+	awaited sync.Map // string → chan struct{}
+	wake    chan struct{}
+	moves   moves
+	granted time.Time // the loop's latest grant
+}
+
+// moves tells workers whose queue was empty when the loop next moves tasks
+// in (Server.AwaitMove).
+type moves struct {
+	mu  sync.Mutex
+	n   uint64        // moves so far
+	ch  chan struct{} // closed at the next move
+	due bool          // the loop expects to move tasks in soon
+}
+
+// moved records a move, and whether the loop expects another soon.
+func (m *moves) moved(due bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.n++
+	if m.ch != nil {
+		close(m.ch)
+		m.ch = nil
+	}
+	m.due = due
+}
+
+// expect records whether the loop expects to move tasks in soon.
+func (m *moves) expect(due bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.due = due
+}
+
+// since returns a channel closed at the next move, or nil when there was
+// one after the n-th or none is expected.
+func (m *moves) since(n uint64) (chan struct{}, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.n != n:
+		return nil, true
+	case !m.due:
+		return nil, false
+	case m.ch == nil:
+		m.ch = make(chan struct{})
+	}
+	return m.ch, false
 }
 
 // Worker is what Serve needs to know of a worker.
@@ -110,6 +168,9 @@ type Worker struct {
 	// tasks while it restarts: 0 means DefaultRestartGrace, a negative
 	// value none.
 	RestartGrace time.Duration
+	// HandOff says that the worker calls Server.Done each time asynq has
+	// marked one of its tasks done, before asynq frees the task's slot.
+	HandOff bool
 }
 
 // Serve records w on its queues at once (so producers follow within a
@@ -133,15 +194,17 @@ func (d *Dispatcher) Serve(w Worker) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		d:       d,
-		member:  workerMember{id: hex.EncodeToString(b[:]), concurrency: concurrency, fair: fair, grace: grace}.String(),
-		most:    2 * concurrency,
-		observe: w.Observe,
-		loops:   make(map[string]*loop, len(queues)),
-		cancel:  cancel,
+		d:           d,
+		member:      workerMember{id: hex.EncodeToString(b[:]), concurrency: concurrency, fair: fair, grace: grace}.String(),
+		most:        2 * concurrency,
+		observe:     w.Observe,
+		handOff:     w.HandOff,
+		handOffWait: handOffWait,
+		loops:       make(map[string]*loop, len(queues)),
+		cancel:      cancel,
 	}
 	for _, q := range queues {
-		l := &loop{s: s, queue: q, ch: make(chan finish, 4*concurrency),
+		l := &loop{s: s, queue: q, ch: make(chan finish, 4*concurrency), wake: make(chan struct{}, 1),
 			sent: map[string]rule.Limits{}, updates: map[string]rule.Limits{},
 			keySent: map[string]rule.KeyLimits{}, keyUpdates: map[string]rule.KeyLimits{}}
 		cctx, ccancel := context.WithTimeout(ctx, callTimeout)
@@ -189,9 +252,110 @@ func (s *Server) ThrottledKey(queue, tenant, id, key string, ran, hold time.Dura
 }
 
 func (s *Server) finished(f finish, queue string) {
-	if l := s.loops[queue]; l != nil && f.id != "" {
-		l.ch <- f
+	l := s.loops[queue]
+	if l == nil || f.id == "" {
+		return
 	}
+	if s.handOff && f.done && l.capped(f.tenant) {
+		l.awaited.Store(f.id, make(chan struct{}))
+	}
+	l.ch <- f
+}
+
+// Done tells the dispatcher that asynq has just marked task id of queue
+// done, before it frees the task's slot. When the task was a capped
+// tenant's, handed to Finished as done, Done waits until the dispatcher
+// has handed its finish in and moved in what that turn granted, at most
+// 5 ms (handOffWait): a capped tenant's next task goes in at the front of the
+// queue (rule.Fronts), so the worker whose slot frees takes it, where it
+// would otherwise take a task behind it and leave the tenant's place
+// unused until another worker frees. Other tasks return at once. The
+// worker package calls it from the Redis client it gives asynq.
+func (s *Server) Done(queue, id string) {
+	l := s.loops[queue]
+	if l == nil {
+		return
+	}
+	v, ok := l.awaited.Load(id)
+	if !ok {
+		return
+	}
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	t := time.NewTimer(s.handOffWait)
+	defer t.Stop()
+	select {
+	case <-v.(chan struct{}):
+	case <-t.C:
+	}
+}
+
+// Moves returns how many times the dispatcher has moved tasks into
+// queue's pending list, for AwaitMove.
+func (s *Server) Moves(queue string) uint64 {
+	l := s.loops[queue]
+	if l == nil {
+		return 0
+	}
+	l.moves.mu.Lock()
+	defer l.moves.mu.Unlock()
+	return l.moves.n
+}
+
+// AwaitMove waits, at most wait, until the dispatcher has moved tasks into
+// queue's pending list after the n-th time (Moves), when it expects to
+// move some in soon: tenants have tasks waiting, granted tasks are on
+// their way, or it granted some within the last second (a capped tenant
+// at its cap is granted its next task when one of its tasks ends). It
+// reports whether it waited: a worker whose look into the queue found it
+// empty calls it, through the Redis client it gives asynq, and looks
+// again when it reports true. So the worker takes the task the dispatcher
+// moved in (or a producer wrote meanwhile), where asynq would have slept
+// its TaskCheckInterval first.
+func (s *Server) AwaitMove(queue string, n uint64, wait time.Duration) bool {
+	l := s.loops[queue]
+	if l == nil || wait <= 0 {
+		return false
+	}
+	ch, moved := l.moves.since(n)
+	if ch == nil {
+		return moved
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	}
+	return true
+}
+
+// handedOff returns the channels of the awaited finishes among handed,
+// which a turn handed in (later: those it gave back), and forgets them.
+func (l *loop) handedOff(handed, later []finish) []chan struct{} {
+	var out []chan struct{}
+	for _, f := range handed {
+		if slices.ContainsFunc(later, func(g finish) bool { return g.id == f.id }) {
+			continue
+		}
+		if v, ok := l.awaited.LoadAndDelete(f.id); ok {
+			out = append(out, v.(chan struct{}))
+		}
+	}
+	return out
+}
+
+// release lets every worker waiting in Done or AwaitMove go: the loop
+// stops.
+func (l *loop) release() {
+	l.moves.moved(false)
+	l.awaited.Range(func(id, v any) bool {
+		l.awaited.Delete(id)
+		close(v.(chan struct{}))
+		return true
+	})
 }
 
 // Close stops the loops, hands in the finishes they hold and takes the
@@ -244,6 +408,7 @@ func (l *loop) run(ctx context.Context) {
 	repair := time.Now().Add(repairEvery)
 	sync := time.Now()
 	retry := firstRetry
+	defer l.release()
 	for {
 		select {
 		case <-ctx.Done():
@@ -263,6 +428,7 @@ func (l *loop) run(ctx context.Context) {
 				continue
 			}
 		case <-t.C:
+		case <-l.wake:
 		}
 		fs = l.drain(fs)
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
@@ -275,13 +441,31 @@ func (l *loop) run(ctx context.Context) {
 		handed := len(fs)
 		began := time.Now()
 		l.pace.turned(began)
+		moving := len(ops) > 0 // the turn moves them in
 		tr, err := l.turn(cctx, fs, ops, heartbeat, l.s.most)
+		movedIn := err == nil && moving
 		if err == nil {
 			if len(tr.later) < handed {
 				retry = firstRetry // asynq marked some done: no outage
 			}
+			waiting := l.handedOff(fs, tr.later)
 			fs = tr.later
 			ops = l.s.d.admit(cctx, l.queue, tr.picks)
+			if len(waiting) > 0 && len(ops) > 0 {
+				ops = l.moveNow(cctx, ops)
+				movedIn = movedIn || len(ops) == 0
+			}
+			for _, c := range waiting {
+				close(c)
+			}
+			if len(tr.picks) > 0 {
+				l.granted = time.Now()
+			}
+			if due := tr.waiting > 0 || len(ops) > 0 || time.Since(l.granted) < time.Second; movedIn {
+				l.moves.moved(due)
+			} else {
+				l.moves.expect(due)
+			}
 			l.pace.cycled(time.Since(began))
 		} else if ctx.Err() == nil {
 			// The ops are kept for the next turn; their grants wait in
@@ -314,6 +498,19 @@ func (l *loop) run(ctx context.Context) {
 		}
 		t.Reset(next)
 	}
+}
+
+// moveNow moves ops in at once, for a worker that waits in Done, rather
+// than with the next turn; it returns the ops still to move (all of them,
+// should the move fail).
+func (l *loop) moveNow(ctx context.Context, ops []moveOp) []moveOp {
+	if err := l.s.d.move(ctx, l.queue, ops); err != nil {
+		if ctx.Err() == nil {
+			l.s.d.log.Warn("admitq: moving granted tasks failed; the next turn will", "queue", l.queue, "err", err)
+		}
+		return ops
+	}
+	return nil
 }
 
 // capped reports whether tenant has a cap, as the gate's cache has its

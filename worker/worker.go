@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -174,6 +175,9 @@ type Worker struct {
 	rdb    redis.UniversalClient // nil until Start; closed by Shutdown unless the caller's
 	closed bool                  // Shutdown has been called
 	done   chan struct{}         // closed when Shutdown has finished
+	// stopping is set by Stop and Shutdown: asynq's looks into an empty
+	// queue stop waiting for the dispatcher (handOff).
+	stopping atomic.Bool
 }
 
 // New returns a Worker that will process tasks from the Redis server r
@@ -283,7 +287,6 @@ func (w *Worker) Start(h asynq.Handler) error {
 	if err != nil {
 		return err
 	}
-	srv := asynq.NewServerFromRedisClient(rdb, w.cfg)
 	var disp *dispatch.Server
 	if w.gate != nil {
 		// The dispatcher's scripts need Redis 7 and one server (or a
@@ -299,12 +302,23 @@ func (w *Worker) Start(h asynq.Handler) error {
 		// queues before the first task is fetched.
 		if disp, err = dispatch.New(rdb, w.gate, w.log).Serve(dispatch.Worker{
 			Queues: slices.Sorted(maps.Keys(w.cfg.Queues)), Concurrency: w.cfg.Concurrency,
-			Fair: w.fair, Observe: w.observe, RestartGrace: w.grace,
+			Fair: w.fair, Observe: w.observe, RestartGrace: w.grace, HandOff: true,
 		}); err != nil {
 			w.closeClient(rdb)
 			return fmt.Errorf("worker: serving the dispatcher: %w", err)
 		}
 	}
+	var forAsynq redis.UniversalClient = rdb
+	if disp != nil {
+		h := handOff{UniversalClient: rdb, disp: disp, stopped: &w.stopping}
+		if len(w.cfg.Queues) == 1 {
+			// asynq looks into a worker's queues one after another: a wait
+			// in one would hold up the others.
+			h.wait = w.cfg.TaskCheckInterval
+		}
+		forAsynq = h
+	}
+	srv := asynq.NewServerFromRedisClient(forAsynq, w.cfg)
 	if err := srv.Start(w.handler(h, rdb, disp)); err != nil {
 		if disp != nil {
 			disp.Close()
@@ -379,6 +393,7 @@ func (w *Worker) Run(h asynq.Handler) error {
 // nothing: call Shutdown afterwards. It is a no-op on a Worker that is not
 // running.
 func (w *Worker) Stop() {
+	w.stopping.Store(true)
 	w.mu.Lock()
 	srv := w.srv
 	w.mu.Unlock()
@@ -400,6 +415,7 @@ func (w *Worker) Shutdown() {
 		return
 	}
 	w.closed = true
+	w.stopping.Store(true)
 	srv, rdb, disp := w.srv, w.rdb, w.disp
 	w.mu.Unlock()
 

@@ -1,0 +1,124 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// handOff is the Redis client a Worker with a gate gives asynq: the
+// caller's, which also hears two of asynq's scripts on the way back.
+//
+//   - When asynq's script that marks a task done has run, before asynq
+//     frees the task's slot, it tells the dispatcher (dispatch.Server.Done).
+//     So the worker that finishes a capped tenant's task takes the
+//     tenant's next one, which the dispatcher moves in at the front of the
+//     queue meanwhile.
+//   - When asynq's look for a task finds the queue empty while the
+//     dispatcher expects to move tasks in soon, it looks again as soon as
+//     the dispatcher has, or after wait, for as long as the dispatcher
+//     expects moves, up to lookFor (dispatch.Server.AwaitMove). asynq
+//     would sleep about its TaskCheckInterval before it looks again, and
+//     stop taking tasks for every slot of the worker meanwhile.
+//
+// Only the scripts asynq runs go through it: the gate, the dispatcher and
+// the caller use the client itself.
+type handOff struct {
+	redis.UniversalClient
+	disp dispatcher
+	// wait is how long a look into an empty queue waits for the
+	// dispatcher before it looks again (0: it does not wait).
+	wait time.Duration
+	// stopped ends the waits: the Worker is stopping.
+	stopped *atomic.Bool
+}
+
+// lookFor is the longest one of asynq's looks waits in all: asynq dates
+// the lease of the task it takes from before the look.
+const lookFor = time.Second
+
+// dispatcher is what handOff tells (a *dispatch.Server).
+type dispatcher interface {
+	Done(queue, id string)
+	Moves(queue string) uint64
+	AwaitMove(queue string, n uint64, wait time.Duration) bool
+}
+
+// EvalSha runs a script as the client does, and acts on asynq's. asynq
+// runs its scripts with redis.Script, which calls EvalSha, then Eval when
+// Redis does not have the script yet.
+func (h handOff) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return h.heard(keys, func() *redis.Cmd { return h.UniversalClient.EvalSha(ctx, sha, keys, args...) })
+}
+
+// Eval is EvalSha's fallback.
+func (h handOff) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return h.heard(keys, func() *redis.Cmd { return h.UniversalClient.Eval(ctx, script, keys, args...) })
+}
+
+// heard runs a script with keys (run), and acts on what it was.
+func (h handOff) heard(keys []string, run func() *redis.Cmd) *redis.Cmd {
+	queue, look := dequeues(keys)
+	if !look || h.wait <= 0 {
+		cmd := run()
+		if queue, id, ok := markedDone(keys); ok && cmd.Err() == nil {
+			h.disp.Done(queue, id)
+		}
+		return cmd
+	}
+	until := time.Now().Add(lookFor)
+	for {
+		n := h.disp.Moves(queue) // before the look, so that no move is missed
+		cmd := run()
+		wait := min(h.wait, time.Until(until))
+		if !errors.Is(cmd.Err(), redis.Nil) || wait <= 0 || h.stopped.Load() || !h.disp.AwaitMove(queue, n, wait) {
+			return cmd
+		}
+	}
+}
+
+// markedDone reports whether keys are those of asynq's scripts that take
+// a task that succeeded out of the active list (RDB.Done and
+// RDB.MarkAsComplete), and if so, the task's queue and ID: the queue's
+// active list and leases, then its task key, or its completed set and
+// then its task key. Its retry, archive and requeue scripts name the keys
+// in another order.
+func markedDone(keys []string) (queue, id string, ok bool) {
+	if len(keys) < 4 {
+		return "", "", false
+	}
+	queue, ok = strings.CutPrefix(keys[0], "asynq:{")
+	if queue, ok = strings.CutSuffix(queue, "}:active"); !ok || keys[1] != "asynq:{"+queue+"}:lease" {
+		return "", "", false
+	}
+	task := keys[2]
+	if task == "asynq:{"+queue+"}:completed" {
+		task = keys[3]
+	}
+	if id, ok = strings.CutPrefix(task, "asynq:{"+queue+"}:t:"); !ok || id == "" {
+		return "", "", false
+	}
+	return queue, id, true
+}
+
+// dequeues reports whether keys are those of asynq's script that takes a
+// task from a queue's pending list (RDB.Dequeue), and if so, the queue:
+// its pending list, paused flag, active list and leases.
+func dequeues(keys []string) (queue string, ok bool) {
+	if len(keys) != 4 {
+		return "", false
+	}
+	queue, ok = strings.CutPrefix(keys[0], "asynq:{")
+	if queue, ok = strings.CutSuffix(queue, "}:pending"); !ok {
+		return "", false
+	}
+	p := "asynq:{" + queue + "}:"
+	if keys[1] != p+"paused" || keys[2] != p+"active" || keys[3] != p+"lease" {
+		return "", false
+	}
+	return queue, true
+}
