@@ -54,6 +54,7 @@ type replayer struct {
 	// the grants that followed one of the same tenant in a turn.
 	fronts, streaks int
 	loans           int // steps with a runnable tenant placed ahead of its tag (rule.Lent)
+	owed            int // steps with a tenant owed places its cap took back
 	// moved are tasks in flight in asynq's hands, by ID; retried those
 	// asynq will run again.
 	moved   []string
@@ -100,8 +101,8 @@ func replay(t *testing.T, seed uint64, steps int) {
 	if slices.Contains(r.seen[:], 0) {
 		t.Errorf("the replay never had a tenant registered with a key, a key at its cap, or a key held: %v", r.seen)
 	}
-	if r.fronts == 0 || r.streaks == 0 || r.loans == 0 {
-		t.Errorf("the replay granted %d tasks for the queue's front and %d after one of the same tenant, and placed a tenant on a loan at %d steps; want some of each", r.fronts, r.streaks, r.loans)
+	if r.fronts == 0 || r.streaks == 0 || r.loans == 0 || r.owed == 0 {
+		t.Errorf("the replay granted %d tasks for the queue's front and %d after one of the same tenant, placed a tenant on a loan at %d steps and owed one places at %d; want some of each", r.fronts, r.streaks, r.loans, r.owed)
 	}
 	_ = rdb
 }
@@ -335,10 +336,13 @@ func (r *replayer) compare(step int) {
 	}
 	for T, m := range r.model.Tenants {
 		h := rdb.HGetAll(ctx, k.tenantKey(T)).Val()
-		got := [8]int64{atoi(h["tag"]), atoi(h["n"]), atoi(h["cap"]), atoi(h["wm"]), atoi(h["est"]), atoi(h["paused"]), atoi(h["bh"]), atoi(h["lg"])}
-		want := [8]int64{m.Tag, int64(m.N), int64(m.Cap), m.Weight, m.Estimate, int64(flag(m.Paused)), int64(flag(m.Behind)), m.Lag}
+		got := [9]int64{atoi(h["tag"]), atoi(h["n"]), atoi(h["cap"]), atoi(h["wm"]), atoi(h["est"]), atoi(h["paused"]), atoi(h["bh"]), atoi(h["lg"]), atoi(h["ow"])}
+		want := [9]int64{m.Tag, int64(m.N), int64(m.Cap), m.Weight, m.Estimate, int64(flag(m.Paused)), int64(flag(m.Behind)), m.Lag, int64(m.Owed)}
 		if got != want {
-			t.Fatalf("step %d: tenant %s (tag n cap wm est paused bh lg) %v, the model's %v", step, T, got, want)
+			t.Fatalf("step %d: tenant %s (tag n cap wm est paused bh lg ow) %v, the model's %v", step, T, got, want)
+		}
+		if m.Owed > 0 {
+			r.owed++
 		}
 		if ttl := rdb.PTTL(ctx, k.tenantKey(T)).Val(); (m.N > 0 || m.Waiting() > 0) && ttl != -1 {
 			t.Fatalf("step %d: tenant %s has %d tasks in flight and %d waiting, and its record expires (PTTL %v)", step, T, m.N, m.Waiting(), ttl)

@@ -688,11 +688,13 @@ end
 
 -- fronts is package rule's Fronts: a grant from the line of a tenant with
 -- cap (0: none) and n tasks in flight goes in at the front of the queue
--- when the tenant's tag lags the floor (lags) or its last grant from its
--- line started away from its tag (lagged: at the floor, or on a loan). A
--- benchmark build replaces it (FrontStandIn in package lua).
-local function fronts(cap, n, lags, lagged)
-  return cap > 0 and n > 0 and (lags or lagged)
+-- when it fills a place the tenant's cap took back (ow of them owed), or
+-- when the tenant has tasks in flight and its tag lags the floor (lags)
+-- or its last grant from its line started away from its tag (lagged: at
+-- the floor, or on a loan). A benchmark build replaces it (FrontStandIn in
+-- package lua).
+local function fronts(cap, n, lags, lagged, ow)
+  return cap > 0 and (ow > 0 or n > 0 and (lags or lagged))
 end
 
 -- grant lets task id (waiting entry e, or nil; flow f) of tenant T in at
@@ -701,13 +703,14 @@ end
 -- of f, and is charged its estimate, which moves the floor. It returns T's
 -- new tag, tasks in flight and cap, and whether the task goes in at the
 -- front of the queue, and if so behind which of T's tasks ("": none), then,
--- for a grant from T's line, whether it started away from T's tag and how
--- far T's tag lagged the floor (nil and 0 for any other). Only a grant
--- from T's line (state g) goes to the front; its caller reads h whole. h is T's
--- record's n, wm, est and cap, then wk, tag, mv (its task granted last),
--- bh ("1": its last grant from its line started ahead of its tag) and lg
--- (how far its tag lagged the floor then), when the caller read them (nil:
--- read them). A grant from the line also returns its own bh and lg, and
+-- for a grant from T's line, whether it started away from T's tag, how far
+-- T's tag lagged the floor and the places T's cap took back still owed
+-- after it (nil, 0 and 0 for any other). Only a grant from T's line (state
+-- g) goes to the front; its caller reads h whole. h is T's record's n, wm,
+-- est and cap, then wk, tag, mv (its task granted last), bh ("1": its last
+-- grant from its line started ahead of its tag), lg (how far its tag
+-- lagged the floor then) and ow (places its cap took back that its grants
+-- have yet to fill), when the caller read them (nil: read them). A grant from the line also returns its own bh and lg, and
 -- leaves T's record to its caller (pick, which writes it once a streak;
 -- T had a task waiting, so its record is kept already). A task in run
 -- already (let in by another entry of its ID) is not granted
@@ -720,11 +723,11 @@ local function grant(T, id, e, start, st, f, h)
   if call('HSETNX', run, id, st .. '|' .. int(est) .. '|' .. nowS .. '|' .. T .. (f == '0' and '' or '\n' .. f)) == 0 then
     return nil -- let in already, by another entry of its ID
   end
-  local front, after, behind, lag = false, '', nil, 0
+  local front, after, behind, lag, ow = false, '', nil, 0, 0
   if st == 'g' then
     local was = toint(h[6])
-    behind, lag = start ~= was, math.max(floor - was, 0)
-    if fronts(toint(h[4]), toint(h[1]), was < floor, h[8] == '1') then
+    behind, lag, ow = start ~= was, math.max(floor - was, 0), toint(h[10])
+    if fronts(toint(h[4]), toint(h[1]), was < floor, h[8] == '1', ow) then
       -- behind T's previous task if that is pending still, and not
       -- before one that is still to be moved in
       local prev = h[7] and call('HGET', TP .. h[7], 'state')
@@ -746,7 +749,7 @@ local function grant(T, id, e, start, st, f, h)
   elseif st == 'f' then
     call('ZADD', fresh, nowS, id)
   end
-  return tag, n, toint(h[4]), front, after, behind, lag
+  return tag, n, toint(h[4]), front, after, behind, lag, math.max(ow - 1, 0)
 end
 
 -- runEntry splits a run entry "state|estimate|since|tenant", then a
@@ -977,7 +980,7 @@ local function pick(most, space, out)
     end
     local c, h = cur, cur.h
     cur = nil
-    call('HSET', P .. 't:' .. c.T, 'n', h[1], 'tag', h[6], 'mv', h[7], 'bh', h[8], 'lg', h[9])
+    call('HSET', P .. 't:' .. c.T, 'n', h[1], 'tag', h[6], 'mv', h[7], 'bh', h[8], 'lg', h[9], 'ow', h[10])
     if placed then
       local wk = h[5] and call('HGET', P .. 't:' .. c.T, 'wk') -- pop changed it
       place(c.T, c.tag, h[1], c.cap, '0', waitingOf(c.T, wk or 0), false, c.lend)
@@ -994,7 +997,7 @@ local function pick(most, space, out)
       end
       head = #head > 0 and head or call('ZRANGE', vt, 0, 1, 'WITHSCORES')
       T, start, second = head[1], tonumber(head[2]), head[3] and {head[3], tonumber(head[4])}
-      h = call('HMGET', P .. 't:' .. T, 'n', 'wm', 'est', 'cap', 'wk', 'tag', 'mv', 'bh', 'lg')
+      h = call('HMGET', P .. 't:' .. T, 'n', 'wm', 'est', 'cap', 'wk', 'tag', 'mv', 'bh', 'lg', 'ow')
     end
     local flows = FLOW0
     if h[5] then
@@ -1017,11 +1020,11 @@ local function pick(most, space, out)
       settle(T)
     else
       local id = entryID(e)
-      local tag, n, cap, front, after, behind, lag
+      local tag, n, cap, front, after, behind, lag, ow
       if id and toint(call('ZSCORE', scheduled, id)) == PARKED and not expired(id) then
         -- asynq keeps it parked (its move checks its state), and T was
         -- runnable: awake and not paused
-        tag, n, cap, front, after, behind, lag = grant(T, id, e, start, nil, f, h)
+        tag, n, cap, front, after, behind, lag, ow = grant(T, id, e, start, nil, f, h)
       end
       if tag then
         out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = T, e, front and '1' or '0', after
@@ -1029,7 +1032,7 @@ local function pick(most, space, out)
         local lend = lent(cap, n, lag, toint(h[3]), toint(h[2]))
         local again = startAt(tag, lend)
         cur = {T = T, start = again, tag = tag, cap = cap, lend = lend,
-          h = {n, h[2], h[3], h[4], h[5], int(tag), id, behind and '1' or '0', int(lag)}}
+          h = {n, h[2], h[3], h[4], h[5], int(tag), id, behind and '1' or '0', int(lag), ow}}
         if h[5] or (cap > 0 and n >= cap) or
             (second and (again > second[2] or (again == second[2] and T > second[1]))) then
           stop(true)

@@ -49,10 +49,10 @@ local recs, order = {}, {}
 local function record(T)
   local c = recs[T]
   if not c then
-    local h = call('HMGET', P .. 't:' .. T, 'tag', 'wm', 'est', 'used', 'n', 'cap', 'paused', 'l', 'wk', 'lg')
+    local h = call('HMGET', P .. 't:' .. T, 'tag', 'wm', 'est', 'used', 'n', 'cap', 'paused', 'l', 'wk', 'lg', 'bh', 'ow')
     c = {tag = toint(h[1]), wm = toint(h[2]), est = toint(h[3]), used = toint(h[4]), n = toint(h[5]),
       cap = toint(h[6]), paused = h[7] or '0', wasPaused = h[7] == '1', l = toint(h[8]), wk = h[9],
-      lg = toint(h[10]), left = false, asleep = false}
+      lg = toint(h[10]), bh = h[11] == '1', ow = toint(h[12]), left = false, asleep = false}
     recs[T] = c
     order[#order + 1] = T
   end
@@ -67,9 +67,12 @@ local function flush(T)
     call('SREM', held, T)
     c.wasPaused = false
   end
-  call('HSET', P .. 't:' .. T, 'tag', int(c.tag), 'est', int(c.est), 'used', int(c.used), 'n', c.n,
-    'cap', c.cap, 'wm', c.wm, 'paused', c.paused)
   local waiting = waitingOf(T, c.wk or 0)
+  if waiting == 0 then
+    c.ow = 0 -- nothing of it waits: no place is owed
+  end
+  call('HSET', P .. 't:' .. T, 'tag', int(c.tag), 'est', int(c.est), 'used', int(c.used), 'n', c.n,
+    'cap', c.cap, 'wm', c.wm, 'paused', c.paused, 'ow', c.ow)
   place(T, c.tag, c.n, c.cap, c.paused, waiting, c.asleep or nil, lent(c.cap, c.n, c.lg, c.est, c.wm))
   return waiting
 end
@@ -106,6 +109,9 @@ local function finish(id, ran, done, cap, wm, paused, hold, key)
   local rollback = state == 'scheduled' and isParked(id)
   local leaves = rollback or (done and state ~= 'retry' and state ~= 'pending' and state ~= 'scheduled')
   if leaves then
+    if not rollback and c.cap > 0 and c.n + c.ow >= c.cap and (c.tag < floor or c.bh) then
+      c.ow = math.min(c.ow + 1, c.cap) -- its cap takes the place back
+    end
     c.n, c.left = math.max(c.n - 1, 0), true
     call('HDEL', run, id)
     if s == 'g' then

@@ -116,6 +116,11 @@ type Tenant struct {
 	// floor then (0: not at all).
 	Behind bool
 	Lag    int64
+	// Owed are the places its cap took back: tasks of it that ended while
+	// it was at its cap (counting these places) with tasks waiting, whose
+	// places its grants have yet to fill. Each such grant goes to the
+	// front (Fronts).
+	Owed int
 }
 
 // Waiter is a waiting task: its ID and when it was parked, µs.
@@ -223,19 +228,23 @@ type Grant struct {
 }
 
 // Fronts reports whether a grant to tenant t goes in at the front of the
-// queue, at floor (before the grant): when t is capped, has tasks in
-// flight, and its tag lags the floor or its last grant from its line
-// started ahead of its tag (Behind), it is a tenant its cap holds below
-// its fair share, whose places would otherwise be spent waiting behind the
-// queue's depth. (The last grant counts because a tenant's finishes come
-// in clusters: the second of two that come close together finds the tag
-// level with the floor, or on a loan.) Such tenants' tasks together are
-// fewer than the workers, so the tasks they pass are passed a bounded
-// number of times (fronts_test.go measures it). (The dispatcher also keeps
-// a tenant's own tasks in order: a grant goes to the front only when the
-// tenant's previous one has started.)
+// queue, at floor (before the grant): when t is capped and either fills a
+// place its cap took back (Owed: a task of it ended while it was at its
+// cap with tasks waiting), or has tasks in flight and its tag lags the
+// floor or its last grant from its line started ahead of its tag
+// (Behind). Either way its cap holds it back, and its places would
+// otherwise be spent waiting behind the queue's depth: a place the cap
+// took back is filled where the worker that freed it takes the task
+// (dispatch.Server.Done), and a tenant the cap holds below its fair share
+// is fronted however its finishes cluster (the last grant counts because
+// the second of two finishes that come close together finds the tag level
+// with the floor, or on a loan). Caps that never bind front nothing, and
+// the tasks the others pass are passed a bounded number of times
+// (fronts_test.go measures it). (The dispatcher also keeps a tenant's own
+// tasks in order: a grant goes to the front only when the tenant's
+// previous one has started.)
 func Fronts(t *Tenant, floor int64) bool {
-	return t.Cap > 0 && t.N > 0 && (t.Tag < floor || t.Behind)
+	return t.Cap > 0 && (t.Owed > 0 || t.N > 0 && (t.Tag < floor || t.Behind))
 }
 
 // Queue is the rule's state for one queue. The zero value is not usable;
@@ -563,6 +572,7 @@ func (q *Queue) grant(T, id, f string, start int64, line bool) Grant {
 	if line {
 		t.Behind = start != t.Tag
 		t.Lag = max(q.Floor-t.Tag, 0)
+		t.Owed = max(t.Owed-1, 0)
 	}
 	q.InFlight[id] = Run{Tenant: T, Flow: f, Estimate: t.estimate(q.Estimate)}
 	t.N++
@@ -688,6 +698,11 @@ func (q *Queue) Finish(id string, ran int64, done bool, l Limits, hold bool, hol
 		q.Estimate = ran
 	} else {
 		q.Estimate = Smooth(q.Estimate, ran, QueueSmoothing)
+	}
+	if t.Waiting() == 0 {
+		t.Owed = 0 // nothing of it waits: no place is owed
+	} else if done && t.Cap > 0 && t.N+t.Owed >= t.Cap && (t.Tag < q.Floor || t.Behind) {
+		t.Owed = min(t.Owed+1, t.Cap) // its cap takes the place back
 	}
 	if done {
 		q.Free(id)
