@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch/internal/rule"
 )
 
 // A grant for the front goes in at the end of asynq's pending list that
@@ -137,5 +138,67 @@ func TestAGrantFrontsWhenItsCapHoldsTheTenantBack(t *testing.T) {
 				t.Errorf("bh %q after a grant at tag %d, floor 1000000", bh, c.tag)
 			}
 		})
+	}
+}
+
+// Places a cap took back all go to the front, however many finishes a
+// turn hands in: a tenant at its cap and held back whose two tasks end in
+// one turn has both of its next tasks granted for the front, the second
+// behind the first though the first is still to be moved in (the move
+// keeps their order), and asynq takes them first, in order.
+func TestPlacesACapTookBackGoToTheFront(t *testing.T) {
+	ctx := context.Background()
+	q := admission.Quota{Limit: 100_000, Window: time.Second, MaxInFlight: 2}
+	d, rdb, ac := rig(t, q)
+	k := d.keysFor("default")
+	d.turnRaw(ctx, t, 0, 0, 0, 0)
+	for i, id := range []string{"c0", "c1", "c2", "c3"} {
+		tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "c", ID: id}, q)
+		want, at := Wait, ParkedUntil
+		if i < 2 {
+			want, at = Straight, time.Now()
+		}
+		if err != nil || tk.Verdict != want {
+			t.Fatalf("%s: %v %v, want %v", id, tk.Verdict, err, want)
+		}
+		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(at)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID("other")); err != nil {
+		t.Fatal(err)
+	}
+	// The tenant lags the floor; c0 and c1 end, and asynq is done with them.
+	rdb.HSet(ctx, k.meta, "floor", 1_000_000)
+	rdb.HSet(ctx, k.tenantKey("c"), "tag", 0)
+	rdb.ZAdd(ctx, k.vt, redis.Z{Score: 1_000_000, Member: "c"})
+	for _, id := range []string{"c0", "c1"} {
+		rdb.LRem(ctx, k.pending, 0, id)
+		rdb.Del(ctx, k.taskPrefix+id)
+	}
+	fin := func(id string) []any { return []any{id, 1000, 1, 2, rule.WeightScale, 0, 0, ""} }
+	args := append([]any{2}, append(fin("c0"), fin("c1")...)...)
+	res, err := d.run(ctx, d.scripts.dispatch, "default", append([]any{"big|16|1", 3_000_000, 8}, append(args, 0, 0, 0)...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	picks, _, err := readPicks(res)
+	if err != nil || len(picks) != 2 {
+		t.Fatalf("picks %+v, %v; want c2 and c3", picks, err)
+	}
+	var ops []moveOp
+	for i, p := range picks {
+		if want := []string{"c2", "c3"}[i]; p.entry.id != want || !p.front {
+			t.Errorf("grant %d: %s, front %v; want %s at the front", i, p.entry.id, p.front, want)
+		}
+		ops = append(ops, moveOp{op: opFront, id: p.entry.id, after: p.after})
+	}
+	if err := d.move(ctx, "default", ops); err != nil {
+		t.Fatal(err)
+	}
+	got := rdb.LRange(ctx, k.pending, 0, -1).Val()
+	slices.Reverse(got) // asynq takes from the right
+	if want := []string{"c2", "c3", "other"}; !slices.Equal(got, want) {
+		t.Errorf("asynq takes %v, want %v", got, want)
 	}
 }

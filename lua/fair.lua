@@ -715,6 +715,8 @@ end
 -- T had a task waiting, so its record is kept already). A task in run
 -- already (let in by another entry of its ID) is not granted
 -- again: grant then returns nil and changes nothing.
+local fronted = {} -- the tasks this turn's pick granted for the front
+
 local function grant(T, id, e, start, st, f, h)
   local th = P .. 't:' .. T
   h = h or call('HMGET', th, 'n', 'wm', 'est', 'cap')
@@ -729,10 +731,12 @@ local function grant(T, id, e, start, st, f, h)
     behind, lag, ow = start ~= was, math.max(floor - was, 0), toint(h[10])
     if fronts(toint(h[4]), toint(h[1]), was < floor, h[8] == '1', ow) then
       -- behind T's previous task if that is pending still, and not
-      -- before one that is still to be moved in
-      local prev = h[7] and call('HGET', TP .. h[7], 'state')
-      front = prev ~= 'scheduled'
+      -- before one that is still to be moved in, unless that one goes to
+      -- the front too (this turn granted it): the move keeps their order
+      local prev = fronted[h[7] or ''] and 'scheduled' or h[7] and call('HGET', TP .. h[7], 'state')
+      front = prev ~= 'scheduled' or fronted[h[7]] ~= nil
       after = prev == 'pending' and h[7] or ''
+      fronted[id] = front or nil
     end
   end
   for _, K in ipairs(flowKeys(f)) do
@@ -967,6 +971,7 @@ end
 -- one whose asynq.Deadline passed is archived. None holds its tenant back.
 local function pick(most, space, out)
   local budget = PICK_BUDGET -- a deleted backlog costs in steps
+  fronted = {}
   -- A streak: a tenant granted last (cur: its name, start, record and
   -- place to write when the streak ends) that has one flow and stays the
   -- lowest start tag is granted again without reading the queue or its
