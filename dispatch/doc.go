@@ -26,6 +26,14 @@
 // not limited. Quota.Paused holds a tenant's waiting tasks, and
 // worker.Throttled holds them for as long as it asks.
 //
+// A capped tenant's task that ends while its cap holds it back frees a
+// place that its next task fills at the front of asynq's pending list. A
+// worker that calls Server.Done when asynq has marked a task done, before
+// asynq frees its slot, waits for that move and takes the task; one that
+// calls Server.AwaitMove when asynq finds the queue empty takes a task the
+// moment the dispatcher moves it in, rather than at asynq's next poll.
+// package worker does both, from the Redis client it gives asynq.
+//
 // The rule itself (start tags in integer virtual time, the floor, weights,
 // caps, pause) is one Go model, dispatch/internal/rule, which the scripts
 // mirror step for step; the package's tests replay seeded workloads

@@ -145,17 +145,35 @@ func TestAGrantFrontsWhenItsCapHoldsTheTenantBack(t *testing.T) {
 // turn hands in: a tenant at its cap and held back whose two tasks end in
 // one turn has both of its next tasks granted for the front, the second
 // behind the first though the first is still to be moved in (the move
-// keeps their order), and asynq takes them first, in order.
+// keeps their order), and asynq takes them first, in order: behind the
+// tenant's task still pending, when one is.
 func TestPlacesACapTookBackGoToTheFront(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		pending bool // the tenant's task granted before the two is pending still
+	}{{"nothing of the tenant's pending", false}, {"one of the tenant's pending", true}} {
+		t.Run(c.name, func(t *testing.T) { placesTakenBack(t, c.pending) })
+	}
+}
+
+func placesTakenBack(t *testing.T, pending bool) {
 	ctx := context.Background()
-	q := admission.Quota{Limit: 100_000, Window: time.Second, MaxInFlight: 2}
+	capped := 2
+	if pending {
+		capped = 3
+	}
+	q := admission.Quota{Limit: 100_000, Window: time.Second, MaxInFlight: capped}
 	d, rdb, ac := rig(t, q)
 	k := d.keysFor("default")
 	d.turnRaw(ctx, t, 0, 0, 0, 0)
-	for i, id := range []string{"c0", "c1", "c2", "c3"} {
+	ids := []string{"c0", "c1", "p", "c2", "c3"}
+	if !pending {
+		ids = slices.Delete(ids, 2, 3)
+	}
+	for i, id := range ids {
 		tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "c", ID: id}, q)
 		want, at := Wait, ParkedUntil
-		if i < 2 {
+		if i < capped {
 			want, at = Straight, time.Now()
 		}
 		if err != nil || tk.Verdict != want {
@@ -168,7 +186,8 @@ func TestPlacesACapTookBackGoToTheFront(t *testing.T) {
 	if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID("other")); err != nil {
 		t.Fatal(err)
 	}
-	// The tenant lags the floor; c0 and c1 end, and asynq is done with them.
+	// The tenant lags the floor; c0 and c1 end, and asynq is done with
+	// them. p, its last straight in, is its latest task.
 	rdb.HSet(ctx, k.meta, "floor", 1_000_000)
 	rdb.HSet(ctx, k.tenantKey("c"), "tag", 0)
 	rdb.ZAdd(ctx, k.vt, redis.Z{Score: 1_000_000, Member: "c"})
@@ -176,7 +195,7 @@ func TestPlacesACapTookBackGoToTheFront(t *testing.T) {
 		rdb.LRem(ctx, k.pending, 0, id)
 		rdb.Del(ctx, k.taskPrefix+id)
 	}
-	fin := func(id string) []any { return []any{id, 1000, 1, 2, rule.WeightScale, 0, 0, ""} }
+	fin := func(id string) []any { return []any{id, 1000, 1, capped, rule.WeightScale, 0, 0, ""} }
 	args := append([]any{2}, append(fin("c0"), fin("c1")...)...)
 	res, err := d.run(ctx, d.scripts.dispatch, "default", append([]any{"big|16|1", 3_000_000, 8}, append(args, 0, 0, 0)...)...)
 	if err != nil {
@@ -198,7 +217,11 @@ func TestPlacesACapTookBackGoToTheFront(t *testing.T) {
 	}
 	got := rdb.LRange(ctx, k.pending, 0, -1).Val()
 	slices.Reverse(got) // asynq takes from the right
-	if want := []string{"c2", "c3", "other"}; !slices.Equal(got, want) {
+	want := []string{"c2", "c3", "other"}
+	if pending {
+		want = []string{"p", "c2", "c3", "other"}
+	}
+	if !slices.Equal(got, want) {
 		t.Errorf("asynq takes %v, want %v", got, want)
 	}
 }

@@ -256,8 +256,14 @@ func (s *Server) finished(f finish, queue string) {
 	if l == nil || f.id == "" {
 		return
 	}
-	if s.handOff && f.done && l.capped(f.tenant) {
-		l.awaited.Store(f.id, make(chan struct{}))
+	if s.handOff && f.done {
+		// On the handler's goroutine, before asynq marks the task done: a
+		// quota the gate's cache does not have yet is not waited for long.
+		ctx, cancel := context.WithTimeout(context.Background(), handOffWait)
+		if l.cappedAt(ctx, f.tenant) {
+			l.awaited.Store(f.id, make(chan struct{}))
+		}
+		cancel()
 	}
 	l.ch <- f
 }
@@ -309,7 +315,8 @@ func (s *Server) Moves(queue string) uint64 {
 // move some in soon: tenants have tasks waiting, granted tasks are on
 // their way, or it granted some within the last second (a capped tenant
 // at its cap is granted its next task when one of its tasks ends). It
-// reports whether it waited: a worker whose look into the queue found it
+// reports whether a look again is worth it: tasks were moved in after the
+// n-th time, or it waited. A worker whose look into the queue found it
 // empty calls it, through the Redis client it gives asynq, and looks
 // again when it reports true. So the worker takes the task the dispatcher
 // moved in (or a producer wrote meanwhile), where asynq would have slept
@@ -332,19 +339,31 @@ func (s *Server) AwaitMove(queue string, n uint64, wait time.Duration) bool {
 	return true
 }
 
-// handedOff returns the channels of the awaited finishes among handed,
-// which a turn handed in (later: those it gave back), and forgets them.
-func (l *loop) handedOff(handed, later []finish) []chan struct{} {
-	var out []chan struct{}
+// handedOff returns the awaited finishes among handed, which a turn
+// handed in (later: those it gave back), by task ID. They stay awaited
+// until let go, so that a Done that comes meanwhile waits for the move.
+func (l *loop) handedOff(handed, later []finish) map[string]chan struct{} {
+	var out map[string]chan struct{}
 	for _, f := range handed {
 		if slices.ContainsFunc(later, func(g finish) bool { return g.id == f.id }) {
 			continue
 		}
-		if v, ok := l.awaited.LoadAndDelete(f.id); ok {
-			out = append(out, v.(chan struct{}))
+		if v, ok := l.awaited.Load(f.id); ok {
+			if out == nil {
+				out = map[string]chan struct{}{}
+			}
+			out[f.id] = v.(chan struct{})
 		}
 	}
 	return out
+}
+
+// letGo ends the waits of the finishes handedOff returned.
+func (l *loop) letGo(waiting map[string]chan struct{}) {
+	for id, c := range waiting {
+		l.awaited.CompareAndDelete(id, c)
+		close(c)
+	}
 }
 
 // release lets every worker waiting in Done or AwaitMove go: the loop
@@ -455,9 +474,7 @@ func (l *loop) run(ctx context.Context) {
 				ops = l.moveNow(cctx, ops)
 				movedIn = movedIn || len(ops) == 0
 			}
-			for _, c := range waiting {
-				close(c)
-			}
+			l.letGo(waiting)
 			if len(tr.picks) > 0 {
 				l.granted = time.Now()
 			}
@@ -515,8 +532,11 @@ func (l *loop) moveNow(ctx context.Context, ops []moveOp) []moveOp {
 
 // capped reports whether tenant has a cap, as the gate's cache has its
 // quota: its places are few, and its finish goes in at once.
-func (l *loop) capped(tenant string) bool {
-	q, err := l.s.d.gate.Quota(context.Background(), tenant)
+func (l *loop) capped(tenant string) bool { return l.cappedAt(context.Background(), tenant) }
+
+// cappedAt is capped with ctx for the quota's lookup.
+func (l *loop) cappedAt(ctx context.Context, tenant string) bool {
+	q, err := l.s.d.gate.Quota(ctx, tenant)
 	return err == nil && q.MaxInFlight > 0
 }
 

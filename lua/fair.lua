@@ -730,12 +730,13 @@ local function grant(T, id, e, start, st, f, h)
     local was = toint(h[6])
     behind, lag, ow = start ~= was, math.max(floor - was, 0), toint(h[10])
     if fronts(toint(h[4]), toint(h[1]), was < floor, h[8] == '1', ow) then
-      -- behind T's previous task if that is pending still, and not
-      -- before one that is still to be moved in, unless that one goes to
-      -- the front too (this turn granted it): the move keeps their order
-      local prev = fronted[h[7] or ''] and 'scheduled' or h[7] and call('HGET', TP .. h[7], 'state')
-      front = prev ~= 'scheduled' or fronted[h[7]] ~= nil
-      after = prev == 'pending' and h[7] or ''
+      -- behind T's previous task if that is pending still or goes to the
+      -- front in the same move (this turn granted it there), and not
+      -- before one that is still to be moved in otherwise
+      local along = fronted[h[7] or ''] ~= nil
+      local prev = not along and h[7] and call('HGET', TP .. h[7], 'state')
+      front = along or prev ~= 'scheduled'
+      after = (along or prev == 'pending') and h[7] or ''
       fronted[id] = front or nil
     end
   end

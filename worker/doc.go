@@ -23,6 +23,16 @@
 // Worker checks for due scheduled and retry tasks every second
 // (DefaultDelayedTaskCheckInterval) instead of asynq's five.
 //
+// A Worker with a Gate hands off with its dispatcher through the Redis
+// client it gives asynq, which hears two of asynq's own scripts. When asynq
+// has marked a capped tenant's task done, the worker waits (at most 5 ms)
+// until the tenant's next task is in at the front of the queue, and takes
+// it: the cap counts a task until asynq marks it done, and another
+// tenant's task would otherwise take the slot. When its look into its one
+// queue finds it empty while the dispatcher expects to move tasks in, it
+// looks again as soon as they are in rather than sleeping its
+// TaskCheckInterval (dispatch.Server.Done and AwaitMove).
+//
 // A worker program:
 //
 //	w := worker.New(asynq.RedisClientOpt{Addr: "localhost:6379"}, worker.Config{

@@ -85,8 +85,11 @@ type Config struct {
 	// TaskCheckInterval is how long, on average, an idle worker waits before
 	// it polls empty queues again. Lower values pick up new work sooner and
 	// cost Redis more. Zero or negative means DefaultTaskCheckInterval (1 s),
-	// or DefaultDispatchTaskCheckInterval (10 ms) when Gate is set, so that
-	// a task the dispatcher moves in starts at once.
+	// or DefaultDispatchTaskCheckInterval (10 ms) when Gate is set. A worker
+	// with a Gate on one queue that finds it empty while the dispatcher
+	// expects to move tasks in looks again as soon as it has, or after
+	// TaskCheckInterval, rather than sleeping: a task the dispatcher moves in
+	// starts at once.
 	TaskCheckInterval time.Duration
 
 	// Middleware wraps the handler. The first element is the outermost.
@@ -235,7 +238,7 @@ func (cfg Config) asynqConfig(log *slog.Logger) asynq.Config {
 	if c.Concurrency <= 0 {
 		c.Concurrency = runtime.NumCPU()
 	}
-	if !hasPositiveWeight(c.Queues) {
+	if queuesServed(c.Queues) == 0 {
 		c.Queues = map[string]int{DefaultQueue: 1}
 	}
 	if c.ShutdownTimeout <= 0 {
@@ -254,13 +257,15 @@ func (cfg Config) asynqConfig(log *slog.Logger) asynq.Config {
 	return c
 }
 
-func hasPositiveWeight(queues map[string]int) bool {
+// queuesServed counts the queues asynq serves: those of positive weight.
+func queuesServed(queues map[string]int) int {
+	n := 0
 	for _, w := range queues {
 		if w > 0 {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 // Start starts processing tasks with h and returns at once. It returns an
@@ -311,7 +316,7 @@ func (w *Worker) Start(h asynq.Handler) error {
 	var forAsynq redis.UniversalClient = rdb
 	if disp != nil {
 		h := handOff{UniversalClient: rdb, disp: disp, stopped: &w.stopping}
-		if len(w.cfg.Queues) == 1 {
+		if queuesServed(w.cfg.Queues) == 1 {
 			// asynq looks into a worker's queues one after another: a wait
 			// in one would hold up the others.
 			h.wait = w.cfg.TaskCheckInterval

@@ -117,9 +117,10 @@ type Tenant struct {
 	Behind bool
 	Lag    int64
 	// Owed are the places its cap took back: tasks of it that ended while
-	// it was at its cap (counting these places) with tasks waiting, whose
-	// places its grants have yet to fill. Each such grant goes to the
-	// front (Fronts).
+	// it was at its cap (counting these places), held back (its tag
+	// behind the floor, or Behind) and with tasks waiting, whose places
+	// its grants from its line have yet to fill. Each such grant goes to
+	// the front (Fronts).
 	Owed int
 }
 
@@ -230,9 +231,9 @@ type Grant struct {
 // Fronts reports whether a grant to tenant t goes in at the front of the
 // queue, at floor (before the grant): when t is capped and either fills a
 // place its cap took back (Owed: a task of it ended while it was at its
-// cap with tasks waiting), or has tasks in flight and its tag lags the
-// floor or its last grant from its line started ahead of its tag
-// (Behind). Either way its cap holds it back, and its places would
+// cap, held back and with tasks waiting), or has tasks in flight and its
+// tag lags the floor or its last grant from its line started ahead of
+// its tag (Behind). Either way its cap holds it back, and its places would
 // otherwise be spent waiting behind the queue's depth: a place the cap
 // took back is filled where the worker that freed it takes the task
 // (dispatch.Server.Done), and a tenant the cap holds below its fair share
@@ -241,8 +242,9 @@ type Grant struct {
 // with the floor, or on a loan). Caps that never bind front nothing, and
 // the tasks the others pass are passed a bounded number of times
 // (fronts_test.go measures it). (The dispatcher also keeps a tenant's own
-// tasks in order: a grant goes to the front only when the tenant's
-// previous one has started.)
+// tasks in order: a grant goes to the front only right behind the
+// tenant's previous one, when that is still pending or goes to the front
+// in the same move, or when that has started.)
 func Fronts(t *Tenant, floor int64) bool {
 	return t.Cap > 0 && (t.Owed > 0 || t.N > 0 && (t.Tag < floor || t.Behind))
 }
