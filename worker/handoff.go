@@ -91,8 +91,7 @@ func markedDone(keys []string) (queue, id string, ok bool) {
 	if len(keys) < 4 {
 		return "", "", false
 	}
-	queue, ok = strings.CutPrefix(keys[0], "asynq:{")
-	if queue, ok = strings.CutSuffix(queue, "}:active"); !ok || keys[1] != "asynq:{"+queue+"}:lease" {
+	if queue, ok = queueOf(keys[0], "active"); !ok || keys[1] != "asynq:{"+queue+"}:lease" {
 		return "", "", false
 	}
 	task := keys[2]
@@ -112,8 +111,7 @@ func dequeues(keys []string) (queue string, ok bool) {
 	if len(keys) != 4 {
 		return "", false
 	}
-	queue, ok = strings.CutPrefix(keys[0], "asynq:{")
-	if queue, ok = strings.CutSuffix(queue, "}:pending"); !ok {
+	if queue, ok = queueOf(keys[0], "pending"); !ok {
 		return "", false
 	}
 	p := "asynq:{" + queue + "}:"
@@ -121,4 +119,13 @@ func dequeues(keys []string) (queue string, ok bool) {
 		return "", false
 	}
 	return queue, true
+}
+
+// queueOf returns the queue of asynq's key "asynq:{<queue>}:<kind>".
+func queueOf(key, kind string) (string, bool) {
+	q, ok := strings.CutPrefix(key, "asynq:{")
+	if !ok {
+		return "", false
+	}
+	return strings.CutSuffix(q, "}:"+kind)
 }

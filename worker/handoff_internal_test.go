@@ -117,6 +117,7 @@ func TestMarkedDoneReadsOnlyTheDoneScriptsKeys(t *testing.T) {
 		{[]string{"asynq:{q}:active", "asynq:{q}:lease", "asynq:{q}:t:", "p"}, "", ""},                  // no ID
 		{[]string{"asynq:{q}:active", "asynq:{q}:lease", "asynq:{q}:t:a"}, "", ""},                      // too few
 		{[]string{"admitq:{q}:active", "admitq:{q}:lease", "admitq:{q}:t:a", "p"}, "", ""},              // not asynq's
+		{[]string{"x{q}:active", "asynq:{x{q}:lease", "asynq:{x{q}:t:a", "p"}, "", ""},                  // no asynq prefix
 	} {
 		q, id, ok := markedDone(c.keys)
 		if ok != (c.id != "") || q != c.queue || id != c.id {
@@ -195,6 +196,7 @@ func TestDequeuesReadsOnlyTheDequeueScriptsKeys(t *testing.T) {
 		{[]string{"asynq:{q}:pending", "asynq:{r}:paused", "asynq:{q}:active", "asynq:{q}:lease"}, ""},
 		{[]string{"asynq:{q}:scheduled", "asynq:{q}:pending", "asynq:{q}:active", "asynq:{q}:lease"}, ""},
 		{[]string{"asynq:{q}:active", "asynq:{q}:lease", "asynq:{q}:t:a", "p"}, ""},
+		{[]string{"x{q}:pending", "asynq:{x{q}:paused", "asynq:{x{q}:active", "asynq:{x{q}:lease"}, ""},
 	} {
 		q, ok := dequeues(c.keys)
 		if ok != (c.queue != "") || q != c.queue {
