@@ -76,7 +76,11 @@ func TestFrontsAndCappedFinishesDoNotGather(t *testing.T) {
 		{name: "a move to the front", ops: []moveOp{{op: opGo, id: "a"}, {op: opFront, id: "b"}}},
 		{name: "a capped tenant's finish", fs: []finish{{id: "a", tenant: "free", done: true}, {id: "b", tenant: "capped", done: true}}},
 	} {
-		if got := l.gatherAfter(tr, true, c.ops, c.fs); got != c.want {
+		fs := make([]finish, len(c.fs))
+		for i, f := range c.fs {
+			fs[i] = l.s.capping(f) // as Finished hands them to the loop
+		}
+		if got := l.gatherAfter(tr, true, c.ops, fs); got != c.want {
 			t.Errorf("%s: gather %v, want %v", c.name, got, c.want)
 		}
 	}

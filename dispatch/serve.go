@@ -80,6 +80,10 @@ type finish struct {
 	hold       time.Duration // how long to hold its tenant's waiting tasks
 	key        string        // a concurrency key to hold for keyHold
 	keyHold    time.Duration
+	// capped: its tenant has a cap, as the gate's cache had its quota
+	// when the task finished. Its places are few: its finish goes in at
+	// once, and with a hand-off its worker waits in Done.
+	capped bool
 }
 
 type loop struct {
@@ -127,6 +131,13 @@ func (m *moves) moved(due bool) {
 		m.ch = nil
 	}
 	m.due = due
+}
+
+// count is how many moves there were.
+func (m *moves) count() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.n
 }
 
 // expect records whether the loop expects to move tasks in soon.
@@ -256,16 +267,34 @@ func (s *Server) finished(f finish, queue string) {
 	if l == nil || f.id == "" {
 		return
 	}
-	if s.handOff && f.done {
-		// On the handler's goroutine, before asynq marks the task done: a
-		// quota the gate's cache does not have yet is not waited for long.
-		ctx, cancel := context.WithTimeout(context.Background(), handOffWait)
-		if l.cappedAt(ctx, f.tenant) {
-			l.awaited.Store(f.id, make(chan struct{}))
-		}
-		cancel()
+	f = s.capping(f)
+	if s.handOff && f.done && f.capped {
+		l.awaited.Store(f.id, make(chan struct{}))
 	}
 	l.ch <- f
+}
+
+// capping returns f with capped set from its tenant's quota. It runs on
+// the handler's goroutine, before asynq marks the task done: a quota the
+// gate's cache does not have yet is not waited for long.
+func (s *Server) capping(f finish) finish {
+	ctx, cancel := context.WithTimeout(context.Background(), handOffWait)
+	defer cancel()
+	q, err := s.d.gate.Quota(ctx, f.tenant)
+	f.capped = err == nil && q.MaxInFlight > 0
+	return f
+}
+
+// waitFor waits for ch to close, at most d, and reports whether it did.
+func waitFor(ch <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // Done tells the dispatcher that asynq has just marked task id of queue
@@ -290,12 +319,7 @@ func (s *Server) Done(queue, id string) {
 	case l.wake <- struct{}{}:
 	default:
 	}
-	t := time.NewTimer(s.handOffWait)
-	defer t.Stop()
-	select {
-	case <-v.(chan struct{}):
-	case <-t.C:
-	}
+	waitFor(v.(chan struct{}), s.handOffWait)
 }
 
 // Moves returns how many times the dispatcher has moved tasks into
@@ -305,9 +329,7 @@ func (s *Server) Moves(queue string) uint64 {
 	if l == nil {
 		return 0
 	}
-	l.moves.mu.Lock()
-	defer l.moves.mu.Unlock()
-	return l.moves.n
+	return l.moves.count()
 }
 
 // AwaitMove waits, at most wait, until the dispatcher has moved tasks into
@@ -330,12 +352,7 @@ func (s *Server) AwaitMove(queue string, n uint64, wait time.Duration) bool {
 	if ch == nil {
 		return moved
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-ch:
-	case <-t.C:
-	}
+	waitFor(ch, wait)
 	return true
 }
 
@@ -439,7 +456,7 @@ func (l *loop) run(ctx context.Context) {
 		case f := <-l.ch:
 			fs = append(fs, f)
 			l.pace.got++
-			if wait := time.Until(calm); wait > 0 && len(fs) < l.s.most && !l.capped(f.tenant) {
+			if wait := time.Until(calm); wait > 0 && len(fs) < l.s.most && !f.capped {
 				if !gathering {
 					t.Reset(wait) // the turn comes when the gathering ends
 					gathering = true
@@ -530,16 +547,6 @@ func (l *loop) moveNow(ctx context.Context, ops []moveOp) []moveOp {
 	return nil
 }
 
-// capped reports whether tenant has a cap, as the gate's cache has its
-// quota: its places are few, and its finish goes in at once.
-func (l *loop) capped(tenant string) bool { return l.cappedAt(context.Background(), tenant) }
-
-// cappedAt is capped with ctx for the quota's lookup.
-func (l *loop) cappedAt(ctx context.Context, tenant string) bool {
-	q, err := l.s.d.gate.Quota(ctx, tenant)
-	return err == nil && q.MaxInFlight > 0
-}
-
 // fronts reports whether any of ops goes to the queue's front: those are
 // moved in at once.
 func fronts(ops []moveOp) bool {
@@ -586,7 +593,7 @@ func (p *pace) turned(now time.Time) {
 // gather's time, but none when a grant goes to the front or a capped
 // tenant's finish waits to be handed in again, for those go at once.
 func (l *loop) gatherAfter(tr turnResult, ok bool, ops []moveOp, fs []finish) time.Duration {
-	if fronts(ops) || slices.ContainsFunc(fs, func(f finish) bool { return l.capped(f.tenant) }) {
+	if fronts(ops) || slices.ContainsFunc(fs, func(f finish) bool { return f.capped }) {
 		return 0
 	}
 	return l.gather(tr, ok)

@@ -710,9 +710,10 @@ end
 -- est and cap, then wk, tag, mv (its task granted last), bh ("1": its last
 -- grant from its line started ahead of its tag), lg (how far its tag
 -- lagged the floor then) and ow (places its cap took back that its grants
--- have yet to fill), when the caller read them (nil: read them). A grant from the line also returns its own bh and lg, and
--- leaves T's record to its caller (pick, which writes it once a streak;
--- T had a task waiting, so its record is kept already). A task in run
+-- have yet to fill), when the caller read them (nil: read them). A grant
+-- from the line also returns its own bh, lg and ow, and leaves T's record
+-- to its caller (pick, which writes it once a streak; T had a task
+-- waiting, so its record is kept already). A task in run
 -- already (let in by another entry of its ID) is not granted
 -- again: grant then returns nil and changes nothing.
 local fronted = {} -- the tasks this turn's pick granted for the front

@@ -75,7 +75,10 @@ func (h handOff) heard(keys []string, run func() *redis.Cmd) *redis.Cmd {
 		n := h.disp.Moves(queue) // before the look, so that no move is missed
 		cmd := run()
 		wait := min(h.wait, time.Until(until))
-		if !errors.Is(cmd.Err(), redis.Nil) || wait <= 0 || h.stopped.Load() || !h.disp.AwaitMove(queue, n, wait) || h.stopped.Load() {
+		if !errors.Is(cmd.Err(), redis.Nil) || wait <= 0 || h.stopped.Load() {
+			return cmd
+		}
+		if !h.disp.AwaitMove(queue, n, wait) || h.stopped.Load() { // no look after Stop
 			return cmd
 		}
 	}
