@@ -73,7 +73,7 @@ drain rate of a backlog (0, 1 and 20 ms tasks of one tenant, and no-op
 tasks of 500 tenants taking turns), Enqueue calls/s, a light tenant's wait
 beside a backlog in task times, how much of its cap a capped tenant uses
 (alone, and in a busy queue with equal task times and with task times
-spread ±25%), and a lone tenant's drain time. --runs repeats it and prints
+spread ±25%), and a lone tenant's drain rate. --runs repeats it and prints
 each ratio's spread.
 
 --only flow runs concurrency keys and pause on a fair pool of --concurrency
