@@ -187,6 +187,11 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notB
 	if ids != nil && len(ids) == 0 {
 		return nil, nil
 	}
+	if ctx.Err() != nil {
+		// Already over: not decided, so nothing is recorded, whatever the
+		// deny cache or a racing group commit would have answered.
+		return nil, callError(ctx, "admit", tenant, ctx.Err())
+	}
 	q, err := g.quota(ctx, tenant)
 	var guess *guessedQuotaError
 	if errors.As(err, &guess) {

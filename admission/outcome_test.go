@@ -126,6 +126,21 @@ func TestFailedCallNeverReadsAsAdmitted(t *testing.T) {
 		cancel()
 		checkFailed(t, ctx, g, "acme", func(err error) bool { return errors.Is(err, context.Canceled) })
 	})
+	t.Run("a cancelled context, the answer cached", func(t *testing.T) {
+		// A full window's rejections are answered from the gate's deny
+		// cache, without Redis: a call already cancelled is not.
+		full := admission.Quota{Limit: 1, Window: time.Minute}
+		g := admission.New(live, static(full))
+		t.Cleanup(func() { g.Close() })
+		for range 2 {
+			if _, err := g.Admit(t.Context(), "full"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		checkFailed(t, ctx, g, "full", func(err error) bool { return errors.Is(err, context.Canceled) })
+	})
 }
 
 // testClusterPlainClientMoved: a plain client pointed at one node of a
