@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strconv"
 	"testing"
@@ -223,5 +224,134 @@ func placesTakenBack(t *testing.T, pending bool) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("asynq takes %v, want %v", got, want)
+	}
+}
+
+// A move call sends its writes to the scheduled set, the pending list, run
+// and the grants once its ops are done: an ID the same call names again
+// reads the run entry the call left it, as one write at a time would.
+// Moved twice, a task goes in once; moved then freed, it leaves run.
+func TestAMoveReadsItsOwnWritesOfAnID(t *testing.T) {
+	ctx := context.Background()
+	q := admission.Quota{Limit: 100_000, Window: time.Second}
+	d, rdb, ac := rig(t, q)
+	k := d.keysFor("default")
+	d.turnRaw(ctx, t, 0, 0, 0, 0) // a fair worker of concurrency 1: room for 3
+	for _, id := range []string{"f1", "f2", "f3"} {
+		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"a", "b"} {
+		if tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: id}, q); err != nil || tk.Verdict != Wait {
+			t.Fatalf("%s: %v %v", id, tk.Verdict, err)
+		}
+		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(ParkedUntil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.run(ctx, d.scripts.dispatch, "default", "big|16|1", 3_000_000, 8, 0, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	ops := []moveOp{{op: opGo, id: "a"}, {op: opGo, id: "a"}, {op: opFront, id: "a"}, {op: opGo, id: "b"}, {op: opFree, id: "b"}}
+	if err := d.move(ctx, "default", ops); err != nil {
+		t.Fatal(err)
+	}
+	got, err := rdb.LRange(ctx, k.pending, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"b", "a", "f3", "f2", "f1"}; !slices.Equal(got, want) {
+		t.Errorf("pending %v, want %v", got, want)
+	}
+	if r, _ := rdb.HGet(ctx, k.run, "a").Result(); r == "" || r[0] != 'p' {
+		t.Errorf("a: run entry %q, want in asynq's hands", r)
+	}
+	if n, _ := rdb.HExists(ctx, k.run, "b").Result(); n {
+		t.Error("b: still in run after its free")
+	}
+	if n, _ := rdb.HLen(ctx, k.grants).Result(); n != 0 {
+		t.Errorf("%d grants left, want none", n)
+	}
+	if n, _ := rdb.HGet(ctx, k.tenantKey("t"), "n").Int(); n != 1 {
+		t.Errorf("tenant's tasks in flight %d, want 1", n)
+	}
+}
+
+// A turn's writes to run, the scheduled set, the pending list, the grants
+// and the queue's order go out once a call, however many tasks it moves
+// or hands in: four tenants' four tasks moved make one ZREM, one LPUSH and
+// one HDEL of the grants, and their four finishes one HDEL of run and one
+// ZREM of the order. Each task's own hash is read and written on its own.
+func TestATurnWritesEachKeyOnce(t *testing.T) {
+	ctx := context.Background()
+	q := admission.Quota{Limit: 100_000, Window: time.Second}
+	d, rdb, ac := rig(t, q)
+	d.turnRaw(ctx, t, 0, 0, 0, 0) // a fair worker of concurrency 1: room for 3
+	for _, id := range []string{"f1", "f2", "f3"} {
+		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := []string{"a", "b", "c", "e"}
+	for i, id := range ids {
+		if tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "t" + strconv.Itoa(i), ID: id}, q); err != nil || tk.Verdict != Wait {
+			t.Fatalf("%s: %v %v", id, tk.Verdict, err)
+		}
+		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(ParkedUntil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.run(ctx, d.scripts.dispatch, "default", "big|16|1", 3_000_000, 8, 0, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	calls := func() map[string]int64 {
+		out := map[string]int64{}
+		for _, c := range []string{"zrem", "lpush", "hdel", "hget", "hset", "zadd"} {
+			out[c], _ = commandStat(t, rdb, c)
+		}
+		return out
+	}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var ops []moveOp
+	for _, id := range ids {
+		ops = append(ops, moveOp{op: opGo, id: id})
+	}
+	if err := d.move(ctx, "default", ops); err != nil {
+		t.Fatal(err)
+	}
+	got := calls()
+	// per task: its hash's state; once: run's entries and the queue's record
+	if want := map[string]int64{"zrem": 1, "lpush": 1, "hdel": 1, "hget": 0, "hset": 4 + 2, "zadd": 0}; !maps.Equal(got, want) {
+		t.Errorf("a move of four tasks made %v, want %v", got, want)
+	}
+	// asynq ran and deleted them
+	for _, id := range ids {
+		if err := rdb.Del(ctx, "asynq:{default}:t:"+id).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// three of them finish; the fourth keeps the queue from going idle,
+	// which would forgive the others' debts in the same turn
+	done := ids[:3]
+	args := []any{"big|16|1", 3_000_000, 0, len(done)}
+	for _, id := range done {
+		args = append(args, id, 1000, 1, -1, rule.WeightScale, 0, 0, "")
+	}
+	if _, err := d.run(ctx, d.scripts.dispatch, "default", append(args, 0, 0, 0)...); err != nil {
+		t.Fatal(err)
+	}
+	got = calls()
+	// per task: its hash's state read, its tenant's record written
+	if got["hdel"] != 1 || got["zrem"] != 1 || got["hget"] != 3 {
+		t.Errorf("a turn handing in three tenants' finishes made %v, want one HDEL (of run), one ZREM (of the order) and three HGETs (asynq's states)", got)
+	}
+	if run, _ := rdb.HKeys(ctx, d.keysFor("default").run).Result(); !slices.Equal(run, []string{"e"}) {
+		t.Errorf("run holds %v, want [e]", run)
 	}
 }

@@ -227,6 +227,31 @@ local function fill(k)
   filled[k] = true
 end
 
+-- A batch gathers the fields or members that one command writes to one
+-- key over many tasks, to send them as one command: a move of a turn's
+-- grants takes them out of the scheduled set with one ZREM, not one a
+-- task. Nothing the call reads before send may depend on them.
+local function batch(cmd, key)
+  return {cmd, key}
+end
+
+-- add appends to batch b.
+local function add(b, ...)
+  for _, v in ipairs({...}) do
+    b[#b + 1] = v
+  end
+end
+
+-- send sends batch b, if it holds anything, and empties it.
+local function send(b)
+  if #b > 2 then
+    call(unpack(b))
+    for i = #b, 3, -1 do
+      b[i] = nil
+    end
+  end
+end
+
 -- The keys' records, read once a call and kept in step with each write.
 local keyCache
 
@@ -475,6 +500,21 @@ local function persist(th, T)
   end
 end
 
+-- persistAll is persist for each of tenants ts, whose records it names,
+-- with one ZMSCORE of debts.
+local function persistAll(ts)
+  if #ts == 0 or not owes() then
+    return
+  end
+  local scores = call('ZMSCORE', debts, unpack(ts))
+  for i, T in ipairs(ts) do
+    if scores[i] then
+      call('PERSIST', P .. 't:' .. T)
+      call('ZREM', debts, T)
+    end
+  end
+end
+
 -- lent is package rule's Lent: how far ahead of the floor the tag of a
 -- tenant with cap, n tasks in flight, lag lg at its last grant from its
 -- line, estimate est and weight wm (0: none yet) may be while its next
@@ -500,16 +540,26 @@ end
 -- paused; else it takes T out. The caller gives what it knows of T: its
 -- tag, tasks in flight n, cap and paused ("1"), and, when it knows them,
 -- how many tasks wait and whether it sleeps (nil: read them), and what it
--- is lent (lent; nil: nothing). It reports whether T may go in.
-local function place(T, tag, n, cap, paused, waiting, sleeping, lend)
+-- is lent (lent; nil: nothing); with w, the ZADD and ZREM of the order go
+-- into its batches into and out, for the caller to send. It reports
+-- whether T may go in.
+local function place(T, tag, n, cap, paused, waiting, sleeping, lend, w)
   if paused == '1' then
     call('ZREM', vt, T)
     call('SADD', held, T)
   elseif (cap > 0 and n >= cap) or sleeping or (sleeping == nil and asleep(T))
       or (waiting or waitingOf(T)) == 0 then
-    call('ZREM', vt, T)
+    if w then
+      add(w.out, T)
+    else
+      call('ZREM', vt, T)
+    end
   else
-    call('ZADD', vt, int(startAt(tag, lend)), T)
+    if w then
+      add(w.into, int(startAt(tag, lend)), T)
+    else
+      call('ZADD', vt, int(startAt(tag, lend)), T)
+    end
     return true
   end
   return false
@@ -717,6 +767,7 @@ end
 -- already (let in by another entry of its ID) is not granted
 -- again: grant then returns nil and changes nothing.
 local fronted = {} -- the tasks this turn's pick granted for the front
+local granted -- the grants' waiting entries, for one HSET when the pick ends
 
 local function grant(T, id, e, start, st, f, h)
   local th = P .. 't:' .. T
@@ -751,7 +802,7 @@ local function grant(T, id, e, start, st, f, h)
     persist(th, T)
   end
   if st == 'g' then
-    call('HSET', grants, id, e)
+    add(granted, id, e)
   elseif st == 'f' then
     call('ZADD', fresh, nowS, id)
   end
@@ -973,7 +1024,7 @@ end
 -- one whose asynq.Deadline passed is archived. None holds its tenant back.
 local function pick(most, space, out)
   local budget = PICK_BUDGET -- a deleted backlog costs in steps
-  fronted = {}
+  fronted, granted = {}, batch('HSET', grants)
   -- A streak: a tenant granted last (cur: its name, start, record and
   -- place to write when the streak ends) that has one flow and stays the
   -- lowest start tag is granted again without reading the queue or its
@@ -1067,6 +1118,7 @@ local function pick(most, space, out)
     end
   end
   stop(true)
+  send(granted)
 end
 
 -- Move ops (fair_move.lua, and the tail of fair_dispatch.lua's ARGV):
@@ -1122,27 +1174,33 @@ end
 -- its place when asynq no longer does. It reports whether the task moved.
 -- A task for the front (fronts given) goes right behind task after when
 -- that is pending still, else is appended to fronts, for the caller to
--- push in their order.
-local function moveIn(id, r, uttl, fronts, after)
+-- push in their order. Its writes to the scheduled set, the pending list
+-- (behind), run and the grants go into w's batches (moveOps).
+local function moveIn(id, r, uttl, fronts, after, w)
   local tk = TP .. id
   local h = call('HMGET', tk, 'state', 'unique_key')
   if h[1] ~= 'scheduled' or toint(call('ZSCORE', scheduled, id)) ~= PARKED then
     free(id, r)
     return false
   end
-  call('ZREM', scheduled, id)
+  add(w.unparked, id)
   if not fronts then
-    call('LPUSH', pending, id)
-  elseif after == '' or call('LINSERT', pending, 'BEFORE', after, id) <= 0 then
+    add(w.pushed, id)
+  elseif after == '' then
     fronts[#fronts + 1] = id
+  else
+    send(w.pushed) -- so that after is found among the tasks moved before
+    if call('LINSERT', pending, 'BEFORE', after, id) <= 0 then
+      fronts[#fronts + 1] = id
+    end
   end
   nowNs = nowNs or int(now * 1000)
   call('HSET', tk, 'state', 'pending', 'pending_since', nowNs)
   if h[2] and uttl > 0 and call('GET', h[2]) == id then
     call('PEXPIRE', h[2], uttl)
   end
-  call('HSET', run, id, 'p' .. string.sub(r, 2))
-  call('HDEL', grants, id)
+  add(w.run, id, 'p' .. string.sub(r, 2))
+  add(w.granted, id)
   return true
 end
 
@@ -1187,32 +1245,60 @@ end
 -- grant move it once.
 local function moveOps(a)
   local moved, fronts = 0, {}
+  local ops, ids = {}, {}
   local n = tonumber(ARGV[a])
   a = a + 1
-  for _ = 1, n do
-    local op, id, us = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
-    local after = op == FRONT and ARGV[a + 3]
-    a = a + (after and 4 or 3)
-    local r = op ~= DROP and call('HGET', run, id)
-    if op == DROP then
+  for i = 1, n do
+    local o = {op = ARGV[a], id = ARGV[a + 1], us = tonumber(ARGV[a + 2])}
+    o.after = o.op == FRONT and ARGV[a + 3]
+    a = a + (o.after and 4 or 3)
+    ops[i] = o
+    if o.op ~= DROP then
+      ids[#ids + 1] = o.id
+    end
+  end
+  -- the tasks' run entries, read with one HMGET and kept in step with the
+  -- ops' writes; the moves' writes, sent once the ops are done
+  local runs = {}
+  if #ids > 0 then
+    local rs = call('HMGET', run, unpack(ids))
+    for i = #ids, 1, -1 do
+      runs[ids[i]] = rs[i]
+    end
+  end
+  local w = {unparked = batch('ZREM', scheduled), pushed = batch('LPUSH', pending), run = batch('HSET', run),
+    granted = batch('HDEL', grants)}
+  for _, o in ipairs(ops) do
+    local id = o.id
+    local r = o.op ~= DROP and runs[id]
+    if o.op == DROP then
       local T, f, e = string.match(id, '^([^\n]*)\n([^\n]*)\n(.*)$')
       if T then
         drop(T, f, e)
       end
-    elseif r and op == FREE then
+    elseif r and o.op == FREE then
+      send(w.run) -- an entry a move rewrote is written before free deletes it
       free(id, r)
+      runs[id] = false
     elseif r and string.sub(r, 1, 1) == 'g' then
-      if op == GO or op == FRONT then
-        if moveIn(id, r, us, after and fronts, after) then
+      if o.op == GO or o.op == FRONT then
+        if moveIn(id, r, o.us, o.after and fronts, o.after, w) then
           moved = moved + 1
+          runs[id] = 'p' .. string.sub(r, 2)
+        else
+          runs[id] = false
         end
-      elseif op == BACK then
+      elseif o.op == BACK then
         local e = call('HGET', grants, id)
         if e then
-          back(id, r, e, us)
+          back(id, r, e, o.us)
+          runs[id] = false
         end
       end
     end
+  end
+  for _, b in ipairs({w.unparked, w.pushed, w.run, w.granted}) do
+    send(b)
   end
   -- the first for the front is taken first
   for i = #fronts, 1, -1 do

@@ -60,8 +60,9 @@ local function record(T)
 end
 
 -- flush writes tenant T's record as this turn's finishes left it and
--- places T; it returns how many tasks T has waiting.
-local function flush(T)
+-- places T (into w's batches, when given: place); it returns how many
+-- tasks T has waiting.
+local function flush(T, w)
   local c = recs[T]
   if c.paused ~= '1' and c.wasPaused then
     call('SREM', held, T)
@@ -73,14 +74,19 @@ local function flush(T)
   end
   call('HSET', P .. 't:' .. T, 'tag', int(c.tag), 'est', int(c.est), 'used', int(c.used), 'n', c.n,
     'cap', c.cap, 'wm', c.wm, 'paused', c.paused, 'ow', c.ow)
-  place(T, c.tag, c.n, c.cap, c.paused, waiting, c.asleep or nil, lent(c.cap, c.n, c.lg, c.est, c.wm))
+  place(T, c.tag, c.n, c.cap, c.paused, waiting, c.asleep or nil, lent(c.cap, c.n, c.lg, c.est, c.wm), w)
   return waiting
 end
+
+-- The finishes' run entries, by task ID, read with one HMGET and kept in
+-- step with the finishes' writes, and the one HDEL of run of the tasks
+-- that leave it, sent when the finishes are in.
+local entries, leaving = {}, batch('HDEL', run)
 
 -- finish hands in task id, which ran for ran µs: its place and its keys'
 -- at once, its tenant's record in flush.
 local function finish(id, ran, done, cap, wm, paused, hold, key)
-  local r = call('HGET', run, id)
+  local r = entries[id]
   if not r then
     return true
   end
@@ -113,7 +119,8 @@ local function finish(id, ran, done, cap, wm, paused, hold, key)
       c.ow = math.min(c.ow + 1, c.cap) -- its cap takes the place back
     end
     c.n, c.left = math.max(c.n - 1, 0), true
-    call('HDEL', run, id)
+    entries[id] = false
+    add(leaving, id)
     if s == 'g' then
       call('HDEL', grants, id)
     elseif s == 'f' then
@@ -121,7 +128,8 @@ local function finish(id, ran, done, cap, wm, paused, hold, key)
     end
   else
     -- asynq will run it again: it keeps its place
-    call('HSET', run, id, 'p|0|' .. since .. '|' .. T .. (f == '0' and '' or '\n' .. f))
+    entries[id] = 'p|0|' .. since .. '|' .. T .. (f == '0' and '' or '\n' .. f)
+    call('HSET', run, id, entries[id])
     if s == 'g' then
       call('HDEL', grants, id)
     end
@@ -142,19 +150,38 @@ end
 
 -- settleAll writes the record of each tenant the turn's finishes changed,
 -- once, places the tenant, and settles it, knowing the record, when a task
--- of its left.
+-- of its left. The tenants' places go into the queue's order with one ZADD
+-- and one ZREM (each tenant is placed once, and nothing here reads the
+-- order), and the busy ones' debts are looked up with one ZMSCORE.
 local function settleAll()
+  local w = {into = batch('ZADD', vt), out = batch('ZREM', vt)}
+  local busy = {}
   for _, T in ipairs(order) do
     local c = recs[T]
-    local waiting = flush(T)
-    if c.left then
-      settleRecord(T, c.n > 0 or c.l > 0 or waiting > 0, c.tag, c.paused)
+    local waiting = flush(T, w)
+    if c.left and (c.n > 0 or c.l > 0 or waiting > 0) then
+      busy[#busy + 1] = T
+    elseif c.left then
+      settleRecord(T, false, c.tag, c.paused)
     end
   end
+  send(w.into)
+  send(w.out)
+  persistAll(busy)
 end
 
 local a = 7
 local later = {}
+if tonumber(ARGV[6]) > 0 then
+  local ids = {}
+  for i = 1, tonumber(ARGV[6]) do
+    ids[i] = ARGV[a + 8 * (i - 1)]
+  end
+  local rs = call('HMGET', run, unpack(ids))
+  for i = #ids, 1, -1 do
+    entries[ids[i]] = rs[i]
+  end
+end
 for i = 1, tonumber(ARGV[6]) do
   if not finish(ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2] == '1', tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
       ARGV[a + 5], tonumber(ARGV[a + 6]), ARGV[a + 7] or '') then
@@ -162,6 +189,7 @@ for i = 1, tonumber(ARGV[6]) do
   end
   a = a + 8
 end
+send(leaving)
 settleAll()
 
 local _
