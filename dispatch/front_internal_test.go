@@ -355,3 +355,72 @@ func TestATurnWritesEachKeyOnce(t *testing.T) {
 		t.Errorf("run holds %v, want [e]", run)
 	}
 }
+
+// A batch is sent in parts of at most BATCH_MOST values (fair.lua), for
+// Lua's unpack takes about 8,000 at most, so a turn of a fleet of
+// thousands moves and hands in thousands of tasks: 4,200 tenants' tasks,
+// 8,400 values in a batch of run's entries, are granted, moved and handed
+// in by one call each.
+func TestATurnOfThousandsSendsItsBatchesInParts(t *testing.T) {
+	ctx := context.Background()
+	q := admission.Quota{Limit: 100_000, Window: time.Second}
+	d, rdb, ac := rig(t, q)
+	k := d.keysFor("default")
+	d.turnRaw(ctx, t, 0, 0, 0, 0) // a fair worker of concurrency 1: room for 3
+	for _, id := range []string{"f1", "f2", "f3"} {
+		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 4200
+	var ids []string
+	for i := range n {
+		id := "task" + strconv.Itoa(i)
+		ids = append(ids, id)
+		if tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "t" + strconv.Itoa(i), ID: id}, q); err != nil || tk.Verdict != Wait {
+			t.Fatalf("%s: %v %v", id, tk.Verdict, err)
+		}
+		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(ParkedUntil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := d.run(ctx, d.scripts.dispatch, "default", "big|5000|1", 3_000_000, n, 0, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	picks, _, err := readPicks(res)
+	if err != nil || len(picks) != n {
+		t.Fatalf("granted %d, %v; want %d", len(picks), err, n)
+	}
+	var ops []moveOp
+	for _, id := range ids {
+		ops = append(ops, moveOp{op: opGo, id: id})
+	}
+	if err := d.move(ctx, "default", ops); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := rdb.LLen(ctx, k.pending).Result(); got != n+3 {
+		t.Fatalf("%d tasks pending, want %d", got, n+3)
+	}
+	if got, _ := rdb.HLen(ctx, k.grants).Result(); got != 0 {
+		t.Fatalf("%d grants left, want none", got)
+	}
+	for _, id := range ids {
+		if err := rdb.Del(ctx, "asynq:{default}:t:"+id).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []any{"big|5000|1", 3_000_000, 0, n}
+	for _, id := range ids {
+		args = append(args, id, 1000, 1, -1, rule.WeightScale, 0, 0, "")
+	}
+	if _, err := d.run(ctx, d.scripts.dispatch, "default", append(args, 0, 0, 0)...); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := rdb.HLen(ctx, k.run).Result(); got != 0 {
+		t.Errorf("%d tasks left in run, want none", got)
+	}
+	if got, _ := rdb.ZCard(ctx, k.vt).Result(); got != 0 {
+		t.Errorf("%d tenants in the order, want none", got)
+	}
+}

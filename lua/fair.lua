@@ -230,16 +230,13 @@ end
 -- A batch gathers the fields or members that one command writes to one
 -- key over many tasks, to send them as one command: a move of a turn's
 -- grants takes them out of the scheduled set with one ZREM, not one a
--- task. Nothing the call reads before send may depend on them.
+-- task. Nothing the call reads before send may depend on them. A batch
+-- is sent whenever it holds BATCH_MOST values, for unpack and the Lua
+-- stack take a few thousand at most.
+local BATCH_MOST = 1000
+
 local function batch(cmd, key)
   return {cmd, key}
-end
-
--- add appends to batch b.
-local function add(b, ...)
-  for _, v in ipairs({...}) do
-    b[#b + 1] = v
-  end
 end
 
 -- send sends batch b, if it holds anything, and empties it.
@@ -250,6 +247,30 @@ local function send(b)
       b[i] = nil
     end
   end
+end
+
+-- add appends values (one field or member, with its value or score) to
+-- batch b.
+local function add(b, ...)
+  for _, v in ipairs({...}) do
+    b[#b + 1] = v
+  end
+  if #b >= BATCH_MOST then
+    send(b)
+  end
+end
+
+-- readAll runs read command cmd (HMGET, ZMSCORE) on key for each of
+-- names, BATCH_MOST at a time, and returns the answers in their order.
+local function readAll(cmd, key, names)
+  local out = {}
+  for i = 1, #names, BATCH_MOST do
+    local part = call(cmd, key, unpack(names, i, math.min(i + BATCH_MOST - 1, #names)))
+    for j = 1, #part do
+      out[i + j - 1] = part[j]
+    end
+  end
+  return out
 end
 
 -- The keys' records, read once a call and kept in step with each write.
@@ -506,7 +527,7 @@ local function persistAll(ts)
   if #ts == 0 or not owes() then
     return
   end
-  local scores = call('ZMSCORE', debts, unpack(ts))
+  local scores = readAll('ZMSCORE', debts, ts)
   for i, T in ipairs(ts) do
     if scores[i] then
       call('PERSIST', P .. 't:' .. T)
@@ -1261,7 +1282,7 @@ local function moveOps(a)
   -- ops' writes; the moves' writes, sent once the ops are done
   local runs = {}
   if #ids > 0 then
-    local rs = call('HMGET', run, unpack(ids))
+    local rs = readAll('HMGET', run, ids)
     for i = #ids, 1, -1 do
       runs[ids[i]] = rs[i]
     end

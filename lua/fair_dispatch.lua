@@ -177,7 +177,7 @@ if tonumber(ARGV[6]) > 0 then
   for i = 1, tonumber(ARGV[6]) do
     ids[i] = ARGV[a + 8 * (i - 1)]
   end
-  local rs = call('HMGET', run, unpack(ids))
+  local rs = readAll('HMGET', run, ids)
   for i = #ids, 1, -1 do
     entries[ids[i]] = rs[i]
   end
