@@ -24,26 +24,8 @@ func TestFrontGoesWhereAsynqTakesNext(t *testing.T) {
 	q := admission.Quota{Limit: 100_000, Window: time.Second}
 	d, rdb, ac := rig(t, q)
 	k := d.keysFor("default")
-	d.turnRaw(ctx, t, 0, 0, 0, 0) // a fair worker of concurrency 1: room for 3
-	for _, id := range []string{"f1", "f2", "f3"} {
-		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id)); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ids := []string{"a", "b", "c", "e"}
-	for _, id := range ids {
-		tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: id}, q)
-		if err != nil || tk.Verdict != Wait {
-			t.Fatalf("%s: %v %v", id, tk.Verdict, err)
-		}
-		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(ParkedUntil)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// a second worker makes room; its turn grants all four
-	if _, err := d.run(ctx, d.scripts.dispatch, "default", "big|16|1", 3_000_000, 8, 0, 0, 0, 0); err != nil {
-		t.Fatal(err)
-	}
+	grantAll(ctx, t, d, ac, q, ids, oneTenant, 16)
 	ops := []moveOp{
 		{op: opFront, id: "a"},
 		{op: opGo, id: "b"},
@@ -236,23 +218,7 @@ func TestAMoveReadsItsOwnWritesOfAnID(t *testing.T) {
 	q := admission.Quota{Limit: 100_000, Window: time.Second}
 	d, rdb, ac := rig(t, q)
 	k := d.keysFor("default")
-	d.turnRaw(ctx, t, 0, 0, 0, 0) // a fair worker of concurrency 1: room for 3
-	for _, id := range []string{"f1", "f2", "f3"} {
-		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, id := range []string{"a", "b"} {
-		if tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: id}, q); err != nil || tk.Verdict != Wait {
-			t.Fatalf("%s: %v %v", id, tk.Verdict, err)
-		}
-		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(ParkedUntil)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := d.run(ctx, d.scripts.dispatch, "default", "big|16|1", 3_000_000, 8, 0, 0, 0, 0); err != nil {
-		t.Fatal(err)
-	}
+	grantAll(ctx, t, d, ac, q, []string{"a", "b"}, oneTenant, 16)
 	ops := []moveOp{{op: opGo, id: "a"}, {op: opGo, id: "a"}, {op: opFront, id: "a"}, {op: opGo, id: "b"}, {op: opFree, id: "b"}}
 	if err := d.move(ctx, "default", ops); err != nil {
 		t.Fatal(err)
@@ -287,24 +253,8 @@ func TestATurnWritesEachKeyOnce(t *testing.T) {
 	ctx := context.Background()
 	q := admission.Quota{Limit: 100_000, Window: time.Second}
 	d, rdb, ac := rig(t, q)
-	d.turnRaw(ctx, t, 0, 0, 0, 0) // a fair worker of concurrency 1: room for 3
-	for _, id := range []string{"f1", "f2", "f3"} {
-		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id)); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ids := []string{"a", "b", "c", "e"}
-	for i, id := range ids {
-		if tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "t" + strconv.Itoa(i), ID: id}, q); err != nil || tk.Verdict != Wait {
-			t.Fatalf("%s: %v %v", id, tk.Verdict, err)
-		}
-		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(ParkedUntil)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := d.run(ctx, d.scripts.dispatch, "default", "big|16|1", 3_000_000, 8, 0, 0, 0, 0); err != nil {
-		t.Fatal(err)
-	}
+	grantAll(ctx, t, d, ac, q, ids, tenantEach, 16)
 	calls := func() map[string]int64 {
 		out := map[string]int64{}
 		for _, c := range []string{"zrem", "lpush", "hdel", "hget", "hset", "zadd"} {
@@ -366,32 +316,12 @@ func TestATurnOfThousandsSendsItsBatchesInParts(t *testing.T) {
 	q := admission.Quota{Limit: 100_000, Window: time.Second}
 	d, rdb, ac := rig(t, q)
 	k := d.keysFor("default")
-	d.turnRaw(ctx, t, 0, 0, 0, 0) // a fair worker of concurrency 1: room for 3
-	for _, id := range []string{"f1", "f2", "f3"} {
-		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id)); err != nil {
-			t.Fatal(err)
-		}
-	}
 	const n = 4200
 	var ids []string
 	for i := range n {
-		id := "task" + strconv.Itoa(i)
-		ids = append(ids, id)
-		if tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "t" + strconv.Itoa(i), ID: id}, q); err != nil || tk.Verdict != Wait {
-			t.Fatalf("%s: %v %v", id, tk.Verdict, err)
-		}
-		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(ParkedUntil)); err != nil {
-			t.Fatal(err)
-		}
+		ids = append(ids, "task"+strconv.Itoa(i))
 	}
-	res, err := d.run(ctx, d.scripts.dispatch, "default", "big|5000|1", 3_000_000, n, 0, 0, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	picks, _, err := readPicks(res)
-	if err != nil || len(picks) != n {
-		t.Fatalf("granted %d, %v; want %d", len(picks), err, n)
-	}
+	grantAll(ctx, t, d, ac, q, ids, tenantEach, 5000)
 	var ops []moveOp
 	for _, id := range ids {
 		ops = append(ops, moveOp{op: opGo, id: id})
@@ -424,3 +354,39 @@ func TestATurnOfThousandsSendsItsBatchesInParts(t *testing.T) {
 		t.Errorf("%d tenants in the order, want none", got)
 	}
 }
+
+// grantAll parks ids, of tenant tenant(i), behind three tasks asynq holds
+// pending already (a fair worker of concurrency 1 leaves room for three),
+// writes them parked as enqueue.Client does, and lets a worker of
+// concurrency workers grant them all in one turn.
+func grantAll(ctx context.Context, t *testing.T, d *Dispatcher, ac *asynq.Client, q admission.Quota, ids []string, tenant func(i int) string, workers int) {
+	t.Helper()
+	d.turnRaw(ctx, t, 0, 0, 0, 0)
+	for _, id := range []string{"f1", "f2", "f3"} {
+		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, id := range ids {
+		tk, err := d.Park(ctx, Task{Queue: "default", Tenant: tenant(i), ID: id}, q)
+		if err != nil || tk.Verdict != Wait {
+			t.Fatalf("%s: %v %v", id, tk.Verdict, err)
+		}
+		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(ParkedUntil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := d.run(ctx, d.scripts.dispatch, "default", "big|"+strconv.Itoa(workers)+"|1", 3_000_000, len(ids), 0, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if picks, _, err := readPicks(res); err != nil || len(picks) != len(ids) {
+		t.Fatalf("granted %d, %v; want %d", len(picks), err, len(ids))
+	}
+}
+
+// oneTenant names every task's tenant "t".
+func oneTenant(int) string { return "t" }
+
+// tenantEach gives task i a tenant of its own.
+func tenantEach(i int) string { return "t" + strconv.Itoa(i) }
