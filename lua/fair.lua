@@ -1052,17 +1052,22 @@ local function pick(most, space, out)
   -- record, and its record is written once.
   local cur, second
   -- stop ends the streak: it writes its tenant's record, and with placed
-  -- its place too.
-  local function stop(placed)
+  -- its place too; empty says its line ran out. A tenant with nothing
+  -- waiting is owed no place (Owed).
+  local function stop(placed, empty)
     if not cur then
       return
     end
     local c, h = cur, cur.h
     cur = nil
+    local wk = placed and h[5] and call('HGET', P .. 't:' .. c.T, 'wk') -- pop changed it
+    local waiting = placed and waitingOf(c.T, wk or 0)
+    if empty or waiting == 0 then
+      h[10] = 0 -- nothing of it waits: no place is owed
+    end
     call('HSET', P .. 't:' .. c.T, 'n', h[1], 'tag', h[6], 'mv', h[7], 'bh', h[8], 'lg', h[9], 'ow', h[10])
     if placed then
-      local wk = h[5] and call('HGET', P .. 't:' .. c.T, 'wk') -- pop changed it
-      place(c.T, c.tag, h[1], c.cap, '0', waitingOf(c.T, wk or 0), false, c.lend)
+      place(c.T, c.tag, h[1], c.cap, '0', waiting, false, c.lend)
     end
   end
   while most > 0 and space > 0 and budget > 0 do
@@ -1094,7 +1099,7 @@ local function pick(most, space, out)
       block(T, start, flows)
       budget = budget - 1
     elseif not e then
-      stop()
+      stop(false, true)
       call('ZREM', vt, T)
       settle(T)
     else

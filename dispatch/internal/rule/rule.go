@@ -120,7 +120,8 @@ type Tenant struct {
 	// it was at its cap (counting these places), held back (its tag
 	// behind the floor, or Behind) and with tasks waiting, whose places
 	// its grants from its line have yet to fill. Each such grant goes to
-	// the front (Fronts).
+	// the front (Fronts). It is 0 whenever a finish or a grant leaves
+	// nothing of the tenant waiting.
 	Owed int
 }
 
@@ -652,6 +653,9 @@ func (q *Queue) Pick(most, space int, skip func(id string) bool) []Grant {
 		w := q.pop(T, f)
 		if skip == nil || !skip(w.ID) {
 			out = append(out, q.grant(T, w.ID, f, start, true))
+			if t.Waiting() == 0 {
+				t.Owed = 0 // nothing of it waits: no place is owed
+			}
 			most, space = most-1, space-1
 		} else {
 			// Dropped: the room its keys kept for it goes to the next.
