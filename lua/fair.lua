@@ -511,13 +511,32 @@ local function lull(T, wake)
   call('ZADD', sleep, int(wake), T)
 end
 
+-- runEntries returns the run entries of tasks ids (false: none), by ID,
+-- read with one HMGET (readAll).
+local function runEntries(ids)
+  local out = {}
+  if #ids > 0 then
+    local rs = readAll('HMGET', run, ids)
+    for i = #ids, 1, -1 do
+      out[ids[i]] = rs[i]
+    end
+  end
+  return out
+end
+
+-- lift makes record th of tenant T, which owes, permanent again and
+-- takes T out of debts.
+local function lift(th, T)
+  call('PERSIST', th)
+  call('ZREM', debts, T)
+end
+
 -- persist makes record th of tenant T permanent again, as one with tasks
 -- waiting or in flight must be. A record expires only while T owes (is in
 -- debts), so only then is there anything to do.
 local function persist(th, T)
   if owes() and call('ZSCORE', debts, T) then
-    call('PERSIST', th)
-    call('ZREM', debts, T)
+    lift(th, T)
   end
 end
 
@@ -530,8 +549,7 @@ local function persistAll(ts)
   local scores = readAll('ZMSCORE', debts, ts)
   for i, T in ipairs(ts) do
     if scores[i] then
-      call('PERSIST', P .. 't:' .. T)
-      call('ZREM', debts, T)
+      lift(P .. 't:' .. T, T)
     end
   end
 end
@@ -1285,13 +1303,7 @@ local function moveOps(a)
   end
   -- the tasks' run entries, read with one HMGET and kept in step with the
   -- ops' writes; the moves' writes, sent once the ops are done
-  local runs = {}
-  if #ids > 0 then
-    local rs = readAll('HMGET', run, ids)
-    for i = #ids, 1, -1 do
-      runs[ids[i]] = rs[i]
-    end
-  end
+  local runs = runEntries(ids)
   local w = {unparked = batch('ZREM', scheduled), pushed = batch('LPUSH', pending), run = batch('HSET', run),
     granted = batch('HDEL', grants)}
   for _, o in ipairs(ops) do

@@ -81,7 +81,7 @@ end
 -- The finishes' run entries, by task ID, read with one HMGET and kept in
 -- step with the finishes' writes, and the one HDEL of run of the tasks
 -- that leave it, sent when the finishes are in.
-local entries, leaving = {}, batch('HDEL', run)
+local entries, leaving -- read below, before the finishes
 
 -- finish hands in task id, which ran for ran µs: its place and its keys'
 -- at once, its tenant's record in flush.
@@ -172,16 +172,11 @@ end
 
 local a = 7
 local later = {}
-if tonumber(ARGV[6]) > 0 then
-  local ids = {}
-  for i = 1, tonumber(ARGV[6]) do
-    ids[i] = ARGV[a + 8 * (i - 1)]
-  end
-  local rs = readAll('HMGET', run, ids)
-  for i = #ids, 1, -1 do
-    entries[ids[i]] = rs[i]
-  end
+local ids = {}
+for i = 1, tonumber(ARGV[6]) do
+  ids[i] = ARGV[a + 8 * (i - 1)] -- each finish's eight values begin with its ID
 end
+entries, leaving = runEntries(ids), batch('HDEL', run)
 for i = 1, tonumber(ARGV[6]) do
   if not finish(ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2] == '1', tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
       ARGV[a + 5], tonumber(ARGV[a + 6]), ARGV[a + 7] or '') then
