@@ -160,10 +160,7 @@ func (d *Dispatcher) fcall(ctx context.Context, s lua.FairScript, keys []string,
 	if d.scripts.evalOnly.Load() {
 		return nil, errNoFunctions
 	}
-	via := d.rdb
-	if d.parkVia != nil && s.Function == d.scripts.park.Function {
-		via = d.parkVia
-	}
+	via := d.via(s)
 	for loaded := false; ; loaded = true {
 		res, err := via.FCall(ctx, s.Function, keys, args...).Slice()
 		switch {
@@ -207,13 +204,21 @@ func (d *Dispatcher) loadLibrary(ctx context.Context, key string) error {
 // one.
 func (d *Dispatcher) eval(ctx context.Context, s lua.FairScript, keys []string, args []any) ([]any, error) {
 	if !d.scripts.plain.Load() {
-		res, err := s.Flagged.Run(ctx, d.rdb, keys, args...).Slice()
+		res, err := s.Flagged.Run(ctx, d.via(s), keys, args...).Slice()
 		if err == nil || !strings.Contains(err.Error(), "near '#'") {
 			return res, err
 		}
 		d.scripts.plain.Store(true)
 	}
-	return s.Plain.Run(ctx, d.rdb, keys, args...).Slice()
+	return s.Plain.Run(ctx, d.via(s), keys, args...).Slice()
+}
+
+// via is the client that calls s: ParkVia's for the park, when set.
+func (d *Dispatcher) via(s lua.FairScript) redis.UniversalClient {
+	if d.parkVia != nil && s.Function == d.scripts.park.Function {
+		return d.parkVia
+	}
+	return d.rdb
 }
 
 // isUnknownCommand reports whether Redis does not know a command (FCALL

@@ -53,6 +53,12 @@ type Task struct {
 	// tenant, each with its quota as it is now (at most MaxKeys, each
 	// named once).
 	Keys []Key
+	// Message, when set, is the task as asynq's schedule script stores it
+	// (asynq's encoded message): a task that waits is then written parked
+	// by Park's own script call, in the same step as its entry, and its
+	// Ticket says Written. A task with an asynq.Unique lock or an
+	// asynq.Group cannot be written so.
+	Message []byte
 }
 
 // Key is a concurrency key a task carries (enqueue.Keys), with what its
@@ -80,7 +86,14 @@ type Ticket struct {
 	// Waiting is how many tasks the tenant has waiting in the queue, this
 	// one included when it waits.
 	Waiting int
-	task    Task
+	// Written: the task had a Message, waits, and is written parked.
+	Written bool
+	// Exists: the task had a Message, and asynq holds a task with its ID
+	// already (a retry whose first call wrote it, or another task's);
+	// nothing was stored or written (asynq.ErrTaskIDConflict). The
+	// Verdict is Wait, with nothing to give back.
+	Exists bool
+	task   Task
 	// again: the ID was the dispatcher's already (a retry: in run, or
 	// parked in asynq); Abandon must not give back what the first call
 	// holds.
@@ -103,17 +116,17 @@ func (d *Dispatcher) Park(ctx context.Context, t Task, q admission.Quota) (Ticke
 	if err != nil {
 		return Ticket{}, err
 	}
-	served, fair, err := d.Mode(ctx, t.Queue)
+	if t.Message != nil && t.UniqueTTL > 0 {
+		return Ticket{}, fmt.Errorf("%w: Park cannot write a task with a unique lock", ErrInvalidTask)
+	}
+	calls, err := d.Calls(ctx, t, q)
 	if err != nil {
 		return Ticket{}, err
 	}
-	held := q.MaxInFlight > 0 || q.Paused || len(t.Keys) > 0
-	if !served && (held || t.Priority != 0) {
-		d.warnDirect(t.Queue, t.Tenant)
-	}
-	if !served || !fair && !held {
+	if !calls {
 		return Ticket{Verdict: Direct, task: t}, nil
 	}
+	held := isHeld(t, q)
 	maxParked := q.MaxParked
 	if maxParked == 0 {
 		maxParked = admission.DefaultMaxParked
@@ -123,6 +136,9 @@ func (d *Dispatcher) Park(ctx context.Context, t Task, q admission.Quota) (Ticke
 		rule.FlowID(t.Priority, keys), flag(freshid.Made(ctx, t.ID)), len(t.Keys)}
 	for _, k := range t.Keys {
 		args = append(args, k.Name, k.MaxInFlight, flag(k.Paused))
+	}
+	if t.Message != nil {
+		args = append(args, t.Message)
 	}
 	res, err := d.run(ctx, d.scripts.park, t.Queue, args...)
 	if err != nil {
@@ -136,6 +152,10 @@ func (d *Dispatcher) Park(ctx context.Context, t Task, q admission.Quota) (Ticke
 	switch verdict {
 	case parkWait:
 		tk.Verdict = Wait
+	case parkWritten:
+		tk.Verdict, tk.Written = Wait, true
+	case parkExists:
+		tk.Verdict, tk.again, tk.Exists = Wait, true, true
 	case parkWaitAgain:
 		tk.Verdict, tk.again = Wait, true
 	case parkIn:
@@ -153,6 +173,28 @@ func (d *Dispatcher) Park(ctx context.Context, t Task, q admission.Quota) (Ticke
 		return Ticket{}, fmt.Errorf("dispatch: queue %q: fair_park.lua answered %q", t.Queue, verdict)
 	}
 	return tk, nil
+}
+
+// Calls reports whether Park calls Redis for t under q: whether a live
+// worker with a Gate serves t's queue, and the queue is fair or t is held
+// there (a cap, a pause or keys). Park answers Direct, without a call,
+// when it does not. It reads the queue's mode as Park does (Mode: cached).
+func (d *Dispatcher) Calls(ctx context.Context, t Task, q admission.Quota) (bool, error) {
+	served, fair, err := d.Mode(ctx, t.Queue)
+	if err != nil {
+		return false, err
+	}
+	held := isHeld(t, q)
+	if !served && (held || t.Priority != 0) {
+		d.warnDirect(t.Queue, t.Tenant)
+	}
+	return served && (fair || held), nil
+}
+
+// isHeld reports whether t is held under q in a queue that is not fair:
+// by its tenant's cap or pause, or by keys.
+func isHeld(t Task, q admission.Quota) bool {
+	return q.MaxInFlight > 0 || q.Paused || len(t.Keys) > 0
 }
 
 // checkFlow checks t's priority and keys, sorts its keys by name and
@@ -209,11 +251,13 @@ var ErrInvalidTask = errors.New("dispatch: invalid task")
 // fair_park.lua's verdicts (see its header).
 const (
 	parkWait      = "wait"
+	parkWritten   = "written"
 	parkWaitAgain = "wait-again"
 	parkIn        = "in"
 	parkInAgain   = "in-again"
 	parkFull      = "full"
 	parkDirect    = "direct"
+	parkExists    = "exists"
 )
 
 // parkReply reads fair_park.lua's {verdict, now µs, waiting}.

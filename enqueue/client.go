@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -43,6 +44,9 @@ type Client struct {
 	claims claims
 	// disp routes tasks of dispatched queues (caps and fair queues).
 	disp *dispatch.Dispatcher
+	// twoCalls: asynq's write of a parked task is not the script call
+	// parkWriting knows, so every park goes alone.
+	twoCalls atomic.Bool
 }
 
 // An Option configures a Client.
@@ -176,9 +180,10 @@ func (c *Client) Enqueue(ctx context.Context, tenant string, task *asynq.Task, o
 		return nil, admission.Decision{}, err
 	}
 	cc := callFor(ctx, p)
+	cc.alone = true
 	d, tk, err := c.admit(cc, p)
 	if err != nil {
-		return nil, admission.Decision{}, c.settle(ctx, h, admission.Decision{}, unwritten, err)
+		return nil, admission.Decision{}, c.settle(ctx, h, admission.Decision{}, cc.parkFate(), err)
 	}
 	info, f, err := c.write(cc, p, d)
 	if d.Outcome != admission.Rejected {
@@ -373,11 +378,21 @@ type callContext struct {
 	context.Context
 	made  string // the task's ID when Enqueue made it, else ""
 	trace writeTrace
+	// alone: Enqueue's call, whose park may write its task (parkWriting);
+	// along is that park, once tried.
+	alone bool
+	along *along
 }
 
 func (c *callContext) Value(key any) any {
-	if _, ok := key.(writeTraceKey); ok {
+	switch key.(type) {
+	case writeTraceKey:
 		return &c.trace
+	case alongKey:
+		if c.along == nil {
+			return nil
+		}
+		return c.along
 	}
 	if freshid.IsKey(key) {
 		// This call's own mark, not a caller's (Enqueue within Enqueue),
@@ -412,8 +427,13 @@ const (
 )
 
 // write acts on the gate's decision d for p: it enqueues the task, unless
-// it was rejected or ctx is done, and says what became of it.
+// it was rejected or ctx is done, and says what became of it. A task that
+// its park wrote (parkWriting) is not written again: write returns what
+// became of that write.
 func (c *Client) write(cc *callContext, p prepared, d admission.Decision) (*asynq.TaskInfo, fate, error) {
+	if a := cc.along; a != nil {
+		return a.info, a.fate, a.werr
+	}
 	ctx := cc.Context
 	if d.Outcome == admission.Rejected {
 		return nil, unwritten, &RejectedError{Decision: d}
@@ -430,6 +450,18 @@ func (c *Client) write(cc *callContext, p prepared, d admission.Decision) (*asyn
 			opts = append(opts, asynq.ProcessAt(slot)) // into the room prepare left
 		}
 	}
+	if ctx.Err() != nil {
+		// Done after admission: asynq is not called.
+		return nil, unwritten, fmt.Errorf("enqueue: tenant %q, task %q: not enqueued: %w", p.tenant, p.id, ctxError(ctx))
+	}
+	info, err := c.asynq.EnqueueContext(cc, c.task(p, opts, slot)) // the task carries every option
+	return c.wrote(cc, p, d, info, err)
+}
+
+// task returns the task asynq writes for p, with opts: a copy of the
+// caller's, with the tenant, its slot (or the caller's own later time) and
+// its keys in its headers.
+func (c *Client) task(p prepared, opts []asynq.Option, slot time.Time) *asynq.Task {
 	if p.sched.at.After(slot) {
 		// The caller's own later time: asynq has it, or, for a parked
 		// task, the gate keeps it and the task is released no earlier.
@@ -451,11 +483,13 @@ func (c *Client) write(cc *callContext, p prepared, d admission.Decision) (*asyn
 		// handled and enqueues again does.
 		delete(th, KeysHeader)
 	}
-	if ctx.Err() != nil {
-		// Done after admission: asynq is not called.
-		return nil, unwritten, fmt.Errorf("enqueue: tenant %q, task %q: not enqueued: %w", p.tenant, p.id, ctxError(ctx))
-	}
-	info, err := c.asynq.EnqueueContext(cc, task) // the task carries every option
+	return task
+}
+
+// wrote says what became of asynq's write of p (info, err) under decision
+// d.
+func (c *Client) wrote(cc *callContext, p prepared, d admission.Decision, info *asynq.TaskInfo, err error) (*asynq.TaskInfo, fate, error) {
+	ctx := cc.Context
 	if err == nil {
 		if d.Outcome == admission.Parked && p.sched.unique > 0 {
 			// Best effort: the task is written, and its move shortens the

@@ -34,8 +34,15 @@ func (c *Client) admit(cc *callContext, p prepared) (admission.Decision, dispatc
 		task := dispatch.Task{Queue: p.sched.queue, Tenant: p.tenant, ID: p.id,
 			NotBefore: notBefore(p.sched.at), UniqueTTL: p.sched.unique, Deadline: p.sched.deadline,
 			Priority: p.sched.priority, Keys: keys}
-		if tk, err = c.disp.Park(cc, task, q); err != nil {
-			return admission.Decision{}, tk, fmt.Errorf("%w: enqueue: tenant %q, task %q: %w", admission.ErrUnavailable, p.tenant, p.id, err)
+		tk, tried, err := c.parkWriting(cc, p, task, q)
+		if !tried {
+			tk, err = c.disp.Park(cc, task, q)
+			if err != nil {
+				err = fmt.Errorf("%w: enqueue: tenant %q, task %q: %w", admission.ErrUnavailable, p.tenant, p.id, err)
+			}
+		}
+		if err != nil {
+			return admission.Decision{}, tk, err
 		}
 		switch tk.Verdict {
 		case dispatch.Wait:

@@ -125,11 +125,15 @@ type scriptCall struct {
 	ctx context.Context
 	sha string
 	// fn, when set, names a function to call (FCALL) instead: the
-	// dispatcher's park, which is not a write of asynq's to trace.
-	fn    string
-	keys  []string
-	args  []any
-	state atomic.Int32
+	// dispatcher's park, which is not a write of asynq's to trace unless
+	// it writes its task along (along.go).
+	fn string
+	// traced: a write of the task, whose sending and OOM refusal the
+	// call's writeTrace records.
+	traced bool
+	keys   []string
+	args   []any
+	state  atomic.Int32
 	// done gets one value once cmd holds the reply. It is buffered, so
 	// that the pipeline never waits for the caller, and never closed, so
 	// that the call can be used again once its caller has the reply.
@@ -144,6 +148,7 @@ func (p *pipelined) newCall(ctx context.Context, sha, fn string, keys []string, 
 		c = &scriptCall{done: make(chan struct{}, 1)}
 	}
 	c.ctx, c.sha, c.fn, c.keys, c.args = ctx, sha, fn, keys, args
+	c.traced = fn == "" || writesAlong(ctx)
 	c.state.Store(queued)
 	return c
 }
@@ -162,6 +167,9 @@ func (p *pipelined) reply(c *scriptCall) *redis.Cmd {
 func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
 	if err := ctx.Err(); err != nil {
 		return unsent(ctx, "evalsha", sha, err)
+	}
+	if a := alongOf(ctx); a != nil {
+		return a.write(ctx, keys, args) // along.go
 	}
 	if p.direct {
 		traceSent(ctx)
@@ -182,9 +190,17 @@ func (p *pipelined) FCall(ctx context.Context, fn string, keys []string, args ..
 		return unsent(ctx, "fcall", fn, err)
 	}
 	if p.direct {
+		traced := writesAlong(ctx)
+		if traced {
+			traceSent(ctx)
+		}
 		sctx, cancel := sendContext(ctx)
 		defer cancel()
-		return p.UniversalClient.FCall(sctx, fn, keys, args...)
+		cmd := p.UniversalClient.FCall(sctx, fn, keys, args...)
+		if traced {
+			traceOOM(ctx, cmd)
+		}
+		return cmd
 	}
 	return p.call(p.newCall(ctx, "", fn, keys, args))
 }
@@ -321,7 +337,7 @@ func (p *pipelined) flush(batch []*scriptCall) {
 		if !c.state.CompareAndSwap(queued, sent) {
 			continue // its caller left before it was sent
 		}
-		if c.fn == "" {
+		if c.traced {
 			traceSent(c.ctx)
 		}
 		if d, ok := c.ctx.Deadline(); !ok {
@@ -361,7 +377,7 @@ func (p *pipelined) flush(batch []*scriptCall) {
 	}
 	for i, c := range calls {
 		c.cmd = cmds[i]
-		if c.fn == "" {
+		if c.traced {
 			traceOOM(c.ctx, c.cmd)
 		}
 		c.done <- struct{}{} // c is its caller's again from here on

@@ -19,8 +19,16 @@
 --          resent by the client after a lost reply), so that look stays
 -- ARGV[14] k, then k triples: each key of the flow, in its order, with its
 --          MaxInFlight and paused (1 or 0) as its quota says now
+-- ARGV[15 + 3k] (optional) the task's message, as asynq encodes it: a
+--          task that waits is then written parked here, as asynq's
+--          schedule script writes it, in the same call as its entry
 -- Returns  {verdict, now µs, tasks the tenant has waiting}, verdict:
 --          "wait": the entry is stored, the caller writes the task parked
+--          "written": given its message, the entry is stored and the task
+--            written parked
+--          "exists": given a message, asynq holds a task with the ID
+--            already (a retry whose first call wrote it, or another task):
+--            nothing is stored or written
 --          "in": granted (state f), the caller admits and writes it
 --          "full": nothing of the task stored, the backlog is at MaxParked
 --          "direct": no worker with a gate served the queue within
@@ -44,10 +52,14 @@
 local T, id, nb, uttl = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local cap, maxParked, wm, paused = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10]
 local f, newID, nk = ARGV[12], ARGV[13] == '1', tonumber(ARGV[14])
+local msg = ARGV[15 + 3 * nk]
 
 local recent, fair, total = capacity()
 if not recent or (not fair and cap == 0 and paused ~= '1' and nk == 0) then
   return {'direct', now, 0}
+end
+if msg and call('EXISTS', TP .. id) == 1 then
+  return {'exists', now, 0}
 end
 if call('HEXISTS', run, id) == 1 then
   return {'in-again', now, 0}
@@ -117,15 +129,21 @@ end
 if tonumber(ARGV[11]) > 0 then
   call('HSET', deadlines, id, ARGV[11])
 end
+local verdict = 'wait'
+if msg then
+  call('HSET', TP .. id, 'msg', msg, 'state', 'scheduled')
+  call('ZADD', scheduled, PARKED, id)
+  verdict = 'written'
+end
 if later then
   toLimbo(T, e, tonumber(nb), f)
   for _, K in ipairs(flowKeys(f)) do
     settleKey(K)
   end
-  return {'wait', now, waiting}
+  return {verdict, now, waiting}
 end
 push(T, f, e, false)
 if not same then
   place(T, tag, n, cap, paused, waiting + 1, nil, lend)
 end
-return {'wait', now, waiting + 1}
+return {verdict, now, waiting + 1}

@@ -5,8 +5,10 @@
 -- fresh as fair_park.lua records one, and else waits at the end of that
 -- first-in-first-out line, whatever its tenant. No tenant record, no order
 -- by tag, no cap, key, pause or retry check. A floor for the cost of fair
--- dispatch (with leanturn.lua), not a rule.
+-- dispatch (with leanturn.lua), not a rule. Given the task's message, it
+-- writes a task that waits, as fair_park.lua does.
 local T, id, nb, uttl = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local msg = ARGV[15 + 3 * tonumber(ARGV[14])]
 local recent, fair, total = capacity()
 if not recent then
   return {'direct', now, 0}
@@ -18,4 +20,9 @@ if call('LLEN', line) == 0 and room(fair, total) > 0 then
   return {'in', now, 0}
 end
 local waiting = call('RPUSH', line, T .. '\n' .. nb .. '|' .. nowS .. '|' .. uttl .. '|' .. id)
+if msg then
+  call('HSET', TP .. id, 'msg', msg, 'state', 'scheduled')
+  call('ZADD', scheduled, PARKED, id)
+  return {'written', now, waiting}
+end
 return {'wait', now, waiting}
