@@ -166,8 +166,12 @@ func (c *Client) parkWriting(cc *callContext, p prepared, t dispatch.Task, q adm
 	case a.err != nil:
 		// The park failed. If it may have run, so may the write: that is
 		// no failure of admission (Enqueue marks it ambiguous).
-		if a.fate = c.fateOf(p, &cc.trace, a.err); a.fate == maybe {
+		a.fate = c.fateOf(p, &cc.trace, a.err)
+		switch {
+		case a.fate == maybe:
 			return dispatch.Ticket{}, true, fmt.Errorf("enqueue: tenant %q, task %q: %w", p.tenant, p.id, a.err)
+		case cc.trace.oom.Load():
+			return dispatch.Ticket{}, true, fmt.Errorf("%w: %w: enqueue: tenant %q, task %q: %w", admission.ErrUnavailable, ErrOutOfMemory, p.tenant, p.id, a.err)
 		}
 		return dispatch.Ticket{}, true, fmt.Errorf("%w: enqueue: tenant %q, task %q: %w", admission.ErrUnavailable, p.tenant, p.id, a.err)
 	case !a.tk.Written && !a.tk.Exists:

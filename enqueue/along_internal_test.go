@@ -1,0 +1,89 @@
+package enqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch"
+	"github.com/admitq/admitq/internal/redistest"
+)
+
+// scheduleMessage takes the message from asynq's schedule script call of
+// the parked task, and from nothing else.
+func TestScheduleMessageKnowsAsynqsScheduleCall(t *testing.T) {
+	keys := []string{"asynq:{q}:t:id", "asynq:{q}:scheduled"}
+	args := []any{[]byte("msg"), ParkedUntil.Unix(), "id"}
+	if m, ok := scheduleMessage("q", "id", keys, args); !ok || string(m) != "msg" {
+		t.Fatalf("asynq's call: %q, %v", m, ok)
+	}
+	if m, ok := scheduleMessage("q", "id", keys, []any{"msg", ParkedUntil.Unix(), "id"}); !ok || string(m) != "msg" {
+		t.Fatalf("a string message: %q, %v", m, ok)
+	}
+	for _, c := range []struct {
+		desc string
+		keys []string
+		args []any
+	}{
+		{"another task", []string{"asynq:{q}:t:other", "asynq:{q}:scheduled"}, args},
+		{"another queue", []string{"asynq:{r}:t:id", "asynq:{r}:scheduled"}, args},
+		{"asynq's enqueue, into pending", []string{"asynq:{q}:t:id", "asynq:{q}:pending"}, args},
+		{"its unique schedule", append([]string{"asynq:{q}:unique:x"}, keys...), []any{"id", 3600, ParkedUntil.Unix(), []byte("msg")}},
+		{"another time", keys, []any{[]byte("msg"), ParkedUntil.Unix() - 1, "id"}},
+		{"another ID", keys, []any{[]byte("msg"), ParkedUntil.Unix(), "other"}},
+		{"no message", keys, []any{42, ParkedUntil.Unix(), "id"}},
+		{"more arguments", keys, append(args, "more")},
+	} {
+		if _, ok := scheduleMessage("q", "id", c.keys, c.args); ok {
+			t.Errorf("%s: taken for the parked task's write", c.desc)
+		}
+	}
+}
+
+// A write that is not the one the park expects is refused before anything
+// is sent, and the Client parks and writes in two calls from then on.
+func TestAnUnknownWriteParksInTwoCalls(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	g := admission.New(rdb, admission.StaticQuotas{Default: &admission.Quota{Limit: 1000, Window: time.Second}})
+	defer g.Close()
+	s, err := dispatch.New(rdb, g, nil).Serve(dispatch.Worker{Queues: []string{"q"}, Concurrency: 1, Fair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c := NewFromRedis(rdb, g)
+	a := &along{c: c, task: dispatch.Task{Queue: "q", Tenant: "t", ID: "id"}}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cmd := a.write(ctx, []string{"asynq:{q}:t:id", "asynq:{q}:pending"}, []any{[]byte("msg"), "id", 1})
+	if !errors.Is(cmd.Err(), errNotSchedule) || !c.twoCalls.Load() {
+		t.Fatalf("an unknown write: %v, two calls from now on %v", cmd.Err(), c.twoCalls.Load())
+	}
+	if n := rdb.Exists(ctx, "asynq:{q}:t:id").Val(); n != 0 {
+		t.Fatal("an unknown write was written")
+	}
+	parked := 0
+	for i := range 4 {
+		info, d, err := c.Enqueue(ctx, "t", asynq.NewTask("job", nil), asynq.Queue("q"), asynq.TaskID(fmt.Sprint(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Outcome == admission.Parked && (info.State != asynq.TaskStateScheduled || !info.NextProcessAt.Equal(ParkedUntil)) {
+			t.Fatalf("a parked task: %v at %v", info.State, info.NextProcessAt)
+		}
+		if d.Outcome == admission.Parked {
+			parked++
+		}
+	}
+	if parked == 0 {
+		t.Fatal("no task waits")
+	}
+}

@@ -1,0 +1,205 @@
+package enqueue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch"
+	"github.com/admitq/admitq/enqueue"
+	"github.com/admitq/admitq/internal/redistest"
+)
+
+// scriptCalls returns how many script and function calls Redis has run
+// since the last CONFIG RESETSTAT: EVALSHA and EVAL, and FCALL.
+func scriptCalls(t *testing.T, rdb *redis.Client) (scripts, functions int) {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(info, "\r\n") {
+		var name string
+		var n int
+		if i := strings.Index(l, ":calls="); strings.HasPrefix(l, "cmdstat_") && i > 0 {
+			name = l[len("cmdstat_"):i]
+			fmt.Sscanf(l[i+len(":calls="):], "%d", &n)
+		}
+		switch name {
+		case "evalsha", "eval":
+			scripts += n
+		case "fcall":
+			functions += n
+		}
+	}
+	return scripts, functions
+}
+
+// A task that waits its turn in a fair queue costs Enqueue one call to
+// Redis, the park, which writes it as asynq writes a parked task; one that
+// goes straight in is written by asynq after its park and admission. A
+// second Enqueue with the ID of a waiting task writes and stores nothing,
+// and says it may be there (asynq's ID conflict). Tasks asynq locks
+// (asynq.Unique) park and write in two calls, and are written alike.
+func TestAWaitingTaskIsWrittenByItsPark(t *testing.T) {
+	ctx := context.Background()
+	rs := redistest.Start(t)
+	k := &keyed{rdb: rs.Client(t)}
+	k.gate = admission.New(k.rdb, admission.StaticQuotas{Default: &roomy})
+	defer k.gate.Close()
+	k.client = enqueue.NewFromRedis(k.rdb, k.gate)
+	k.ins = asynq.NewInspectorFromRedisClient(k.rdb)
+	srv, err := dispatch.New(k.rdb, k.gate, nil).Serve(dispatch.Worker{Queues: []string{"fair"}, Concurrency: 1, Fair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	enqueue1 := func(id string, opts ...asynq.Option) (*asynq.TaskInfo, admission.Decision, error, [2]int) {
+		t.Helper()
+		if err := k.rdb.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		info, d, err := k.client.Enqueue(ctx, "acme", asynq.NewTask("job", []byte("payload of "+id)),
+			append([]asynq.Option{asynq.Queue("fair"), asynq.TaskID(id), asynq.MaxRetry(7)}, opts...)...)
+		s, f := scriptCalls(t, k.rdb)
+		return info, d, err, [2]int{s, f}
+	}
+	// The queue's room goes straight in, each with its park, admission
+	// and write.
+	i := 0
+	for ; ; i++ {
+		info, d, err, calls := enqueue1(fmt.Sprint("in", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Outcome == admission.Parked {
+			if calls != [2]int{0, 1} {
+				t.Errorf("a waiting task took %d script and %d function calls, want the park alone", calls[0], calls[1])
+			}
+			if info.State != asynq.TaskStateScheduled || !info.NextProcessAt.Equal(enqueue.ParkedUntil) || info.MaxRetry != 7 {
+				t.Errorf("the waiting task's info: %v at %v, %d retries", info.State, info.NextProcessAt, info.MaxRetry)
+			}
+			break
+		}
+		if info.State != asynq.TaskStatePending || calls[1] < 1 || calls[0] < 1 {
+			t.Fatalf("task %d went in as %v, with %v script and function calls", i, info.State, calls)
+		}
+		if i == 10 {
+			t.Fatal("no task waits")
+		}
+	}
+	waiting := fmt.Sprint("in", i)
+	stored, err := k.ins.GetTaskInfo("fair", waiting)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.State != asynq.TaskStateScheduled || string(stored.Payload) != "payload of "+waiting || stored.MaxRetry != 7 ||
+		stored.Headers[enqueue.TenantHeader] != "acme" || stored.Headers[enqueue.SlotHeader] == "" {
+		t.Errorf("asynq reads the waiting task as %v, %q, %d retries, headers %v", stored.State, stored.Payload, stored.MaxRetry, stored.Headers)
+	}
+	fields := func(id string) []string {
+		return slices.Sorted(maps.Keys(k.rdb.HGetAll(ctx, "asynq:{fair}:t:"+id).Val()))
+	}
+	if got := fields(waiting); strings.Join(got, ",") != "msg,state" {
+		t.Errorf("the waiting task's hash holds %v, asynq's holds msg and state", got)
+	}
+
+	// Its ID again: nothing written, nothing more waits.
+	before := k.rdb.HGet(ctx, "asynq:{fair}:t:"+waiting, "msg").Val()
+	_, _, err, calls := enqueue1(waiting, asynq.MaxRetry(1))
+	if !enqueue.IsAmbiguous(err) || calls != [2]int{0, 1} {
+		t.Errorf("Enqueue of a waiting task's ID: %v (ambiguous %v), %v calls; want asynq's conflict, ambiguous, in one call", err, enqueue.IsAmbiguous(err), calls)
+	}
+	if after := k.rdb.HGet(ctx, "asynq:{fair}:t:"+waiting, "msg").Val(); after != before {
+		t.Errorf("the waiting task was written again")
+	}
+	if n := k.rdb.LLen(ctx, "admitq:fair:{fair}:w:acme").Val(); n != 1 {
+		t.Errorf("%d tasks wait, want 1", n)
+	}
+
+	// Out of memory: refused before it runs, nothing stored or written.
+	waits := func() int64 { return k.rdb.LLen(ctx, "admitq:fair:{fair}:w:acme").Val() }
+	if err := k.rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err, _ = enqueue1("oom")
+	if err := k.rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(err, enqueue.ErrOutOfMemory) || enqueue.IsAmbiguous(err) || k.rdb.Exists(ctx, "asynq:{fair}:t:oom").Val() != 0 || waits() != 1 {
+		t.Errorf("out of memory: %v (ambiguous %v), %d waiting", err, enqueue.IsAmbiguous(err), waits())
+	}
+
+	// Run, and its reply lost: it may be there, and it is, once; the
+	// caller's retry with the ID finds it and stores nothing.
+	lose := &loseReply{}
+	lossy := rs.Client(t)
+	lossy.AddHook(lose)
+	late := enqueue.NewFromRedis(lossy, k.gate)
+	lose.armed.Store(true)
+	for i := range 2 {
+		_, _, err = late.Enqueue(ctx, "acme", asynq.NewTask("job", nil), asynq.Queue("fair"), asynq.TaskID("late"))
+		if !enqueue.IsAmbiguous(err) || errors.Is(err, admission.ErrUnavailable) {
+			t.Errorf("call %d, its reply lost: %v (ambiguous %v), want ambiguous and no failure of admission", i+1, err, enqueue.IsAmbiguous(err))
+		}
+		if info, err := k.ins.GetTaskInfo("fair", "late"); err != nil || info.State != asynq.TaskStateScheduled || waits() != 2 {
+			t.Errorf("call %d: the task whose reply was lost: %v, %d waiting; want it parked, 2 waiting", i+1, err, waits())
+		}
+	}
+
+	// A task with a unique lock: a park, then asynq's write.
+	_, d, err, calls := enqueue1("locked", asynq.Unique(3600e9))
+	if err != nil || d.Outcome != admission.Parked {
+		t.Fatalf("a locked task: %v, %v", d.Outcome, err)
+	}
+	if calls[1] != 1 || calls[0] < 1 {
+		t.Errorf("a locked task took %d script and %d function calls, want a park and asynq's write", calls[0], calls[1])
+	}
+	if got := fields("locked"); strings.Join(got, ",") != "msg,state,unique_key" {
+		t.Errorf("the locked task's hash holds %v", got)
+	}
+}
+
+
+// loseReply, once armed, lets the next function call (FCALL) run and then
+// fails it as a connection lost before its reply would.
+type loseReply struct{ armed atomic.Bool }
+
+func (h *loseReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *loseReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err == nil && cmd.Name() == "fcall" && h.armed.CompareAndSwap(true, false) {
+			cmd.SetErr(io.ErrUnexpectedEOF)
+			return io.ErrUnexpectedEOF
+		}
+		return err
+	}
+}
+
+func (h *loseReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if cmd.Err() == nil && cmd.Name() == "fcall" && h.armed.CompareAndSwap(true, false) {
+				cmd.SetErr(io.ErrUnexpectedEOF)
+				err = io.ErrUnexpectedEOF
+			}
+		}
+		return err
+	}
+}
