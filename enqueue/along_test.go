@@ -173,7 +173,6 @@ func TestAWaitingTaskIsWrittenByItsPark(t *testing.T) {
 	}
 }
 
-
 // loseReply, once armed, lets the next function call (FCALL) run and then
 // fails it as a connection lost before its reply would.
 type loseReply struct{ armed atomic.Bool }

@@ -5,8 +5,11 @@ package enqueue
 const TenantHeader = "admitq-tenant"
 
 // SlotHeader is the asynq task header that carries the task's slot: the
-// time, in Unix milliseconds, from which the gate let it run. A worker
-// measures queueing delay from it (package metrics).
+// time, in Unix milliseconds, from which the gate let it run; for a task
+// that waits its turn in a dispatched queue, the time of its Enqueue (by
+// Redis's clock when the task is written after its park, by the
+// producer's when its park writes it). A worker measures queueing delay
+// from it (package metrics).
 const SlotHeader = "admitq-slot"
 
 // KeysHeader is the asynq task header that carries the concurrency keys
