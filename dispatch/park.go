@@ -26,7 +26,8 @@ const (
 	// write certainly did not happen.
 	Straight
 	// Wait: the task waits its turn. Enqueue it with asynq.ProcessAt
-	// ParkedUntil; Abandon it if the write certainly did not happen.
+	// ParkedUntil (unless the Ticket says Written or Exists); Abandon it if
+	// the write certainly did not happen.
 	Wait
 	// Full: the tenant's waiting backlog is at its MaxParked; nothing was
 	// stored.
@@ -56,8 +57,9 @@ type Task struct {
 	// Message, when set, is the task as asynq's schedule script stores it
 	// (asynq's encoded message): a task that waits is then written parked
 	// by Park's own script call, in the same step as its entry, and its
-	// Ticket says Written. A task with an asynq.Unique lock or an
-	// asynq.Group cannot be written so.
+	// Ticket says Written. Park refuses it for a task with an asynq.Unique
+	// lock; give none for a task asynq would write another way (an
+	// asynq.Group).
 	Message []byte
 }
 
@@ -104,10 +106,10 @@ type Ticket struct {
 // caller read from the gate). A tenant with no cap in a queue that is not
 // fair, or a queue no live worker with a gate serves, is Direct without a
 // script call once the queue's mode is known. A task whose ID package
-// enqueue made for this call (it marks ctx) is written only after Park
-// returns, so its park skips the look for the ID among the parked tasks
-// (a park the client resends after a lost reply still finds the ID among
-// the tasks let in).
+// enqueue made for this call (it marks ctx) is not written before its
+// park, so its park skips the look for the ID among the parked tasks (a
+// park the client resends after a lost reply still finds the ID among the
+// tasks let in, and, given the task's Message, finds the task it wrote).
 func (d *Dispatcher) Park(ctx context.Context, t Task, q admission.Quota) (Ticket, error) {
 	if err := d.checkPrefix(); err != nil {
 		return Ticket{}, err

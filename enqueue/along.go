@@ -101,7 +101,9 @@ func (a *along) write(ctx context.Context, keys []string, args []any) *redis.Cmd
 	a.tk, a.err = a.c.disp.Park(ctx, t, a.quota)
 	switch {
 	case a.err != nil:
-		cmd.SetErr(a.err)
+		// parkWriting reads a.err; asynq gets text alone, so that no
+		// Redis error in it (NOSCRIPT) sends asynq to a script of its own.
+		cmd.SetErr(fmt.Errorf("enqueue: the park failed: %v", a.err))
 	case a.tk.Written:
 		cmd.SetVal(int64(1))
 	case a.tk.Exists:
@@ -159,23 +161,24 @@ func (c *Client) parkWriting(cc *callContext, p prepared, t dispatch.Task, q adm
 		// asynq failed before its script call (the SADD of a new queue's
 		// name, or ctx ended): nothing of the task was stored.
 		cc.along = nil
-		if cc.Err() != nil {
-			err = ctxError(cc)
-		}
-		return dispatch.Ticket{}, true, fmt.Errorf("%w: enqueue: tenant %q, task %q: %w", admission.ErrUnavailable, p.tenant, p.id, err)
+		return dispatch.Ticket{}, true, fmt.Errorf("%w: enqueue: tenant %q, task %q: %w", admission.ErrUnavailable, p.tenant, p.id, withCancel(cc, err))
 	case a.err != nil:
 		// The park failed. If it may have run, so may the write: that is
 		// no failure of admission (Enqueue marks it ambiguous).
 		a.fate = c.fateOf(p, &cc.trace, a.err)
+		perr := withCancel(cc, a.err)
 		switch {
 		case a.fate == maybe:
-			return dispatch.Ticket{}, true, fmt.Errorf("enqueue: tenant %q, task %q: %w", p.tenant, p.id, a.err)
+			return dispatch.Ticket{}, true, fmt.Errorf("enqueue: tenant %q, task %q: %w", p.tenant, p.id, perr)
 		case cc.trace.oom.Load():
-			return dispatch.Ticket{}, true, fmt.Errorf("%w: %w: enqueue: tenant %q, task %q: %w", admission.ErrUnavailable, ErrOutOfMemory, p.tenant, p.id, a.err)
+			return dispatch.Ticket{}, true, fmt.Errorf("%w: %w: enqueue: tenant %q, task %q: %w", admission.ErrUnavailable, ErrOutOfMemory, p.tenant, p.id, perr)
 		}
-		return dispatch.Ticket{}, true, fmt.Errorf("%w: enqueue: tenant %q, task %q: %w", admission.ErrUnavailable, p.tenant, p.id, a.err)
+		return dispatch.Ticket{}, true, fmt.Errorf("%w: enqueue: tenant %q, task %q: %w", admission.ErrUnavailable, p.tenant, p.id, perr)
 	case !a.tk.Written && !a.tk.Exists:
-		cc.along = nil // nothing written: write does it
+		// Nothing written: write does it, and traces its own call.
+		cc.along = nil
+		cc.trace.sent.Store(false)
+		cc.trace.oom.Store(false)
 		return a.tk, true, nil
 	}
 	a.info, a.fate, a.werr = c.wrote(cc, p, admission.Decision{Outcome: admission.Parked}, info, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/dispatch"
 	"github.com/admitq/admitq/internal/redistest"
+	"github.com/admitq/admitq/lua"
 )
 
 // scheduleMessage takes the message from asynq's schedule script call of
@@ -85,5 +86,51 @@ func TestAnUnknownWriteParksInTwoCalls(t *testing.T) {
 	}
 	if parked == 0 {
 		t.Fatal("no task waits")
+	}
+}
+
+// A park that goes straight in writes nothing, and leaves the call's
+// trace as it found it: the write after it is traced on its own, so that
+// one that is never sent reads as unwritten.
+func TestAParkThatWritesNothingLeavesNoTrace(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	g := admission.New(rdb, admission.StaticQuotas{Default: &admission.Quota{Limit: 1000, Window: time.Second}})
+	defer g.Close()
+	s, err := dispatch.New(rdb, g, nil).Serve(dispatch.Worker{Queues: []string{"q"}, Concurrency: 1, Fair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c := NewFromRedis(rdb, g)
+	p, err := c.prepare("t", asynq.NewTask("job", nil), []asynq.Option{asynq.Queue("q")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := callFor(ctx, p)
+	cc.alone = true
+	q, err := g.Quota(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, tried, err := c.parkWriting(cc, p, dispatch.Task{Queue: "q", Tenant: "t", ID: p.id}, q)
+	if err != nil || !tried || tk.Verdict != dispatch.Straight {
+		t.Fatalf("the first task: %+v, tried %v, %v; want it straight in", tk, tried, err)
+	}
+	if cc.along != nil || cc.trace.sent.Load() || cc.trace.oom.Load() {
+		t.Errorf("a park that wrote nothing left its trace: along %v, sent %v", cc.along != nil, cc.trace.sent.Load())
+	}
+}
+
+// The park sent as a script (Redis without functions) is traced only when
+// it writes its task; asynq's scripts always are.
+func TestAParkScriptIsTracedWhenItWrites(t *testing.T) {
+	p := newPipelined(nil)
+	park, asynqs := lua.FairPark().Plain.Hash(), "8ce6b38a99b73194585c251eb3c2a89559f37a87"
+	alone := &callContext{Context: context.Background()}
+	writing := &callContext{Context: context.Background(), along: &along{ran: true}}
+	if p.traces(alone, park) || !p.traces(writing, park) || !p.traces(alone, asynqs) || !p.traces(writing, asynqs) {
+		t.Errorf("traced: a park alone %v, writing %v; asynq's %v, %v", p.traces(alone, park), p.traces(writing, park), p.traces(alone, asynqs), p.traces(writing, asynqs))
 	}
 }

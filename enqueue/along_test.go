@@ -64,7 +64,7 @@ func TestAWaitingTaskIsWrittenByItsPark(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	enqueue1 := func(id string, opts ...asynq.Option) (*asynq.TaskInfo, admission.Decision, error, [2]int) {
+	enqueue1 := func(id string, opts ...asynq.Option) (*asynq.TaskInfo, admission.Decision, [2]int, error) {
 		t.Helper()
 		if err := k.rdb.ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatal(err)
@@ -72,13 +72,13 @@ func TestAWaitingTaskIsWrittenByItsPark(t *testing.T) {
 		info, d, err := k.client.Enqueue(ctx, "acme", asynq.NewTask("job", []byte("payload of "+id)),
 			append([]asynq.Option{asynq.Queue("fair"), asynq.TaskID(id), asynq.MaxRetry(7)}, opts...)...)
 		s, f := scriptCalls(t, k.rdb)
-		return info, d, err, [2]int{s, f}
+		return info, d, [2]int{s, f}, err
 	}
 	// The queue's room goes straight in, each with its park, admission
 	// and write.
 	i := 0
 	for ; ; i++ {
-		info, d, err, calls := enqueue1(fmt.Sprint("in", i))
+		info, d, calls, err := enqueue1(fmt.Sprint("in", i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +116,7 @@ func TestAWaitingTaskIsWrittenByItsPark(t *testing.T) {
 
 	// Its ID again: nothing written, nothing more waits.
 	before := k.rdb.HGet(ctx, "asynq:{fair}:t:"+waiting, "msg").Val()
-	_, _, err, calls := enqueue1(waiting, asynq.MaxRetry(1))
+	_, _, calls, err := enqueue1(waiting, asynq.MaxRetry(1))
 	if !enqueue.IsAmbiguous(err) || calls != [2]int{0, 1} {
 		t.Errorf("Enqueue of a waiting task's ID: %v (ambiguous %v), %v calls; want asynq's conflict, ambiguous, in one call", err, enqueue.IsAmbiguous(err), calls)
 	}
@@ -127,6 +127,16 @@ func TestAWaitingTaskIsWrittenByItsPark(t *testing.T) {
 		t.Errorf("%d tasks wait, want 1", n)
 	}
 
+	// The caller's context ends first: nothing sent, its cause told.
+	cause := errors.New("the caller's cause")
+	cctx, cancel := context.WithCancelCause(ctx)
+	cancel(cause)
+	_, _, err = k.client.Enqueue(cctx, "acme", asynq.NewTask("job", nil), asynq.Queue("fair"), asynq.TaskID("cancelled"))
+	if !errors.Is(err, cause) || !errors.Is(err, context.Canceled) || !errors.Is(err, admission.ErrUnavailable) || enqueue.IsAmbiguous(err) ||
+		k.rdb.Exists(ctx, "asynq:{fair}:t:cancelled").Val() != 0 {
+		t.Errorf("a cancelled call: %v (ambiguous %v), want its cause, unavailable, nothing written", err, enqueue.IsAmbiguous(err))
+	}
+
 	// Out of memory: refused before it runs, nothing stored or written.
 	waits := func() int64 { return k.rdb.LLen(ctx, "admitq:fair:{fair}:w:acme").Val() }
 	if err := k.rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
@@ -135,7 +145,7 @@ func TestAWaitingTaskIsWrittenByItsPark(t *testing.T) {
 	if err := k.rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err, _ = enqueue1("oom")
+	_, _, _, err = enqueue1("oom")
 	if err := k.rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +171,7 @@ func TestAWaitingTaskIsWrittenByItsPark(t *testing.T) {
 	}
 
 	// A task with a unique lock: a park, then asynq's write.
-	_, d, err, calls := enqueue1("locked", asynq.Unique(3600e9))
+	_, d, calls, err := enqueue1("locked", asynq.Unique(3600e9))
 	if err != nil || d.Outcome != admission.Parked {
 		t.Fatalf("a locked task: %v, %v", d.Outcome, err)
 	}

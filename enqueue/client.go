@@ -500,11 +500,7 @@ func (c *Client) wrote(cc *callContext, p prepared, d admission.Decision, info *
 		return info, written, nil
 	}
 	f := c.fateOf(p, &cc.trace, err)
-	if ctx.Err() != nil && !(errors.Is(err, ctx.Err()) && errors.Is(err, context.Cause(ctx))) {
-		// asynq flattens Redis errors into text; keep the caller's
-		// cancellation visible to errors.Is.
-		err = fmt.Errorf("%w: %w", ctxError(ctx), err)
-	}
+	err = withCancel(ctx, err)
 	if f == unwritten && cc.trace.oom.Load() {
 		err = fmt.Errorf("%w: %w", ErrOutOfMemory, err)
 	}
@@ -574,6 +570,17 @@ func (c *Client) settle(ctx context.Context, h hold, d admission.Decision, f fat
 	}
 	if rerr := c.gate.Release(rctx, slot); rerr != nil {
 		return fmt.Errorf("%w (releasing its slot failed too: %v)", err, rerr)
+	}
+	return err
+}
+
+// withCancel returns err, which ctx's call met, so that it matches
+// ctx.Err() and context.Cause(ctx) through errors.Is when ctx is done:
+// asynq flattens Redis errors into text, and a call cut short by ctx
+// does not carry its cause.
+func withCancel(ctx context.Context, err error) error {
+	if ctx.Err() != nil && !(errors.Is(err, ctx.Err()) && errors.Is(err, context.Cause(ctx))) {
+		return fmt.Errorf("%w: %w", ctxError(ctx), err)
 	}
 	return err
 }

@@ -38,7 +38,7 @@ func (c *Client) admit(cc *callContext, p prepared) (admission.Decision, dispatc
 		if !tried {
 			tk, err = c.disp.Park(cc, task, q)
 			if err != nil {
-				err = fmt.Errorf("%w: enqueue: tenant %q, task %q: %w", admission.ErrUnavailable, p.tenant, p.id, err)
+				err = fmt.Errorf("%w: enqueue: tenant %q, task %q: %w", admission.ErrUnavailable, p.tenant, p.id, withCancel(cc, err))
 			}
 		}
 		if err != nil {

@@ -2,6 +2,8 @@ package enqueue
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/internal/rediserr"
+	"github.com/admitq/admitq/lua"
 )
 
 // Group commit of asynq's writes. asynq writes each task with one script
@@ -56,7 +59,7 @@ const (
 // a pipeline is free go out together. A call that finds no pipeline out
 // sends its own from its caller's goroutine, which saves a lone producer a
 // goroutine's hand-off each way. The dispatcher's parks (FCALL) share them
-// too, untraced. Every other command goes to the
+// too, traced only when they write their task (along.go). Every other command goes to the
 // client it wraps, as it is: asynq's SADD of a new queue's name, before its
 // write.
 type pipelined struct {
@@ -64,6 +67,10 @@ type pipelined struct {
 	direct    bool // WithBatching(false): each call goes out alone, at once
 	maxBatch  int
 	maxFlight int
+
+	// parks are the SHA1s of the dispatcher's park as a script, which
+	// goes through here where Redis has no functions (traces).
+	parks map[string]bool
 
 	mu       sync.Mutex
 	pending  []*scriptCall
@@ -75,7 +82,17 @@ type pipelined struct {
 }
 
 func newPipelined(rdb redis.UniversalClient) *pipelined {
-	return &pipelined{UniversalClient: rdb, maxBatch: pipelineBatch, maxFlight: pipelineFlight}
+	park := lua.FairPark()
+	return &pipelined{UniversalClient: rdb, maxBatch: pipelineBatch, maxFlight: pipelineFlight,
+		parks: map[string]bool{park.Flagged.Hash(): true, park.Plain.Hash(): true}}
+}
+
+// traces reports whether a script call (sha, its script's SHA1) of ctx is
+// a write of the task to trace: asynq's, or the dispatcher's park when it
+// writes the task along (along.go), but not a park alone (sent as a
+// script where Redis has no functions).
+func (p *pipelined) traces(ctx context.Context, sha string) bool {
+	return !p.parks[sha] || writesAlong(ctx)
 }
 
 // sendGrace is the least time a script call has to go out once it is
@@ -105,11 +122,17 @@ func later(a, b time.Time) time.Time {
 // Eval is asynq's fallback when Redis has lost its script (NOSCRIPT): the
 // EVALSHA before it was sent, so this goes out too, whatever ctx.
 func (p *pipelined) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	traceSent(ctx)
+	sum := sha1.Sum([]byte(script))
+	traced := p.traces(ctx, hex.EncodeToString(sum[:]))
+	if traced {
+		traceSent(ctx)
+	}
 	sctx, cancel := sendContext(ctx)
 	defer cancel()
 	cmd := p.UniversalClient.Eval(sctx, script, keys, args...)
-	traceOOM(ctx, cmd)
+	if traced {
+		traceOOM(ctx, cmd)
+	}
 	return cmd
 }
 
@@ -148,7 +171,7 @@ func (p *pipelined) newCall(ctx context.Context, sha, fn string, keys []string, 
 		c = &scriptCall{done: make(chan struct{}, 1)}
 	}
 	c.ctx, c.sha, c.fn, c.keys, c.args = ctx, sha, fn, keys, args
-	c.traced = fn == "" || writesAlong(ctx)
+	c.traced = fn == "" && p.traces(ctx, sha) || fn != "" && writesAlong(ctx)
 	c.state.Store(queued)
 	return c
 }
@@ -172,11 +195,16 @@ func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args
 		return a.write(ctx, keys, args) // along.go
 	}
 	if p.direct {
-		traceSent(ctx)
+		traced := p.traces(ctx, sha)
+		if traced {
+			traceSent(ctx)
+		}
 		sctx, cancel := sendContext(ctx)
 		defer cancel()
 		cmd := p.UniversalClient.EvalSha(sctx, sha, keys, args...)
-		traceOOM(ctx, cmd)
+		if traced {
+			traceOOM(ctx, cmd)
+		}
 		return cmd
 	}
 	return p.call(p.newCall(ctx, sha, "", keys, args))

@@ -13,10 +13,11 @@
 -- ARGV[11] the task's asynq.Deadline µs (0 for none)
 -- ARGV[12] the task's flow (package rule's FlowID: its priority and keys)
 -- ARGV[13] newID: 1 when the ID was made for this call alone (Enqueue's
---          own), else 0. Its task is written only once the park has
---          answered, so it cannot be parked yet, and the look for it among
---          the parked tasks is skipped; it may be in run already (a park
---          resent by the client after a lost reply), so that look stays
+--          own), else 0. Its task is not written before its park, so it
+--          cannot be parked yet, and the look for it among the parked
+--          tasks is skipped; it may be in run already, or written by this
+--          park (a park resent by the client after a lost reply), so those
+--          looks stay
 -- ARGV[14] k, then k triples: each key of the flow, in its order, with its
 --          MaxInFlight and paused (1 or 0) as its quota says now
 -- ARGV[15 + 3k] (optional) the task's message, as asynq encodes it: a

@@ -13,6 +13,9 @@ local recent, fair, total = capacity()
 if not recent then
   return {'direct', now, 0}
 end
+if msg and call('EXISTS', TP .. id) == 1 then
+  return {'exists', now, 0}
+end
 local line = P .. 'lean'
 if call('LLEN', line) == 0 and room(fair, total) > 0 then
   call('HSET', run, id, 'f|0|' .. nowS .. '|' .. T)
