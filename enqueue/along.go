@@ -33,7 +33,7 @@ type along struct {
 	c     *Client
 	task  dispatch.Task
 	quota admission.Quota
-	// ran: asynq's script call reached the park, which set tk and err.
+	// ran: asynq's script call reached write, which set tk and err.
 	ran bool
 	tk  dispatch.Ticket
 	err error
@@ -139,10 +139,11 @@ func scheduleMessage(queue, id string, keys []string, args []any) ([]byte, bool)
 
 // parkWriting parks p's task t, and writes it along when it waits: asynq
 // writes the task parked through the Client's pipelined client, which
-// parks instead (along.write). It reports false when it did not try: the
-// task cannot be written so, or asynq's call did not reach the park
-// before it failed. Otherwise the ticket and error are the park's, and
-// cc's along holds the write's outcome for write.
+// parks instead (along.write). It reports false when it did not park:
+// the task cannot be written so, or asynq's write is not the script call
+// along.write knows. Otherwise the ticket and error are the park's (or,
+// when asynq failed before its script call, that failure), and cc's along
+// holds the write's outcome for write.
 func (c *Client) parkWriting(cc *callContext, p prepared, t dispatch.Task, q admission.Quota) (dispatch.Ticket, bool, error) {
 	if !cc.alone || c.rdb == nil || p.sched.unique > 0 || p.sched.group != "" || c.twoCalls.Load() {
 		return dispatch.Ticket{}, false, nil
