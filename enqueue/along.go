@@ -14,20 +14,20 @@ import (
 )
 
 // A park with its write. A task that waits its turn in a dispatched queue
-// took two round trips: the dispatcher's park, then asynq's write of the
-// task, parked. Enqueue on a Client made by NewFromRedis asks asynq to
-// write the task parked first, and its pipelined client turns asynq's
-// schedule script call into the park, carrying asynq's encoded message
-// (dispatch.Task.Message): when the task waits, the park's script writes
-// it as asynq's script would, in one call; when it goes straight in, or
-// is refused, nothing is written and asynq's call fails, and Enqueue goes
-// on as after a park alone. The task's slot header is then the producer's
-// clock at Enqueue, not Redis's at the park.
+// would take two round trips: the dispatcher's park, then asynq's write of
+// the task, parked. Enqueue and EnqueueBatch on a Client made by
+// NewFromRedis ask asynq to write the task parked first, and its pipelined
+// client turns asynq's schedule script call into the park, carrying
+// asynq's encoded message (dispatch.Task.Message): when the task waits,
+// the park's script writes it as asynq's script would, in one call; when
+// it goes straight in, or is refused, nothing is written and asynq's call
+// fails, and the call goes on as after a park alone. The task's slot
+// header is then the producer's clock at Enqueue, not Redis's at the park.
 //
-// Tasks with an asynq.Unique lock or an asynq.Group, EnqueueBatch, and a
-// Client made by New park and write in two calls.
+// Tasks with an asynq.Unique lock or an asynq.Group, and a Client made by
+// New, park and write in two calls.
 
-// along is one Enqueue's park that goes with its write, in its
+// along is one task's park that goes with its write, in its
 // callContext while asynq writes the task.
 type along struct {
 	c     *Client
@@ -145,7 +145,7 @@ func scheduleMessage(queue, id string, keys []string, args []any) ([]byte, bool)
 // when asynq failed before its script call, that failure), and cc's along
 // holds the write's outcome for write.
 func (c *Client) parkWriting(cc *callContext, p prepared, t dispatch.Task, q admission.Quota) (dispatch.Ticket, bool, error) {
-	if !cc.alone || c.rdb == nil || p.sched.unique > 0 || p.sched.group != "" || c.twoCalls.Load() {
+	if c.rdb == nil || p.sched.unique > 0 || p.sched.group != "" || c.twoCalls.Load() {
 		return dispatch.Ticket{}, false, nil
 	}
 	if calls, err := c.disp.Calls(cc, t, q); err != nil || !calls {

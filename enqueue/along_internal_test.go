@@ -110,7 +110,6 @@ func TestAParkThatWritesNothingLeavesNoTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	cc := callFor(ctx, p)
-	cc.alone = true
 	q, err := g.Quota(ctx, "t")
 	if err != nil {
 		t.Fatal(err)

@@ -212,3 +212,68 @@ func (h *loseReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		return err
 	}
 }
+
+// EnqueueBatch parks and writes each waiting task of a fair queue in one
+// call. When the first task's park may have written it before failing,
+// the batch returns results: that task's failure, ambiguous, and the
+// others not admitted.
+func TestABatchWritesEachWaitingTaskWithItsPark(t *testing.T) {
+	ctx := context.Background()
+	rs := redistest.Start(t)
+	rdb := rs.Client(t)
+	lose := &loseReply{}
+	rdb.AddHook(lose)
+	gate := admission.New(rdb, admission.StaticQuotas{Default: &roomy})
+	defer gate.Close()
+	srv, err := dispatch.New(rdb, gate, nil).Serve(dispatch.Worker{Queues: []string{"fair"}, Concurrency: 1, Fair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	client := enqueue.NewFromRedis(rdb, gate)
+	batch := func(n int) []*asynq.Task {
+		ts := make([]*asynq.Task, n)
+		for i := range ts {
+			ts[i] = asynq.NewTask("job", []byte(fmt.Sprint(i)))
+		}
+		return ts
+	}
+	// The queue's room goes straight in; the rest wait.
+	if _, err := client.EnqueueBatch(ctx, "acme", batch(4), asynq.Queue("fair")); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := client.EnqueueBatch(ctx, "acme", batch(5), asynq.Queue("fair"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if r.Err != nil || r.Decision.Outcome != admission.Parked || r.Info.State != asynq.TaskStateScheduled {
+			t.Fatalf("task %d: %v, %v", i, r.Decision.Outcome, r.Err)
+		}
+	}
+	if s, f := scriptCalls(t, rdb); s != 0 || f != 5 {
+		t.Errorf("5 waiting tasks took %d script and %d function calls, want 5 parks alone", s, f)
+	}
+	waits := func() int64 { return rdb.LLen(ctx, "admitq:fair:{fair}:w:acme").Val() }
+	before := waits()
+
+	lose.armed.Store(true)
+	res, err = client.EnqueueBatch(ctx, "acme", batch(3), asynq.Queue("fair"))
+	if err != nil {
+		t.Fatalf("a batch whose first park may have written its task: %v, want results", err)
+	}
+	if !enqueue.IsAmbiguous(res[0].Err) {
+		t.Errorf("the first task: %v, want ambiguous", res[0].Err)
+	}
+	for i, r := range res[1:] {
+		if r.Err == nil || enqueue.IsAmbiguous(r.Err) || r.Info != nil {
+			t.Errorf("task %d: %v, want not admitted", i+1, r.Err)
+		}
+	}
+	if got := waits(); got != before+1 {
+		t.Errorf("%d tasks wait, want %d: the first task's", got, before+1)
+	}
+}

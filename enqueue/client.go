@@ -180,7 +180,6 @@ func (c *Client) Enqueue(ctx context.Context, tenant string, task *asynq.Task, o
 		return nil, admission.Decision{}, err
 	}
 	cc := callFor(ctx, p)
-	cc.alone = true
 	d, tk, err := c.admit(cc, p)
 	if err != nil {
 		return nil, admission.Decision{}, c.settle(ctx, h, admission.Decision{}, cc.parkFate(), err)
@@ -259,18 +258,22 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 		}
 		actx = freshid.Mark(ctx, ids...)
 	}
-	ds, tks, errs, err := c.admitAll(actx, tenant, ps)
+	ccs := make([]*callContext, len(ps))
+	for j, p := range ps {
+		ccs[j] = callFor(actx, p)
+	}
+	ds, tks, errs, err := c.admitAll(actx, tenant, ps, ccs)
 	if err != nil {
 		return nil, leave(err)
 	}
 	for j, p := range ps {
 		r := &rs[p.index]
 		if errs[j] != nil {
-			r.Err = c.settle(ctx, hs[j], admission.Decision{}, unwritten, errs[j])
+			r.Err = c.settle(ctx, hs[j], admission.Decision{}, ccs[j].parkFate(), errs[j])
 			continue
 		}
 		r.Decision = ds[j]
-		info, f, err := c.write(&callContext{Context: ctx}, p, ds[j])
+		info, f, err := c.write(ccs[j], p, ds[j])
 		if ds[j].Outcome != admission.Rejected {
 			err = c.abandon(ctx, tks[j], f, err)
 		}
@@ -378,9 +381,7 @@ type callContext struct {
 	context.Context
 	made  string // the task's ID when Enqueue made it, else ""
 	trace writeTrace
-	// alone: Enqueue's call, whose park may write its task (parkWriting);
-	// along is that park, once tried.
-	alone bool
+	// along is the park that writes the task (parkWriting), once tried.
 	along *along
 }
 

@@ -21,27 +21,34 @@ func notBefore(at time.Time) time.Time {
 // admitAll decides ps, in order, in one gate round trip for each run of
 // tasks that start at the same time (most batches are one run: tasks with
 // no time of their own), or, where a task's queue is dispatched for the
-// tenant, task by task through the dispatcher. ds[j] is ps[j]'s decision
-// and tks[j] its ticket, unless errs[j] says why it was not decided: a task
-// whose admission failed after an earlier one's succeeded, and every task
-// after it, are not admitted. err, with nothing admitted, is the first
-// task's failure.
-func (c *Client) admitAll(ctx context.Context, tenant string, ps []prepared) (ds []admission.Decision, tks []dispatch.Ticket, errs []error, err error) {
+// tenant, task by task through the dispatcher, in ccs[j], the context of
+// ps[j]'s admission and write (its park may write it: parkWriting). ds[j]
+// is ps[j]'s decision and tks[j] its ticket, unless errs[j] says why it
+// was not decided: a task whose admission failed after an earlier one's
+// succeeded, and every task after it, are not admitted; a task whose park
+// failed after it may have written it keeps its own failure. err, with
+// nothing admitted, is the first task's failure.
+func (c *Client) admitAll(ctx context.Context, tenant string, ps []prepared, ccs []*callContext) (ds []admission.Decision, tks []dispatch.Ticket, errs []error, err error) {
 	tks = make([]dispatch.Ticket, len(ps))
 	errs = make([]error, len(ps))
 	if c.dispatched(ctx, tenant, ps) {
 		ds = make([]admission.Decision, len(ps))
 		for j, p := range ps {
-			ds[j], tks[j], err = c.admit(callFor(ctx, p), p)
-			if err != nil {
-				if j == 0 {
-					return nil, nil, nil, err
-				}
-				for k := j; k < len(ps); k++ {
-					errs[k] = fmt.Errorf("task %d: not admitted: %w", ps[k].index, err)
-				}
-				return ds, tks, errs, nil
+			ds[j], tks[j], err = c.admit(ccs[j], p)
+			if err == nil {
+				continue
 			}
+			written := ccs[j].parkFate() != unwritten // its park may have written it
+			if j == 0 && !written {
+				return nil, nil, nil, err
+			}
+			for k := j; k < len(ps); k++ {
+				errs[k] = fmt.Errorf("task %d: not admitted: %w", ps[k].index, err)
+			}
+			if written {
+				errs[j] = fmt.Errorf("task %d: %w", p.index, err)
+			}
+			return ds, tks, errs, nil
 		}
 		return ds, tks, errs, nil
 	}
