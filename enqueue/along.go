@@ -56,7 +56,7 @@ func (cc *callContext) parkFate() fate {
 type alongKey struct{}
 
 // errNotWritten fails asynq's call when its task did not wait: nothing
-// was written, and Enqueue goes on as after a park alone.
+// was written, and the call goes on as after a park alone.
 var errNotWritten = errors.New("enqueue: the task does not wait: written after admission")
 
 // errNotSchedule fails asynq's call when it is not the write of the

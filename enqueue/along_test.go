@@ -269,8 +269,8 @@ func TestABatchWritesEachWaitingTaskWithItsPark(t *testing.T) {
 		t.Errorf("the first task: %v, want ambiguous", res[0].Err)
 	}
 	for i, r := range res[1:] {
-		if r.Err == nil || enqueue.IsAmbiguous(r.Err) || r.Info != nil {
-			t.Errorf("task %d: %v, want not admitted", i+1, r.Err)
+		if !errors.Is(r.Err, admission.ErrUnavailable) || enqueue.IsAmbiguous(r.Err) || r.Info != nil {
+			t.Errorf("task %d: %v, want not admitted, unavailable", i+1, r.Err)
 		}
 	}
 	if got := waits(); got != before+1 {
