@@ -134,3 +134,39 @@ func TestAParkScriptIsTracedWhenItWrites(t *testing.T) {
 		t.Errorf("traced: a park alone %v, writing %v; asynq's %v, %v", p.traces(alone, park), p.traces(writing, park), p.traces(alone, asynqs), p.traces(writing, asynqs))
 	}
 }
+
+// asynq's ID conflict on an ID this call made finds the task its own first
+// attempt wrote (go-redis resent it): enqueued. On a caller's ID, or with
+// the task gone, it stays ambiguous.
+func TestAConflictOnAMadeIDIsTheCallsOwnWrite(t *testing.T) {
+	ctx := context.Background()
+	c, _, rdb := fairQueue(t)
+	ac := asynq.NewClientFromRedisClient(rdb)
+	defer ac.Close()
+	for _, tc := range []struct {
+		desc        string
+		made, there bool
+		want        fate
+	}{
+		{"a made ID, its task there", true, true, written},
+		{"a made ID, its task gone", true, false, maybe},
+		{"the caller's ID, a task there", false, true, maybe},
+	} {
+		p, err := c.prepare("t", asynq.NewTask("job", []byte(tc.desc)), []asynq.Option{asynq.Queue("q")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.made = tc.made
+		if tc.there {
+			if _, err := ac.Enqueue(asynq.NewTask("job", []byte(tc.desc)), asynq.Queue("q"), asynq.TaskID(p.id)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cc := callFor(ctx, p)
+		cc.trace.sent.Store(true)
+		info, f, err := c.wrote(cc, p, admission.Decision{}, nil, fmt.Errorf("asynq: %w", asynq.ErrTaskIDConflict))
+		if f != tc.want || (f == written) != (err == nil && info != nil && string(info.Payload) == tc.desc) {
+			t.Errorf("%s: %v (%v, info %v), want %v", tc.desc, f, err, info != nil, tc.want)
+		}
+	}
+}

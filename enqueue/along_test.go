@@ -169,6 +169,12 @@ func TestAWaitingTaskIsWrittenByItsPark(t *testing.T) {
 			t.Errorf("call %d: the task whose reply was lost: %v, %d waiting; want it parked, 2 waiting", i+1, err, waits())
 		}
 	}
+	// An ID Enqueue made, its reply lost: as ambiguous, and there once.
+	lose.armed.Store(true)
+	_, _, err = late.Enqueue(ctx, "acme", asynq.NewTask("job", nil), asynq.Queue("fair"))
+	if !enqueue.IsAmbiguous(err) || waits() != 3 {
+		t.Errorf("a made ID whose reply was lost: %v, %d waiting; want ambiguous, 3 waiting", err, waits())
+	}
 
 	// A task with a unique lock: a park, then asynq's write.
 	_, d, calls, err := enqueue1("locked", asynq.Unique(3600e9))

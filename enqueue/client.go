@@ -500,12 +500,29 @@ func (c *Client) wrote(cc *callContext, p prepared, d admission.Decision, info *
 		}
 		return info, written, nil
 	}
+	if info, ok := c.ownConflict(p, err); ok {
+		return info, written, nil
+	}
 	f := c.fateOf(p, &cc.trace, err)
 	err = withCancel(ctx, err)
 	if f == unwritten && cc.trace.oom.Load() {
 		err = fmt.Errorf("%w: %w", ErrOutOfMemory, err)
 	}
 	return nil, f, fmt.Errorf("enqueue: tenant %q, task %q: %w", p.tenant, p.id, err)
+}
+
+// ownConflict tells whether asynq's error err, a task ID conflict on an
+// ID this call made, found the task this call wrote: only this call writes
+// that ID, so go-redis resent a write (or a park that writes its task)
+// whose first attempt ran. It returns the task as asynq reads it then
+// (NewFromRedis); a task gone since, or a failed read, leaves the write
+// ambiguous.
+func (c *Client) ownConflict(p prepared, err error) (*asynq.TaskInfo, bool) {
+	if !p.made || c.rdb == nil || !errors.Is(err, asynq.ErrTaskIDConflict) {
+		return nil, false
+	}
+	info, ierr := asynq.NewInspectorFromRedisClient(c.rdb).GetTaskInfo(queueOf(p.opts), p.id)
+	return info, ierr == nil
 }
 
 // fateOf tells, from asynq's error err and the trace of what was sent,

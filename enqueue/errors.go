@@ -63,9 +63,11 @@ func (e *RejectedError) RetryAfter() time.Duration { return e.Decision.Delay() }
 // asynq.ErrTaskIDConflict if the task is there; do not enqueue the task
 // again under a new ID, which could run it twice.
 //
-// These failures are ambiguous: asynq.ErrTaskIDConflict (the task with the
-// ID is in the queue, written by this call, which go-redis retried, or by
-// another with the ID); asynq.ErrDuplicateTask when a task with the ID is
+// These failures are ambiguous: asynq.ErrTaskIDConflict on an ID of the
+// caller's (the task with the ID is in the queue, written by this call,
+// which go-redis retried, or by another with the ID; on an ID Enqueue
+// made, only this call's own first attempt can hold it, and a Client made
+// by NewFromRedis returns the task as enqueued); asynq.ErrDuplicateTask when a task with the ID is
 // in the queue (the retry of a write that ran finds its own lock); a
 // timeout, a network error or ctx done while the write was out; and any
 // Redis error reply to asynq's write, such as LOADING, since it may answer
