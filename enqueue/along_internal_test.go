@@ -130,8 +130,12 @@ func TestAParkScriptIsTracedWhenItWrites(t *testing.T) {
 	park, asynqs := lua.FairPark().Plain.Hash(), "8ce6b38a99b73194585c251eb3c2a89559f37a87"
 	alone := &callContext{Context: context.Background()}
 	writing := &callContext{Context: context.Background(), along: &along{ran: true}}
-	if p.traces(alone, park) || !p.traces(writing, park) || !p.traces(alone, asynqs) || !p.traces(writing, asynqs) {
-		t.Errorf("traced: a park alone %v, writing %v; asynq's %v, %v", p.traces(alone, park), p.traces(writing, park), p.traces(alone, asynqs), p.traces(writing, asynqs))
+	if p.traces(alone, park, "") || !p.traces(writing, park, "") || !p.traces(alone, asynqs, "") || !p.traces(writing, asynqs, "") {
+		t.Errorf("traced: a park alone %v, writing %v; asynq's %v, %v", p.traces(alone, park, ""), p.traces(writing, park, ""), p.traces(alone, asynqs, ""), p.traces(writing, asynqs, ""))
+	}
+	fn := lua.FairPark().Function
+	if p.traces(alone, "", fn) || !p.traces(writing, "", fn) {
+		t.Errorf("traced: the park's function alone %v, writing %v", p.traces(alone, "", fn), p.traces(writing, "", fn))
 	}
 }
 

@@ -43,13 +43,14 @@ func (c *Client) admitAll(ctx context.Context, tenant string, ps []prepared, ccs
 				return nil, nil, nil, err
 			}
 			for k := j; k < len(ps); k++ {
-				errs[k] = fmt.Errorf("task %d: not admitted: %w", ps[k].index, err)
-			}
-			if written {
-				// Only task j may be there: those after it were not tried,
-				// and did not meet its failure.
-				errs[j] = fmt.Errorf("task %d: %w", p.index, err)
-				for k := j + 1; k < len(ps); k++ {
+				switch {
+				case !written:
+					errs[k] = fmt.Errorf("task %d: not admitted: %w", ps[k].index, err)
+				case k == j:
+					errs[k] = fmt.Errorf("task %d: %w", p.index, err)
+				default:
+					// Only task j may be there: those after it were not
+					// tried, and did not meet its failure.
 					errs[k] = fmt.Errorf("%w: task %d: not admitted: task %d's park failed: %v", admission.ErrUnavailable, ps[k].index, p.index, err)
 				}
 			}

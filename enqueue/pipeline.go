@@ -59,9 +59,9 @@ const (
 // a pipeline is free go out together. A call that finds no pipeline out
 // sends its own from its caller's goroutine, which saves a lone producer a
 // goroutine's hand-off each way. The dispatcher's parks (FCALL) share them
-// too, traced only when they write their task (along.go). Every other command goes to the
-// client it wraps, as it is: asynq's SADD of a new queue's name, before its
-// write.
+// too, traced only when they write their task (along.go). Every other
+// command goes to the client it wraps, as it is: asynq's SADD of a new
+// queue's name, before its write.
 type pipelined struct {
 	redis.UniversalClient
 	direct    bool // WithBatching(false): each call goes out alone, at once
@@ -87,12 +87,30 @@ func newPipelined(rdb redis.UniversalClient) *pipelined {
 		parks: map[string]bool{park.Flagged.Hash(): true, park.Plain.Hash(): true}}
 }
 
-// traces reports whether a script call (sha, its script's SHA1) of ctx is
-// a write of the task to trace: asynq's, or the dispatcher's park when it
-// writes the task along (along.go), but not a park alone (sent as a
-// script where Redis has no functions).
-func (p *pipelined) traces(ctx context.Context, sha string) bool {
-	return !p.parks[sha] || writesAlong(ctx)
+// traces reports whether a call of ctx, to script sha (its SHA1) or to
+// function fn, is a write of the task to trace: asynq's script, or the
+// dispatcher's park (a function, or a script where Redis has no
+// functions) when it writes the task along (along.go), not alone.
+func (p *pipelined) traces(ctx context.Context, sha, fn string) bool {
+	if fn != "" || p.parks[sha] {
+		return writesAlong(ctx)
+	}
+	return true
+}
+
+// sendNow sends one call of ctx at once (send, on sendContext), and
+// records it in ctx's writeTrace if traced.
+func sendNow(ctx context.Context, traced bool, send func(context.Context) *redis.Cmd) *redis.Cmd {
+	if traced {
+		traceSent(ctx)
+	}
+	sctx, cancel := sendContext(ctx)
+	defer cancel()
+	cmd := send(sctx)
+	if traced {
+		traceOOM(ctx, cmd)
+	}
+	return cmd
 }
 
 // sendGrace is the least time a script call has to go out once it is
@@ -123,17 +141,9 @@ func later(a, b time.Time) time.Time {
 // EVALSHA before it was sent, so this goes out too, whatever ctx.
 func (p *pipelined) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
 	sum := sha1.Sum([]byte(script))
-	traced := p.traces(ctx, hex.EncodeToString(sum[:]))
-	if traced {
-		traceSent(ctx)
-	}
-	sctx, cancel := sendContext(ctx)
-	defer cancel()
-	cmd := p.UniversalClient.Eval(sctx, script, keys, args...)
-	if traced {
-		traceOOM(ctx, cmd)
-	}
-	return cmd
+	return sendNow(ctx, p.traces(ctx, hex.EncodeToString(sum[:]), ""), func(sctx context.Context) *redis.Cmd {
+		return p.UniversalClient.Eval(sctx, script, keys, args...)
+	})
 }
 
 // Script call states: the caller who leaves and the pipeline that sends
@@ -171,7 +181,7 @@ func (p *pipelined) newCall(ctx context.Context, sha, fn string, keys []string, 
 		c = &scriptCall{done: make(chan struct{}, 1)}
 	}
 	c.ctx, c.sha, c.fn, c.keys, c.args = ctx, sha, fn, keys, args
-	c.traced = fn == "" && p.traces(ctx, sha) || fn != "" && writesAlong(ctx)
+	c.traced = p.traces(ctx, sha, fn)
 	c.state.Store(queued)
 	return c
 }
@@ -195,17 +205,9 @@ func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args
 		return a.write(ctx, keys, args) // along.go
 	}
 	if p.direct {
-		traced := p.traces(ctx, sha)
-		if traced {
-			traceSent(ctx)
-		}
-		sctx, cancel := sendContext(ctx)
-		defer cancel()
-		cmd := p.UniversalClient.EvalSha(sctx, sha, keys, args...)
-		if traced {
-			traceOOM(ctx, cmd)
-		}
-		return cmd
+		return sendNow(ctx, p.traces(ctx, sha, ""), func(sctx context.Context) *redis.Cmd {
+			return p.UniversalClient.EvalSha(sctx, sha, keys, args...)
+		})
 	}
 	return p.call(p.newCall(ctx, sha, "", keys, args))
 }
@@ -218,17 +220,9 @@ func (p *pipelined) FCall(ctx context.Context, fn string, keys []string, args ..
 		return unsent(ctx, "fcall", fn, err)
 	}
 	if p.direct {
-		traced := writesAlong(ctx)
-		if traced {
-			traceSent(ctx)
-		}
-		sctx, cancel := sendContext(ctx)
-		defer cancel()
-		cmd := p.UniversalClient.FCall(sctx, fn, keys, args...)
-		if traced {
-			traceOOM(ctx, cmd)
-		}
-		return cmd
+		return sendNow(ctx, p.traces(ctx, "", fn), func(sctx context.Context) *redis.Cmd {
+			return p.UniversalClient.FCall(sctx, fn, keys, args...)
+		})
 	}
 	return p.call(p.newCall(ctx, "", fn, keys, args))
 }
