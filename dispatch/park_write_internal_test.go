@@ -55,6 +55,16 @@ func TestAParkWithItsMessageWritesAWaitingTaskOnce(t *testing.T) {
 	if n := rdb.LLen(ctx, d.keysFor("default").waitingKey("t")).Val(); n != 1 {
 		t.Errorf("%d entries wait, want 1", n)
 	}
+	// A resend after the queue went direct (the last worker's record
+	// lapsed in between) still finds the task it wrote.
+	k := d.keysFor("default")
+	if err := rdb.Del(ctx, k.workers, k.meta).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if again := park("a"); !again.Exists || again.Verdict != Wait {
+		t.Errorf("a park of the ID once the queue is direct: %+v, want Exists", again)
+	}
+	d.fairWorker(t, 1)
 	// Another task's written by asynq, not parked: found, nothing stored.
 	if err := rdb.HSet(ctx, "asynq:{default}:t:other", "msg", "x", "state", "pending").Err(); err != nil {
 		t.Fatal(err)

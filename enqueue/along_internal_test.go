@@ -148,13 +148,14 @@ func TestAConflictOnAMadeIDIsTheCallsOwnWrite(t *testing.T) {
 	ac := asynq.NewClientFromRedisClient(rdb)
 	defer ac.Close()
 	for _, tc := range []struct {
-		desc        string
-		made, there bool
-		want        fate
+		desc              string
+		made, there, over bool // over: the call's context ended
+		want              fate
 	}{
-		{"a made ID, its task there", true, true, written},
-		{"a made ID, its task gone", true, false, maybe},
-		{"the caller's ID, a task there", false, true, maybe},
+		{"a made ID, its task there", true, true, false, written},
+		{"a made ID, its task gone", true, false, false, maybe},
+		{"the caller's ID, a task there", false, true, false, maybe},
+		{"a made ID, its task there, the call's context over", true, true, true, maybe},
 	} {
 		p, err := c.prepare("t", asynq.NewTask("job", []byte(tc.desc)), []asynq.Option{asynq.Queue("q")})
 		if err != nil {
@@ -166,11 +167,19 @@ func TestAConflictOnAMadeIDIsTheCallsOwnWrite(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		cc := callFor(ctx, p)
+		cctx, cancel := context.WithCancel(ctx)
+		if tc.over {
+			cancel()
+		}
+		cc := callFor(cctx, p)
 		cc.trace.sent.Store(true)
 		info, f, err := c.wrote(cc, p, admission.Decision{}, nil, fmt.Errorf("asynq: %w", asynq.ErrTaskIDConflict))
 		if f != tc.want || (f == written) != (err == nil && info != nil && string(info.Payload) == tc.desc) {
 			t.Errorf("%s: %v (%v, info %v), want %v", tc.desc, f, err, info != nil, tc.want)
 		}
+		if tc.over && !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: %v, want the context's cause", tc.desc, err)
+		}
+		cancel()
 	}
 }

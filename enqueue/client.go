@@ -500,7 +500,7 @@ func (c *Client) wrote(cc *callContext, p prepared, d admission.Decision, info *
 		}
 		return info, written, nil
 	}
-	if info, ok := c.ownConflict(p, err); ok {
+	if info, ok := c.ownConflict(ctx, p, err); ok {
 		return info, written, nil
 	}
 	f := c.fateOf(p, &cc.trace, err)
@@ -516,13 +516,31 @@ func (c *Client) wrote(cc *callContext, p prepared, d admission.Decision, info *
 // that ID, so go-redis resent a write (or a park that writes its task)
 // whose first attempt ran. It returns the task as asynq reads it then
 // (NewFromRedis); a task gone since, or a failed read, leaves the write
-// ambiguous.
-func (c *Client) ownConflict(p prepared, err error) (*asynq.TaskInfo, bool) {
-	if !p.made || c.rdb == nil || !errors.Is(err, asynq.ErrTaskIDConflict) {
+// ambiguous. The Inspector takes no context, so the read is waited for
+// until ctx ends, and at most releaseTimeout; a call whose ctx is over, or
+// a read that outlasts that, leaves the write ambiguous too.
+func (c *Client) ownConflict(ctx context.Context, p prepared, err error) (*asynq.TaskInfo, bool) {
+	if !p.made || c.rdb == nil || !errors.Is(err, asynq.ErrTaskIDConflict) || ctx.Err() != nil {
 		return nil, false
 	}
-	info, ierr := asynq.NewInspectorFromRedisClient(c.rdb).GetTaskInfo(queueOf(p.opts), p.id)
-	return info, ierr == nil
+	type read struct {
+		info *asynq.TaskInfo
+		err  error
+	}
+	got := make(chan read, 1)
+	go func() {
+		info, err := asynq.NewInspectorFromRedisClient(c.rdb).GetTaskInfo(queueOf(p.opts), p.id)
+		got <- read{info, err}
+	}()
+	wait := time.NewTimer(releaseTimeout)
+	defer wait.Stop()
+	select {
+	case r := <-got:
+		return r.info, r.err == nil
+	case <-ctx.Done():
+	case <-wait.C:
+	}
+	return nil, false
 }
 
 // fateOf tells, from asynq's error err and the trace of what was sent,

@@ -67,11 +67,12 @@ func (e *RejectedError) RetryAfter() time.Duration { return e.Decision.Delay() }
 // caller's (the task with the ID is in the queue, written by this call,
 // which go-redis retried, or by another with the ID; on an ID Enqueue
 // made, only this call's own first attempt can hold it, and a Client made
-// by NewFromRedis returns the task as enqueued); asynq.ErrDuplicateTask when a task with the ID is
-// in the queue (the retry of a write that ran finds its own lock); a
-// timeout, a network error or ctx done while the write was out; and any
-// Redis error reply to asynq's write, such as LOADING, since it may answer
-// a retry of an attempt that ran.
+// by NewFromRedis reads the task back, while ctx lasts and for at most a
+// second, and returns it as enqueued); asynq.ErrDuplicateTask when a task
+// with the ID is in the queue (the retry of a write that ran finds its own
+// lock); a timeout, a network error or ctx done while the write was out;
+// and any Redis error reply to asynq's write, such as LOADING, since it
+// may answer a retry of an attempt that ran.
 //
 // Every other error is definite: the task was not enqueued by this call,
 // and the caller still holds it. That covers a rejection (ErrRejected),

@@ -55,12 +55,14 @@ local cap, maxParked, wm, paused = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumbe
 local f, newID, nk = ARGV[12], ARGV[13] == '1', tonumber(ARGV[14])
 local msg = ARGV[15 + 3 * nk]
 
+-- A park resent after a lost reply finds the task it wrote, even if the
+-- queue has gone direct since.
+if msg and call('EXISTS', TP .. id) == 1 then
+  return {'exists', now, 0}
+end
 local recent, fair, total = capacity()
 if not recent or (not fair and cap == 0 and paused ~= '1' and nk == 0) then
   return {'direct', now, 0}
-end
-if msg and call('EXISTS', TP .. id) == 1 then
-  return {'exists', now, 0}
 end
 if call('HEXISTS', run, id) == 1 then
   return {'in-again', now, 0}

@@ -9,12 +9,12 @@
 -- writes a task that waits, as fair_park.lua does.
 local T, id, nb, uttl = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local msg = ARGV[15 + 3 * tonumber(ARGV[14])]
+if msg and call('EXISTS', TP .. id) == 1 then
+  return {'exists', now, 0}
+end
 local recent, fair, total = capacity()
 if not recent then
   return {'direct', now, 0}
-end
-if msg and call('EXISTS', TP .. id) == 1 then
-  return {'exists', now, 0}
 end
 local line = P .. 'lean'
 if call('LLEN', line) == 0 and room(fair, total) > 0 then
