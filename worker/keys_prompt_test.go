@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -34,6 +35,8 @@ func TestTasksBesideAHeldKeyGoInPromptly(t *testing.T) {
 			}
 			// Let the dispatcher's loop settle into its idle wait.
 			time.Sleep(1500 * time.Millisecond)
+			var waits []time.Duration // from each enqueue to its start
+			var slowest string
 			for i := range 4 {
 				for _, tenant := range []string{"a", "b"} {
 					for _, opts := range [][]asynq.Option{nil, {enqueue.Keys("other")}} {
@@ -44,12 +47,20 @@ func TestTasksBesideAHeldKeyGoInPromptly(t *testing.T) {
 						s.mu.Lock()
 						started := s.startAt[id][0].Sub(at)
 						s.mu.Unlock()
-						if started > 300*time.Millisecond {
-							t.Errorf("task %s (%s) started %v after its enqueue, want at once beside the %s key", id, d.Outcome, started, how)
+						if len(waits) == 0 || started > slices.Max(waits) {
+							slowest = fmt.Sprintf("task %s (%s)", id, d.Outcome)
 						}
+						waits = append(waits, started)
 						time.Sleep(100 * time.Millisecond)
 					}
 				}
+			}
+			// The defect held every task back, to the idle tick; a
+			// scheduler's stall delays one. So the second slowest counts.
+			slices.Sort(waits)
+			t.Logf("from enqueue to start: median %v, slowest %v (%s)", waits[len(waits)/2], waits[len(waits)-1], slowest)
+			if w := waits[len(waits)-2]; w > 300*time.Millisecond {
+				t.Errorf("the second slowest task started %v after its enqueue, want at once beside the %s key: %v", w, how, waits)
 			}
 		})
 	}
