@@ -386,14 +386,21 @@ func TestThrottledKeyTheTaskDoesNotCarryHoldsNothing(t *testing.T) {
 			}
 		}
 	}
-	enqueued := time.Now()
 	s.waitRuns(ids, 10*time.Second)
-	if d := time.Since(enqueued); d > 500*time.Millisecond {
-		t.Errorf("the tasks took %v after the last enqueue (%v after the throttle) to run, want them not held", d, time.Since(throttled))
-	}
 	poll(t, "the throttled task to run again", func() bool { return s.ran("throttled") == 2 })
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// A hold of either key or of the tenant would keep some of them to
+	// the throttle's 3 s; a second under it leaves room for a stall.
+	var last time.Time
+	for _, id := range ids {
+		if at := s.startAt[id][0]; at.After(last) {
+			last = at
+		}
+	}
+	if d := last.Sub(throttled); d > 2*time.Second {
+		t.Errorf("the last of the tasks started %v after the throttle, want them not held (3s)", d)
+	}
 	if d := s.startAt["throttled"][1].Sub(throttled); d < 3*time.Second {
 		t.Errorf("the throttled task ran again %v after the throttle, want at least 3s", d)
 	}
