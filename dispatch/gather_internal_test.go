@@ -9,9 +9,9 @@ import (
 )
 
 // A loop lets finishes gather only while asynq's pending list keeps the
-// workers busy for three turns and three gatherings more, at the peak rate
-// they finish tasks, which a stall does not lower at once; the deeper the
-// list is in time, the longer, up to gatherMost.
+// workers busy for gatherSpare times a gathering and a turn, at the peak
+// rate they finish tasks, which a stall does not lower at once; the
+// deeper the list is in time, the longer, up to gatherMost.
 func TestGatheringNeverLetsThePendingListRunDry(t *testing.T) {
 	l := &loop{s: &Server{most: 2 * 16}}
 	l.pace.cycle = (500 * time.Microsecond).Seconds()
@@ -22,18 +22,18 @@ func TestGatheringNeverLetsThePendingListRunDry(t *testing.T) {
 		now = now.Add(time.Millisecond)
 		l.pace.turned(now)
 	}
-	// gathering for g needs queued/8,000 s ≥ 3 × (0.5 ms + g)
+	// gathering for g needs queued/8,000 s ≥ 1.5 × (0.5 ms + g)
 	for _, c := range []struct {
 		queued, live int
 		want         time.Duration
 	}{
 		{queued: 0, live: 16},
-		{queued: 8, live: 16},  // 1 ms of work: no
-		{queued: 32, live: 16}, // 4 ms: 4.5 ms is needed for gatherFor
-		{queued: 40, live: 16, want: 1166667 * time.Nanosecond}, // 5 ms
-		{queued: 40, live: 32}, // two such workers finish twice as fast
-		{queued: 100, live: 16, want: 3666667 * time.Nanosecond}, // 12.5 ms
-		{queued: 200, live: 16, want: gatherMost},                // 25 ms
+		{queued: 8, live: 16}, // 1 ms of work: 1.125 ms is needed for gatherFor
+		{queued: 10, live: 16, want: 333333 * time.Nanosecond},  // 1.25 ms
+		{queued: 40, live: 16, want: 2833333 * time.Nanosecond}, // 5 ms
+		{queued: 40, live: 32, want: 1166667 * time.Nanosecond}, // two such workers finish twice as fast
+		{queued: 48, live: 16, want: 3500 * time.Microsecond},   // 6 ms
+		{queued: 100, live: 16, want: gatherMost},               // 12.5 ms
 	} {
 		if got := l.gather(turnResult{queued: c.queued, live: c.live}, true); (got - c.want).Abs() > time.Microsecond {
 			t.Errorf("queued %d, live %d: gather %v, want %v", c.queued, c.live, got, c.want)
@@ -46,8 +46,8 @@ func TestGatheringNeverLetsThePendingListRunDry(t *testing.T) {
 	// list) leaves the peak rate about as it was.
 	l.pace.got = 0
 	l.pace.turned(now.Add(20 * time.Millisecond))
-	if got := l.gather(turnResult{queued: 40, live: 16}, true); got < gatherFor || got > 1200*time.Microsecond {
-		t.Errorf("after a stall: gather %v, want about 1.17 ms", got)
+	if got := l.gather(turnResult{queued: 40, live: 16}, true); got < 2800*time.Microsecond || got > 2850*time.Microsecond {
+		t.Errorf("after a stall: gather %v, want about 2.83 ms", got)
 	}
 }
 

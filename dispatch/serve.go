@@ -34,12 +34,19 @@ const (
 	firstRetry = 250 * time.Microsecond
 	// gatherFor and gatherMost are the shortest and the longest a loop
 	// lets finishes gather for its next turn, so that one turn hands in
-	// several: so long that three turns and three gatherings fit in the
-	// time asynq's pending list keeps the queue's workers busy, at the rate
-	// they finish tasks, so that they never find it empty meanwhile (an
-	// asynq worker that does sleeps its TaskCheckInterval).
-	gatherFor  = time.Millisecond
-	gatherMost = 4 * time.Millisecond
+	// several: so long that a gathering and a turn fit gatherSpare times
+	// in the time asynq's pending list keeps the queue's workers busy, at
+	// the rate they finish tasks, so that they never find it empty
+	// meanwhile (an asynq worker that does waits for the next move). A
+	// turn costs Redis about as much for one finish as for ten, and Redis
+	// answers every call, asynq's dequeues among them, later the busier it
+	// is: on 2 ms tasks, gathering from 1 ms with three times the spare
+	// left turns of two or three finishes, 46 commands a task and the
+	// drain at 0.78-0.83x bare asynq; from 250 µs with half as much again
+	// to spare, 41 commands and 0.85-0.92x.
+	gatherFor   = 250 * time.Microsecond
+	gatherMost  = 4 * time.Millisecond
+	gatherSpare = 1.5
 	// syncEvery is how often a loop looks up the quotas of its queue's
 	// paused tenants, the next syncTenants in line and its keys: with the
 	// quota cache's admission.DefaultRefresh, a pause or a resume reaches
@@ -602,8 +609,8 @@ func (l *loop) gatherAfter(tr turnResult, ok bool, ops []moveOp, fs []finish) ti
 // gather is how long the loop lets finishes gather after a turn (ok: it
 // succeeded) that found tr: the longest g up to gatherMost such that
 // asynq's pending list keeps the queue's live workers busy, at this
-// worker's peak rate, for three turns with their admissions and three
-// times g more; none when that is under gatherFor. So the workers do not
+// worker's peak rate, for gatherSpare times g and a turn with its
+// admissions; none when that is under gatherFor. So the workers do not
 // find the list empty for a gathering, and the longer tasks take, the
 // more finishes a turn hands in.
 func (l *loop) gather(tr turnResult, ok bool) time.Duration {
@@ -612,7 +619,7 @@ func (l *loop) gather(tr turnResult, ok bool) time.Duration {
 	}
 	own := l.s.most / 2
 	rate := l.pace.peak * float64(max(tr.live, own)) / float64(own)
-	g := float64(tr.queued)/rate/3 - l.pace.cycle // seconds
+	g := float64(tr.queued)/rate/gatherSpare - l.pace.cycle // seconds
 	if g < gatherFor.Seconds() {
 		return 0
 	}
