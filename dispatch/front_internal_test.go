@@ -257,7 +257,7 @@ func TestATurnWritesEachKeyOnce(t *testing.T) {
 	grantAll(ctx, t, d, ac, q, ids, tenantEach, 16)
 	calls := func() map[string]int64 {
 		out := map[string]int64{}
-		for _, c := range []string{"zrem", "lpush", "hdel", "hget", "hset", "zadd"} {
+		for _, c := range []string{"zrem", "lpush", "hdel", "hget", "hset", "zadd", "zscore", "zmscore"} {
 			out[c], _ = commandStat(t, rdb, c)
 		}
 		return out
@@ -273,8 +273,9 @@ func TestATurnWritesEachKeyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := calls()
-	// per task: its hash's state; once: run's entries and the queue's record
-	if want := map[string]int64{"zrem": 1, "lpush": 1, "hdel": 1, "hget": 0, "hset": 4 + 2, "zadd": 0}; !maps.Equal(got, want) {
+	// per task: its hash's state; once: run's entries, the tasks' parked
+	// scores and the queue's record
+	if want := map[string]int64{"zrem": 1, "lpush": 1, "hdel": 1, "hget": 0, "hset": 4 + 2, "zadd": 0, "zscore": 0, "zmscore": 1}; !maps.Equal(got, want) {
 		t.Errorf("a move of four tasks made %v, want %v", got, want)
 	}
 	// asynq ran and deleted them
@@ -303,6 +304,69 @@ func TestATurnWritesEachKeyOnce(t *testing.T) {
 	}
 	if run, _ := rdb.HKeys(ctx, d.keysFor("default").run).Result(); !slices.Equal(run, []string{"e"}) {
 		t.Errorf("run holds %v, want [e]", run)
+	}
+}
+
+// A turn that grants one task of each of many tenants reads the queue's
+// order once and writes it once, where a grant at a time would read it
+// and place its tenant again: forty tenants with two tasks waiting each
+// are granted one each, in the order's order, and each is back in the
+// order for its second. (Which tenant goes first, ties and all, is the
+// rule's, which TestScriptsFollowTheRule replays.)
+func TestAPickOverManyTenantsReadsAndWritesTheOrderOnce(t *testing.T) {
+	ctx := context.Background()
+	q := admission.Quota{Limit: 100_000, Window: time.Second}
+	d, rdb, ac := rig(t, q)
+	k := d.keysFor("default")
+	d.turnRaw(ctx, t, 0, 0, 0, 0)
+	for _, id := range []string{"f1", "f2", "f3"} { // the room of a worker of concurrency 1
+		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const tenants = 40
+	for i := range 2 * tenants {
+		id := "task" + strconv.Itoa(i)
+		tk, err := d.Park(ctx, Task{Queue: "default", Tenant: tenantEach(i % tenants), ID: id}, q)
+		if err != nil || tk.Verdict != Wait {
+			t.Fatalf("%s: %v %v", id, tk.Verdict, err)
+		}
+		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(ParkedUntil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	order, err := rdb.ZRange(ctx, k.vt, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := d.run(ctx, d.scripts.dispatch, "default", "big|1000|1", 3_000_000, tenants, 0, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	picks, _, err := readPicks(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var granted []string
+	for _, p := range picks {
+		granted = append(granted, p.tenant)
+	}
+	if !slices.Equal(granted, order) {
+		t.Errorf("granted %v, want the order's %v", granted, order)
+	}
+	zrange, _ := commandStat(t, rdb, "zrange")
+	zadd, _ := commandStat(t, rdb, "zadd")
+	// besides the order's: the turn reads the workers' records (its worker
+	// is new to the queue) and looks at the tasks gone straight in, and
+	// writes its worker's heartbeat
+	if zrange > 3 || zadd > 2 {
+		t.Errorf("a turn granting %d tenants' tasks made %d ZRANGEs and %d ZADDs, want 3 and 2 at most", tenants, zrange, zadd)
+	}
+	if n, _ := rdb.ZCard(ctx, k.vt).Result(); n != tenants {
+		t.Errorf("%d tenants in the order after the turn, want %d", n, tenants)
 	}
 }
 

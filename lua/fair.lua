@@ -1050,6 +1050,25 @@ local function expired(id)
   return true
 end
 
+-- WINDOW is the most members of the order (vt) a pick reads at once.
+local WINDOW = 63
+
+-- sortsBefore reports whether tenant a at start tag sa sorts before
+-- tenant b at sb in the order, as Redis sorts a ZSET: by score, then by
+-- name, byte by byte (Lua's < on strings follows the server's locale).
+local function sortsBefore(a, sa, b, sb)
+  if sa ~= sb then
+    return sa < sb
+  end
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y
+    end
+  end
+  return #a < #b
+end
+
 -- pick grants up to most waiting tasks while the queue has space, the
 -- lowest start tag first, each tenant's first flow whose keys are open,
 -- appending each as a quad tenant, entry, front ("1": it goes in at the
@@ -1064,6 +1083,52 @@ end
 local function pick(most, space, out)
   local budget = PICK_BUDGET -- a deleted backlog costs in steps
   fronted, granted = {}, batch('HSET', grants)
+  -- The head of the order: vt's first members, read up to WINDOW at a
+  -- time ({T, start} pairs in vt's order; whole when that is all of vt),
+  -- and each tenant granted and placed again goes into the order with one
+  -- ZADD (into) or ZREM (out) when the pick ends, and into the window
+  -- when it sorts before the window's end: a turn over many tenants, each
+  -- granted once, then reads the order once and writes it once, not
+  -- twice a grant. Every other path through the pick reads or writes vt
+  -- itself: it syncs first (the batches sent, the window read again when
+  -- next needed).
+  local order = {into = batch('ZADD', vt), out = batch('ZREM', vt)}
+  local window, whole
+  local function sync()
+    send(order.into)
+    send(order.out)
+    window = nil
+  end
+  -- head takes the first tenant of the window, reading it when it is
+  -- spent (the last one left, and the window not whole, leaves the next
+  -- unknown), and returns its name, start and the next one's {T, start}.
+  local function head()
+    if not window or (#window < 2 and not whole) then
+      sync()
+      local n = math.min(most, space, WINDOW)
+      local zs = call('ZRANGE', vt, 0, n, 'WITHSCORES')
+      window, whole = {}, #zs / 2 <= n
+      for i = 1, #zs, 2 do
+        window[#window + 1] = {zs[i], tonumber(zs[i + 1])}
+      end
+    end
+    local first = table.remove(window, 1)
+    if first then
+      return first[1], first[2], window[1]
+    end
+  end
+  -- put records tenant T placed again at start tag start: into the
+  -- window before the members that sort after it, or out of it when it
+  -- sorts after the window's end (vt's members past the window do too).
+  local function put(T, start)
+    local i = #window + 1
+    while i > 1 and sortsBefore(T, start, window[i - 1][1], window[i - 1][2]) do
+      i = i - 1
+    end
+    if i <= #window or whole then
+      table.insert(window, i, {T, start})
+    end
+  end
   -- A streak: a tenant granted last (cur: its name, start, record and
   -- place to write when the streak ends) that has one flow and stays the
   -- lowest start tag is granted again without reading the queue or its
@@ -1084,8 +1149,8 @@ local function pick(most, space, out)
       h[10] = 0 -- nothing of it waits: no place is owed
     end
     call('HSET', P .. 't:' .. c.T, 'n', h[1], 'tag', h[6], 'mv', h[7], 'bh', h[8], 'lg', h[9], 'ow', h[10])
-    if placed then
-      place(c.T, c.tag, h[1], c.cap, '0', waiting, false, c.lend)
+    if placed and place(c.T, c.tag, h[1], c.cap, '0', waiting, false, c.lend, order) and window then
+      put(c.T, tonumber(int(startAt(c.tag, c.lend))))
     end
   end
   while most > 0 and space > 0 and budget > 0 do
@@ -1093,12 +1158,16 @@ local function pick(most, space, out)
     if cur then
       T, start, h = cur.T, cur.start, cur.h
     else
-      local head = call('ZRANGE', vt, 0, 1, 'WITHSCORES')
-      if #head == 0 and not (call('ZCARD', kw) > 0 and sweep()) then
+      T, start, second = head()
+      if not T and call('ZCARD', kw) > 0 then
+        sync()
+        if sweep() then
+          T, start, second = head()
+        end
+      end
+      if not T then
         break
       end
-      head = #head > 0 and head or call('ZRANGE', vt, 0, 1, 'WITHSCORES')
-      T, start, second = head[1], tonumber(head[2]), head[3] and {head[3], tonumber(head[4])}
       h = call('HMGET', P .. 't:' .. T, 'n', 'wm', 'est', 'cap', 'wk', 'tag', 'mv', 'bh', 'lg', 'ow')
     end
     local flows = FLOW0
@@ -1114,10 +1183,12 @@ local function pick(most, space, out)
     end
     local e = f and pop(T, f)
     if not f then
+      sync()
       block(T, start, flows)
       budget = budget - 1
     elseif not e then
       stop(false, true)
+      sync()
       call('ZREM', vt, T)
       settle(T)
     else
@@ -1136,11 +1207,12 @@ local function pick(most, space, out)
         cur = {T = T, start = again, tag = tag, cap = cap, lend = lend,
           h = {n, h[2], h[3], h[4], h[5], int(tag), id, behind and '1' or '0', int(lag), ow}}
         if h[5] or (cap > 0 and n >= cap) or
-            (second and (again > second[2] or (again == second[2] and T > second[1]))) then
+            (second and sortsBefore(second[1], second[2], T, again)) then
           stop(true)
         end
       else
         stop()
+        sync()
         budget = budget - 1
         local st = id and call('HGET', TP .. id, 'state')
         if id and not st then
@@ -1162,6 +1234,7 @@ local function pick(most, space, out)
     end
   end
   stop(true)
+  sync()
   send(granted)
 end
 
@@ -1213,17 +1286,18 @@ local function back(id, r, e, us)
   leaveKeys(f)
 end
 
--- moveIn moves granted task id (run entry r; its asynq.Unique TTL uttl ms)
--- into asynq's pending list while asynq still keeps it parked, and frees
--- its place when asynq no longer does. It reports whether the task moved.
+-- moveIn moves granted task id (run entry r; its asynq.Unique TTL uttl ms;
+-- its score in asynq's scheduled set, read before the ops) into asynq's
+-- pending list while asynq still keeps it parked, and frees its place
+-- when asynq no longer does. It reports whether the task moved.
 -- A task for the front (fronts given) goes right behind task after when
 -- that is pending still, else is appended to fronts, for the caller to
 -- push in their order. Its writes to the scheduled set, the pending list
 -- (behind), run and the grants go into w's batches (moveOps).
-local function moveIn(id, r, uttl, fronts, after, w)
+local function moveIn(id, r, uttl, score, fronts, after, w)
   local tk = TP .. id
   local h = call('HMGET', tk, 'state', 'unique_key')
-  if h[1] ~= 'scheduled' or toint(call('ZSCORE', scheduled, id)) ~= PARKED then
+  if h[1] ~= 'scheduled' or toint(score) ~= PARKED then
     free(id, r)
     return false
   end
@@ -1289,7 +1363,7 @@ end
 -- grant move it once.
 local function moveOps(a)
   local moved, fronts = 0, {}
-  local ops, ids = {}, {}
+  local ops, ids, moving = {}, {}, {}
   local n = tonumber(ARGV[a])
   a = a + 1
   for i = 1, n do
@@ -1300,10 +1374,22 @@ local function moveOps(a)
     if o.op ~= DROP then
       ids[#ids + 1] = o.id
     end
+    if o.op == GO or o.op == FRONT then
+      moving[#moving + 1] = o.id
+    end
   end
   -- the tasks' run entries, read with one HMGET and kept in step with the
-  -- ops' writes; the moves' writes, sent once the ops are done
+  -- ops' writes; the scores in asynq's scheduled set of those to move in,
+  -- read with one ZMSCORE (no op writes the set before the moves' writes
+  -- are sent); the moves' writes, sent once the ops are done
   local runs = runEntries(ids)
+  local scores = {}
+  if #moving > 0 then
+    local zs = readAll('ZMSCORE', scheduled, moving)
+    for i = #moving, 1, -1 do
+      scores[moving[i]] = zs[i]
+    end
+  end
   local w = {unparked = batch('ZREM', scheduled), pushed = batch('LPUSH', pending), run = batch('HSET', run),
     granted = batch('HDEL', grants)}
   for _, o in ipairs(ops) do
@@ -1320,7 +1406,7 @@ local function moveOps(a)
       runs[id] = false
     elseif r and string.sub(r, 1, 1) == 'g' then
       if o.op == GO or o.op == FRONT then
-        if moveIn(id, r, o.us, o.after and fronts, o.after, w) then
+        if moveIn(id, r, o.us, scores[id], o.after and fronts, o.after, w) then
           moved = moved + 1
           runs[id] = 'p' .. string.sub(r, 2)
         else

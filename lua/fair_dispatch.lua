@@ -80,8 +80,9 @@ end
 
 -- The finishes' run entries, by task ID, read with one HMGET and kept in
 -- step with the finishes' writes, and the one HDEL of run of the tasks
--- that leave it, sent when the finishes are in.
-local entries, leaving -- read below, before the finishes
+-- that leave it and the one of grants of those granted from a line, sent
+-- when the finishes are in (nothing before reads either).
+local entries, leaving, ungranted -- read below, before the finishes
 
 -- finish hands in task id, which ran for ran µs: its place and its keys'
 -- at once, its tenant's record in flush.
@@ -122,7 +123,7 @@ local function finish(id, ran, done, cap, wm, paused, hold, key)
     entries[id] = false
     add(leaving, id)
     if s == 'g' then
-      call('HDEL', grants, id)
+      add(ungranted, id)
     elseif s == 'f' then
       call('ZREM', fresh, id)
     end
@@ -131,7 +132,7 @@ local function finish(id, ran, done, cap, wm, paused, hold, key)
     entries[id] = 'p|0|' .. since .. '|' .. T .. (f == '0' and '' or '\n' .. f)
     call('HSET', run, id, entries[id])
     if s == 'g' then
-      call('HDEL', grants, id)
+      add(ungranted, id)
     end
   end
   if rollback then
@@ -176,7 +177,7 @@ local ids = {}
 for i = 1, tonumber(ARGV[6]) do
   ids[i] = ARGV[a + 8 * (i - 1)] -- each finish's eight values begin with its ID
 end
-entries, leaving = runEntries(ids), batch('HDEL', run)
+entries, leaving, ungranted = runEntries(ids), batch('HDEL', run), batch('HDEL', grants)
 for i = 1, tonumber(ARGV[6]) do
   if not finish(ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2] == '1', tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
       ARGV[a + 5], tonumber(ARGV[a + 6]), ARGV[a + 7] or '') then
@@ -185,6 +186,7 @@ for i = 1, tonumber(ARGV[6]) do
   a = a + 8
 end
 send(leaving)
+send(ungranted)
 settleAll()
 
 local _
