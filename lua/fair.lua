@@ -511,17 +511,23 @@ local function lull(T, wake)
   call('ZADD', sleep, int(wake), T)
 end
 
--- runEntries returns the run entries of tasks ids (false: none), by ID,
--- read with one HMGET (readAll).
-local function runEntries(ids)
+-- readBy runs read command cmd (HMGET, ZMSCORE) on key for each of names
+-- (readAll) and returns the answers by name (false: none).
+local function readBy(cmd, key, names)
   local out = {}
-  if #ids > 0 then
-    local rs = readAll('HMGET', run, ids)
-    for i = #ids, 1, -1 do
-      out[ids[i]] = rs[i]
+  if #names > 0 then
+    local rs = readAll(cmd, key, names)
+    for i = #names, 1, -1 do
+      out[names[i]] = rs[i]
     end
   end
   return out
+end
+
+-- runEntries returns the run entries of tasks ids (false: none), by ID,
+-- read with one HMGET.
+local function runEntries(ids)
+  return readBy('HMGET', run, ids)
 end
 
 -- lift makes record th of tenant T, which owes, permanent again and
@@ -1382,14 +1388,7 @@ local function moveOps(a)
   -- ops' writes; the scores in asynq's scheduled set of those to move in,
   -- read with one ZMSCORE (no op writes the set before the moves' writes
   -- are sent); the moves' writes, sent once the ops are done
-  local runs = runEntries(ids)
-  local scores = {}
-  if #moving > 0 then
-    local zs = readAll('ZMSCORE', scheduled, moving)
-    for i = #moving, 1, -1 do
-      scores[moving[i]] = zs[i]
-    end
-  end
+  local runs, scores = runEntries(ids), readBy('ZMSCORE', scheduled, moving)
   local w = {unparked = batch('ZREM', scheduled), pushed = batch('LPUSH', pending), run = batch('HSET', run),
     granted = batch('HDEL', grants)}
   for _, o in ipairs(ops) do
