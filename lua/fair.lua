@@ -1056,7 +1056,9 @@ local function expired(id)
   return true
 end
 
--- WINDOW is the most members of the order (vt) a pick reads at once.
+-- WINDOW is the most grants a pick reads the order (vt) for at once: it
+-- reads one member more than it may grant, to tell whether it has them
+-- all, so 64 members at most.
 local WINDOW = 63
 
 -- sortsBefore reports whether tenant a at start tag sa sorts before
@@ -1089,8 +1091,8 @@ end
 local function pick(most, space, out)
   local budget = PICK_BUDGET -- a deleted backlog costs in steps
   fronted, granted = {}, batch('HSET', grants)
-  -- The head of the order: vt's first members, read up to WINDOW at a
-  -- time ({T, start} pairs in vt's order; whole when that is all of vt),
+  -- The head of the order: vt's first members, read up to WINDOW + 1 at
+  -- a time ({T, start} pairs in vt's order; whole when that is all of vt),
   -- and each tenant granted and placed again goes into the order with one
   -- ZADD (into) or ZREM (out) when the pick ends, and into the window
   -- when it sorts before the window's end: a turn over many tenants, each
