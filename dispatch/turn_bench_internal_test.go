@@ -27,14 +27,11 @@ import (
 func BenchmarkTurnSteps(b *testing.B) {
 	for _, tenants := range []int{1, 500} {
 		b.Run(fmt.Sprintf("tenants=%d", tenants), func(b *testing.B) {
-			var steps map[string]int64
+			steps := map[string]int64{}
 			var inner int64
 			for range b.N {
 				s, in := drainInTurns(b, tenants, 3000)
 				for k, v := range s {
-					if steps == nil {
-						steps = map[string]int64{}
-					}
 					steps[k] += v
 				}
 				inner += in

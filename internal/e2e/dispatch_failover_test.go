@@ -285,10 +285,10 @@ func notDequeuedAtKill(t *testing.T, rdb *redis.ClusterClient, queue string, ids
 	inspector := asynq.NewInspectorFromRedisClient(rdb)
 	var lost []string
 	for _, id := range ids {
-		ti, err := inspector.GetTaskInfo(queue, id)
 		if ran(id) {
 			continue // it ran since it was missed
 		}
+		ti, err := inspector.GetTaskInfo(queue, id)
 		if err != nil {
 			lost = append(lost, fmt.Sprintf("%s: %v", id, err))
 			continue
