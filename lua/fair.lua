@@ -249,13 +249,16 @@ local function send(b)
   end
 end
 
--- add appends values (one field or member, with its value or score) to
--- batch b.
-local function add(b, ...)
-  for _, v in ipairs({...}) do
-    b[#b + 1] = v
+-- add appends value v (a member or field), and w after it when given
+-- (its score or value), to batch b.
+local function add(b, v, w)
+  local n = #b + 1
+  b[n] = v
+  if w ~= nil then
+    n = n + 1
+    b[n] = w
   end
-  if #b >= BATCH_MOST then
+  if n >= BATCH_MOST then
     send(b)
   end
 end
@@ -792,66 +795,71 @@ local function fronts(cap, n, lags, lagged, ow)
   return cap > 0 and (ow > 0 or n > 0 and (lags or lagged))
 end
 
+-- readRecord reads the fields of tenant T's record that a grant reads
+-- and writes: tag, n, wm, est, cap and lg as numbers, wk (nil: none), mv
+-- (its task granted last), bh (its last grant from its line started away
+-- from its tag) and ow (places its cap took back that its grants have yet
+-- to fill).
+local function readRecord(T)
+  local h = call('HMGET', P .. 't:' .. T, 'tag', 'n', 'wm', 'est', 'cap', 'wk', 'mv', 'bh', 'lg', 'ow')
+  return {tag = toint(h[1]), n = toint(h[2]), wm = toint(h[3]), est = toint(h[4]), cap = toint(h[5]),
+    wk = h[6], mv = h[7], bh = h[8] == '1', lg = toint(h[9]), ow = toint(h[10])}
+end
+
 -- grant lets task id (waiting entry e, or nil; flow f) of tenant T in at
 -- start tag start: it enters run in state g (with e) or f (without), or st
 -- when given (p: asynq has it already), takes a place of T and of each key
--- of f, and is charged its estimate, which moves the floor. It returns T's
--- new tag, tasks in flight and cap, and whether the task goes in at the
--- front of the queue, and if so behind which of T's tasks ("": none), then,
--- for a grant from T's line, whether it started away from T's tag, how far
--- T's tag lagged the floor and the places T's cap took back still owed
--- after it (nil, 0 and 0 for any other). Only a grant from T's line (state
--- g) goes to the front; its caller reads h whole. h is T's record's n, wm,
--- est and cap, then wk, tag, mv (its task granted last), bh ("1": its last
--- grant from its line started ahead of its tag), lg (how far its tag
--- lagged the floor then) and ow (places its cap took back that its grants
--- have yet to fill), when the caller read them (nil: read them). A grant
--- from the line also returns its own bh, lg and ow, and leaves T's record
+-- of f, and is charged its estimate, which moves the floor. r is T's
+-- record as readRecord reads it, when the caller has it (nil: read it);
+-- grant updates it. It returns true, whether the task goes in at the
+-- front of the queue, and if so behind which of T's tasks ("": none). Only
+-- a grant from T's line (state g) goes to the front, and sets r's bh, lg
+-- (how far T's tag lagged the floor) and ow; it leaves writing T's record
 -- to its caller (pick, which writes it once a streak; T had a task
--- waiting, so its record is kept already). A task in run
--- already (let in by another entry of its ID) is not granted
--- again: grant then returns nil and changes nothing.
+-- waiting, so its record is kept already). A task in run already (let in
+-- by another entry of its ID) is not granted again: grant then returns
+-- nil and changes nothing.
 local fronted = {} -- the tasks this turn's pick granted for the front
 local granted -- the grants' waiting entries, for one HSET when the pick ends
 
-local function grant(T, id, e, start, st, f, h)
-  local th = P .. 't:' .. T
-  h = h or call('HMGET', th, 'n', 'wm', 'est', 'cap')
-  local wm, est = toint(h[2]), estimate(toint(h[3]))
+local function grant(T, id, e, start, st, f, r)
+  r = r or readRecord(T)
+  local est = estimate(r.est)
   st = st or (e and 'g' or 'f')
   if call('HSETNX', run, id, st .. '|' .. int(est) .. '|' .. nowS .. '|' .. T .. (f == '0' and '' or '\n' .. f)) == 0 then
     return nil -- let in already, by another entry of its ID
   end
-  local front, after, behind, lag, ow = false, '', nil, 0, 0
+  local front, after = false, ''
   if st == 'g' then
-    local was = toint(h[6])
-    behind, lag, ow = start ~= was, math.max(floor - was, 0), toint(h[10])
-    if fronts(toint(h[4]), toint(h[1]), was < floor, h[8] == '1', ow) then
+    local was = r.tag
+    if fronts(r.cap, r.n, was < floor, r.bh, r.ow) then
       -- behind T's previous task if that is pending still or goes to the
       -- front in the same move (this turn granted it there), and not
       -- before one that is still to be moved in otherwise
-      local along = fronted[h[7] or ''] ~= nil
-      local prev = not along and h[7] and call('HGET', TP .. h[7], 'state')
+      local along = fronted[r.mv or ''] ~= nil
+      local prev = not along and r.mv and call('HGET', TP .. r.mv, 'state')
       front = along or prev ~= 'scheduled'
-      after = (along or prev == 'pending') and h[7] or ''
+      after = (along or prev == 'pending') and r.mv or ''
       fronted[id] = front or nil
     end
+    r.bh, r.lg, r.ow = start ~= was, math.max(floor - was, 0), math.max(r.ow - 1, 0)
   end
   for _, K in ipairs(flowKeys(f)) do
     keyAdd(K, 'n', 1)
   end
   floor = math.max(floor, start)
-  local tag, n = start + math.max(charge(est, wm), 1), toint(h[1]) + 1
-  if behind == nil then
-    call('HSET', th, 'n', n, 'tag', int(tag), 'mv', id)
-    persist(th, T)
-  end
+  r.tag, r.n, r.mv = start + math.max(charge(est, r.wm), 1), r.n + 1, id
   if st == 'g' then
     add(granted, id, e)
-  elseif st == 'f' then
-    call('ZADD', fresh, nowS, id)
+  else
+    local th = P .. 't:' .. T
+    call('HSET', th, 'n', r.n, 'tag', int(r.tag), 'mv', id)
+    persist(th, T)
+    if st == 'f' then
+      call('ZADD', fresh, nowS, id)
+    end
   end
-  return tag, n, toint(h[4]), front, after, behind, lag, math.max(ow - 1, 0)
+  return true, front, after
 end
 
 -- runEntry splits a run entry "state|estimate|since|tenant", then a
@@ -1092,56 +1100,62 @@ local function pick(most, space, out)
   local budget = PICK_BUDGET -- a deleted backlog costs in steps
   fronted, granted = {}, batch('HSET', grants)
   -- The head of the order: vt's first members, read up to WINDOW + 1 at
-  -- a time ({T, start} pairs in vt's order; whole when that is all of vt),
-  -- and each tenant granted and placed again goes into the order with one
-  -- ZADD (into) or ZREM (out) when the pick ends, and into the window
-  -- when it sorts before the window's end: a turn over many tenants, each
-  -- granted once, then reads the order once and writes it once, not
-  -- twice a grant. Every other path through the pick reads or writes vt
-  -- itself: it syncs first (the batches sent, the window read again when
-  -- next needed).
+  -- a time (whole when that is all of vt), and each tenant granted and
+  -- placed again goes into the order with one ZADD (into) or ZREM (out)
+  -- when the pick ends, and into the window when it sorts before the
+  -- window's end: a turn over many tenants, each granted once, then reads
+  -- the order once and writes it once, not twice a grant. Every other
+  -- path through the pick reads or writes vt itself: it syncs first (the
+  -- batches sent, the window read again when next needed). The window
+  -- holds the members last first, names in wT and start tags in wS, so
+  -- that the head comes off its end.
   local order = {into = batch('ZADD', vt), out = batch('ZREM', vt)}
-  local window, whole
+  local wT, wS, whole
   local function sync()
     send(order.into)
     send(order.out)
-    window = nil
+    wT = nil
   end
   -- head takes the first tenant of the window, reading it when it is
   -- spent (the last one left, and the window not whole, leaves the next
-  -- unknown), and returns its name, start and the next one's {T, start}.
+  -- unknown), and returns its name and start, then the next one's.
   local function head()
-    if not window or (#window < 2 and not whole) then
+    if not wT or (#wT < 2 and not whole) then
       sync()
       local n = math.min(most, space, WINDOW)
       local zs = call('ZRANGE', vt, 0, n, 'WITHSCORES')
-      window, whole = {}, #zs / 2 <= n
+      local k = #zs / 2
+      wT, wS, whole = {}, {}, k <= n
       for i = 1, #zs, 2 do
-        window[#window + 1] = {zs[i], tonumber(zs[i + 1])}
+        wT[k], wS[k] = zs[i], tonumber(zs[i + 1])
+        k = k - 1
       end
     end
-    local first = table.remove(window, 1)
-    if first then
-      return first[1], first[2], window[1]
+    local k = #wT
+    if k > 0 then
+      local T, start = wT[k], wS[k]
+      wT[k], wS[k] = nil, nil
+      return T, start, wT[k - 1], wS[k - 1]
     end
   end
   -- put records tenant T placed again at start tag start: into the
   -- window before the members that sort after it, or out of it when it
   -- sorts after the window's end (vt's members past the window do too).
   local function put(T, start)
-    local i = #window + 1
-    while i > 1 and sortsBefore(T, start, window[i - 1][1], window[i - 1][2]) do
-      i = i - 1
+    local i = 1
+    while i <= #wT and sortsBefore(T, start, wT[i], wS[i]) do
+      i = i + 1
     end
-    if i <= #window or whole then
-      table.insert(window, i, {T, start})
+    if i > 1 or whole then
+      table.insert(wT, i, T)
+      table.insert(wS, i, start)
     end
   end
   -- A streak: a tenant granted last (cur: its name, start, record and
   -- place to write when the streak ends) that has one flow and stays the
   -- lowest start tag is granted again without reading the queue or its
   -- record, and its record is written once.
-  local cur, second
+  local cur, nextT, nextS
   -- stop ends the streak: it writes its tenant's record, and with placed
   -- its place too; empty says its line ran out. A tenant with nothing
   -- waiting is owed no place (Owed).
@@ -1149,37 +1163,38 @@ local function pick(most, space, out)
     if not cur then
       return
     end
-    local c, h = cur, cur.h
+    local c, r = cur, cur.r
     cur = nil
-    local wk = placed and h[5] and call('HGET', P .. 't:' .. c.T, 'wk') -- pop changed it
+    local wk = placed and r.wk and call('HGET', P .. 't:' .. c.T, 'wk') -- pop changed it
     local waiting = placed and waitingOf(c.T, wk or 0)
     if empty or waiting == 0 then
-      h[10] = 0 -- nothing of it waits: no place is owed
+      r.ow = 0 -- nothing of it waits: no place is owed
     end
-    call('HSET', P .. 't:' .. c.T, 'n', h[1], 'tag', h[6], 'mv', h[7], 'bh', h[8], 'lg', h[9], 'ow', h[10])
-    if placed and place(c.T, c.tag, h[1], c.cap, '0', waiting, false, c.lend, order) and window then
-      put(c.T, tonumber(int(startAt(c.tag, c.lend))))
+    call('HSET', P .. 't:' .. c.T, 'n', r.n, 'tag', int(r.tag), 'mv', r.mv, 'bh', r.bh and '1' or '0', 'lg', int(r.lg),
+      'ow', r.ow)
+    if placed and place(c.T, r.tag, r.n, r.cap, '0', waiting, false, c.lend, order) and wT then
+      put(c.T, startAt(r.tag, c.lend))
     end
   end
   while most > 0 and space > 0 and budget > 0 do
-    local T, start, h
+    local T, start, r
     if cur then
-      T, start, h = cur.T, cur.start, cur.h
+      T, start, r = cur.T, cur.start, cur.r
     else
-      T, start, second = head()
+      T, start, nextT, nextS = head()
       if not T and call('ZCARD', kw) > 0 then
         sync()
         if sweep() then
-          T, start, second = head()
+          T, start, nextT, nextS = head()
         end
       end
       if not T then
         break
       end
-      h = call('HMGET', P .. 't:' .. T, 'n', 'wm', 'est', 'cap', 'wk', 'tag', 'mv', 'bh', 'lg', 'ow')
+      r = readRecord(T)
     end
     local flows = FLOW0
-    if h[5] then
+    if r.wk then
       flows = flowsOf(T)
     end
     local f
@@ -1201,21 +1216,19 @@ local function pick(most, space, out)
       settle(T)
     else
       local id = entryID(e)
-      local tag, n, cap, front, after, behind, lag, ow
+      local ok, front, after
       if id and toint(call('ZSCORE', scheduled, id)) == PARKED and not expired(id) then
         -- asynq keeps it parked (its move checks its state), and T was
         -- runnable: awake and not paused
-        tag, n, cap, front, after, behind, lag, ow = grant(T, id, e, start, nil, f, h)
+        ok, front, after = grant(T, id, e, start, nil, f, r)
       end
-      if tag then
+      if ok then
         out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = T, e, front and '1' or '0', after
         most, space = most - 1, space - 1
-        local lend = lent(cap, n, lag, toint(h[3]), toint(h[2]))
-        local again = startAt(tag, lend)
-        cur = {T = T, start = again, tag = tag, cap = cap, lend = lend,
-          h = {n, h[2], h[3], h[4], h[5], int(tag), id, behind and '1' or '0', int(lag), ow}}
-        if h[5] or (cap > 0 and n >= cap) or
-            (second and sortsBefore(second[1], second[2], T, again)) then
+        local lend = lent(r.cap, r.n, r.lg, r.est, r.wm)
+        local again = startAt(r.tag, lend)
+        cur = {T = T, start = again, lend = lend, r = r}
+        if r.wk or (r.cap > 0 and r.n >= r.cap) or (nextT and sortsBefore(nextT, nextS, T, again)) then
           stop(true)
         end
       else
