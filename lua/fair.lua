@@ -114,16 +114,21 @@ local PICK_BUDGET = 256
 -- when no tenant may go in.
 local SWEEP_KEYS = 64
 
--- int writes whole number x as text: '%d', which Redis's Lua formats
--- through a C long (64 bits on a 64-bit build), is exact below 2^63 and
--- costs half what '%.0f' does.
+-- int writes whole number x as text, for text the script builds: '%d',
+-- which Redis's Lua formats through a C long (64 bits on a 64-bit build),
+-- is exact below 2^63 and costs half what '%.0f' does, where Lua's own
+-- conversion keeps 14 digits. An argument of redis.call needs none below
+-- 10^17: Redis writes a number as '%.17g' does (as an integer from 7.2
+-- on), digits alone, and a call costs less without the format.
 local function int(x)
   return string.format('%d', x)
 end
 
--- toint reads a stored number (0 when missing), whole.
+-- toint reads a stored number (0 when missing), whole: x - x % 1 is
+-- math.floor(x) without the call.
 local function toint(s)
-  return math.floor(tonumber(s) or 0)
+  local x = tonumber(s) or 0
+  return x - x % 1
 end
 
 -- charge is the virtual time x µs of work costs a tenant of weight wm in
@@ -406,7 +411,7 @@ end
 
 -- save writes the queue's floor and estimate back.
 local function save()
-  call('HSET', meta, 'floor', int(floor), 'est', int(qest))
+  call('HSET', meta, 'floor', floor, 'est', qest)
 end
 
 -- The summary of the queue's workers (capacity's answer) that a call
@@ -463,7 +468,7 @@ end
 local function heartbeat(member, ttl)
   local was = toint(call('ZSCORE', workers, member))
   local expiry = now + math.max(ttl, 0)
-  call('ZADD', workers, int(expiry), member)
+  call('ZADD', workers, expiry, member)
   if was < now or expiry < was then
     capacity(true)
   end
@@ -604,9 +609,9 @@ local function place(T, tag, n, cap, paused, waiting, sleeping, lend, w)
     end
   else
     if w then
-      add(w.into, int(startAt(tag, lend)), T)
+      add(w.into, startAt(tag, lend), T)
     else
-      call('ZADD', vt, int(startAt(tag, lend)), T)
+      call('ZADD', vt, startAt(tag, lend), T)
     end
     return true
   end
@@ -853,7 +858,7 @@ local function grant(T, id, e, start, st, f, r)
     add(granted, id, e)
   else
     local th = P .. 't:' .. T
-    call('HSET', th, 'n', r.n, 'tag', int(r.tag), 'mv', id)
+    call('HSET', th, 'n', r.n, 'tag', r.tag, 'mv', id)
     persist(th, T)
     if st == 'f' then
       call('ZADD', fresh, nowS, id)
@@ -1170,8 +1175,7 @@ local function pick(most, space, out)
     if empty or waiting == 0 then
       r.ow = 0 -- nothing of it waits: no place is owed
     end
-    call('HSET', P .. 't:' .. c.T, 'n', r.n, 'tag', int(r.tag), 'mv', r.mv, 'bh', r.bh and '1' or '0', 'lg', int(r.lg),
-      'ow', r.ow)
+    call('HSET', P .. 't:' .. c.T, 'n', r.n, 'tag', r.tag, 'mv', r.mv, 'bh', r.bh and '1' or '0', 'lg', r.lg, 'ow', r.ow)
     if placed and place(c.T, r.tag, r.n, r.cap, '0', waiting, false, c.lend, order) and wT then
       put(c.T, startAt(r.tag, c.lend))
     end

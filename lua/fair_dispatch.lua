@@ -72,7 +72,7 @@ local function flush(T, w)
   if waiting == 0 then
     c.ow = 0 -- nothing of it waits: no place is owed
   end
-  call('HSET', P .. 't:' .. T, 'tag', int(c.tag), 'est', int(c.est), 'used', int(c.used), 'n', c.n,
+  call('HSET', P .. 't:' .. T, 'tag', c.tag, 'est', c.est, 'used', c.used, 'n', c.n,
     'cap', c.cap, 'wm', c.wm, 'paused', c.paused, 'ow', c.ow)
   place(T, c.tag, c.n, c.cap, c.paused, waiting, c.asleep or nil, lent(c.cap, c.n, c.lg, c.est, c.wm), w)
   return waiting
