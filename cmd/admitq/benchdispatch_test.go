@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// TestBenchDispatchUsage: bench --only dispatch and --runs refuse what they
+// TestBenchDispatchUsage: bench --only dispatch, --runs and --mix refuse what they
 // cannot run, with one line and the usage exit code, before touching Redis.
 func TestBenchDispatchUsage(t *testing.T) {
 	t.Parallel()
@@ -18,6 +18,7 @@ func TestBenchDispatchUsage(t *testing.T) {
 		{"dispatch on a server and a cluster", []string{"bench", "--redis", "127.0.0.1:1", "--redis-cluster", "--only", "dispatch"}, "--redis and --redis-cluster: give one"},
 		{"no runs", []string{"bench", "--only", "dispatch", "--runs", "0"}, "--runs 0: want at least 1"},
 		{"runs without dispatch", []string{"bench", "--only", "gate-batched", "--runs", "2"}, "--runs: only --only dispatch takes it"},
+		{"mix without dispatch", []string{"bench", "--only", "flow", "--mix"}, "--mix: only --only dispatch takes it"},
 	} {
 		t.Run(c.desc, func(t *testing.T) {
 			res := admitq(t, c.args...)

@@ -73,6 +73,9 @@ type DispatchConfig struct {
 	// Runs is how many times the whole scenario runs [1]; the report gives
 	// each ratio's spread over them.
 	Runs int `json:"runs"`
+	// Mix, when set, has the report give each drain's Redis commands per
+	// task (DispatchReport.Mixes).
+	Mix bool `json:"mix,omitempty"`
 	// Progress, when set, hears what the scenario is doing.
 	Progress func(string) `json:"-"`
 }
@@ -148,6 +151,28 @@ type DispatchReport struct {
 	// Masters is how many masters the Redis Cluster it ran on has; 0 on
 	// one server.
 	Masters int `json:"masters,omitempty"`
+	// Mixes are, with DispatchConfig.Mix, the Redis commands of each drain
+	// per task, in the last run.
+	Mixes []DispatchMix `json:"mixes,omitempty"`
+}
+
+// DispatchMix is a drain's Redis commands per task (INFO commandstats):
+// each command's calls and µs, busiest first; a script call's µs include
+// those of the commands it ran.
+type DispatchMix struct {
+	Drain string `json:"drain"`
+	Fair  string `json:"fair"`
+	Bare  string `json:"bare"`
+}
+
+// mix records a drain's commands (the last run's, over the earlier).
+func (r *DispatchReport) mix(drain string, fair, bare drained) {
+	m := DispatchMix{Drain: drain, Fair: fair.mix, Bare: bare.mix}
+	if i := slices.IndexFunc(r.Mixes, func(m DispatchMix) bool { return m.Drain == drain }); i >= 0 {
+		r.Mixes[i] = m
+		return
+	}
+	r.Mixes = append(r.Mixes, m)
 }
 
 // add records one run's value of a measure (and bare asynq's, if given).
@@ -225,6 +250,9 @@ func (s *dispatchRun) drains(ctx context.Context) error {
 			return err
 		}
 		at := ", " + fmtTask(task) + " tasks"
+		if s.cfg.Mix {
+			s.rep.mix(fmtTask(task)+" tasks", fair, bare)
+		}
 		s.rep.add("Redis CPU per task"+at, "µs", "≤ 2.0×", fair.cpu, bare.cpu)
 		s.rep.add("Redis commands per task"+at, "calls", "", fair.commands, bare.commands)
 		target := ""
@@ -243,6 +271,9 @@ func (s *dispatchRun) drains(ctx context.Context) error {
 		return err
 	}
 	at := fmt.Sprintf(", 0 ms tasks of %d tenants", s.cfg.Tenants)
+	if s.cfg.Mix {
+		s.rep.mix(at[2:], fair, bare)
+	}
 	s.rep.add("Redis CPU per task"+at, "µs", "≤ 2.0×", fair.cpu, bare.cpu)
 	s.rep.add("Redis commands per task"+at, "calls", "", fair.commands, bare.commands)
 	s.rep.add("drain rate"+at, "tasks/s", "≥ 0.65×", fair.rate, bare.rate)
@@ -371,6 +402,7 @@ type drained struct {
 	commands float64       // Redis commands per task
 	rate     float64       // tasks started after the release, per second
 	took     time.Duration // release to the last task's end
+	mix      string        // the commands per task (commandMix)
 }
 
 // drain enqueues n tasks of one tenant while the pool's handlers are held,
@@ -422,6 +454,7 @@ func (s *dispatchRun) drainPool(ctx context.Context, spec poolSpec, n int) (drai
 		commands: float64(calls) / float64(n),
 		rate:     float64(n-p.held) / took.Seconds(),
 		took:     took,
+		mix:      commandMix(before, after, float64(n)),
 	}, nil
 }
 
@@ -955,7 +988,18 @@ func (r DispatchReport) WriteText(w io.Writer) error {
 	for i, m := range r.Measures {
 		rows[i] = measureRow{name: m.Name, unit: m.Unit, target: m.Target, value: m.Fair, against: m.Bare}
 	}
-	return writeMeasures(w, [3]string{"FAIR", "BARE", "FAIR÷BARE"}, rows)
+	if err := writeMeasures(w, [3]string{"FAIR", "BARE", "FAIR÷BARE"}, rows); err != nil {
+		return err
+	}
+	if len(r.Mixes) > 0 {
+		fmt.Fprintf(w, "\nRedis commands per task of each drain, the last run's (INFO commandstats; a script call's µs include its commands'):\n")
+	}
+	for _, m := range r.Mixes {
+		if _, err := fmt.Fprintf(w, "%s, fair: %s\n%s, bare: %s\n", m.Drain, m.Fair, m.Drain, m.Bare); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // where says what a scenario ran on: one server, or a cluster of masters

@@ -34,7 +34,7 @@ func TestRunDispatchTiny(t *testing.T) {
 	var steps []string
 	rep, err := RunDispatch(ctx, DispatchConfig{
 		Redis: srv.Options(), Tasks: 60, SlowTasks: 30, Tenants: 10, Concurrency: 8, Workers: 6, Producers: 4, EnqueueFor: 100 * time.Millisecond,
-		Light: 2, Every: 2, LightFor: 500 * time.Millisecond, CapTasks: 24, MaxInFlight: 2,
+		Light: 2, Every: 2, LightFor: 500 * time.Millisecond, CapTasks: 24, MaxInFlight: 2, Mix: true,
 		Progress: func(s string) { steps = append(steps, s) },
 	})
 	if err != nil {
@@ -74,6 +74,18 @@ func TestRunDispatchTiny(t *testing.T) {
 			t.Errorf("light waits at %s: p50 %.2f, p99 %.2f, max %.2f task times, want in order", task, p50, p99, max)
 		}
 	}
+	var drains []string
+	for _, m := range rep.Mixes {
+		drains = append(drains, m.Drain)
+		// bare asynq's drain runs its scripts (enqueue, dequeue, done),
+		// the fair one the dispatcher's too
+		if !strings.Contains(m.Bare, "evalsha ") || !strings.Contains(m.Fair, "evalsha ") || m.Fair == m.Bare {
+			t.Errorf("%s: commands fair %q, bare %q", m.Drain, m.Fair, m.Bare)
+		}
+	}
+	if want := []string{"0 ms tasks", "1 ms tasks", "20 ms tasks", "0 ms tasks of 10 tenants"}; !slices.Equal(drains, want) {
+		t.Errorf("command mixes of drains %q, want %q", drains, want)
+	}
 	if len(steps) == 0 || !strings.Contains(steps[len(steps)-1], "with 6 workers") {
 		t.Errorf("progress ended at %q, want the lone tenant's drain on the 6 workers", steps[len(steps)-1:])
 	}
@@ -93,7 +105,7 @@ func TestRunDispatchTiny(t *testing.T) {
 	if err := rep.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range names {
+	for _, n := range append(names, "0 ms tasks of 10 tenants, fair: ") {
 		if !strings.Contains(text.String(), n) {
 			t.Errorf("text report lacks %q:\n%s", n, text.String())
 		}
