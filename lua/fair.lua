@@ -457,7 +457,7 @@ local function capacity(fresh)
     end
   end
   sumRecent, sumFair, sumTotal, sumUntil = recent, fair, total, till
-  call('HSET', meta, 'cw', (recent and '1|' or '0|') .. (fair and '1|' or '0|') .. total, 'cu', int(till))
+  call('HSET', meta, 'cw', (recent and '1|' or '0|') .. (fair and '1|' or '0|') .. total, 'cu', till)
   return recent, fair, total
 end
 
@@ -516,7 +516,7 @@ end
 -- lull puts tenant T to sleep until wake µs.
 local function lull(T, wake)
   fill(sleep)
-  call('ZADD', sleep, int(wake), T)
+  call('ZADD', sleep, wake, T)
 end
 
 -- readBy runs read command cmd (HMGET, ZMSCORE) on key for each of names
@@ -698,7 +698,7 @@ local function block(T, start, flows)
     for _, K in ipairs(flowKeys(f)) do
       if not keyOpen(K) then
         if not registered then
-          call('ZADD', P .. 'kb:' .. K, int(start), T)
+          call('ZADD', P .. 'kb:' .. K, start, T)
           call('ZADD', kw, 0, K)
           registered = true
         end
@@ -954,7 +954,7 @@ local function holdKey(K, us)
   local wake = now + us
   if toint(call('ZSCORE', ksleep, K)) < wake then
     fill(ksleep)
-    call('ZADD', ksleep, int(wake), K)
+    call('ZADD', ksleep, wake, K)
   end
   k.asleep = true
   if not k.exists then
@@ -992,7 +992,7 @@ end
 local function toLimbo(T, e, at, f)
   local m = T .. '\n' .. (f == '0' and '' or '\t' .. f .. '\n') .. e
   fill(limbo)
-  if call('ZADD', limbo, int(at), m) == 1 then
+  if call('ZADD', limbo, at, m) == 1 then
     call('HINCRBY', P .. 't:' .. T, 'l', 1)
   end
 end
@@ -1035,7 +1035,7 @@ local function recall()
       fromLimbo(T, m)
       settle(T)
     else
-      call('ZADD', limbo, int(now + math.max(1000, now - tonumber(at))), m)
+      call('ZADD', limbo, now + math.max(1000, now - tonumber(at)), m)
     end
   end
 end
@@ -1302,7 +1302,7 @@ local function back(id, r, e, us)
   call('HDEL', grants, id)
   local th = P .. 't:' .. T
   local h = call('HMGET', th, 'tag', 'wm', 'n')
-  call('HSET', th, 'tag', int(toint(h[1]) - charge(est, toint(h[2]))), 'n', math.max(toint(h[3]) - 1, 0))
+  call('HSET', th, 'tag', toint(h[1]) - charge(est, toint(h[2])), 'n', math.max(toint(h[3]) - 1, 0))
   push(T, f, e, true)
   if us > 0 then
     lull(T, now + us)
