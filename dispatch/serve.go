@@ -308,26 +308,31 @@ func waitFor(ch <-chan struct{}, d time.Duration) bool {
 // Done tells the dispatcher that asynq has just marked task id of queue
 // done, before it frees the task's slot. When the task was a capped
 // tenant's, handed to Finished as done, Done waits until the dispatcher
-// has handed its finish in and moved in what that turn granted, at most
+// has handed its finish in and moved in that turn's grants of the tenant
+// and those that go to the front (admitted and moved before the turn's
+// others), at most
 // 5 ms (handOffWait): a capped tenant's next task goes in at the front of the
 // queue (rule.Fronts), so the worker whose slot frees takes it, where it
 // would otherwise take a task behind it and leave the tenant's place
-// unused until another worker frees. Other tasks return at once. The
-// worker package calls it from the Redis client it gives asynq.
-func (s *Server) Done(queue, id string) {
+// unused until another worker frees. Other tasks return at once. It
+// reports whether it waited: the slot that frees is then for the task at
+// the front. The worker package calls it from the Redis client it gives
+// asynq.
+func (s *Server) Done(queue, id string) bool {
 	l := s.loops[queue]
 	if l == nil {
-		return
+		return false
 	}
 	v, ok := l.awaited.Load(id)
 	if !ok {
-		return
+		return false
 	}
 	select {
 	case l.wake <- struct{}{}:
 	default:
 	}
 	waitFor(v.(chan struct{}), s.handOffWait)
+	return true
 }
 
 // Moves returns how many times the dispatcher has moved tasks into
@@ -365,22 +370,25 @@ func (s *Server) AwaitMove(queue string, n uint64, wait time.Duration) bool {
 }
 
 // handedOff returns the awaited finishes among handed, which a turn
-// handed in (later: those it gave back), by task ID. They stay awaited
-// until let go, so that a Done that comes meanwhile waits for the move.
-func (l *loop) handedOff(handed, later []finish) map[string]chan struct{} {
+// handed in (later: those it gave back), by task ID, and their tenants.
+// They stay awaited until let go, so that a Done that comes meanwhile
+// waits for the move.
+func (l *loop) handedOff(handed, later []finish) (map[string]chan struct{}, map[string]bool) {
 	var out map[string]chan struct{}
+	var tenants map[string]bool
 	for _, f := range handed {
 		if slices.ContainsFunc(later, func(g finish) bool { return g.id == f.id }) {
 			continue
 		}
 		if v, ok := l.awaited.Load(f.id); ok {
 			if out == nil {
-				out = map[string]chan struct{}{}
+				out, tenants = map[string]chan struct{}{}, map[string]bool{}
 			}
 			out[f.id] = v.(chan struct{})
+			tenants[f.tenant] = true
 		}
 	}
-	return out
+	return out, tenants
 }
 
 // letGo ends the waits of the finishes handedOff returned.
@@ -492,14 +500,23 @@ func (l *loop) run(ctx context.Context) {
 			if len(tr.later) < handed {
 				retry = firstRetry // asynq marked some done: no outage
 			}
-			waiting := l.handedOff(fs, tr.later)
+			waiting, tenants := l.handedOff(fs, tr.later)
 			fs = tr.later
-			ops = l.s.d.admit(cctx, l.queue, tr.picks)
-			if len(waiting) > 0 && len(ops) > 0 {
-				ops = l.moveNow(cctx, ops)
-				movedIn = movedIn || len(ops) == 0
+			picks := tr.picks
+			ops = nil // this turn moved them in
+			if len(waiting) > 0 {
+				// The workers waiting in Done take their tenants' next
+				// tasks, and the grants that go to the front: those are
+				// admitted and moved in first, alone.
+				var first []pick
+				first, picks = splitFirst(picks, tenants)
+				if ops = l.s.d.admit(cctx, l.queue, first); len(ops) > 0 {
+					ops = l.moveNow(cctx, ops)
+					movedIn = movedIn || len(ops) == 0
+				}
+				l.letGo(waiting)
 			}
-			l.letGo(waiting)
+			ops = append(ops, l.s.d.admit(cctx, l.queue, picks)...)
 			if len(tr.picks) > 0 {
 				l.granted = time.Now()
 			}
@@ -553,6 +570,19 @@ func (l *loop) moveNow(ctx context.Context, ops []moveOp) []moveOp {
 		return ops
 	}
 	return nil
+}
+
+// splitFirst splits picks into those that go to the queue's front or are
+// of tenants, and the rest, each in the order picked.
+func splitFirst(picks []pick, tenants map[string]bool) (first, rest []pick) {
+	for _, p := range picks {
+		if p.front || tenants[p.tenant] {
+			first = append(first, p)
+		} else {
+			rest = append(rest, p)
+		}
+	}
+	return first, rest
 }
 
 // fronts reports whether any of ops goes to the queue's front: those are

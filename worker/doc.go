@@ -33,6 +33,15 @@
 // looks again as soon as they are in rather than sleeping its
 // TaskCheckInterval (dispatch.Server.Done and AwaitMove).
 //
+// Such a worker on one queue also takes tasks ahead: asynq takes one task
+// a look, one look after another, and a look here takes one for each free
+// slot in one script and hands asynq the rest at its next looks, without
+// Redis. A task taken ahead is in asynq's active list, leased as asynq
+// leases it; it waits at most a script for its slot, and one that waits
+// 100 ms, or is still waiting when the worker stops, goes back to the end
+// of the pending list that asynq takes from. A task the dispatcher hands
+// off to a capped tenant's slot is taken before them.
+//
 // A worker program:
 //
 //	w := worker.New(asynq.RedisClientOpt{Addr: "localhost:6379"}, worker.Config{

@@ -35,6 +35,8 @@ type handOff struct {
 	wait time.Duration
 	// stopped ends the waits: the Worker is stopping.
 	stopped *atomic.Bool
+	// ahead, when set, answers asynq's looks (takeAhead).
+	ahead *takeAhead
 }
 
 // lookFor is the longest one of asynq's looks waits in all: asynq dates
@@ -43,7 +45,7 @@ const lookFor = time.Second
 
 // dispatcher is what handOff tells (a *dispatch.Server).
 type dispatcher interface {
-	Done(queue, id string)
+	Done(queue, id string) bool
 	Moves(queue string) uint64
 	AwaitMove(queue string, n uint64, wait time.Duration) bool
 }
@@ -52,21 +54,28 @@ type dispatcher interface {
 // runs its scripts with redis.Script, which calls EvalSha, then Eval when
 // Redis does not have the script yet.
 func (h handOff) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	return h.heard(keys, func() *redis.Cmd { return h.UniversalClient.EvalSha(ctx, sha, keys, args...) })
+	return h.heard(ctx, keys, args, func() *redis.Cmd { return h.UniversalClient.EvalSha(ctx, sha, keys, args...) })
 }
 
 // Eval is EvalSha's fallback.
 func (h handOff) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return h.heard(keys, func() *redis.Cmd { return h.UniversalClient.Eval(ctx, script, keys, args...) })
+	return h.heard(ctx, keys, args, func() *redis.Cmd { return h.UniversalClient.Eval(ctx, script, keys, args...) })
 }
 
 // heard runs a script with keys (run), and acts on what it was.
-func (h handOff) heard(keys []string, run func() *redis.Cmd) *redis.Cmd {
+func (h handOff) heard(ctx context.Context, keys []string, args []any, run func() *redis.Cmd) *redis.Cmd {
 	queue, look := dequeues(keys)
+	if look && h.ahead != nil {
+		asynqs := run
+		run = func() *redis.Cmd { return h.ahead.look(ctx, queue, keys, args, asynqs) }
+	}
 	if !look || h.wait <= 0 {
 		cmd := run()
-		if queue, id, ok := markedDone(keys); ok && cmd.Err() == nil {
-			h.disp.Done(queue, id)
+		if queue, id, ok := markedDone(keys); ok && cmd.Err() == nil && h.disp.Done(queue, id) && h.ahead != nil {
+			h.ahead.front()
+		}
+		if h.ahead != nil && !look {
+			h.ahead.freed(keys)
 		}
 		return cmd
 	}

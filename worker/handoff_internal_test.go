@@ -23,7 +23,7 @@ type heard struct {
 	ids, active []string
 }
 
-func (h *heard) Done(queue, id string) {
+func (h *heard) Done(queue, id string) bool {
 	still := queue != "q" || h.rdb.LPos(context.Background(), "asynq:{q}:active", id, redis.LPosArgs{}).Err() == nil
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -31,6 +31,7 @@ func (h *heard) Done(queue, id string) {
 	if still {
 		h.active = append(h.active, id)
 	}
+	return false
 }
 
 func (h *heard) Moves(string) uint64                          { return 0 }

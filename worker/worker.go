@@ -181,6 +181,10 @@ type Worker struct {
 	// stopping is set by Stop and Shutdown: asynq's looks into an empty
 	// queue stop waiting for the dispatcher (handOff).
 	stopping atomic.Bool
+	// ahead answers asynq's looks with a Gate (takeAhead); nil without.
+	ahead *takeAhead
+	// sweep ends ahead's sweeper.
+	sweep context.CancelFunc
 }
 
 // New returns a Worker that will process tasks from the Redis server r
@@ -268,6 +272,16 @@ func queuesServed(queues map[string]int) int {
 	return n
 }
 
+// servedQueue is the one queue of queues with a priority above 0.
+func servedQueue(queues map[string]int) string {
+	for q, w := range queues {
+		if w > 0 {
+			return q
+		}
+	}
+	return ""
+}
+
 // Start starts processing tasks with h and returns at once. It returns an
 // error if h is nil, if r is nil or not a RedisConnOpt asynq knows, or if the
 // Worker is already running; asynq.ErrServerClosed once Shutdown has been
@@ -318,8 +332,11 @@ func (w *Worker) Start(h asynq.Handler) error {
 		h := handOff{UniversalClient: rdb, disp: disp, stopped: &w.stopping}
 		if queuesServed(w.cfg.Queues) == 1 {
 			// asynq looks into a worker's queues one after another: a wait
-			// in one would hold up the others.
+			// in one would hold up the others; and tasks taken ahead from
+			// one would take the slots asynq shares among them by priority.
 			h.wait = w.cfg.TaskCheckInterval
+			w.ahead = newTakeAhead(rdb, servedQueue(w.cfg.Queues), w.cfg.Concurrency)
+			h.ahead = w.ahead
 		}
 		forAsynq = h
 	}
@@ -332,6 +349,11 @@ func (w *Worker) Start(h asynq.Handler) error {
 		return err
 	}
 	w.srv, w.rdb, w.disp = srv, rdb, disp
+	if w.ahead != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		w.sweep = cancel
+		go w.ahead.sweep(ctx, w.log)
+	}
 	return nil
 }
 
@@ -404,6 +426,9 @@ func (w *Worker) Stop() {
 	w.mu.Unlock()
 	if srv != nil {
 		srv.Stop()
+		if w.ahead != nil {
+			w.ahead.giveBackAll(w.log)
+		}
 	}
 }
 
@@ -429,6 +454,10 @@ func (w *Worker) Shutdown() {
 		return
 	}
 	srv.Shutdown()
+	if w.ahead != nil {
+		w.sweep()
+		w.ahead.giveBackAll(w.log)
+	}
 	if disp != nil {
 		// After every handler has returned, so that their finishes are in,
 		// and before the client closes.
@@ -448,7 +477,7 @@ func (w *Worker) handler(h asynq.Handler, rdb redis.UniversalClient, disp *dispa
 	h = tenantHandler{next: h, log: w.log, starts: &starts{rdb: rdb, script: lua.Started()}, keys: newKeyWarnings(w.log)}
 	if disp != nil {
 		// Outermost, so that it sees a recovered panic as the error it is.
-		h = finishing{next: h, disp: disp, isFailure: w.cfg.IsFailure}
+		h = finishing{next: h, disp: disp, isFailure: w.cfg.IsFailure, ahead: w.ahead}
 	}
 	return h
 }

@@ -1,0 +1,237 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/lua"
+)
+
+// takeAhead answers asynq's looks into the one queue of a worker with a
+// gate (RDB.Dequeue). asynq takes one task a look, one look after another:
+// a worker draining short tasks waits for its looks about as long as it
+// runs tasks, the more so while Redis runs the dispatcher's turns. A look
+// here takes a task for each of the worker's free slots (take.lua, which
+// does to each what asynq's look does to one), hands asynq the first and
+// the next looks the rest, at once and without Redis.
+//
+// A slot counts as free once its handler returns or asynq's next script on
+// its task has run (for a task whose handler never ran), and a look counts
+// the slot it looks with free. asynq frees a slot a script after its
+// handler returns, so a task taken ahead for it waits that long. One that
+// waits longer than aheadFor (a slot did not free as counted) goes back to
+// the end of the pending list that asynq takes from (give_back.lua), as
+// does every task taken ahead when the Worker stops.
+//
+// A task the dispatcher moves in at the front for a capped tenant's slot
+// (dispatch.Server.Done) is for the next free slot: the look after the
+// hand-off takes from Redis first, and what it takes goes before the tasks
+// taken ahead.
+type takeAhead struct {
+	rdb         redis.UniversalClient
+	queue       string
+	concurrency int
+	take, back  *redis.Script
+
+	mu sync.Mutex
+	// held are the task keys handed to asynq whose slots are not yet free.
+	held map[string]struct{}
+	// ahead are the tasks taken ahead, the next to hand out first.
+	ahead []taken
+	// fronts counts the hand-offs whose task the looks have yet to take.
+	fronts int
+}
+
+// taken is a task that take.lua took: its ID, asynq's message, and when.
+type taken struct {
+	id, msg string
+	at      time.Time
+}
+
+const (
+	// aheadFor is the longest a task taken ahead waits for a look before
+	// it goes back.
+	aheadFor = 100 * time.Millisecond
+	// mostAhead is the most tasks one look takes.
+	mostAhead = 16
+	// giveBackTimeout bounds the giving back when the Worker stops.
+	giveBackTimeout = 5 * time.Second
+)
+
+func newTakeAhead(rdb redis.UniversalClient, queue string, concurrency int) *takeAhead {
+	return &takeAhead{rdb: rdb, queue: queue, concurrency: concurrency, take: lua.Take(), back: lua.GiveBack(),
+		held: map[string]struct{}{}}
+}
+
+// look answers one of asynq's looks into queue, whose script asynq runs
+// (run) with keys and args (RDB.Dequeue's: the leases' expiry, the task
+// key prefix): with a task taken ahead, else with take.lua for the free
+// slots. Its reply is asynq's: the task's message, or redis.Nil when the
+// queue is empty or paused. A look it does not know (another queue, other
+// arguments) is asynq's own.
+func (a *takeAhead) look(ctx context.Context, queue string, keys []string, args []any, run func() *redis.Cmd) *redis.Cmd {
+	if queue != a.queue || len(args) != 2 {
+		return run()
+	}
+	cmd := redis.NewCmd(ctx)
+	n, front, next, ok := a.next()
+	if ok {
+		cmd.SetVal(next.msg)
+		return cmd
+	}
+	res, err := a.take.Run(ctx, a.rdb, keys, args[0], args[1], n).Slice()
+	if err != nil {
+		cmd.SetErr(err)
+		return cmd
+	}
+	ts := make([]taken, 0, len(res)/2)
+	now := time.Now()
+	for i := 0; i+1 < len(res); i += 2 {
+		id, _ := res[i].(string)
+		msg, _ := res[i+1].(string)
+		ts = append(ts, taken{id: id, msg: msg, at: now})
+	}
+	if next, ok := a.handed(ts, front); ok {
+		cmd.SetVal(next.msg)
+	} else {
+		cmd.SetErr(redis.Nil) // asynq's answer for an empty or paused queue
+	}
+	return cmd
+}
+
+// next hands out the next task taken ahead (ok), or says how many tasks a
+// look takes: one for each free slot that no task taken ahead waits for,
+// and at least the one asynq looks with. front says the look follows a
+// hand-off.
+func (a *takeAhead) next() (n int, front bool, t taken, ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.fronts > 0 {
+		a.fronts--
+		front = true
+	} else if len(a.ahead) > 0 {
+		t, a.ahead = a.ahead[0], a.ahead[1:]
+		a.hold(t.id)
+		return 0, false, t, true
+	}
+	return max(min(a.concurrency-len(a.held)-len(a.ahead), mostAhead), 1), front, taken{}, false
+}
+
+// handed takes in ts, what a look took (in the order taken), and returns
+// the task to hand asynq: the first of ts, the rest kept for the next
+// looks (before the tasks taken ahead when the look follows a hand-off);
+// or, when the look took none, the next task taken ahead, if any, for the
+// hand-offs' tasks were taken already.
+func (a *takeAhead) handed(ts []taken, front bool) (taken, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case len(ts) == 0:
+		a.fronts = 0
+		if len(a.ahead) == 0 {
+			return taken{}, false
+		}
+		ts, a.ahead = a.ahead[:1], a.ahead[1:]
+	case front:
+		a.ahead = append(ts[1:len(ts):len(ts)], a.ahead...)
+	default:
+		a.ahead = append(a.ahead, ts[1:]...)
+	}
+	a.hold(ts[0].id)
+	return ts[0], true
+}
+
+// hold counts task id's slot as held. Call it with mu held.
+func (a *takeAhead) hold(id string) {
+	a.held["asynq:{"+a.queue+"}:t:"+id] = struct{}{}
+}
+
+// front notes a hand-off: the dispatcher moved a task in at the front for
+// the slot asynq frees next.
+func (a *takeAhead) front() {
+	a.mu.Lock()
+	a.fronts++
+	a.mu.Unlock()
+}
+
+// returned counts the slot of task id of queue as free: its handler
+// returned.
+func (a *takeAhead) returned(queue, id string) {
+	if queue != a.queue {
+		return
+	}
+	a.mu.Lock()
+	delete(a.held, "asynq:{"+a.queue+"}:t:"+id)
+	a.mu.Unlock()
+}
+
+// freed counts the slot of a task as free when keys, those of one of
+// asynq's scripts that ran, name it: for a task whose handler never ran
+// (its deadline passed first).
+func (a *takeAhead) freed(keys []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.held) == 0 {
+		return
+	}
+	for _, k := range keys {
+		delete(a.held, k)
+	}
+}
+
+// giveBack puts back the tasks taken ahead before cutoff (all of them when
+// cutoff is zero).
+func (a *takeAhead) giveBack(ctx context.Context, cutoff time.Time) error {
+	a.mu.Lock()
+	i := len(a.ahead)
+	if !cutoff.IsZero() {
+		// ahead is in the order taken: the stale ones lead
+		i = 0
+		for i < len(a.ahead) && a.ahead[i].at.Before(cutoff) {
+			i++
+		}
+	}
+	stale := a.ahead[:i:i]
+	a.ahead = a.ahead[i:]
+	a.mu.Unlock()
+	if len(stale) == 0 {
+		return nil
+	}
+	p := "asynq:{" + a.queue + "}:"
+	args := []any{p + "t:", strconv.FormatInt(time.Now().UnixNano(), 10)}
+	for i := len(stale) - 1; i >= 0; i-- {
+		args = append(args, stale[i].id)
+	}
+	return a.back.Run(ctx, a.rdb, []string{p + "pending", p + "active", p + "lease"}, args...).Err()
+}
+
+// sweep gives back, every aheadFor, the tasks taken ahead that waited
+// longer, until ctx ends.
+func (a *takeAhead) sweep(ctx context.Context, log *slog.Logger) {
+	t := time.NewTicker(aheadFor)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if err := a.giveBack(ctx, now.Add(-aheadFor)); err != nil && ctx.Err() == nil {
+				log.Warn("worker: putting back tasks taken ahead failed; asynq recovers them when their lease ends", "queue", a.queue, "err", err)
+			}
+		}
+	}
+}
+
+// giveBackAll gives back every task taken ahead: asynq looks no more.
+func (a *takeAhead) giveBackAll(log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
+	defer cancel()
+	if err := a.giveBack(ctx, time.Time{}); err != nil {
+		log.Warn("worker: putting back tasks taken ahead failed; asynq recovers them when their lease ends", "queue", a.queue, "err", err)
+	}
+}
