@@ -111,10 +111,9 @@ type loop struct {
 	ungated   bool
 	pace      pace
 	// awaited are the finishes of capped tenants' tasks whose worker
-	// waits in Done, by task ID: each channel closes once the finish is
-	// handed in and what its turn granted is moved in. wake cuts short
-	// the pause before a finish asynq had yet to mark done goes in again.
-	awaited sync.Map // string → chan struct{}
+	// waits in Done, by task ID (handOff). wake cuts short the pause
+	// before a finish asynq had yet to mark done goes in again.
+	awaited sync.Map // string → *handOff
 	wake    chan struct{}
 	moves   moves
 	granted time.Time // the loop's latest grant
@@ -277,7 +276,7 @@ func (s *Server) finished(f finish, queue string) {
 	}
 	f = s.capping(f)
 	if s.handOff && f.done && f.capped {
-		l.awaited.Store(f.id, make(chan struct{}))
+		l.awaited.Store(f.id, &handOff{done: make(chan struct{})})
 	}
 	l.ch <- f
 }
@@ -315,8 +314,9 @@ func waitFor(ch <-chan struct{}, d time.Duration) bool {
 // queue (rule.Fronts), so the worker whose slot frees takes it, where it
 // would otherwise take a task behind it and leave the tenant's place
 // unused until another worker frees. Other tasks return at once. It
-// reports whether it waited: the slot that frees is then for the task at
-// the front. The worker package calls it from the Redis client it gives
+// reports whether the wait ended with grants of the tenant or for the
+// front moved in: the slot that frees is then for the task at the front.
+// The worker package calls it from the Redis client it gives
 // asynq.
 func (s *Server) Done(queue, id string) bool {
 	l := s.loops[queue]
@@ -331,8 +331,15 @@ func (s *Server) Done(queue, id string) bool {
 	case l.wake <- struct{}{}:
 	default:
 	}
-	waitFor(v.(chan struct{}), s.handOffWait)
-	return true
+	h := v.(*handOff)
+	return waitFor(h.done, s.handOffWait) && h.moved
+}
+
+// handOff is a worker's wait in Done for the finish of its capped
+// tenant's task to be handed in.
+type handOff struct {
+	done  chan struct{} // closed when the wait ends
+	moved bool          // set before done closes: the tenant's or front grants went in
 }
 
 // Moves returns how many times the dispatcher has moved tasks into
@@ -373,8 +380,8 @@ func (s *Server) AwaitMove(queue string, n uint64, wait time.Duration) bool {
 // handed in (later: those it gave back), by task ID, and their tenants.
 // They stay awaited until let go, so that a Done that comes meanwhile
 // waits for the move.
-func (l *loop) handedOff(handed, later []finish) (map[string]chan struct{}, map[string]bool) {
-	var out map[string]chan struct{}
+func (l *loop) handedOff(handed, later []finish) (map[string]*handOff, map[string]bool) {
+	var out map[string]*handOff
 	var tenants map[string]bool
 	for _, f := range handed {
 		if slices.ContainsFunc(later, func(g finish) bool { return g.id == f.id }) {
@@ -382,20 +389,22 @@ func (l *loop) handedOff(handed, later []finish) (map[string]chan struct{}, map[
 		}
 		if v, ok := l.awaited.Load(f.id); ok {
 			if out == nil {
-				out, tenants = map[string]chan struct{}{}, map[string]bool{}
+				out, tenants = map[string]*handOff{}, map[string]bool{}
 			}
-			out[f.id] = v.(chan struct{})
+			out[f.id] = v.(*handOff)
 			tenants[f.tenant] = true
 		}
 	}
 	return out, tenants
 }
 
-// letGo ends the waits of the finishes handedOff returned.
-func (l *loop) letGo(waiting map[string]chan struct{}) {
-	for id, c := range waiting {
-		l.awaited.CompareAndDelete(id, c)
-		close(c)
+// letGo ends the waits of the finishes handedOff returned; moved says
+// their tenants' or front grants went in.
+func (l *loop) letGo(waiting map[string]*handOff, moved bool) {
+	for id, h := range waiting {
+		l.awaited.CompareAndDelete(id, h)
+		h.moved = moved
+		close(h.done)
 	}
 }
 
@@ -405,7 +414,7 @@ func (l *loop) release() {
 	l.moves.moved(false)
 	l.awaited.Range(func(id, v any) bool {
 		l.awaited.Delete(id)
-		close(v.(chan struct{}))
+		close(v.(*handOff).done)
 		return true
 	})
 }
@@ -510,11 +519,13 @@ func (l *loop) run(ctx context.Context) {
 				// admitted and moved in first, alone.
 				var first []pick
 				first, picks = splitFirst(picks, tenants)
+				goes := false
 				if ops = l.s.d.admit(cctx, l.queue, first); len(ops) > 0 {
+					goes = slices.ContainsFunc(ops, func(o moveOp) bool { return o.op != opBack })
 					ops = l.moveNow(cctx, ops)
 					movedIn = movedIn || len(ops) == 0
 				}
-				l.letGo(waiting)
+				l.letGo(waiting, goes && len(ops) == 0)
 			}
 			ops = append(ops, l.s.d.admit(cctx, l.queue, picks)...)
 			if len(tr.picks) > 0 {

@@ -36,11 +36,15 @@
 // Such a worker on one queue also takes tasks ahead: asynq takes one task
 // a look, one look after another, and a look here takes one for each free
 // slot in one script and hands asynq the rest at its next looks, without
-// Redis. A task taken ahead is in asynq's active list, leased as asynq
-// leases it; it waits at most a script for its slot, and one that waits
-// 100 ms, or is still waiting when the worker stops, goes back to the end
-// of the pending list that asynq takes from. A task the dispatcher hands
-// off to a capped tenant's slot is taken before them.
+// Redis. A slot counts free once asynq has marked its task done (or to be
+// retried), as asynq frees it then, so a task taken ahead waits only for
+// asynq's loop to come round. It is in asynq's active list meanwhile,
+// leased as asynq leases it: the
+// Inspector shows it active, and cancelling it there does nothing, as for a
+// task asynq has just taken. One that waits 100 to 200 ms, or is still
+// waiting when the worker stops, goes back to the end of the pending list
+// that asynq takes from. The look after a hand-off to a capped tenant's
+// slot takes from Redis first.
 //
 // A worker program:
 //

@@ -19,7 +19,6 @@ type finishing struct {
 	next      asynq.Handler
 	disp      *dispatch.Server
 	isFailure func(error) bool // asynq's, as the Worker configured it
-	ahead     *takeAhead       // nil unless the Worker takes tasks ahead
 }
 
 func (f finishing) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
@@ -27,9 +26,6 @@ func (f finishing) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
 	defer func() {
 		id, _ := asynq.GetTaskID(ctx)
 		queue, _ := asynq.GetQueueName(ctx)
-		if f.ahead != nil {
-			f.ahead.returned(queue, id)
-		}
 		tenant := t.Headers()[enqueue.TenantHeader]
 		if te, ok := asThrottled(err); ok && !ends(ctx, err, f.isFailure) {
 			hold := max(te.RetryAfter, time.Millisecond)

@@ -20,13 +20,12 @@ import (
 // does to each what asynq's look does to one), hands asynq the first and
 // the next looks the rest, at once and without Redis.
 //
-// A slot counts as free once its handler returns or asynq's next script on
-// its task has run (for a task whose handler never ran), and a look counts
-// the slot it looks with free. asynq frees a slot a script after its
-// handler returns, so a task taken ahead for it waits that long. One that
-// waits longer than aheadFor (a slot did not free as counted) goes back to
-// the end of the pending list that asynq takes from (give_back.lua), as
-// does every task taken ahead when the Worker stops.
+// A slot counts as free once asynq's script that takes its task out of the
+// active list has run, as asynq frees it then, and a look counts the slot
+// it looks with free. A task taken ahead waits only for asynq's loop to
+// come round; one that waits longer than aheadFor (a slot did not free as
+// counted) goes back to the end of the pending list that asynq takes from
+// (give_back.lua), as does every task taken ahead when the Worker stops.
 //
 // A task the dispatcher moves in at the front for a capped tenant's slot
 // (dispatch.Server.Done) is for the next free slot: the look after the
@@ -59,7 +58,7 @@ const (
 	aheadFor = 100 * time.Millisecond
 	// mostAhead is the most tasks one look takes.
 	mostAhead = 16
-	// giveBackTimeout bounds the giving back when the Worker stops.
+	// giveBackTimeout bounds a giving back.
 	giveBackTimeout = 5 * time.Second
 )
 
@@ -132,6 +131,8 @@ func (a *takeAhead) handed(ts []taken, front bool) (taken, bool) {
 	defer a.mu.Unlock()
 	switch {
 	case len(ts) == 0:
+		// The pending list is empty: every task moved in at the front
+		// before the hand-offs counted was taken already.
 		a.fronts = 0
 		if len(a.ahead) == 0 {
 			return taken{}, false
@@ -159,20 +160,10 @@ func (a *takeAhead) front() {
 	a.mu.Unlock()
 }
 
-// returned counts the slot of task id of queue as free: its handler
-// returned.
-func (a *takeAhead) returned(queue, id string) {
-	if queue != a.queue {
-		return
-	}
-	a.mu.Lock()
-	delete(a.held, "asynq:{"+a.queue+"}:t:"+id)
-	a.mu.Unlock()
-}
-
 // freed counts the slot of a task as free when keys, those of one of
-// asynq's scripts that ran, name it: for a task whose handler never ran
-// (its deadline passed first).
+// asynq's scripts that ran, name it: the script after the look that names
+// the task (done, retry, archive or requeue) takes it out of the active
+// list, and asynq frees its slot then.
 func (a *takeAhead) freed(keys []string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -185,19 +176,20 @@ func (a *takeAhead) freed(keys []string) {
 }
 
 // giveBack puts back the tasks taken ahead before cutoff (all of them when
-// cutoff is zero).
-func (a *takeAhead) giveBack(ctx context.Context, cutoff time.Time) error {
+// cutoff is zero). Those it could not put back (Redis did not answer) are
+// taken ahead again, for the next sweep: they are still in asynq's active
+// list, and give_back.lua puts back only a task that is.
+func (a *takeAhead) giveBack(cutoff time.Time) error {
 	a.mu.Lock()
-	i := len(a.ahead)
-	if !cutoff.IsZero() {
-		// ahead is in the order taken: the stale ones lead
-		i = 0
-		for i < len(a.ahead) && a.ahead[i].at.Before(cutoff) {
-			i++
+	var stale, kept []taken
+	for _, t := range a.ahead {
+		if cutoff.IsZero() || t.at.Before(cutoff) {
+			stale = append(stale, t)
+		} else {
+			kept = append(kept, t)
 		}
 	}
-	stale := a.ahead[:i:i]
-	a.ahead = a.ahead[i:]
+	a.ahead = kept
 	a.mu.Unlock()
 	if len(stale) == 0 {
 		return nil
@@ -207,31 +199,41 @@ func (a *takeAhead) giveBack(ctx context.Context, cutoff time.Time) error {
 	for i := len(stale) - 1; i >= 0; i-- {
 		args = append(args, stale[i].id)
 	}
-	return a.back.Run(ctx, a.rdb, []string{p + "pending", p + "active", p + "lease"}, args...).Err()
+	ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
+	defer cancel()
+	err := a.back.Run(ctx, a.rdb, []string{p + "pending", p + "active", p + "lease"}, args...).Err()
+	if err != nil {
+		a.mu.Lock()
+		a.ahead = append(a.ahead, stale...)
+		a.mu.Unlock()
+	}
+	return err
 }
 
 // sweep gives back, every aheadFor, the tasks taken ahead that waited
-// longer, until ctx ends.
-func (a *takeAhead) sweep(ctx context.Context, log *slog.Logger) {
+// longer, until stop closes; it closes swept when it returns.
+func (a *takeAhead) sweep(stop <-chan struct{}, swept chan<- struct{}, log *slog.Logger) {
+	defer close(swept)
 	t := time.NewTicker(aheadFor)
 	defer t.Stop()
 	for {
 		select {
-		case <-ctx.Done():
+		case <-stop:
 			return
 		case now := <-t.C:
-			if err := a.giveBack(ctx, now.Add(-aheadFor)); err != nil && ctx.Err() == nil {
-				log.Warn("worker: putting back tasks taken ahead failed; asynq recovers them when their lease ends", "queue", a.queue, "err", err)
+			if err := a.giveBack(now.Add(-aheadFor)); err != nil {
+				log.Warn("worker: putting back tasks taken ahead failed; trying again", "queue", a.queue, "err", err)
 			}
 		}
 	}
 }
 
 // giveBackAll gives back every task taken ahead: asynq looks no more.
+// Tasks it cannot put back stay in asynq's active list until their lease
+// ends; asynq's recoverer then retries them, as it retries the tasks of a
+// worker that died.
 func (a *takeAhead) giveBackAll(log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
-	defer cancel()
-	if err := a.giveBack(ctx, time.Time{}); err != nil {
-		log.Warn("worker: putting back tasks taken ahead failed; asynq recovers them when their lease ends", "queue", a.queue, "err", err)
+	if err := a.giveBack(time.Time{}); err != nil {
+		log.Warn("worker: putting back tasks taken ahead failed; asynq retries them when their lease ends", "queue", a.queue, "err", err)
 	}
 }

@@ -85,9 +85,9 @@ func (s *takeStack) want(step string, pending, active []string) {
 
 // A look takes a task for each free slot, hands out the first and the
 // rest to the next looks without Redis, in the order asynq would have
-// taken them; a slot counts free when its handler returns or asynq's next
-// script on its task ran; a front look goes to Redis first; and what is
-// given back goes where asynq takes from next.
+// taken them; a slot counts free when asynq's next script on its task
+// ran; the look after a hand-off goes to Redis first; and what is given
+// back goes where asynq takes from next.
 func TestTakeAheadTakesForTheFreeSlots(t *testing.T) {
 	s := newTakeStack(t, 7)
 	if got := s.look(); got != "t1" {
@@ -101,12 +101,14 @@ func TestTakeAheadTakesForTheFreeSlots(t *testing.T) {
 	}
 	s.want("looks answered from the tasks taken ahead", []string{"t7", "t6", "t5"}, []string{"t4", "t3", "t2", "t1"})
 
-	// t1's handler returned and asynq's script took t3 out: two slots
-	// free, one of them t4's (taken ahead). The look after a hand-off
-	// takes from Redis for the other two, and what it takes goes before
-	// t4.
-	s.a.returned("q", "t1")
+	// asynq's scripts took t1 and t3 out of the active list (one names
+	// the task key first, one later): two slots free, one of them t4's
+	// (taken ahead). A script on other keys frees nothing. The look after
+	// a hand-off takes from Redis for the other two, and what it takes
+	// goes before t4.
+	s.a.freed([]string{"asynq:{q}:t:t1", "asynq:{q}:active", "asynq:{q}:lease"})
 	s.a.freed([]string{"asynq:{q}:active", "asynq:{q}:lease", "asynq:{q}:t:t3"})
+	s.a.freed([]string{"asynq:{q}:scheduled", "asynq:{q}:pending"})
 	s.a.front()
 	if got := s.look(); got != "t5" {
 		t.Errorf("a front look handed out %q, want t5 from Redis", got)
@@ -122,7 +124,7 @@ func TestTakeAheadTakesForTheFreeSlots(t *testing.T) {
 	if got := s.look(); got != "t7" {
 		t.Errorf("a look with no slot counted free handed out %q, want t7", got)
 	}
-	s.a.returned("q", "t2")
+	s.a.freed([]string{"asynq:{q}:active", "asynq:{q}:lease", "asynq:{q}:t:t2"})
 	if got := s.look(); got != "" {
 		t.Errorf("a look into an empty queue handed out %q", got)
 	}
@@ -134,11 +136,11 @@ func TestTakeAheadGivesBackWhatWaitsTooLong(t *testing.T) {
 		t.Fatalf("first look handed out %q, want t1", got)
 	}
 	ctx := context.Background()
-	if err := s.a.giveBack(ctx, time.Now().Add(-time.Hour)); err != nil {
+	if err := s.a.giveBack(time.Now().Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	s.want("nothing waited past the cutoff", []string{"t6", "t5"}, []string{"t4", "t3", "t2", "t1"})
-	if err := s.a.giveBack(ctx, time.Now().Add(time.Second)); err != nil {
+	if err := s.a.giveBack(time.Now().Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	s.want("all waited past the cutoff", []string{"t6", "t5", "t4", "t3", "t2"}, []string{"t1"})
@@ -154,7 +156,7 @@ func TestTakeAheadGivesBackWhatWaitsTooLong(t *testing.T) {
 	if got := s.look(); got != "t2" {
 		t.Errorf("the look after giving back handed out %q, want t2, as asynq would", got)
 	}
-	if err := s.a.giveBack(ctx, time.Time{}); err != nil {
+	if err := s.a.giveBack(time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	s.want("all given back", []string{"t6", "t5", "t4", "t3"}, []string{"t2", "t1"})
@@ -189,4 +191,28 @@ func TestTakeAheadLooksItDoesNotKnowAreAsynqs(t *testing.T) {
 	if ran != 2 {
 		t.Errorf("asynq's own script ran %d times for a look into another queue and one with other arguments, want 2", ran)
 	}
+}
+
+// Tasks a giving back could not put back (Redis did not answer) stay
+// taken ahead for the next try, which puts them back.
+func TestTakeAheadKeepsWhatItCouldNotGiveBack(t *testing.T) {
+	s := newTakeStack(t, 4)
+	if got := s.look(); got != "t1" {
+		t.Fatalf("first look handed out %q, want t1", got)
+	}
+	gone := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	defer gone.Close()
+	a := s.a
+	a.rdb = gone
+	if err := a.giveBack(time.Time{}); err == nil {
+		t.Fatal("giving back through a Redis that does not answer: no error")
+	}
+	if len(a.ahead) != 3 {
+		t.Fatalf("%d tasks taken ahead after a failed giving back, want the 3 kept", len(a.ahead))
+	}
+	a.rdb = s.rdb
+	if err := a.giveBack(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	s.want("the second try", []string{"t4", "t3", "t2"}, []string{"t1"})
 }

@@ -183,8 +183,8 @@ type Worker struct {
 	stopping atomic.Bool
 	// ahead answers asynq's looks with a Gate (takeAhead); nil without.
 	ahead *takeAhead
-	// sweep ends ahead's sweeper.
-	sweep context.CancelFunc
+	// stopSweep ends ahead's sweeper, which closes swept when it has.
+	stopSweep, swept chan struct{}
 }
 
 // New returns a Worker that will process tasks from the Redis server r
@@ -350,9 +350,8 @@ func (w *Worker) Start(h asynq.Handler) error {
 	}
 	w.srv, w.rdb, w.disp = srv, rdb, disp
 	if w.ahead != nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		w.sweep = cancel
-		go w.ahead.sweep(ctx, w.log)
+		w.stopSweep, w.swept = make(chan struct{}), make(chan struct{})
+		go w.ahead.sweep(w.stopSweep, w.swept, w.log)
 	}
 	return nil
 }
@@ -422,12 +421,12 @@ func (w *Worker) Run(h asynq.Handler) error {
 func (w *Worker) Stop() {
 	w.stopping.Store(true)
 	w.mu.Lock()
-	srv := w.srv
+	srv, ahead := w.srv, w.ahead
 	w.mu.Unlock()
 	if srv != nil {
-		srv.Stop()
-		if w.ahead != nil {
-			w.ahead.giveBackAll(w.log)
+		srv.Stop() // returns once asynq's last look has
+		if ahead != nil {
+			ahead.giveBackAll(w.log)
 		}
 	}
 }
@@ -446,7 +445,7 @@ func (w *Worker) Shutdown() {
 	}
 	w.closed = true
 	w.stopping.Store(true)
-	srv, rdb, disp := w.srv, w.rdb, w.disp
+	srv, rdb, disp, ahead := w.srv, w.rdb, w.disp, w.ahead
 	w.mu.Unlock()
 
 	defer close(w.done)
@@ -454,9 +453,10 @@ func (w *Worker) Shutdown() {
 		return
 	}
 	srv.Shutdown()
-	if w.ahead != nil {
-		w.sweep()
-		w.ahead.giveBackAll(w.log)
+	if ahead != nil {
+		close(w.stopSweep)
+		<-w.swept // a giving back in flight ends first
+		ahead.giveBackAll(w.log)
 	}
 	if disp != nil {
 		// After every handler has returned, so that their finishes are in,
@@ -477,7 +477,7 @@ func (w *Worker) handler(h asynq.Handler, rdb redis.UniversalClient, disp *dispa
 	h = tenantHandler{next: h, log: w.log, starts: &starts{rdb: rdb, script: lua.Started()}, keys: newKeyWarnings(w.log)}
 	if disp != nil {
 		// Outermost, so that it sees a recovered panic as the error it is.
-		h = finishing{next: h, disp: disp, isFailure: w.cfg.IsFailure, ahead: w.ahead}
+		h = finishing{next: h, disp: disp, isFailure: w.cfg.IsFailure}
 	}
 	return h
 }
