@@ -306,17 +306,16 @@ func waitFor(ch <-chan struct{}, d time.Duration) bool {
 
 // Done tells the dispatcher that asynq has just marked task id of queue
 // done, before it frees the task's slot. When the task was a capped
-// tenant's, handed to Finished as done, Done waits until the dispatcher
-// has handed its finish in and moved in that turn's grants of the tenant
-// and those that go to the front (admitted and moved before the turn's
-// others), at most
-// 5 ms (handOffWait): a capped tenant's next task goes in at the front of the
-// queue (rule.Fronts), so the worker whose slot frees takes it, where it
-// would otherwise take a task behind it and leave the tenant's place
-// unused until another worker frees. Other tasks return at once. It
-// reports whether the wait ended with grants of the tenant or for the
-// front moved in: the slot that frees is then for the task at the front.
-// The worker package calls it from the Redis client it gives
+// tenant's, handed to Finished as done, Done waits, at most 5 ms
+// (handOffWait), until the dispatcher has handed its finish in and moved
+// in that turn's grants of the tenant and those that go to the front,
+// which it admits and moves before the turn's others. A capped tenant's
+// next task goes in at the front of the queue (rule.Fronts), so the
+// worker whose slot frees takes it, where it would otherwise take a task
+// behind it and leave the tenant's place unused until another worker
+// frees. Other tasks return at once. Done reports whether the wait ended
+// with such grants moved in: the slot that frees is then for the task at
+// the front. The worker package calls it from the Redis client it gives
 // asynq.
 func (s *Server) Done(queue, id string) bool {
 	l := s.loops[queue]
