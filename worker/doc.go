@@ -39,12 +39,11 @@
 // Redis. A slot counts free once asynq has marked its task done (or to be
 // retried), as asynq frees it then, so a task taken ahead waits only for
 // asynq's loop to come round. It is in asynq's active list meanwhile,
-// leased as asynq leases it: the
-// Inspector shows it active, and cancelling it there does nothing, as for a
-// task asynq has just taken. One that waits 100 to 200 ms, or is still
-// waiting when the worker stops, goes back to the end of the pending list
-// that asynq takes from. The look after a hand-off to a capped tenant's
-// slot takes from Redis first.
+// leased as asynq leases it: the Inspector shows it active, and cancelling
+// it there does nothing, as for a task asynq has just taken. One that
+// waits 100 to 200 ms, or is still waiting when the worker stops, goes
+// back to the end of the pending list that asynq takes from. The look
+// after a hand-off to a capped tenant's slot takes from Redis first.
 //
 // A worker program:
 //
