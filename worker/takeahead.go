@@ -38,8 +38,9 @@ type takeAhead struct {
 	take, back  *redis.Script
 
 	mu sync.Mutex
-	// held are the task keys handed to asynq whose slots are not yet free.
-	held map[string]struct{}
+	// held are the task keys handed to asynq whose slots are not yet free,
+	// with when each was handed.
+	held map[string]time.Time
 	// ahead are the tasks taken ahead, the next to hand out first.
 	ahead []taken
 	// fronts counts the hand-offs whose task the looks have yet to take.
@@ -64,7 +65,7 @@ const (
 
 func newTakeAhead(rdb redis.UniversalClient, queue string, concurrency int) *takeAhead {
 	return &takeAhead{rdb: rdb, queue: queue, concurrency: concurrency, take: lua.Take(), back: lua.GiveBack(),
-		held: map[string]struct{}{}}
+		held: map[string]time.Time{}}
 }
 
 // look answers one of asynq's looks into queue, whose script asynq runs
@@ -118,6 +119,7 @@ func (a *takeAhead) next() (n int, front bool, t taken, ok bool) {
 		a.hold(t.id)
 		return 0, false, t, true
 	}
+	a.forgetLost()
 	return max(min(a.concurrency-len(a.held)-len(a.ahead), mostAhead), 1), front, taken{}, false
 }
 
@@ -149,7 +151,26 @@ func (a *takeAhead) handed(ts []taken, front bool) (taken, bool) {
 
 // hold counts task id's slot as held. Call it with mu held.
 func (a *takeAhead) hold(id string) {
-	a.held["asynq:{"+a.queue+"}:t:"+id] = struct{}{}
+	a.held["asynq:{"+a.queue+"}:t:"+id] = time.Now()
+}
+
+// forgetLost drops the oldest held slots while they number the worker's
+// concurrency or more. asynq looks only with a slot free, so such a count
+// is off: it holds a task whose freeing script never came through the
+// client (asynq let its lease run out, or could not read its message).
+// Were the one dropped still running, a look would take one task too many,
+// which waits for the next slot or goes back. Call it with mu held.
+func (a *takeAhead) forgetLost() {
+	for len(a.held) >= a.concurrency {
+		var oldest string
+		var at time.Time
+		for k, t := range a.held {
+			if oldest == "" || t.Before(at) {
+				oldest, at = k, t
+			}
+		}
+		delete(a.held, oldest)
+	}
 }
 
 // front notes a hand-off: the dispatcher moved a task in at the front for

@@ -120,9 +120,17 @@ func TestTakeAheadTakesForTheFreeSlots(t *testing.T) {
 		}
 	}
 	// All four slots held: asynq looks only with a slot free, so a count
-	// that says none is off, and the look takes one.
+	// that says none is off; the oldest is forgotten, and the look takes
+	// one.
 	if got := s.look(); got != "t7" {
 		t.Errorf("a look with no slot counted free handed out %q, want t7", got)
+	}
+	s.a.mu.Lock()
+	_, kept := s.a.held["asynq:{q}:t:t2"]
+	n := len(s.a.held)
+	s.a.mu.Unlock()
+	if kept || n != 4 {
+		t.Errorf("after that look: %d slots held, t2's kept: %v; want 4, the oldest (t2's) forgotten", n, kept)
 	}
 	s.a.freed([]string{"asynq:{q}:active", "asynq:{q}:lease", "asynq:{q}:t:t2"})
 	if got := s.look(); got != "" {
