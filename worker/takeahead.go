@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -162,13 +164,9 @@ func (a *takeAhead) hold(id string) {
 // which waits for the next slot or goes back. Call it with mu held.
 func (a *takeAhead) forgetLost() {
 	for len(a.held) >= a.concurrency {
-		var oldest string
-		var at time.Time
-		for k, t := range a.held {
-			if oldest == "" || t.Before(at) {
-				oldest, at = k, t
-			}
-		}
+		oldest := slices.MinFunc(slices.Collect(maps.Keys(a.held)), func(x, y string) int {
+			return a.held[x].Compare(a.held[y])
+		})
 		delete(a.held, oldest)
 	}
 }
