@@ -79,7 +79,7 @@ func (s *starts) mark(ctx context.Context) (first, ok bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), firstStartTimeout)
 	defer cancel()
 	// asynq's key of the task hash (asynq/internal/base.TaskKey).
-	key := "asynq:{" + queue + "}:t:" + id
+	key := asynqKeys(queue) + "t:" + id
 	n, err := s.script.Run(ctx, s.rdb, []string{key}, startedField).Int64()
 	if err != nil || n < 0 {
 		return false, false

@@ -103,14 +103,14 @@ func markedDone(keys []string) (queue, id string, ok bool) {
 	if len(keys) < 4 {
 		return "", "", false
 	}
-	if queue, ok = queueOf(keys[0], "active"); !ok || keys[1] != "asynq:{"+queue+"}:lease" {
+	if queue, ok = queueOf(keys[0], "active"); !ok || keys[1] != asynqKeys(queue)+"lease" {
 		return "", "", false
 	}
 	task := keys[2]
-	if task == "asynq:{"+queue+"}:completed" {
+	if task == asynqKeys(queue)+"completed" {
 		task = keys[3]
 	}
-	if id, ok = strings.CutPrefix(task, "asynq:{"+queue+"}:t:"); !ok || id == "" {
+	if id, ok = strings.CutPrefix(task, asynqKeys(queue)+"t:"); !ok || id == "" {
 		return "", "", false
 	}
 	return queue, id, true
@@ -126,12 +126,16 @@ func dequeues(keys []string) (queue string, ok bool) {
 	if queue, ok = queueOf(keys[0], "pending"); !ok {
 		return "", false
 	}
-	p := "asynq:{" + queue + "}:"
+	p := asynqKeys(queue)
 	if keys[1] != p+"paused" || keys[2] != p+"active" || keys[3] != p+"lease" {
 		return "", false
 	}
 	return queue, true
 }
+
+// asynqKeys is the prefix of asynq's keys of queue, asynq:{<queue>}:
+// (asynq/internal/base).
+func asynqKeys(queue string) string { return "asynq:{" + queue + "}:" }
 
 // queueOf returns the queue of asynq's key "asynq:{<queue>}:<kind>".
 func queueOf(key, kind string) (string, bool) {

@@ -36,6 +36,7 @@ import (
 type takeAhead struct {
 	rdb         redis.UniversalClient
 	queue       string
+	keys        string // asynqKeys(queue)
 	concurrency int
 	take, back  *redis.Script
 
@@ -66,7 +67,7 @@ const (
 )
 
 func newTakeAhead(rdb redis.UniversalClient, queue string, concurrency int) *takeAhead {
-	return &takeAhead{rdb: rdb, queue: queue, concurrency: concurrency, take: lua.Take(), back: lua.GiveBack(),
+	return &takeAhead{rdb: rdb, queue: queue, keys: asynqKeys(queue), concurrency: concurrency, take: lua.Take(), back: lua.GiveBack(),
 		held: map[string]time.Time{}}
 }
 
@@ -153,7 +154,7 @@ func (a *takeAhead) handed(ts []taken, front bool) (taken, bool) {
 
 // hold counts task id's slot as held. Call it with mu held.
 func (a *takeAhead) hold(id string) {
-	a.held["asynq:{"+a.queue+"}:t:"+id] = time.Now()
+	a.held[a.keys+"t:"+id] = time.Now()
 }
 
 // forgetLost drops the oldest held slots while they number the worker's
@@ -213,7 +214,7 @@ func (a *takeAhead) giveBack(cutoff time.Time) error {
 	if len(stale) == 0 {
 		return nil
 	}
-	p := "asynq:{" + a.queue + "}:"
+	p := a.keys
 	args := []any{p + "t:", strconv.FormatInt(time.Now().UnixNano(), 10)}
 	for i := len(stale) - 1; i >= 0; i-- {
 		args = append(args, stale[i].id)

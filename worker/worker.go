@@ -242,7 +242,7 @@ func (cfg Config) asynqConfig(log *slog.Logger) asynq.Config {
 	if c.Concurrency <= 0 {
 		c.Concurrency = runtime.NumCPU()
 	}
-	if queuesServed(c.Queues) == 0 {
+	if len(served(c.Queues)) == 0 {
 		c.Queues = map[string]int{DefaultQueue: 1}
 	}
 	if c.ShutdownTimeout <= 0 {
@@ -261,25 +261,15 @@ func (cfg Config) asynqConfig(log *slog.Logger) asynq.Config {
 	return c
 }
 
-// queuesServed counts the queues asynq serves: those of positive weight.
-func queuesServed(queues map[string]int) int {
-	n := 0
-	for _, w := range queues {
-		if w > 0 {
-			n++
-		}
-	}
-	return n
-}
-
-// servedQueue is the one queue of queues with a priority above 0.
-func servedQueue(queues map[string]int) string {
+// served lists the queues asynq serves: those of positive weight.
+func served(queues map[string]int) []string {
+	var qs []string
 	for q, w := range queues {
 		if w > 0 {
-			return q
+			qs = append(qs, q)
 		}
 	}
-	return ""
+	return qs
 }
 
 // Start starts processing tasks with h and returns at once. It returns an
@@ -330,12 +320,12 @@ func (w *Worker) Start(h asynq.Handler) error {
 	var forAsynq redis.UniversalClient = rdb
 	if disp != nil {
 		h := handOff{UniversalClient: rdb, disp: disp, stopped: &w.stopping}
-		if queuesServed(w.cfg.Queues) == 1 {
+		if qs := served(w.cfg.Queues); len(qs) == 1 {
 			// asynq looks into a worker's queues one after another: a wait
 			// in one would hold up the others; and tasks taken ahead from
 			// one would take the slots asynq shares among them by priority.
 			h.wait = w.cfg.TaskCheckInterval
-			w.ahead = newTakeAhead(rdb, servedQueue(w.cfg.Queues), w.cfg.Concurrency)
+			w.ahead = newTakeAhead(rdb, qs[0], w.cfg.Concurrency)
 			h.ahead = w.ahead
 		}
 		forAsynq = h
