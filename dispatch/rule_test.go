@@ -434,6 +434,7 @@ func TestScriptsDeclareTheRulesConstants(t *testing.T) {
 		"DEFAULT_ESTIMATE": rule.DefaultEstimate,
 		"TENANT_SMOOTHING": rule.TenantSmoothing,
 		"QUEUE_SMOOTHING":  rule.QueueSmoothing,
+		"LOAN_CHARGES":     rule.LoanCharges,
 		"PARKED":           ParkedUntil.Unix(),
 		"RESTART_GRACE":    DefaultRestartGrace.Microseconds(),
 	}

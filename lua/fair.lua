@@ -90,6 +90,7 @@ local WEIGHT_SCALE = 1000
 local DEFAULT_ESTIMATE = 10000
 local TENANT_SMOOTHING = 4
 local QUEUE_SMOOTHING = 16
+local LOAN_CHARGES = 2
 -- PARKED is asynq's score of a waiting task: ParkedUntil, in unix seconds.
 local PARKED = 253370764800
 -- IDLE is how long an idle tenant's debt (a tag ahead of the floor)
@@ -569,14 +570,15 @@ local function persistAll(ts)
 end
 
 -- lent is package rule's Lent: how far ahead of the floor the tag of a
--- tenant with cap, n tasks in flight, lag lg at its last grant from its
--- line, estimate est and weight wm (0: none yet) may be while its next
--- task still starts at the floor.
+-- tenant with cap, n tasks in flight, lag lg (what the floor gained on it
+-- that its grants from its line have yet to give back), estimate est and
+-- weight wm (0: none yet) may be while its next task still starts at the
+-- floor.
 local function lent(cap, n, lg, est, wm)
   if cap <= 0 or n <= 0 or lg <= 0 then
     return 0
   end
-  return math.min(lg, math.max(charge(estimate(est), wm), 1))
+  return math.min(lg, LOAN_CHARGES * math.max(charge(estimate(est), wm), 1))
 end
 
 -- startAt is package rule's Queue.start: the start tag of the next task
@@ -819,7 +821,7 @@ end
 -- grant updates it. It returns true, whether the task goes in at the
 -- front of the queue, and if so behind which of T's tasks ("": none). Only
 -- a grant from T's line (state g) goes to the front, and sets r's bh, lg
--- (how far T's tag lagged the floor) and ow; it leaves writing T's record
+-- (the lag its grants have yet to give back: rule.Lent) and ow; it leaves writing T's record
 -- to its caller (pick, which writes it once a streak; T had a task
 -- waiting, so its record is kept already). A task in run already (let in
 -- by another entry of its ID) is not granted again: grant then returns
@@ -847,7 +849,8 @@ local function grant(T, id, e, start, st, f, r)
       after = (along or prev == 'pending') and r.mv or ''
       fronted[id] = front or nil
     end
-    r.bh, r.lg, r.ow = start ~= was, math.max(floor - was, 0), math.max(r.ow - 1, 0)
+    local lend = lent(r.cap, r.n, r.lg, r.est, r.wm)
+    r.bh, r.lg, r.ow = start ~= was, math.max(floor - (was - lend), 0), math.max(r.ow - 1, 0)
   end
   for _, K in ipairs(flowKeys(f)) do
     keyAdd(K, 'n', 1)

@@ -49,6 +49,9 @@ const (
 	// time, the queue's a sixteenth.
 	TenantSmoothing = 4
 	QueueSmoothing  = 16
+	// LoanCharges is how many of its task charges a capped tenant's loan
+	// gives back at most (Lent).
+	LoanCharges = 2
 )
 
 // Weight returns w (a Quota.Weight, 0 meaning 1) in thousandths, at least
@@ -112,8 +115,9 @@ type Tenant struct {
 	Asleep bool
 	// Behind is set when its latest grant from its line started ahead of
 	// its tag: at the floor, because something (its cap, most often) had
-	// held it back, or on a loan (Lent). Lag is how far its tag lagged the
-	// floor then (0: not at all).
+	// held it back, or on a loan (Lent). Lag is the virtual time the
+	// floor has gained on it that its grants have yet to give back: how
+	// far its tag, less the loan, lagged the floor then (0: not at all).
 	Behind bool
 	Lag    int64
 	// Owed are the places its cap took back: tasks of it that ended while
@@ -316,21 +320,24 @@ func (q *Queue) start(t *Tenant) int64 {
 
 // Lent is how far ahead of the floor the tag of tenant t may be while its
 // next task still starts at the floor, with the queue's estimate qest:
-// what its tag lagged the floor at its last grant from its line (Lag), at
-// most one task's charge, while t is capped and has tasks in flight. A
-// tenant its cap holds below its fair share loses the virtual time the
-// floor gains while it waits at its cap; its finishes come in clusters,
-// and the second of two that come before the floor has passed the first's
-// grant would otherwise wait for the floor, a place of its cap unused.
-// The loan gives back what the last grant's clamp took, once: a grant on a
-// loan lags nothing, so the next lends nothing. An idle tenant (nothing in
-// flight) borrows nothing, and a task that ran past its estimate is
-// charged in full.
+// what the floor has gained on it and its grants from its line have yet
+// to give back (Lag), at most LoanCharges of its task's charge, while t is
+// capped and has tasks in flight. A tenant its cap holds below its fair
+// share loses the virtual time the floor gains while it waits at its cap,
+// and its grants give it back: each starts at its tag less the loan, but
+// never before the floor, and what the floor still took is carried to
+// the next. Its finishes come in clusters, and every finish of a cluster
+// that comes before the floor has passed the grants of the ones before
+// would otherwise wait for the floor, a place of its cap unused. The loan
+// is bounded so that caps that do not bind gain little: a tenant ahead of
+// its share has nothing to give back, and an idle tenant (nothing in
+// flight) borrows nothing. A task that ran past its estimate is charged in
+// full.
 func Lent(t *Tenant, qest int64) int64 {
 	if t.Cap == 0 || t.N == 0 || t.Lag == 0 {
 		return 0
 	}
-	return min(t.Lag, t.charge(qest))
+	return min(t.Lag, LoanCharges*t.charge(qest))
 }
 
 // estimate is the run time µs charged t's next task, with the queue's
@@ -574,7 +581,7 @@ func (q *Queue) grant(T, id, f string, start int64, line bool) Grant {
 	front := line && Fronts(t, q.Floor)
 	if line {
 		t.Behind = start != t.Tag
-		t.Lag = max(q.Floor-t.Tag, 0)
+		t.Lag = max(q.Floor-(t.Tag-Lent(t, q.Estimate)), 0)
 		t.Owed = max(t.Owed-1, 0)
 	}
 	q.InFlight[id] = Run{Tenant: T, Flow: f, Estimate: t.estimate(q.Estimate)}
