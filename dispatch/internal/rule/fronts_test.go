@@ -53,6 +53,9 @@ type frontResult struct {
 	capUse map[string]float64
 	// mostPassed is the most fronted grants any task was passed by.
 	mostPassed int
+	// grantedAtFinish is, of each capped tenant's finishes with tasks of
+	// it still waiting, the share after which the same pick granted it.
+	grantedAtFinish map[string]float64
 	findings
 }
 
@@ -61,7 +64,7 @@ type frontResult struct {
 func simulateFronts(workers int, tenants []simTenant, place placement, seed uint64) frontResult {
 	rng := rand.New(rand.NewPCG(seed, 2))
 	q := New()
-	res := frontResult{capUse: map[string]float64{}}
+	res := frontResult{capUse: map[string]float64{}, grantedAtFinish: map[string]float64{}}
 	byName := map[string]simTenant{}
 	order := map[string][]string{}
 	for _, t := range tenants {
@@ -83,6 +86,9 @@ func simulateFronts(workers int, tenants []simTenant, place placement, seed uint
 		started  = map[string][]string{}
 		waiting  = map[string]int{}
 		busyArea = map[string]int64{} // running × µs while tasks wait
+		finishes = map[string]int{}   // of capped tenants, with tasks waiting
+		regrants = map[string]int{}   // of those, granted in the next pick
+		finished string               // the capped tenant that just finished a task, if any
 		waitTime = map[string]int64{}
 		last     int64
 	)
@@ -100,7 +106,12 @@ func simulateFronts(workers int, tenants []simTenant, place placement, seed uint
 		}
 		last = now
 		space := Room(workers, len(pending)+workers-free)
-		for _, g := range q.Pick(max(space, 0), max(space, 0), nil) {
+		picks := q.Pick(max(space, 0), max(space, 0), nil)
+		if finished != "" && slices.ContainsFunc(picks, func(g Grant) bool { return g.Tenant == finished }) {
+			regrants[finished]++
+		}
+		finished = ""
+		for _, g := range picks {
 			t := byName[g.Tenant]
 			waiting[t.name]--
 			inQueue[t.name]++
@@ -147,6 +158,10 @@ func simulateFronts(workers int, tenants []simTenant, place placement, seed uint
 		inQueue[t.name]--
 		free++
 		q.Finish(e.id, e.ran, true, Limits{Cap: t.cap, Weight: Weight(t.weight)}, false, "")
+		if t.cap > 0 && waiting[t.name] > 0 {
+			finished = t.name
+			finishes[t.name]++
+		}
 	}
 	for _, t := range tenants {
 		if !slices.Equal(started[t.name], order[t.name]) {
@@ -154,6 +169,9 @@ func simulateFronts(workers int, tenants []simTenant, place placement, seed uint
 		}
 		if t.cap > 0 && waitTime[t.name] > 0 {
 			res.capUse[t.name] = float64(busyArea[t.name]) / float64(waitTime[t.name]) / float64(t.cap)
+		}
+		if finishes[t.name] > 0 {
+			res.grantedAtFinish[t.name] = float64(regrants[t.name]) / float64(finishes[t.name])
 		}
 	}
 	return res
@@ -191,6 +209,21 @@ func TestFrontsLetACappedTenantRunMoreOfItsCap(t *testing.T) {
 		t.Logf("seed %d: capped tenant's use of its cap %.2f with fronts, %.2f without; most passes %d", seed, front.capUse["capped"], back.capUse["capped"], front.mostPassed)
 		if front.capUse["capped"] < back.capUse["capped"]+0.1 {
 			t.Errorf("seed %d: the capped tenant used %.2f of its cap with fronts, %.2f without: want at least a tenth more", seed, front.capUse["capped"], back.capUse["capped"])
+		}
+	}
+}
+
+// A tenant its cap holds below its share gets back, on a loan, what the
+// floor gained on it while it waited at its cap, so the finishes of a
+// cluster are granted their successors at once: 96.5–99.2 % of them on
+// these seeds, where a loan given back once and of one charge at most (the
+// rule before LoanCharges) left 13–18 % waiting for the floor.
+func TestACappedTenantBelowItsShareIsGrantedAtItsFinishes(t *testing.T) {
+	for seed := uint64(1); seed <= 8; seed++ {
+		workers, ts := busyQueue(rand.New(rand.NewPCG(seed, 0)))
+		r := simulateFronts(workers, ts, byRule, seed)
+		if got := r.grantedAtFinish["capped"]; got < 0.95 {
+			t.Errorf("seed %d: %.1f %% of the capped tenant's finishes were followed by a grant of it, want at least 95 %%", seed, 100*got)
 		}
 	}
 }
