@@ -29,7 +29,9 @@
 // A capped tenant's task that ends while its cap holds it back frees a
 // place that its next task fills at the front of asynq's pending list. A
 // worker that calls Server.Done when asynq has marked a task done, before
-// asynq frees its slot, waits for that move and takes the task; one that
+// asynq frees its slot, waits for that move and takes the task (the
+// worker's loop admits the tenant's next task meanwhile, so the turn that
+// grants it moves it in at once); one that
 // calls Server.AwaitMove when asynq finds the queue empty takes a task the
 // moment the dispatcher moves it in, rather than at asynq's next poll.
 // package worker does both, from the Redis client it gives asynq.

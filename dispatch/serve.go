@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -115,6 +116,13 @@ type loop struct {
 	// before a finish asynq had yet to mark done goes in again.
 	awaited sync.Map // string → *handOff
 	wake    chan struct{}
+	// claimed are the tasks the hand-offs' admissions are for, upNext
+	// the entries next in capped tenants' lines (prepare, lineUp).
+	claimMu sync.Mutex
+	claimed map[string]bool
+	upNext  map[string][]string
+	// readyIn counts the tasks turns moved in as they granted them.
+	readyIn atomic.Int64
 	moves   moves
 	granted time.Time // the loop's latest grant
 }
@@ -226,7 +234,7 @@ func (d *Dispatcher) Serve(w Worker) (*Server, error) {
 			sent: map[string]rule.Limits{}, updates: map[string]rule.Limits{},
 			keySent: map[string]rule.KeyLimits{}, keyUpdates: map[string]rule.KeyLimits{}}
 		cctx, ccancel := context.WithTimeout(ctx, callTimeout)
-		_, err := l.turn(cctx, nil, nil, heartbeat, 0)
+		_, err := l.turn(cctx, nil, nil, nil, heartbeat, 0)
 		ccancel()
 		if err != nil {
 			cancel()
@@ -276,7 +284,9 @@ func (s *Server) finished(f finish, queue string) {
 	}
 	f = s.capping(f)
 	if s.handOff && f.done && f.capped {
-		l.awaited.Store(f.id, &handOff{done: make(chan struct{})})
+		h := &handOff{done: make(chan struct{}), ready: make(chan struct{})}
+		l.awaited.Store(f.id, h)
+		go l.prepare(h, f.tenant)
 	}
 	l.ch <- f
 }
@@ -326,11 +336,12 @@ func (s *Server) Done(queue, id string) bool {
 	if !ok {
 		return false
 	}
+	h := v.(*handOff)
+	h.marked.Store(true)
 	select {
 	case l.wake <- struct{}{}:
 	default:
 	}
-	h := v.(*handOff)
 	return waitFor(h.done, s.handOffWait) && h.moved
 }
 
@@ -339,6 +350,240 @@ func (s *Server) Done(queue, id string) bool {
 type handOff struct {
 	done  chan struct{} // closed when the wait ends
 	moved bool          // set before done closes: the tenant's or front grants went in
+	// marked is set when asynq has marked the task done (Done).
+	marked atomic.Bool
+	// ready closes when prepare is over; pre is then the admission it
+	// made, if any, until the loop takes it (take) or the wait ends.
+	ready chan struct{}
+	mu    sync.Mutex
+	pre   *admission.Decision
+	ended bool
+}
+
+// prepareWait is the longest a turn that hands in a finish asynq has
+// marked done waits for the admission prepare makes meanwhile.
+const prepareWait = time.Millisecond
+
+// prepare admits, while asynq marks the capped tenant's finished task
+// done, the task the tenant has next in line, so that the turn that hands
+// the finish in moves it in at once if it grants it (ready): the hand-off
+// then waits for one call, where it would wait for the turn, the
+// admission and the move one after another. A task that waits to start
+// later, or that the gate defers, is left to the turn's own admission.
+func (l *loop) prepare(h *handOff, tenant string) {
+	defer close(h.ready)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	d := l.s.d
+	e, ok := l.claim(tenant, nil)
+	if !ok {
+		line, err := d.rdb.LRange(ctx, d.keysFor(l.queue).waitingKey(tenant), 0, prepareAhead-1).Result()
+		if err != nil {
+			return // the read failed: the turn admits
+		}
+		if e, ok = l.claim(tenant, line); !ok {
+			return
+		}
+	}
+	ds, err := d.gate.AdmitBatchAt(ctx, tenant, []string{e.id}, time.Time{})
+	if err != nil || len(ds) != 1 || ds[0].Outcome != admission.Admitted {
+		if err == nil && len(ds) == 1 {
+			l.giveBack(ds[0])
+		} else {
+			l.unclaim(e.id)
+		}
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		l.giveBack(ds[0])
+		return
+	}
+	h.pre = &ds[0]
+}
+
+// prepareAhead is how far into its tenant's line prepare looks for a task
+// that no other hand-off has claimed: the finishes of a cluster each
+// admit their own.
+const prepareAhead = 8
+
+// claim claims the first task of line (waiting entries of tenant, in
+// order; nil: those the last turn that granted tenant said were next,
+// lineUp) that no other hand-off has claimed and that may start now.
+func (l *loop) claim(tenant string, line []string) (waitingEntry, bool) {
+	l.claimMu.Lock()
+	defer l.claimMu.Unlock()
+	if line == nil {
+		line = l.upNext[tenant]
+	}
+	for i, s := range line {
+		e, err := parseWaitingEntry(s)
+		if err != nil || e.notBefore > 0 {
+			return waitingEntry{}, false // the turn admits it at its time
+		}
+		if !l.claimed[e.id] {
+			if l.upNext[tenant] != nil {
+				l.upNext[tenant] = line[i+1:] // a later turn may grant it: once only
+			}
+			if l.claimed == nil {
+				l.claimed = map[string]bool{}
+			}
+			l.claimed[e.id] = true
+			return e, true
+		}
+	}
+	return waitingEntry{}, false
+}
+
+// lineUp records the entries next in the lines of the capped tenants a
+// turn granted (turnResult.next), for claim, in the place of those an
+// earlier turn gave.
+func (l *loop) lineUp(picks []pick, next map[string][]string) {
+	l.claimMu.Lock()
+	defer l.claimMu.Unlock()
+	for _, p := range picks {
+		delete(l.upNext, p.tenant)
+	}
+	for T, line := range next {
+		if l.upNext == nil {
+			l.upNext = map[string][]string{}
+		}
+		l.upNext[T] = line
+	}
+}
+
+// unclaim lets other hand-offs claim task id again.
+func (l *loop) unclaim(id string) {
+	l.claimMu.Lock()
+	defer l.claimMu.Unlock()
+	delete(l.claimed, id)
+}
+
+// take returns the admission prepare made (nil: none, or not yet), and
+// forgets it: the caller uses it or gives it back.
+func (h *handOff) take() *admission.Decision {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	pre := h.pre
+	h.pre = nil
+	return pre
+}
+
+// end ends h for prepare, and returns the admission it made that no turn
+// used.
+func (h *handOff) end() *admission.Decision {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ended = true
+	pre := h.pre
+	h.pre = nil
+	return pre
+}
+
+// readyFor returns the admissions prepare made for the awaited finishes
+// among fs, by finish ID. For a finish asynq has marked done it waits for
+// prepare, at most prepareWait: that turn hands the finish in.
+func (l *loop) readyFor(fs []finish) map[string]*admission.Decision {
+	var out map[string]*admission.Decision
+	for _, f := range fs {
+		v, ok := l.awaited.Load(f.id)
+		if !ok {
+			continue
+		}
+		h := v.(*handOff)
+		if h.marked.Load() {
+			waitFor(h.ready, prepareWait)
+		}
+		if pre := h.take(); pre != nil {
+			if out == nil {
+				out = map[string]*admission.Decision{}
+			}
+			out[f.id] = pre
+		}
+	}
+	return out
+}
+
+// settleReady takes out of picks those whose tasks the turn moved in or
+// freed (pick.moved, pick.gone): tasks pres admitted before it (by finish
+// ID). It gives back the admissions no task moved in with, but keeps
+// those of finishes the turn handed back (later) for the next turn. It
+// reports whether a task moved in.
+func (l *loop) settleReady(picks []pick, pres map[string]*admission.Decision, later []finish) ([]pick, bool) {
+	if len(pres) == 0 {
+		return picks, false
+	}
+	in := map[string]bool{}
+	picks = slices.DeleteFunc(picks, func(p pick) bool {
+		if p.moved {
+			in[p.entry.id] = true
+		}
+		return p.moved || p.gone
+	})
+	var again []finish
+	for id, pre := range pres {
+		switch {
+		case in[pre.ID]:
+			l.unclaim(pre.ID)
+		case slices.ContainsFunc(later, func(f finish) bool { return f.id == id }):
+			again = append(again, finish{id: id})
+		default:
+			l.giveBack(*pre)
+		}
+	}
+	l.keepReady(pres, again)
+	l.readyIn.Add(int64(len(in)))
+	return picks, len(in) > 0
+}
+
+// keepReady hands the admissions of pres back to the waits of fs, for
+// their next turn; one whose wait has ended is given back.
+func (l *loop) keepReady(pres map[string]*admission.Decision, fs []finish) {
+	for _, f := range fs {
+		pre := pres[f.id]
+		if pre == nil {
+			continue
+		}
+		v, ok := l.awaited.Load(f.id)
+		if !ok || !v.(*handOff).keep(pre) {
+			l.giveBack(*pre)
+		}
+	}
+}
+
+// keep gives h back the admission take took, unless h has ended or holds
+// another; it reports whether h kept it.
+func (h *handOff) keep(pre *admission.Decision) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended || h.pre != nil {
+		return false
+	}
+	h.pre = pre
+	return true
+}
+
+// giveBack gives back the slot of an admission no task used, in the
+// background, unless its task is in flight: another worker's turn granted
+// it, and its admission found this slot (Decision.Existing). So a slot
+// may outlive its use, and the tenant's rate count a task that has yet to
+// go in, never the other way round.
+func (l *loop) giveBack(dec admission.Decision) {
+	l.unclaim(dec.ID)
+	if dec.Existing || dec.Outcome == admission.Rejected {
+		return // the task's own slot from before, or none
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		defer cancel()
+		if in, err := l.s.d.rdb.HExists(ctx, l.s.d.keysFor(l.queue).run, dec.ID).Result(); err != nil || in {
+			return
+		}
+		if err := l.s.d.gate.Release(ctx, dec); err != nil {
+			l.s.d.log.Warn("admitq: giving back an unused admission failed", "queue", l.queue, "tenant", dec.Tenant, "task_id", dec.ID, "err", err)
+		}
+	}()
 }
 
 // Moves returns how many times the dispatcher has moved tasks into
@@ -402,6 +647,9 @@ func (l *loop) handedOff(handed, later []finish) (map[string]*handOff, map[strin
 func (l *loop) letGo(waiting map[string]*handOff, moved bool) {
 	for id, h := range waiting {
 		l.awaited.CompareAndDelete(id, h)
+		if pre := h.end(); pre != nil {
+			l.giveBack(*pre)
+		}
 		h.moved = moved
 		close(h.done)
 	}
@@ -413,7 +661,11 @@ func (l *loop) release() {
 	l.moves.moved(false)
 	l.awaited.Range(func(id, v any) bool {
 		l.awaited.Delete(id)
-		close(v.(*handOff).done)
+		h := v.(*handOff)
+		if pre := h.end(); pre != nil {
+			l.giveBack(*pre)
+		}
+		close(h.done)
 		return true
 	})
 }
@@ -432,7 +684,7 @@ func (s *Server) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	for _, l := range s.loops {
-		if _, err := l.turn(ctx, l.drain(nil), nil, 0, 0); err != nil {
+		if _, err := l.turn(ctx, l.drain(nil), nil, nil, 0, 0); err != nil {
 			s.d.log.Warn("admitq: leaving a dispatched queue failed; the worker's record lapses on its own", "queue", l.queue, "err", err)
 		}
 	}
@@ -502,9 +754,17 @@ func (l *loop) run(ctx context.Context) {
 		began := time.Now()
 		l.pace.turned(began)
 		moving := len(ops) > 0 // the turn moves them in
-		tr, err := l.turn(cctx, fs, ops, heartbeat, l.s.most)
+		pres := l.readyFor(fs)
+		tr, err := l.turn(cctx, fs, ops, pres, heartbeat, l.s.most)
 		movedIn := err == nil && moving
+		if err != nil {
+			l.keepReady(pres, fs)
+		}
 		if err == nil {
+			l.lineUp(tr.picks, tr.next)
+			var movedNow bool
+			tr.picks, movedNow = l.settleReady(tr.picks, pres, tr.later)
+			movedIn = movedIn || movedNow
 			if len(tr.later) < handed {
 				retry = firstRetry // asynq marked some done: no outage
 			}
@@ -524,7 +784,7 @@ func (l *loop) run(ctx context.Context) {
 					ops = l.moveNow(cctx, ops)
 					movedIn = movedIn || len(ops) == 0
 				}
-				l.letGo(waiting, goes && len(ops) == 0)
+				l.letGo(waiting, movedNow || goes && len(ops) == 0)
 			}
 			ops = append(ops, l.s.d.admit(cctx, l.queue, picks)...)
 			if len(tr.picks) > 0 {
@@ -767,6 +1027,9 @@ type pick struct {
 	entry  waitingEntry
 	front  bool
 	after  string
+	// moved: the turn moved it in already (it was admitted before, see
+	// loop.prepare); gone: asynq no longer keeps it parked.
+	moved, gone bool
 }
 
 // turnResult is what a dispatch turn answered.
@@ -777,12 +1040,38 @@ type turnResult struct {
 	live    int       // the live gate workers' concurrency (0: not read)
 	due     time.Time // when a sleeping tenant wakes or limbo is due (zero: none)
 	later   []finish  // finishes to hand in again
+	// next are the waiting entries next in the lines of the capped tenants
+	// it granted, in order, by tenant (for prepare).
+	next map[string][]string
+}
+
+// readNext reads the count u and then u pairs tenant, waiting entry at
+// the start of rest, and returns them by tenant, in order, and what
+// follows.
+func readNext(rest []any) (map[string][]string, []any, error) {
+	u, err := toInt(rest[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	if u < 0 || len(rest) < 1+2*int(u) {
+		return nil, nil, fmt.Errorf("dispatch: fair_dispatch.lua returned %d values for %d next entries", len(rest)-1, u)
+	}
+	var out map[string][]string
+	for v := range slices.Chunk(rest[1:1+2*u], 2) {
+		t, _ := v[0].(string)
+		e, _ := v[1].(string)
+		if out == nil {
+			out = map[string][]string{}
+		}
+		out[t] = append(out[t], e)
+	}
+	return out, rest[1+2*u:], nil
 }
 
 // turn runs fair_dispatch.lua: heartbeat (ttl 0 leaves), finishes, the
 // moves ops (admit's), and up to most grants.
-func (l *loop) turn(ctx context.Context, fs []finish, ops []moveOp, ttl time.Duration, most int) (turnResult, error) {
-	args := make([]any, 0, 5+8*len(fs)+1+3*len(ops)+1+4*len(l.updates)+1+3*len(l.keyUpdates))
+func (l *loop) turn(ctx context.Context, fs []finish, ops []moveOp, ready map[string]*admission.Decision, ttl time.Duration, most int) (turnResult, error) {
+	args := make([]any, 0, 5+8*len(fs)+1+3*len(ops)+1+4*len(l.updates)+1+3*len(l.keyUpdates)+1+len(ready))
 	args = append(args, l.s.member, ttl.Microseconds(), most, len(fs))
 	for _, f := range fs {
 		lim := rule.Limits{Cap: -1, Weight: rule.WeightScale}
@@ -804,6 +1093,10 @@ func (l *loop) turn(ctx context.Context, fs []finish, ops []moveOp, ttl time.Dur
 	for K, lim := range l.keyUpdates {
 		args = append(args, K, lim.Cap, flag(lim.Paused))
 	}
+	args = append(args, len(ready))
+	for _, pre := range ready {
+		args = append(args, pre.ID)
+	}
 	res, err := l.s.d.run(ctx, l.s.d.scripts.dispatch, l.queue, args...)
 	if err != nil {
 		return turnResult{}, err
@@ -817,7 +1110,7 @@ func (l *loop) turn(ctx context.Context, fs []finish, ops []moveOp, ttl time.Dur
 	}
 	clear(l.keyUpdates)
 	picks, rest, err := readPicks(res)
-	if err == nil && len(rest) < 4 {
+	if err == nil && len(rest) < 5 {
 		err = fmt.Errorf("dispatch: fair_dispatch.lua returned %d values", len(res))
 	}
 	if err != nil {
@@ -835,7 +1128,10 @@ func (l *loop) turn(ctx context.Context, fs []finish, ops []moveOp, ttl time.Dur
 	if due > 0 {
 		tr.due = time.UnixMicro(due)
 	}
-	for _, v := range rest[4:] {
+	if tr.next, rest, err = readNext(rest[4:]); err != nil {
+		return turnResult{}, err
+	}
+	for _, v := range rest {
 		i, err := toInt(v)
 		if err != nil {
 			return turnResult{}, err
@@ -870,7 +1166,7 @@ func readPicks(res []any) ([]pick, []any, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		picks[i] = pick{tenant: t, entry: e, front: front == "1", after: after}
+		picks[i] = pick{tenant: t, entry: e, front: front == "1", after: after, moved: front == "m", gone: front == "x"}
 	}
 	return picks, res[1+4*n:], nil
 }

@@ -900,11 +900,15 @@ end
 -- one wakes or an entry in limbo is due (0: none), the tasks in asynq's
 -- pending list, the live gate workers' concurrency, then the indexes of
 -- the finishes to hand in again (later).
-local function endTurn(out, waiting, due, live, later)
+local function endTurn(out, waiting, due, live, next, later)
   out[#out + 1] = waiting
   out[#out + 1] = due
   out[#out + 1] = pendingLen()
   out[#out + 1] = live
+  out[#out + 1] = #next / 2
+  for _, v in ipairs(next) do
+    out[#out + 1] = v
+  end
   for _, i in ipairs(later) do
     out[#out + 1] = i
   end
@@ -1096,8 +1100,8 @@ end
 -- pick grants up to most waiting tasks while the queue has space, the
 -- lowest start tag first, each tenant's first flow whose keys are open,
 -- appending each as a quad tenant, entry, front ("1": it goes in at the
--- front of the queue, else "0") and the task it goes behind there ("":
--- none) to out. A tenant whose every flow
+-- front of the queue, else "c" for a capped tenant's and "0") and the
+-- task it goes behind there ("": none) to out. A tenant whose every flow
 -- waits on a closed key is taken out (block). An entry whose task asynq
 -- holds but not parked (archived, or run from outside), or whose task is
 -- in run already (let in by another entry of its ID), is dropped, and
@@ -1230,7 +1234,7 @@ local function pick(most, space, out)
         ok, front, after = grant(T, id, e, start, nil, f, r)
       end
       if ok then
-        out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = T, e, front and '1' or '0', after
+        out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = T, e, front and '1' or r.cap > 0 and 'c' or '0', after
         most, space = most - 1, space - 1
         local lend = lent(r.cap, r.n, r.lg, r.est, r.wm)
         local again = startAt(r.tag, lend)
@@ -1383,15 +1387,12 @@ local function updates(a)
   return a
 end
 
--- moveOps applies the n move ops (triples op, task ID, a number: the
--- sleep µs of BACK, the asynq.Unique TTL ms of GO and FRONT; FRONT then
--- names the task to go behind, "" for none) in ARGV from ARGV[a], n
--- first, and returns how many tasks moved into the queue and the ARGV
--- index after the ops. A task moves only from state g: two movers of one
--- grant move it once.
-local function moveOps(a)
-  local moved, fronts = 0, {}
-  local ops, ids, moving = {}, {}, {}
+-- readOps reads the n move ops (triples op, task ID, a number: the sleep
+-- µs of BACK, the asynq.Unique TTL ms of GO and FRONT; FRONT then names
+-- the task to go behind, "" for none) in ARGV from ARGV[a], n first, and
+-- returns them and the ARGV index after them.
+local function readOps(a)
+  local ops = {}
   local n = tonumber(ARGV[a])
   a = a + 1
   for i = 1, n do
@@ -1399,6 +1400,17 @@ local function moveOps(a)
     o.after = o.op == FRONT and ARGV[a + 3]
     a = a + (o.after and 4 or 3)
     ops[i] = o
+  end
+  return ops, a
+end
+
+-- applyOps applies move ops as readOps reads them and returns whether
+-- each moved into the queue, by task ID (true), and how many did. A task
+-- moves only from state g: two movers of one grant move it once.
+local function applyOps(ops)
+  local moved, fronts, into = 0, {}, {}
+  local ids, moving = {}, {}
+  for _, o in ipairs(ops) do
     if o.op ~= DROP then
       ids[#ids + 1] = o.id
     end
@@ -1428,7 +1440,7 @@ local function moveOps(a)
     elseif r and string.sub(r, 1, 1) == 'g' then
       if o.op == GO or o.op == FRONT then
         if moveIn(id, r, o.us, scores[id], o.after and fronts, o.after, w) then
-          moved = moved + 1
+          moved, into[id] = moved + 1, true
           runs[id] = 'p' .. string.sub(r, 2)
         else
           runs[id] = false
@@ -1449,6 +1461,15 @@ local function moveOps(a)
   for i = #fronts, 1, -1 do
     call('RPUSH', pending, fronts[i])
   end
+  return into, moved
+end
+
+-- moveOps applies the move ops in ARGV from ARGV[a] (readOps), and returns
+-- how many tasks moved into the queue and the ARGV index after the ops.
+local function moveOps(a)
+  local ops
+  ops, a = readOps(a)
+  local _, moved = applyOps(ops)
   return moved, a
 end
 

@@ -21,13 +21,20 @@
 -- then     k, then k quads: tenant, MaxInFlight, weight in thousandths,
 --          paused: tenants' quotas as they are now (a pause or a resume)
 -- then     j, then j triples: key, MaxInFlight, paused: keys' quotas now
+-- then     r, then r task IDs: tasks the caller admitted already (ready),
+--          which go in with this turn if it grants them
 -- Returns  {n, then n quads tenant, waiting entry granted (state g: the
 --          caller admits and moves them), front ("1": move it in at the
---          front of the queue, else "0") and the task to go behind there
+--          front of the queue, else "c" for a capped tenant's and "0";
+--          "m": a ready task, moved in
+--          already; "x": a ready task that asynq no longer keeps parked,
+--          freed) and the task to go behind there
 --          ("": none), tenants waiting, the earliest µs
 --          a sleeping tenant wakes or an entry in limbo is due (0: none),
 --          the tasks in asynq's pending list, the live gate workers'
---          concurrency (0 when it makes no grants), then the indexes (from
+--          concurrency (0 when it makes no grants), u, then u pairs
+--          tenant, waiting entry: the entries next in the lines of the
+--          tenants granted at the front (nextUp), then the indexes (from
 --          1) of the finishes to hand in again: done, but asynq has yet to
 --          take the task out of its active list}
 --
@@ -171,6 +178,48 @@ local function settleAll()
   persistAll(busy)
 end
 
+-- moveReady moves in at once the picks (quads as the reply gives them)
+-- whose tasks are ready: the caller admitted them before the turn. Each
+-- one's front field becomes "m" when it moved in, or "x" when asynq no
+-- longer keeps it parked (its place is freed).
+local function moveReady(picks, ready)
+  local ops, at = {}, {}
+  for i = 1, #picks, 4 do
+    local id = entryID(picks[i + 1])
+    if id and ready[id] then
+      local front = picks[i + 2] == '1'
+      ops[#ops + 1] = {op = front and FRONT or GO, id = id, us = tonumber(string.match(picks[i + 1], '^%d+|%d+|(%d+)|')),
+        after = front and picks[i + 3]}
+      at[id] = i
+    end
+  end
+  if #ops > 0 then
+    local into = applyOps(ops)
+    for id, i in pairs(at) do
+      picks[i + 2] = into[id] and 'm' or 'x'
+    end
+  end
+end
+
+-- nextUp lists, for each capped tenant of picks (whose workers hand off),
+-- the entries next in its line (flow "0"), up to NEXT_UP: pairs tenant,
+-- entry, in order. The caller admits one of them while asynq marks the
+-- tenant's next finished task done (ready).
+local NEXT_UP = 4
+local function nextUp(picks)
+  local out, seen = {}, {}
+  for i = 1, #picks, 4 do
+    local T = picks[i]
+    if not seen[T] and picks[i + 2] ~= '0' then
+      seen[T] = true
+      for _, e in ipairs(call('LRANGE', P .. 'w:' .. T, 0, NEXT_UP - 1)) do
+        out[#out + 1], out[#out + 2] = T, e
+      end
+    end
+  end
+  return out
+end
+
 local a = 7
 local later = {}
 local ids = {}
@@ -191,17 +240,24 @@ settleAll()
 
 local _
 _, a = moveOps(a)
-updates(a)
+a = updates(a)
+local ready = {}
+for i = 1, tonumber(ARGV[a]) or 0 do -- a caller that gives none
+  ready[ARGV[a + i]] = true
+end
 wake()
 recall()
 seen()
 local out = {0}
 local live = 0
+local upNext = {}
 if most > 0 then
   local _, fair, total = capacity()
   live = total
   local picks = {}
   pick(most, room(fair, total), picks)
+  moveReady(picks, ready)
+  upNext = nextUp(picks)
   out[1] = #picks / 4
   for i = 1, #picks do
     out[#out + 1] = picks[i]
@@ -217,4 +273,4 @@ for _, k in ipairs({sleep, limbo, ksleep}) do
     due = tonumber(first[2])
   end
 end
-return endTurn(out, call('ZCARD', vt) + sleeping, due, live, later)
+return endTurn(out, call('ZCARD', vt) + sleeping, due, live, upNext, later)

@@ -1,0 +1,95 @@
+package dispatch
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+// While asynq marks a capped tenant's finished task done, the worker's
+// loop admits the tenant's next task (prepare), and the turn that hands
+// the finish in moves that task in at once when it grants it: the
+// hand-off then waits for one call. An admission no grant used is given
+// back, so the tenant's log keeps only what went in. asynq's dequeue and
+// done are played by hand, as in TestDoneHandsTheFreedWorkerItsTenantsNextTask.
+func TestAHandOffAdmitsTheNextTaskWhileAsynqMarksTheLastDone(t *testing.T) {
+	ctx := context.Background()
+	d, rdb, ac := rig(t, q1)
+	s, err := d.Serve(Worker{Queues: []string{"default"}, Concurrency: 2, HandOff: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.handOffWait = time.Minute
+	const pending, active, log = "asynq:{default}:pending", "asynq:{default}:active", "admitq:{t}:log"
+	ids := []string{"a", "b", "c", "d"}
+	for i, id := range ids {
+		at := ParkedUntil
+		if i == 0 {
+			at = time.Now()
+		}
+		if _, err := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: id}, q1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(at)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := s.loops["default"]
+	ins := asynq.NewInspectorFromRedisClient(rdb)
+	inLog := func(id string) bool { return rdb.ZScore(ctx, log, id).Err() != redis.Nil }
+	// finish takes id as asynq's worker would, runs and finishes it, and
+	// waits for prepare's admission before asynq marks it done; gone, when
+	// set, is deleted meanwhile, as from outside.
+	finish := func(id, gone string) {
+		t.Helper()
+		if got := rdb.LMove(ctx, pending, active, "RIGHT", "LEFT").Val(); got != id {
+			t.Fatalf("a worker took %q from the pending list, want %q", got, id)
+		}
+		rdb.HSet(ctx, "asynq:{default}:t:"+id, "state", "active")
+		s.Finished("default", "t", id, time.Millisecond, true)
+		v, ok := l.awaited.Load(id)
+		if !ok {
+			t.Fatalf("no hand-off awaits %s", id)
+		}
+		<-v.(*handOff).ready
+		if next := ids[slices.Index(ids, id)+1]; !inLog(next) {
+			t.Errorf("when asynq marks %s done, %s is not admitted yet", id, next)
+		}
+		if gone != "" {
+			if err := ins.DeleteTask("default", gone); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rdb.LRem(ctx, active, 0, id)
+		rdb.Del(ctx, "asynq:{default}:t:"+id)
+		s.Done("default", id)
+	}
+	finish("a", "")
+	if got := rdb.LIndex(ctx, pending, -1).Val(); got != "b" {
+		t.Fatalf("after a's hand-off the pending list's next is %q, want b", got)
+	}
+	if n := l.readyIn.Load(); n != 1 {
+		t.Errorf("turns moved in %d tasks as they granted them, want b", n)
+	}
+	if !inLog("b") || inLog("c") {
+		t.Errorf("after a's hand-off the log has b %v and c %v, want b alone", inLog("b"), inLog("c"))
+	}
+	// b's hand-off admits c ahead; c is deleted before the turn, which
+	// grants d: c's admission is given back, and d is admitted and moved.
+	finish("b", "c")
+	if got := rdb.LIndex(ctx, pending, -1).Val(); got != "d" {
+		t.Fatalf("after b's hand-off the pending list's next is %q, want d", got)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for inLog("c") && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if inLog("c") || !inLog("d") {
+		t.Errorf("after b's hand-off the log has c %v and d %v, want d alone: an unused admission is given back", inLog("c"), inLog("d"))
+	}
+}
