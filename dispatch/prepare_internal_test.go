@@ -8,6 +8,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/admission"
 )
 
 // While asynq marks a capped tenant's finished task done, the worker's
@@ -73,6 +75,21 @@ func TestAHandOffAdmitsTheNextTaskWhileAsynqMarksTheLastDone(t *testing.T) {
 	if got := rdb.LIndex(ctx, pending, -1).Val(); got != "b" {
 		t.Fatalf("after a's hand-off the pending list's next is %q, want b", got)
 	}
+	// The turn that granted b named the entries next in t's line, for b's
+	// hand-off to admit from without a read.
+	l.claimMu.Lock()
+	var next []string
+	for _, e := range l.upNext["t"] {
+		w, err := parseWaitingEntry(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next = append(next, w.id)
+	}
+	l.claimMu.Unlock()
+	if !slices.Equal(next, []string{"c", "d"}) {
+		t.Errorf("the turn that granted b named %q next in t's line, want c and d", next)
+	}
 	if n := l.readyIn.Load(); n != 1 {
 		t.Errorf("turns moved in %d tasks as they granted them, want b", n)
 	}
@@ -91,5 +108,62 @@ func TestAHandOffAdmitsTheNextTaskWhileAsynqMarksTheLastDone(t *testing.T) {
 	}
 	if inLog("c") || !inLog("d") {
 		t.Errorf("after b's hand-off the log has c %v and d %v, want d alone: an unused admission is given back", inLog("c"), inLog("d"))
+	}
+}
+
+// A turn moves in at once the grants whose tasks the caller admitted
+// before it (ready), and says so ("m"); a tenant's grant that follows one
+// of its grants that is not ready waits to be moved with it, so that the
+// tenant's tasks go into asynq's pending list in order.
+func TestATurnMovesReadyGrantsInTheirTenantsOrder(t *testing.T) {
+	for _, c := range []struct {
+		ready, moved []string
+		pending      []string // left to right; asynq takes from the right
+	}{
+		{ready: []string{"a", "b"}, moved: []string{"a", "b"}, pending: []string{"b", "a", "f3", "f2", "f1"}},
+		{ready: []string{"b", "c"}, moved: nil, pending: []string{"f3", "f2", "f1"}},
+		{ready: []string{"a", "c"}, moved: []string{"a"}, pending: []string{"a", "f3", "f2", "f1"}},
+	} {
+		ctx := context.Background()
+		q := admission.Quota{Limit: 100_000, Window: time.Second}
+		d, rdb, ac := rig(t, q)
+		d.turnRaw(ctx, t, 0, 0, 0, 0) // a worker of concurrency 1: no room for more than 3
+		for _, id := range []string{"f1", "f2", "f3"} {
+			if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, id := range []string{"a", "b", "c"} {
+			if tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: id}, q); err != nil || tk.Verdict != Wait {
+				t.Fatalf("%s: %v %v", id, tk.Verdict, err)
+			}
+			if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(ParkedUntil)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		args := []any{"big|16|1", 3_000_000, 3, 0, 0, 0, 0, len(c.ready)}
+		for _, id := range c.ready {
+			args = append(args, id)
+		}
+		res, err := d.run(ctx, d.scripts.dispatch, "default", args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		picks, _, err := readPicks(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var moved []string
+		for _, p := range picks {
+			if p.moved {
+				moved = append(moved, p.entry.id)
+			}
+		}
+		if !slices.Equal(moved, c.moved) {
+			t.Errorf("ready %v: the turn moved in %v, want %v", c.ready, moved, c.moved)
+		}
+		if got := rdb.LRange(ctx, d.keysFor("default").pending, 0, -1).Val(); !slices.Equal(got, c.pending) {
+			t.Errorf("ready %v: pending %v, want %v", c.ready, got, c.pending)
+		}
 	}
 }

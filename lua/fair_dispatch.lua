@@ -22,19 +22,19 @@
 --          paused: tenants' quotas as they are now (a pause or a resume)
 -- then     j, then j triples: key, MaxInFlight, paused: keys' quotas now
 -- then     r, then r task IDs: tasks the caller admitted already (ready),
---          which go in with this turn if it grants them
+--          which go in with this turn if it grants them (behind any of
+--          their tenants' grants that are not ready)
 -- Returns  {n, then n quads tenant, waiting entry granted (state g: the
 --          caller admits and moves them), front ("1": move it in at the
 --          front of the queue, else "c" for a capped tenant's and "0";
---          "m": a ready task, moved in
---          already; "x": a ready task that asynq no longer keeps parked,
---          freed) and the task to go behind there
---          ("": none), tenants waiting, the earliest µs
+--          "m": a ready task, moved in already; "x": a ready task that
+--          asynq no longer keeps parked, freed) and the task to go behind
+--          there ("": none), tenants waiting, the earliest µs
 --          a sleeping tenant wakes or an entry in limbo is due (0: none),
 --          the tasks in asynq's pending list, the live gate workers'
 --          concurrency (0 when it makes no grants), u, then u pairs
 --          tenant, waiting entry: the entries next in the lines of the
---          tenants granted at the front (nextUp), then the indexes (from
+--          capped tenants granted (nextUp), then the indexes (from
 --          1) of the finishes to hand in again: done, but asynq has yet to
 --          take the task out of its active list}
 --
@@ -181,12 +181,16 @@ end
 -- moveReady moves in at once the picks (quads as the reply gives them)
 -- whose tasks are ready: the caller admitted them before the turn. Each
 -- one's front field becomes "m" when it moved in, or "x" when asynq no
--- longer keeps it parked (its place is freed).
+-- longer keeps it parked (its place is freed). A tenant's pick that
+-- follows one of its picks that is not ready waits for that one's move,
+-- so that the tenant's tasks go in in order.
 local function moveReady(picks, ready)
-  local ops, at = {}, {}
+  local ops, at, behind = {}, {}, {}
   for i = 1, #picks, 4 do
     local id = entryID(picks[i + 1])
-    if id and ready[id] then
+    if not (id and ready[id]) then
+      behind[picks[i]] = true
+    elseif not behind[picks[i]] then
       local front = picks[i + 2] == '1'
       ops[#ops + 1] = {op = front and FRONT or GO, id = id, us = tonumber(string.match(picks[i + 1], '^%d+|%d+|(%d+)|')),
         after = front and picks[i + 3]}
