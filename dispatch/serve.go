@@ -116,11 +116,13 @@ type loop struct {
 	// before a finish asynq had yet to mark done goes in again.
 	awaited sync.Map // string → *handOff
 	wake    chan struct{}
-	// claimed are the tasks the hand-offs' admissions are for, upNext
-	// the entries next in capped tenants' lines (prepare, lineUp).
+	// claimed are the tasks the hand-offs claimed and admit ahead, by ID,
+	// upNext the entries next in capped tenants' lines (prepare, lineUp);
+	// stopped is set once the loop gives back every admission ahead.
 	claimMu sync.Mutex
-	claimed map[string]bool
+	claimed map[string]*ahead
 	upNext  map[string][]string
+	stopped bool
 	// readyIn counts the tasks turns moved in as they granted them.
 	readyIn atomic.Int64
 	moves   moves
@@ -284,9 +286,9 @@ func (s *Server) finished(f finish, queue string) {
 	}
 	f = s.capping(f)
 	if s.handOff && f.done && f.capped {
-		h := &handOff{done: make(chan struct{}), ready: make(chan struct{})}
+		h := &handOff{done: make(chan struct{}), tenant: f.tenant, ready: make(chan struct{})}
 		l.awaited.Store(f.id, h)
-		go l.prepare(h, f.tenant)
+		go l.prepare(h)
 	}
 	l.ch <- f
 }
@@ -350,68 +352,72 @@ func (s *Server) Done(queue, id string) bool {
 type handOff struct {
 	done  chan struct{} // closed when the wait ends
 	moved bool          // set before done closes: the tenant's or front grants went in
-	// marked is set when asynq has marked the task done (Done).
+	// tenant is the task's; marked is set when asynq has marked the task
+	// done (Done); ready closes when prepare is over.
+	tenant string
 	marked atomic.Bool
-	// ready closes when prepare is over; pre is then the admission it
-	// made, if any, until the loop takes it (take) or the wait ends.
-	ready chan struct{}
-	mu    sync.Mutex
-	pre   *admission.Decision
-	ended bool
+	ready  chan struct{}
+}
+
+// ahead is a task a hand-off claimed (prepare): dec is its admission, nil
+// while it is on its way.
+type ahead struct {
+	tenant string
+	dec    *admission.Decision
 }
 
 // prepareWait is the longest a turn that hands in a finish asynq has
 // marked done waits for the admission prepare makes meanwhile.
 const prepareWait = time.Millisecond
 
-// prepare admits, while asynq marks the capped tenant's finished task
-// done, the task the tenant has next in line, so that the turn that hands
-// the finish in moves it in at once if it grants it (ready): the hand-off
-// then waits for one call, where it would wait for the turn, the
-// admission and the move one after another. A task that waits to start
-// later, or that the gate defers, is left to the turn's own admission.
-func (l *loop) prepare(h *handOff, tenant string) {
-	defer close(h.ready)
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	d := l.s.d
-	e, ok := l.claim(tenant, nil)
-	if !ok {
-		line, err := d.rdb.LRange(ctx, d.keysFor(l.queue).waitingKey(tenant), 0, prepareAhead-1).Result()
-		if err != nil {
-			return // the read failed: the turn admits
-		}
-		if e, ok = l.claim(tenant, line); !ok {
-			return
-		}
-	}
-	ds, err := d.gate.AdmitBatchAt(ctx, tenant, []string{e.id}, time.Time{})
-	if err != nil || len(ds) != 1 || ds[0].Outcome != admission.Admitted {
-		if err == nil && len(ds) == 1 {
-			l.giveBack(ds[0])
-		} else {
-			l.unclaim(e.id)
-		}
-		return
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ended {
-		l.giveBack(ds[0])
-		return
-	}
-	h.pre = &ds[0]
-}
-
 // prepareAhead is how far into its tenant's line prepare looks for a task
 // that no other hand-off has claimed: the finishes of a cluster each
 // admit their own.
 const prepareAhead = 8
 
+// prepare admits, while asynq marks the capped tenant's finished task
+// done, the first task in the tenant's line that no other hand-off has
+// claimed, so that the turn that grants it moves it in at once (readyFor):
+// the hand-off then waits for one call, where it would wait for the turn,
+// the admission and the move one after another. The entries come from the
+// last turn that granted the tenant (lineUp), or a read of the line. A
+// task that waits to start later, or that the gate defers, is left to
+// the turn's own admission.
+func (l *loop) prepare(h *handOff) {
+	defer close(h.ready)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	d := l.s.d
+	id, ok := l.claim(h.tenant, nil)
+	if !ok {
+		line, err := d.rdb.LRange(ctx, d.keysFor(l.queue).waitingKey(h.tenant), 0, prepareAhead-1).Result()
+		if err != nil {
+			return // the read failed: the turn admits
+		}
+		if id, ok = l.claim(h.tenant, line); !ok {
+			return
+		}
+	}
+	ds, err := d.gate.AdmitBatchAt(ctx, h.tenant, []string{id}, time.Time{})
+	l.claimMu.Lock()
+	defer l.claimMu.Unlock()
+	c := l.claimed[id]
+	switch {
+	case err != nil || len(ds) != 1:
+		delete(l.claimed, id)
+	case ds[0].Outcome != admission.Admitted || c == nil || l.stopped:
+		delete(l.claimed, id)
+		l.giveBack(ds[0])
+	default:
+		c.dec = &ds[0]
+	}
+}
+
 // claim claims the first task of line (waiting entries of tenant, in
 // order; nil: those the last turn that granted tenant said were next,
-// lineUp) that no other hand-off has claimed and that may start now.
-func (l *loop) claim(tenant string, line []string) (waitingEntry, bool) {
+// lineUp) that no hand-off has claimed and that may start now, and
+// returns its ID.
+func (l *loop) claim(tenant string, line []string) (string, bool) {
 	l.claimMu.Lock()
 	defer l.claimMu.Unlock()
 	if line == nil {
@@ -420,20 +426,20 @@ func (l *loop) claim(tenant string, line []string) (waitingEntry, bool) {
 	for i, s := range line {
 		e, err := parseWaitingEntry(s)
 		if err != nil || e.notBefore > 0 {
-			return waitingEntry{}, false // the turn admits it at its time
+			return "", false // the turn admits it at its time
 		}
-		if !l.claimed[e.id] {
+		if _, taken := l.claimed[e.id]; !taken {
 			if l.upNext[tenant] != nil {
 				l.upNext[tenant] = line[i+1:] // a later turn may grant it: once only
 			}
 			if l.claimed == nil {
-				l.claimed = map[string]bool{}
+				l.claimed = map[string]*ahead{}
 			}
-			l.claimed[e.id] = true
-			return e, true
+			l.claimed[e.id] = &ahead{tenant: tenant}
+			return e.id, true
 		}
 	}
-	return waitingEntry{}, false
+	return "", false
 }
 
 // lineUp records the entries next in the lines of the capped tenants a
@@ -453,115 +459,68 @@ func (l *loop) lineUp(picks []pick, next map[string][]string) {
 	}
 }
 
-// unclaim lets other hand-offs claim task id again.
-func (l *loop) unclaim(id string) {
-	l.claimMu.Lock()
-	defer l.claimMu.Unlock()
-	delete(l.claimed, id)
-}
-
-// take returns the admission prepare made (nil: none, or not yet), and
-// forgets it: the caller uses it or gives it back.
-func (h *handOff) take() *admission.Decision {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	pre := h.pre
-	h.pre = nil
-	return pre
-}
-
-// end ends h for prepare, and returns the admission it made that no turn
-// used.
-func (h *handOff) end() *admission.Decision {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.ended = true
-	pre := h.pre
-	h.pre = nil
-	return pre
-}
-
-// readyFor returns the admissions prepare made for the awaited finishes
-// among fs, by finish ID. For a finish asynq has marked done it waits for
+// readyFor returns the IDs of the tasks the hand-offs admitted ahead. For
+// each finish among fs that asynq has marked done, it first waits for its
 // prepare, at most prepareWait: that turn hands the finish in.
-func (l *loop) readyFor(fs []finish) map[string]*admission.Decision {
-	var out map[string]*admission.Decision
+func (l *loop) readyFor(fs []finish) []string {
 	for _, f := range fs {
-		v, ok := l.awaited.Load(f.id)
-		if !ok {
-			continue
-		}
-		h := v.(*handOff)
-		if h.marked.Load() {
-			waitFor(h.ready, prepareWait)
-		}
-		if pre := h.take(); pre != nil {
-			if out == nil {
-				out = map[string]*admission.Decision{}
-			}
-			out[f.id] = pre
+		if v, ok := l.awaited.Load(f.id); ok && v.(*handOff).marked.Load() {
+			waitFor(v.(*handOff).ready, prepareWait)
 		}
 	}
-	return out
+	l.claimMu.Lock()
+	defer l.claimMu.Unlock()
+	var ids []string
+	for id, c := range l.claimed {
+		if c.dec != nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // settleReady takes out of picks those whose tasks the turn moved in or
-// freed (pick.moved, pick.gone): tasks pres admitted before it (by finish
-// ID). It gives back the admissions no task moved in with, but keeps
-// those of finishes the turn handed back (later) for the next turn. It
+// freed (pick.moved, pick.gone), forgets the admissions of those, and
 // reports whether a task moved in.
-func (l *loop) settleReady(picks []pick, pres map[string]*admission.Decision, later []finish) ([]pick, bool) {
-	if len(pres) == 0 {
-		return picks, false
-	}
-	in := map[string]bool{}
+func (l *loop) settleReady(picks []pick) ([]pick, bool) {
+	in := 0
 	picks = slices.DeleteFunc(picks, func(p pick) bool {
+		if !p.moved && !p.gone {
+			return false
+		}
+		l.claimMu.Lock()
+		c := l.claimed[p.entry.id]
+		delete(l.claimed, p.entry.id)
+		l.claimMu.Unlock()
 		if p.moved {
-			in[p.entry.id] = true
+			in++
+		} else if c != nil && c.dec != nil {
+			l.giveBack(*c.dec)
 		}
-		return p.moved || p.gone
+		return true
 	})
-	var again []finish
-	for id, pre := range pres {
-		switch {
-		case in[pre.ID]:
-			l.unclaim(pre.ID)
-		case slices.ContainsFunc(later, func(f finish) bool { return f.id == id }):
-			again = append(again, finish{id: id})
-		default:
-			l.giveBack(*pre)
-		}
-	}
-	l.keepReady(pres, again)
-	l.readyIn.Add(int64(len(in)))
-	return picks, len(in) > 0
+	l.readyIn.Add(int64(in))
+	return picks, in > 0
 }
 
-// keepReady hands the admissions of pres back to the waits of fs, for
-// their next turn; one whose wait has ended is given back.
-func (l *loop) keepReady(pres map[string]*admission.Decision, fs []finish) {
-	for _, f := range fs {
-		pre := pres[f.id]
-		if pre == nil {
-			continue
-		}
-		v, ok := l.awaited.Load(f.id)
-		if !ok || !v.(*handOff).keep(pre) {
-			l.giveBack(*pre)
+// dropReady gives back the admissions made ahead for tenants with no
+// hand-off left, all of them when every is set (the loop stops): no turn
+// is to use them.
+func (l *loop) dropReady(every bool) {
+	waiting := map[string]bool{}
+	l.awaited.Range(func(_, v any) bool {
+		waiting[v.(*handOff).tenant] = true
+		return true
+	})
+	l.claimMu.Lock()
+	defer l.claimMu.Unlock()
+	l.stopped = l.stopped || every
+	for id, c := range l.claimed {
+		if c.dec != nil && (every || !waiting[c.tenant]) {
+			delete(l.claimed, id)
+			l.giveBack(*c.dec)
 		}
 	}
-}
-
-// keep gives h back the admission take took, unless h has ended or holds
-// another; it reports whether h kept it.
-func (h *handOff) keep(pre *admission.Decision) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ended || h.pre != nil {
-		return false
-	}
-	h.pre = pre
-	return true
 }
 
 // giveBack gives back the slot of an admission no task used, in the
@@ -570,7 +529,6 @@ func (h *handOff) keep(pre *admission.Decision) bool {
 // may outlive its use, and the tenant's rate count a task that has yet to
 // go in, never the other way round.
 func (l *loop) giveBack(dec admission.Decision) {
-	l.unclaim(dec.ID)
 	if dec.Existing || dec.Outcome == admission.Rejected {
 		return // the task's own slot from before, or none
 	}
@@ -647,9 +605,6 @@ func (l *loop) handedOff(handed, later []finish) (map[string]*handOff, map[strin
 func (l *loop) letGo(waiting map[string]*handOff, moved bool) {
 	for id, h := range waiting {
 		l.awaited.CompareAndDelete(id, h)
-		if pre := h.end(); pre != nil {
-			l.giveBack(*pre)
-		}
 		h.moved = moved
 		close(h.done)
 	}
@@ -661,13 +616,10 @@ func (l *loop) release() {
 	l.moves.moved(false)
 	l.awaited.Range(func(id, v any) bool {
 		l.awaited.Delete(id)
-		h := v.(*handOff)
-		if pre := h.end(); pre != nil {
-			l.giveBack(*pre)
-		}
-		close(h.done)
+		close(v.(*handOff).done)
 		return true
 	})
+	l.dropReady(true)
 }
 
 // Close stops the loops, hands in the finishes they hold and takes the
@@ -754,16 +706,12 @@ func (l *loop) run(ctx context.Context) {
 		began := time.Now()
 		l.pace.turned(began)
 		moving := len(ops) > 0 // the turn moves them in
-		pres := l.readyFor(fs)
-		tr, err := l.turn(cctx, fs, ops, pres, heartbeat, l.s.most)
+		tr, err := l.turn(cctx, fs, ops, l.readyFor(fs), heartbeat, l.s.most)
 		movedIn := err == nil && moving
-		if err != nil {
-			l.keepReady(pres, fs)
-		}
 		if err == nil {
 			l.lineUp(tr.picks, tr.next)
 			var movedNow bool
-			tr.picks, movedNow = l.settleReady(tr.picks, pres, tr.later)
+			tr.picks, movedNow = l.settleReady(tr.picks)
 			movedIn = movedIn || movedNow
 			if len(tr.later) < handed {
 				retry = firstRetry // asynq marked some done: no outage
@@ -785,6 +733,7 @@ func (l *loop) run(ctx context.Context) {
 					movedIn = movedIn || len(ops) == 0
 				}
 				l.letGo(waiting, movedNow || goes && len(ops) == 0)
+				l.dropReady(false)
 			}
 			ops = append(ops, l.s.d.admit(cctx, l.queue, picks)...)
 			if len(tr.picks) > 0 {
@@ -1070,7 +1019,7 @@ func readNext(rest []any) (map[string][]string, []any, error) {
 
 // turn runs fair_dispatch.lua: heartbeat (ttl 0 leaves), finishes, the
 // moves ops (admit's), and up to most grants.
-func (l *loop) turn(ctx context.Context, fs []finish, ops []moveOp, ready map[string]*admission.Decision, ttl time.Duration, most int) (turnResult, error) {
+func (l *loop) turn(ctx context.Context, fs []finish, ops []moveOp, ready []string, ttl time.Duration, most int) (turnResult, error) {
 	args := make([]any, 0, 5+8*len(fs)+1+3*len(ops)+1+4*len(l.updates)+1+3*len(l.keyUpdates)+1+len(ready))
 	args = append(args, l.s.member, ttl.Microseconds(), most, len(fs))
 	for _, f := range fs {
@@ -1094,8 +1043,8 @@ func (l *loop) turn(ctx context.Context, fs []finish, ops []moveOp, ready map[st
 		args = append(args, K, lim.Cap, flag(lim.Paused))
 	}
 	args = append(args, len(ready))
-	for _, pre := range ready {
-		args = append(args, pre.ID)
+	for _, id := range ready {
+		args = append(args, id)
 	}
 	res, err := l.s.d.run(ctx, l.s.d.scripts.dispatch, l.queue, args...)
 	if err != nil {

@@ -794,10 +794,10 @@ end
 -- fronts is package rule's Fronts: a grant from the line of a tenant with
 -- cap (0: none) and n tasks in flight goes in at the front of the queue
 -- when it fills a place the tenant's cap took back (ow of them owed), or
--- when the tenant has tasks in flight and its tag lags the floor (lags)
--- or its last grant from its line started away from its tag (lagged: at
--- the floor, or on a loan). A benchmark build replaces it (FrontStandIn in
--- package lua).
+-- when the tenant has tasks in flight and the grant starts away from its
+-- tag (lags: at the floor, which the tag lags, or on a loan) or its last
+-- grant from its line did (lagged). A benchmark build replaces it
+-- (FrontStandIn in package lua).
 local function fronts(cap, n, lags, lagged, ow)
   return cap > 0 and (ow > 0 or n > 0 and (lags or lagged))
 end
@@ -839,7 +839,7 @@ local function grant(T, id, e, start, st, f, r)
   local front, after = false, ''
   if st == 'g' then
     local was = r.tag
-    if fronts(r.cap, r.n, was < floor, r.bh, r.ow) then
+    if fronts(r.cap, r.n, start ~= was, r.bh, r.ow) then
       -- behind T's previous task if that is pending still or goes to the
       -- front in the same move (this turn granted it there), and not
       -- before one that is still to be moved in otherwise

@@ -32,7 +32,8 @@ import (
 // A task the dispatcher moves in at the front for a capped tenant's slot
 // (dispatch.Server.Done) is for the next free slot: the look after the
 // hand-off takes from Redis first, and what it takes goes before the tasks
-// taken ahead.
+// taken ahead; when an earlier hand-off's look took tasks from the front
+// with its own, the next of those comes first.
 type takeAhead struct {
 	rdb         redis.UniversalClient
 	queue       string
@@ -50,10 +51,13 @@ type takeAhead struct {
 	fronts int
 }
 
-// taken is a task that take.lua took: its ID, asynq's message, and when.
+// taken is a task that take.lua took: its ID, asynq's message, and when;
+// front says a look after a hand-off took it from the front, behind the
+// task it handed asynq.
 type taken struct {
 	id, msg string
 	at      time.Time
+	front   bool
 }
 
 const (
@@ -117,7 +121,11 @@ func (a *takeAhead) next() (n int, front bool, t taken, ok bool) {
 	if a.fronts > 0 {
 		a.fronts--
 		front = true
-	} else if len(a.ahead) > 0 {
+	}
+	if len(a.ahead) > 0 && (!front || a.ahead[0].front) {
+		// After a hand-off, a task that the look after an earlier one
+		// took from the front is the front: the task this hand-off moved
+		// in, or one that was ahead of it.
 		t, a.ahead = a.ahead[0], a.ahead[1:]
 		a.hold(t.id)
 		return 0, false, t, true
@@ -144,6 +152,9 @@ func (a *takeAhead) handed(ts []taken, front bool) (taken, bool) {
 		}
 		ts, a.ahead = a.ahead[:1], a.ahead[1:]
 	case front:
+		for i := range ts[1:] {
+			ts[1+i].front = true
+		}
 		a.ahead = append(ts[1:len(ts):len(ts)], a.ahead...)
 	default:
 		a.ahead = append(a.ahead, ts[1:]...)

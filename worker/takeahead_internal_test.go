@@ -224,3 +224,26 @@ func TestTakeAheadKeepsWhatItCouldNotGiveBack(t *testing.T) {
 	}
 	s.want("the second try", []string{"t4", "t3", "t2"}, []string{"t1"})
 }
+
+// Two hand-offs at once: the look after the first takes from Redis for
+// both freed slots, and the look after the second hands out the task it
+// took behind its own, which was at the front, rather than take the next
+// from Redis and leave that one waiting for a slot that is not free.
+func TestTakeAheadHandsOffTwoAtOnce(t *testing.T) {
+	s := newTakeStack(t, 8)
+	for _, want := range []string{"t1", "t2", "t3", "t4"} {
+		if got := s.look(); got != want {
+			t.Fatalf("a look handed out %q, want %q", got, want)
+		}
+	}
+	s.a.freed([]string{"asynq:{q}:active", "asynq:{q}:lease", "asynq:{q}:t:t1"})
+	s.a.freed([]string{"asynq:{q}:active", "asynq:{q}:lease", "asynq:{q}:t:t2"})
+	s.a.front()
+	s.a.front()
+	for _, want := range []string{"t5", "t6"} {
+		if got := s.look(); got != want {
+			t.Errorf("the look after a hand-off handed out %q, want %q", got, want)
+		}
+	}
+	s.want("two hand-offs", []string{"t8", "t7"}, []string{"t6", "t5", "t4", "t3", "t2", "t1"})
+}

@@ -233,12 +233,13 @@ type Grant struct {
 	Front bool
 }
 
-// Fronts reports whether a grant to tenant t goes in at the front of the
-// queue, at floor (before the grant): when t is capped and either fills a
-// place its cap took back (Owed: a task of it ended while it was at its
-// cap, held back and with tasks waiting), or has tasks in flight and its
-// tag lags the floor or its last grant from its line started ahead of
-// its tag (Behind). Either way its cap holds it back, and its places would
+// Fronts reports whether a grant to tenant t at start tag start (before
+// the grant) goes in at the front of the queue: when t is capped and either
+// fills a place its cap took back (Owed: a task of it ended while it was
+// at its cap, held back and with tasks waiting), or has tasks in flight
+// and the grant starts away from its tag (at the floor, which its tag
+// lags, or on a loan) or its last grant from its line did (Behind).
+// Either way its cap holds it back, and its places would
 // otherwise be spent waiting behind the queue's depth: a place the cap
 // took back is filled where the worker that freed it takes the task
 // (dispatch.Server.Done), and a tenant the cap holds below its fair share
@@ -250,8 +251,8 @@ type Grant struct {
 // tasks in order: a grant goes to the front only right behind the
 // tenant's previous one, when that is still pending or goes to the front
 // in the same move, or when that has started.)
-func Fronts(t *Tenant, floor int64) bool {
-	return t.Cap > 0 && (t.Owed > 0 || t.N > 0 && (t.Tag < floor || t.Behind))
+func Fronts(t *Tenant, start int64) bool {
+	return t.Cap > 0 && (t.Owed > 0 || t.N > 0 && (start != t.Tag || t.Behind))
 }
 
 // Queue is the rule's state for one queue. The zero value is not usable;
@@ -578,7 +579,7 @@ func (q *Queue) Update(T string, l Limits) {
 // front.
 func (q *Queue) grant(T, id, f string, start int64, line bool) Grant {
 	t := q.tenant(T)
-	front := line && Fronts(t, q.Floor)
+	front := line && Fronts(t, start)
 	if line {
 		t.Behind = start != t.Tag
 		t.Lag = max(q.Floor-(t.Tag-Lent(t, q.Estimate)), 0)
