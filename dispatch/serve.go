@@ -481,9 +481,9 @@ func (l *loop) readyFor(fs []finish) []string {
 
 // settleReady takes out of picks those whose tasks the turn moved in or
 // freed (pick.moved, pick.gone), forgets the admissions of those, and
-// reports whether a task moved in.
-func (l *loop) settleReady(picks []pick) ([]pick, bool) {
-	in := 0
+// returns how many moved in, by tenant.
+func (l *loop) settleReady(picks []pick) ([]pick, map[string]int) {
+	var to map[string]int
 	picks = slices.DeleteFunc(picks, func(p pick) bool {
 		if !p.moved && !p.gone {
 			return false
@@ -493,14 +493,34 @@ func (l *loop) settleReady(picks []pick) ([]pick, bool) {
 		delete(l.claimed, p.entry.id)
 		l.claimMu.Unlock()
 		if p.moved {
-			in++
+			if to == nil {
+				to = map[string]int{}
+			}
+			to[p.tenant]++
+			l.readyIn.Add(1)
 		} else if c != nil && c.dec != nil {
 			l.giveBack(*c.dec)
 		}
 		return true
 	})
-	l.readyIn.Add(int64(in))
-	return picks, in > 0
+	return picks, to
+}
+
+// movedFor takes out of waiting, and returns, a wait for each task the
+// turn moved in (moved, by tenant) of its tenant.
+func movedFor(waiting map[string]*handOff, moved map[string]int) map[string]*handOff {
+	var out map[string]*handOff
+	for id, h := range waiting {
+		if moved[h.tenant] > 0 {
+			moved[h.tenant]--
+			if out == nil {
+				out = map[string]*handOff{}
+			}
+			out[id] = h
+			delete(waiting, id)
+		}
+	}
+	return out
 }
 
 // dropReady gives back the admissions made ahead for tenants with no
@@ -710,8 +730,9 @@ func (l *loop) run(ctx context.Context) {
 		movedIn := err == nil && moving
 		if err == nil {
 			l.lineUp(tr.picks, tr.next)
-			var movedNow bool
-			tr.picks, movedNow = l.settleReady(tr.picks)
+			var movedTo map[string]int
+			tr.picks, movedTo = l.settleReady(tr.picks)
+			movedNow := len(movedTo) > 0
 			movedIn = movedIn || movedNow
 			if len(tr.later) < handed {
 				retry = firstRetry // asynq marked some done: no outage
@@ -722,8 +743,10 @@ func (l *loop) run(ctx context.Context) {
 			ops = nil // this turn moved them in
 			if len(waiting) > 0 {
 				// The workers waiting in Done take their tenants' next
-				// tasks, and the grants that go to the front: those are
-				// admitted and moved in first, alone.
+				// tasks, and the grants that go to the front: those the
+				// turn moved in go at once; the others are admitted and
+				// moved in first, alone.
+				l.letGo(movedFor(waiting, movedTo), true)
 				var first []pick
 				first, picks = splitFirst(picks, tenants)
 				goes := false

@@ -77,4 +77,4 @@ if most > 0 then
   end
   out[1] = n
 end
-return endTurn(out, call('LLEN', line), 0, live, later)
+return endTurn(out, call('LLEN', line), 0, live, {}, later)
