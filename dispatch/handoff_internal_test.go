@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 )
 
 // Done holds a capped tenant's finished task's worker until the tenant's
@@ -16,29 +17,10 @@ import (
 // the next task in when Done returns.
 func TestDoneHandsTheFreedWorkerItsTenantsNextTask(t *testing.T) {
 	ctx := context.Background()
-	d, rdb, ac := rig(t, q1)
-	s, err := d.Serve(Worker{Queues: []string{"default"}, Concurrency: 2, HandOff: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	// However slow the machine: the wait's bound is not what is tested.
-	s.handOffWait = time.Minute
+	d, rdb, ac, s := handOffRig(t)
 	const pending, active = "asynq:{default}:pending", "asynq:{default}:active"
 	ids := []string{"a", "b", "c", "d"}
-	for i, id := range ids {
-		tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: id}, q1)
-		want, at := Wait, ParkedUntil
-		if i == 0 {
-			want, at = Straight, time.Now()
-		}
-		if err != nil || tk.Verdict != want {
-			t.Fatalf("%s's park: %v %v, want %v", id, tk.Verdict, err, want)
-		}
-		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(at)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	parkInLine(ctx, t, d, ac, ids)
 	for i, id := range ids[:3] {
 		// asynq's worker takes id, runs it, and marks it done.
 		if got := rdb.LMove(ctx, pending, active, "RIGHT", "LEFT").Val(); got != id {
@@ -96,5 +78,40 @@ func TestAwaitMoveWaitsOnlyForAnExpectedMove(t *testing.T) {
 	began := time.Now()
 	if !s.AwaitMove("q", 2, 20*time.Millisecond) || time.Since(began) < 20*time.Millisecond {
 		t.Error("an expected move that did not come: want a wait of the whole time, then true")
+	}
+}
+
+// handOffRig is a dispatcher on a real Redis whose tenants are capped at 1
+// (q1), serving a worker of concurrency 2 on queue default that hands off,
+// with Done's wait long enough for any machine: its bound is not what the
+// tests test.
+func handOffRig(t *testing.T) (*Dispatcher, *redis.Client, *asynq.Client, *Server) {
+	t.Helper()
+	d, rdb, ac := rig(t, q1)
+	s, err := d.Serve(Worker{Queues: []string{"default"}, Concurrency: 2, HandOff: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	s.handOffWait = time.Minute
+	return d, rdb, ac, s
+}
+
+// parkInLine parks tenant t's tasks ids in queue default and writes them
+// as its producer would: the first goes straight in, the others wait.
+func parkInLine(ctx context.Context, t *testing.T, d *Dispatcher, ac *asynq.Client, ids []string) {
+	t.Helper()
+	for i, id := range ids {
+		tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: id}, q1)
+		want, at := Wait, ParkedUntil
+		if i == 0 {
+			want, at = Straight, time.Now()
+		}
+		if err != nil || tk.Verdict != want {
+			t.Fatalf("%s's park: %v %v, want %v", id, tk.Verdict, err, want)
+		}
+		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(at)); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

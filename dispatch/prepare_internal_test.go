@@ -20,27 +20,10 @@ import (
 // done are played by hand, as in TestDoneHandsTheFreedWorkerItsTenantsNextTask.
 func TestAHandOffAdmitsTheNextTaskWhileAsynqMarksTheLastDone(t *testing.T) {
 	ctx := context.Background()
-	d, rdb, ac := rig(t, q1)
-	s, err := d.Serve(Worker{Queues: []string{"default"}, Concurrency: 2, HandOff: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	s.handOffWait = time.Minute
+	d, rdb, ac, s := handOffRig(t)
 	const pending, active, log = "asynq:{default}:pending", "asynq:{default}:active", "admitq:{t}:log"
 	ids := []string{"a", "b", "c", "d"}
-	for i, id := range ids {
-		at := ParkedUntil
-		if i == 0 {
-			at = time.Now()
-		}
-		if _, err := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: id}, q1); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(at)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	parkInLine(ctx, t, d, ac, ids)
 	l := s.loops["default"]
 	ins := asynq.NewInspectorFromRedisClient(rdb)
 	inLog := func(id string) bool { return rdb.ZScore(ctx, log, id).Err() != redis.Nil }
@@ -165,5 +148,30 @@ func TestATurnMovesReadyGrantsInTheirTenantsOrder(t *testing.T) {
 		if got := rdb.LRange(ctx, d.keysFor("default").pending, 0, -1).Val(); !slices.Equal(got, c.pending) {
 			t.Errorf("ready %v: pending %v, want %v", c.ready, got, c.pending)
 		}
+	}
+}
+
+// A task admitted ahead that a turn grants without moving it (it was not
+// ready then) goes through the grant's own admission, which finds the slot
+// made ahead: that slot is the task's, and is not given back.
+func TestASlotAdmittedAheadStaysWithItsTask(t *testing.T) {
+	ctx := context.Background()
+	d, rdb, _, s := handOffRig(t)
+	l := s.loops["default"]
+	ds, err := d.gate.AdmitBatchAt(ctx, "t", []string{"x"}, time.Time{})
+	if err != nil || len(ds) != 1 {
+		t.Fatal(ds, err)
+	}
+	l.claimMu.Lock()
+	l.claimed = map[string]*ahead{"x": {tenant: "t", dec: &ds[0]}}
+	l.claimMu.Unlock()
+	picks, moved := l.settleReady([]pick{{tenant: "t", entry: waitingEntry{id: "x"}}})
+	if len(picks) != 1 || len(moved) != 0 {
+		t.Fatalf("settleReady kept %v and moved %v, want the pick kept and none moved", picks, moved)
+	}
+	l.dropReady(true)
+	time.Sleep(100 * time.Millisecond) // a give-back would run in the background
+	if err := rdb.ZScore(ctx, "admitq:{t}:log", "x").Err(); err != nil {
+		t.Errorf("x's slot admitted ahead: %v, want it kept for the grant", err)
 	}
 }

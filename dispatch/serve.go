@@ -480,18 +480,20 @@ func (l *loop) readyFor(fs []finish) []string {
 }
 
 // settleReady takes out of picks those whose tasks the turn moved in or
-// freed (pick.moved, pick.gone), forgets the admissions of those, and
-// returns how many moved in, by tenant.
+// freed (pick.moved, pick.gone), and returns how many moved in, by
+// tenant. It forgets the admissions ahead of every pick: the others are
+// admitted as any grant, and an admission made ahead is theirs then
+// (admission.Decision.Existing), not to be given back.
 func (l *loop) settleReady(picks []pick) ([]pick, map[string]int) {
 	var to map[string]int
 	picks = slices.DeleteFunc(picks, func(p pick) bool {
-		if !p.moved && !p.gone {
-			return false
-		}
 		l.claimMu.Lock()
 		c := l.claimed[p.entry.id]
 		delete(l.claimed, p.entry.id)
 		l.claimMu.Unlock()
+		if !p.moved && !p.gone {
+			return false
+		}
 		if p.moved {
 			if to == nil {
 				to = map[string]int{}
