@@ -123,6 +123,14 @@ type loop struct {
 	claimed map[string]*ahead
 	upNext  map[string][]string
 	stopped bool
+	// admitting are the tenants whose claims are being admitted, toAdmit
+	// their claims that wait for the next call (admitAhead); granting
+	// counts the tenants' grants the loop is admitting, which those calls
+	// wait for (admitsCond).
+	admitting  map[string]bool
+	toAdmit    map[string][]claiming
+	granting   map[string]int
+	admitsCond *sync.Cond
 	// readyIn counts the tasks turns moved in as they granted them.
 	readyIn atomic.Int64
 	moves   moves
@@ -366,6 +374,13 @@ type ahead struct {
 	dec    *admission.Decision
 }
 
+// claiming is a claimed task that waits to be admitted, and the hand-off
+// whose prepare is over once it is.
+type claiming struct {
+	id string
+	h  *handOff
+}
+
 // prepareWait is the longest a turn that hands in a finish asynq has
 // marked done waits for the admission prepare makes meanwhile.
 const prepareWait = time.Millisecond
@@ -381,65 +396,115 @@ const prepareAhead = 8
 // the hand-off then waits for one call, where it would wait for the turn,
 // the admission and the move one after another. The entries come from the
 // last turn that granted the tenant (lineUp), or a read of the line. A
-// task that waits to start later, or that the gate defers, is left to
-// the turn's own admission.
+// tenant's claims are admitted in the order claimed, those that come
+// together in one call (admitAhead), so the tenant's log takes them in
+// the order its line holds them. A task that waits to start later, or that
+// the gate defers, is left to the turn's own admission.
 func (l *loop) prepare(h *handOff) {
-	defer close(h.ready)
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	d := l.s.d
-	id, ok := l.claim(h.tenant, nil)
+	ok, lead := l.claim(h, nil)
 	if !ok {
-		line, err := d.rdb.LRange(ctx, d.keysFor(l.queue).waitingKey(h.tenant), 0, prepareAhead-1).Result()
-		if err != nil {
-			return // the read failed: the turn admits
-		}
-		if id, ok = l.claim(h.tenant, line); !ok {
-			return
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		line, err := l.s.d.rdb.LRange(ctx, l.s.d.keysFor(l.queue).waitingKey(h.tenant), 0, prepareAhead-1).Result()
+		cancel()
+		if err == nil {
+			ok, lead = l.claim(h, line)
 		}
 	}
-	ds, err := d.gate.AdmitBatchAt(ctx, h.tenant, []string{id}, time.Time{})
-	l.claimMu.Lock()
-	defer l.claimMu.Unlock()
-	c := l.claimed[id]
 	switch {
-	case err != nil || len(ds) != 1:
-		delete(l.claimed, id)
-	case ds[0].Outcome != admission.Admitted || c == nil || l.stopped:
-		delete(l.claimed, id)
-		l.giveBack(ds[0])
-	default:
-		c.dec = &ds[0]
+	case !ok:
+		close(h.ready) // the turn admits
+	case lead:
+		l.admitAhead(h.tenant)
 	}
 }
 
-// claim claims the first task of line (waiting entries of tenant, in
-// order; nil: those the last turn that granted tenant said were next,
-// lineUp) that no hand-off has claimed and that may start now, and
-// returns its ID.
-func (l *loop) claim(tenant string, line []string) (string, bool) {
+// admitAhead admits tenant's claimed tasks, in the order claimed, a call
+// for those claimed while the last was on its way, until none is left.
+func (l *loop) admitAhead(tenant string) {
+	for {
+		l.claimMu.Lock()
+		for l.granting[tenant] > 0 && !l.stopped {
+			// The tenant's tasks a turn granted before are being
+			// admitted: after them, so that its log takes its tasks in
+			// the order they go in.
+			l.admitsDone().Wait()
+		}
+		cs := l.toAdmit[tenant]
+		delete(l.toAdmit, tenant)
+		if len(cs) == 0 {
+			delete(l.admitting, tenant)
+			l.claimMu.Unlock()
+			return
+		}
+		l.claimMu.Unlock()
+		ids := make([]string, len(cs))
+		for i, c := range cs {
+			ids[i] = c.id
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		ds, err := l.s.d.gate.AdmitBatchAt(ctx, tenant, ids, time.Time{})
+		cancel()
+		if err == nil && len(ds) != len(ids) {
+			err = fmt.Errorf("the gate returned %d decisions for %d tasks", len(ds), len(ids))
+		}
+		l.claimMu.Lock()
+		for i, id := range ids {
+			c := l.claimed[id]
+			switch {
+			case err != nil:
+				delete(l.claimed, id)
+			case ds[i].Outcome != admission.Admitted:
+				delete(l.claimed, id)
+				l.releaseDeferred(ds[i])
+			case c == nil || l.stopped:
+				// A turn granted it meanwhile, or none will use it now:
+				// the slot stays with the task (see settleReady).
+				delete(l.claimed, id)
+			default:
+				c.dec = &ds[i]
+			}
+		}
+		l.claimMu.Unlock()
+		for _, c := range cs {
+			close(c.h.ready)
+		}
+	}
+}
+
+// claim claims for hand-off h the first task of line (waiting entries of
+// h's tenant, in order; nil: those the last turn that granted the tenant
+// said were next, lineUp) that no hand-off has claimed and that may start
+// now, and queues it for admission (admitAhead), in the order claimed. It
+// reports whether it claimed one, and whether the caller is to admit the
+// tenant's claims: no one else is.
+func (l *loop) claim(h *handOff, line []string) (ok, lead bool) {
 	l.claimMu.Lock()
 	defer l.claimMu.Unlock()
+	T := h.tenant
 	if line == nil {
-		line = l.upNext[tenant]
+		line = l.upNext[T]
 	}
 	for i, s := range line {
 		e, err := parseWaitingEntry(s)
 		if err != nil || e.notBefore > 0 {
-			return "", false // the turn admits it at its time
+			return false, false // the turn admits it at its time
 		}
-		if _, taken := l.claimed[e.id]; !taken {
-			if l.upNext[tenant] != nil {
-				l.upNext[tenant] = line[i+1:] // a later turn may grant it: once only
-			}
-			if l.claimed == nil {
-				l.claimed = map[string]*ahead{}
-			}
-			l.claimed[e.id] = &ahead{tenant: tenant}
-			return e.id, true
+		if _, taken := l.claimed[e.id]; taken {
+			continue
 		}
+		if l.upNext[T] != nil {
+			l.upNext[T] = line[i+1:] // a later turn may grant it: once only
+		}
+		if l.claimed == nil {
+			l.claimed, l.admitting, l.toAdmit = map[string]*ahead{}, map[string]bool{}, map[string][]claiming{}
+		}
+		l.claimed[e.id] = &ahead{tenant: T}
+		l.toAdmit[T] = append(l.toAdmit[T], claiming{id: e.id, h: h})
+		lead = !l.admitting[T]
+		l.admitting[T] = true
+		return true, lead
 	}
-	return "", false
+	return false, false
 }
 
 // lineUp records the entries next in the lines of the capped tenants a
@@ -481,15 +546,23 @@ func (l *loop) readyFor(fs []finish) []string {
 
 // settleReady takes out of picks those whose tasks the turn moved in or
 // freed (pick.moved, pick.gone), and returns how many moved in, by
-// tenant. It forgets the admissions ahead of every pick: the others are
-// admitted as any grant, and an admission made ahead is theirs then
-// (admission.Decision.Existing), not to be given back.
+// tenant. It forgets the claims of every pick: the others are admitted as
+// any grant, and find the slot admitted ahead for them
+// (admission.Decision.Existing). A slot admitted ahead is never given
+// back: it stays with its task, whose grant, now or later, finds it. So
+// the tenant's rate may count a task a little before it goes in (until
+// its window passes it, for a task deleted meanwhile), never after.
 func (l *loop) settleReady(picks []pick) ([]pick, map[string]int) {
 	var to map[string]int
 	picks = slices.DeleteFunc(picks, func(p pick) bool {
 		l.claimMu.Lock()
-		c := l.claimed[p.entry.id]
 		delete(l.claimed, p.entry.id)
+		if !p.moved && !p.gone {
+			if l.granting == nil {
+				l.granting = map[string]int{}
+			}
+			l.granting[p.tenant]++
+		}
 		l.claimMu.Unlock()
 		if !p.moved && !p.gone {
 			return false
@@ -500,12 +573,35 @@ func (l *loop) settleReady(picks []pick) ([]pick, map[string]int) {
 			}
 			to[p.tenant]++
 			l.readyIn.Add(1)
-		} else if c != nil && c.dec != nil {
-			l.giveBack(*c.dec)
 		}
 		return true
 	})
 	return picks, to
+}
+
+// admitted notes that the loop has admitted picks, which settleReady
+// counted: the admissions made ahead of their tenants' next tasks may go.
+func (l *loop) admitted(picks []pick) {
+	if len(picks) == 0 {
+		return
+	}
+	l.claimMu.Lock()
+	defer l.claimMu.Unlock()
+	for _, p := range picks {
+		if l.granting[p.tenant]--; l.granting[p.tenant] <= 0 {
+			delete(l.granting, p.tenant)
+		}
+	}
+	l.admitsDone().Broadcast()
+}
+
+// admitsDone returns the condition that admitAhead waits on, with claimMu
+// held.
+func (l *loop) admitsDone() *sync.Cond {
+	if l.admitsCond == nil {
+		l.admitsCond = sync.NewCond(&l.claimMu)
+	}
+	return l.admitsCond
 }
 
 // movedFor takes out of waiting, and returns, a wait for each task the
@@ -525,9 +621,9 @@ func movedFor(waiting map[string]*handOff, moved map[string]int) map[string]*han
 	return out
 }
 
-// dropReady gives back the admissions made ahead for tenants with no
-// hand-off left, all of them when every is set (the loop stops): no turn
-// is to use them.
+// dropReady forgets the claims of tenants with no hand-off left, and all
+// of them when every is set (the loop stops): no turn is to move them in
+// at once, and their slots stay with their tasks (settleReady).
 func (l *loop) dropReady(every bool) {
 	waiting := map[string]bool{}
 	l.awaited.Range(func(_, v any) bool {
@@ -537,31 +633,28 @@ func (l *loop) dropReady(every bool) {
 	l.claimMu.Lock()
 	defer l.claimMu.Unlock()
 	l.stopped = l.stopped || every
+	if every {
+		l.admitsDone().Broadcast()
+	}
 	for id, c := range l.claimed {
 		if c.dec != nil && (every || !waiting[c.tenant]) {
 			delete(l.claimed, id)
-			l.giveBack(*c.dec)
 		}
 	}
 }
 
-// giveBack gives back the slot of an admission no task used, in the
-// background, unless its task is in flight: another worker's turn granted
-// it, and its admission found this slot (Decision.Existing). So a slot
-// may outlive its use, and the tenant's rate count a task that has yet to
-// go in, never the other way round.
-func (l *loop) giveBack(dec admission.Decision) {
-	if dec.Existing || dec.Outcome == admission.Rejected {
+// releaseDeferred gives back, in the background, the slot an admission
+// made ahead reserved for later: no task starts in it (the turn admits
+// the task again at its grant).
+func (l *loop) releaseDeferred(dec admission.Decision) {
+	if dec.Existing || dec.Outcome != admission.Deferred {
 		return // the task's own slot from before, or none
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
-		if in, err := l.s.d.rdb.HExists(ctx, l.s.d.keysFor(l.queue).run, dec.ID).Result(); err != nil || in {
-			return
-		}
 		if err := l.s.d.gate.Release(ctx, dec); err != nil {
-			l.s.d.log.Warn("admitq: giving back an unused admission failed", "queue", l.queue, "tenant", dec.Tenant, "task_id", dec.ID, "err", err)
+			l.s.d.log.Warn("admitq: giving back a deferred admission failed", "queue", l.queue, "tenant", dec.Tenant, "task_id", dec.ID, "err", err)
 		}
 	}()
 }
@@ -731,9 +824,10 @@ func (l *loop) run(ctx context.Context) {
 		tr, err := l.turn(cctx, fs, ops, l.readyFor(fs), heartbeat, l.s.most)
 		movedIn := err == nil && moving
 		if err == nil {
-			l.lineUp(tr.picks, tr.next)
+			granted := tr.picks
 			var movedTo map[string]int
 			tr.picks, movedTo = l.settleReady(tr.picks)
+			l.lineUp(granted, tr.next)
 			movedNow := len(movedTo) > 0
 			movedIn = movedIn || movedNow
 			if len(tr.later) < handed {
@@ -761,6 +855,7 @@ func (l *loop) run(ctx context.Context) {
 				l.dropReady(false)
 			}
 			ops = append(ops, l.s.d.admit(cctx, l.queue, picks)...)
+			l.admitted(tr.picks)
 			if len(tr.picks) > 0 {
 				l.granted = time.Now()
 			}
@@ -776,6 +871,7 @@ func (l *loop) run(ctx context.Context) {
 			l.s.d.log.Warn("admitq: dispatch turn failed", "queue", l.queue, "err", err)
 		}
 		if time.Now().After(repair) {
+			l.dropReady(false) // what a prepare finished after the last hand-off admitted
 			l.repair(cctx)
 			repair = time.Now().Add(repairEvery)
 		}
