@@ -118,7 +118,7 @@ type loop struct {
 	wake    chan struct{}
 	// claimed are the tasks the hand-offs claimed and admit ahead, by ID,
 	// upNext the entries next in capped tenants' lines (prepare, lineUp);
-	// stopped is set once the loop gives back every admission ahead.
+	// stopped is set once the loop forgets every claim (dropReady).
 	claimMu sync.Mutex
 	claimed map[string]*ahead
 	upNext  map[string][]string
