@@ -185,6 +185,9 @@ end
 -- follows one of its picks that is not ready waits for that one's move,
 -- so that the tenant's tasks go in in order.
 local function moveReady(picks, ready)
+  if next(ready) == nil then
+    return
+  end
   local ops, at, behind = {}, {}, {}
   for i = 1, #picks, 4 do
     local id = entryID(picks[i + 1])
