@@ -125,11 +125,12 @@ type loop struct {
 	stopped bool
 	// admitting are the tenants whose claims are being admitted, toAdmit
 	// their claims that wait for the next call (admitAhead); granting
-	// counts the tenants' grants the loop is admitting, which those calls
-	// wait for (admitsCond).
+	// counts the tenants' grants the loop is admitting, and inTurn is set
+	// while a turn is on its way: those calls wait for both (admitsCond).
 	admitting  map[string]bool
 	toAdmit    map[string][]claiming
 	granting   map[string]int
+	inTurn     bool
 	admitsCond *sync.Cond
 	// readyIn counts the tasks turns moved in as they granted them.
 	readyIn atomic.Int64
@@ -423,10 +424,10 @@ func (l *loop) prepare(h *handOff) {
 func (l *loop) admitAhead(tenant string) {
 	for {
 		l.claimMu.Lock()
-		for l.granting[tenant] > 0 && !l.stopped {
-			// The tenant's tasks a turn granted before are being
-			// admitted: after them, so that its log takes its tasks in
-			// the order they go in.
+		for (l.inTurn || l.granting[tenant] > 0) && !l.stopped {
+			// A turn may be granting the tenant's tasks before these, or
+			// the loop admitting those it granted: after them, so that
+			// its log takes its tasks in the order they go in.
 			l.admitsDone().Wait()
 		}
 		cs := l.toAdmit[tenant]
@@ -593,6 +594,17 @@ func (l *loop) admitted(picks []pick) {
 		}
 	}
 	l.admitsDone().Broadcast()
+}
+
+// turning records that a turn is on its way (on) or that its grants are
+// counted (off), for admitAhead.
+func (l *loop) turning(on bool) {
+	l.claimMu.Lock()
+	defer l.claimMu.Unlock()
+	l.inTurn = on
+	if !on {
+		l.admitsDone().Broadcast()
+	}
 }
 
 // admitsDone returns the condition that admitAhead waits on, with claimMu
@@ -821,12 +833,18 @@ func (l *loop) run(ctx context.Context) {
 		began := time.Now()
 		l.pace.turned(began)
 		moving := len(ops) > 0 // the turn moves them in
-		tr, err := l.turn(cctx, fs, ops, l.readyFor(fs), heartbeat, l.s.most)
+		ready := l.readyFor(fs)
+		l.turning(true)
+		tr, err := l.turn(cctx, fs, ops, ready, heartbeat, l.s.most)
 		movedIn := err == nil && moving
+		if err != nil {
+			l.turning(false)
+		}
 		if err == nil {
 			granted := tr.picks
 			var movedTo map[string]int
 			tr.picks, movedTo = l.settleReady(tr.picks)
+			l.turning(false)
 			l.lineUp(granted, tr.next)
 			movedNow := len(movedTo) > 0
 			movedIn = movedIn || movedNow
