@@ -14,7 +14,7 @@ import (
 // deeper the list is in time, the longer, up to gatherMost.
 func TestGatheringNeverLetsThePendingListRunDry(t *testing.T) {
 	l := &loop{s: &Server{most: 2 * 16}}
-	l.pace.cycle = (500 * time.Microsecond).Seconds()
+	l.pace.refill = (500 * time.Microsecond).Seconds()
 	now := time.Unix(0, 0)
 	l.pace.turned(now)
 	for range 50 { // 16 workers finishing 8,000 tasks a second
@@ -61,7 +61,7 @@ func TestFrontsAndCappedFinishesDoNotGather(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := &loop{s: &Server{d: d, most: 2 * 16}}
-	l.pace.cycle = (500 * time.Microsecond).Seconds()
+	l.pace.refill = (500 * time.Microsecond).Seconds()
 	l.pace.peak = 8000
 	tr := turnResult{queued: 200, live: 16} // 25 ms of work: gatherMost
 	for _, c := range []struct {
@@ -83,5 +83,43 @@ func TestFrontsAndCappedFinishesDoNotGather(t *testing.T) {
 		if got := l.gatherAfter(tr, true, c.ops, fs); got != c.want {
 			t.Errorf("%s: gather %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// The rate follows a pool that starts to drain within a few turns, however
+// long the turns between: a worker that held its tasks, finishing one
+// every 12 ms, that then finishes 8,000 a second, gathering 4 ms a turn.
+func TestTheRateFollowsAPoolThatStartsToDrain(t *testing.T) {
+	var p pace
+	now := time.Unix(0, 0)
+	p.turned(now)
+	for range 40 { // two seconds held
+		p.got = 4
+		now = now.Add(50 * time.Millisecond)
+		p.turned(now)
+	}
+	for range 3 {
+		p.got = 32
+		now = now.Add(4 * time.Millisecond)
+		p.turned(now)
+	}
+	if p.peak < 0.6*8000 {
+		t.Errorf("after three 4 ms turns of a pool finishing 8,000 tasks a second: peak %.0f a second, want at least 4,800", p.peak)
+	}
+}
+
+// The refill runs from the start of a turn that grants tasks to the end of
+// the turn that moves them in.
+func TestTheRefillRunsFromTheGrantToTheMove(t *testing.T) {
+	var p pace
+	began := time.Now().Add(-2 * time.Millisecond)
+	p.turnEnded(began, false, true) // grants, moved in by the next turn
+	p.turnEnded(time.Now(), false, true)
+	if p.granted != began {
+		t.Fatalf("a second turn with grants to move moved the first's start to %v", p.granted)
+	}
+	p.turnEnded(time.Now(), true, false)
+	if p.refill < (2*time.Millisecond).Seconds()/8 || !p.granted.IsZero() {
+		t.Errorf("after the move: refill %.6f s (an eighth of about 2 ms), granted %v", p.refill, p.granted)
 	}
 }
