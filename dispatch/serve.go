@@ -558,31 +558,33 @@ func (l *loop) readyFor(fs []finish) []string {
 // (admission.Decision.Existing). A slot admitted ahead is never given
 // back: it stays with its task, whose grant, now or later, finds it. So
 // the tenant's rate may count a task a little before it goes in (until
-// its window passes it, for a task deleted meanwhile), never after.
+// its window passes it, for a task deleted meanwhile), never after. It
+// counts the others as being admitted (admitted uncounts them) and ends
+// the turn for admitAhead (turning).
 func (l *loop) settleReady(picks []pick) ([]pick, map[string]int) {
 	var to map[string]int
+	l.claimMu.Lock()
+	defer l.claimMu.Unlock()
 	picks = slices.DeleteFunc(picks, func(p pick) bool {
-		l.claimMu.Lock()
 		delete(l.claimed, p.entry.id)
-		if !p.moved && !p.gone {
-			if l.granting == nil {
-				l.granting = map[string]int{}
-			}
-			l.granting[p.tenant]++
-		}
-		l.claimMu.Unlock()
-		if !p.moved && !p.gone {
-			return false
-		}
-		if p.moved {
+		switch {
+		case p.moved:
 			if to == nil {
 				to = map[string]int{}
 			}
 			to[p.tenant]++
 			l.readyIn.Add(1)
+		case !p.gone:
+			if l.granting == nil {
+				l.granting = map[string]int{}
+			}
+			l.granting[p.tenant]++
+			return false
 		}
 		return true
 	})
+	l.inTurn = false
+	l.admitsDone().Broadcast()
 	return picks, to
 }
 
@@ -849,8 +851,7 @@ func (l *loop) run(ctx context.Context) {
 		if err == nil {
 			granted := tr.picks
 			var movedTo map[string]int
-			tr.picks, movedTo = l.settleReady(tr.picks)
-			l.turning(false)
+			tr.picks, movedTo = l.settleReady(tr.picks) // the turn is over for admitAhead
 			l.lineUp(granted, tr.next)
 			movedNow := len(movedTo) > 0
 			movedIn = movedIn || movedNow
