@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/admitq/admitq/internal/redistest"
+	"github.com/admitq/admitq/internal/worktime"
 	"github.com/admitq/admitq/lua"
 )
 
@@ -276,5 +277,33 @@ func TestDispatchReportSpread(t *testing.T) {
 		if got := strings.Fields(strings.TrimPrefix(lines[i], want[0])); !slices.Equal(got, strings.Fields(strings.Join(want[1:], " "))) {
 			t.Errorf("line %q: got %q, want %q", want[0], got, want[1:])
 		}
+	}
+}
+
+// capShare is the exact mean of the tasks running over the cap, from the
+// release until the end of the task after which only cap tasks were left:
+// here two places, each running 9 ms of every 10 (0.9), then the last two
+// tasks, which do not count; other tenants' runs do not either.
+func TestCapShareIsTheExactMeanWhileTasksWait(t *testing.T) {
+	at := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return at.Add(time.Duration(n) * time.Millisecond) }
+	var runs []run
+	add := func(tenant string, start, end int) {
+		runs = append(runs, run{Run: worktime.Run{Tenant: tenant, Start: ms(start), End: ms(end)}})
+	}
+	for place := range 2 {
+		for i := range 10 {
+			add("c", 10*i+place, 10*i+place+9)
+		}
+	}
+	add("other", 0, 200)
+	// The span ends with the 18th task of "c" to end, at 90 ms: 18 tasks of
+	// 9 ms in it; the last two (90–99, 91–100) start after it.
+	got := capShare(runs, "c", 2, at)
+	if want := 18 * 9 / (2 * 90.0); math.Abs(got-want) > 1e-9 {
+		t.Errorf("capShare = %.4f, want %.4f", got, want)
+	}
+	if got := capShare(runs[:2], "c", 2, at); got != 0 {
+		t.Errorf("capShare of no more tasks than places = %v, want 0", got)
 	}
 }
