@@ -287,9 +287,9 @@ func TestDispatchReportSpread(t *testing.T) {
 func TestCapShareIsTheExactMeanWhileTasksWait(t *testing.T) {
 	at := time.Unix(1000, 0)
 	ms := func(n int) time.Time { return at.Add(time.Duration(n) * time.Millisecond) }
-	var runs []run
+	var runs []worktime.Run
 	add := func(tenant string, start, end int) {
-		runs = append(runs, run{Run: worktime.Run{Tenant: tenant, Start: ms(start), End: ms(end)}})
+		runs = append(runs, worktime.Run{Tenant: tenant, Start: ms(start), End: ms(end)})
 	}
 	for place := range 2 {
 		for i := range 10 {

@@ -327,7 +327,7 @@ func (s *flowRun) keyPool(ctx context.Context, withKey bool) (keyed, error) {
 	var waiting atomic.Bool // the key's tasks wait, but for its last KeyCap
 	waiting.Store(true)
 	sampled := s.sampleKey(ctx, p, &waiting)
-	var running, samples, seen, keyedEnded int
+	var seen, keyedEnded int
 	keyedTasks := c.Tenants * c.PerTenant
 	// p.wait calls done under p.mu, every 5 ms.
 	if err := p.wait(ctx, n*int(c.Task)/c.KeyCap*2, func(map[string]int) bool {
@@ -337,10 +337,7 @@ func (s *flowRun) keyPool(ctx context.Context, withKey bool) (keyed, error) {
 			}
 		}
 		// The last KeyCap tasks run with nothing waiting behind them.
-		if keyedEnded < keyedTasks-c.KeyCap {
-			running += p.keyRunning[sharedKey]
-			samples++
-		} else {
+		if keyedEnded >= keyedTasks-c.KeyCap {
 			waiting.Store(false)
 		}
 		return len(p.runs) >= n
@@ -356,12 +353,12 @@ func (s *flowRun) keyPool(ctx context.Context, withKey bool) (keyed, error) {
 	defer p.mu.Unlock()
 	s.ranOnce(p.runs, n, "the key part")
 	r := keyed{peak: p.keyPeak[sharedKey], inFlight: inFlight, inFlightUsed: inFlightUsed / float64(c.KeyCap)}
-	if samples > 0 {
-		r.capUsed = float64(running) / float64(samples) / float64(c.KeyCap)
-	}
 	byClass := make([]worktime.Run, len(p.runs))
 	for i, run := range p.runs {
 		byClass[i] = worktime.Run{Tenant: run.class, Start: run.Start, End: run.End}
+	}
+	if withKey {
+		r.capUsed = capShare(byClass, keyedClass, c.KeyCap, p.released) // exact, as a capped tenant's
 	}
 	from, to := worktime.Contended(byClass, keyedClass, keylessClass)
 	if span := to.Sub(from); span > 0 {
