@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -454,3 +455,60 @@ func oneTenant(int) string { return "t" }
 
 // tenantEach gives task i a tenant of its own.
 func tenantEach(i int) string { return "t" + strconv.Itoa(i) }
+
+// A full queue takes only grants owed a place (rule.Pick): a capped tenant
+// held back at its cap whose two tasks end in a turn has both of its next
+// tasks granted for the front though the queue has no room; one whose tag
+// is ahead of the floor is owed nothing and is granted nothing.
+func TestAFullQueueTakesOnlyPlacesOwed(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		tag  int
+		want []string
+	}{{"held back", 0, []string{"c2", "c3"}}, {"ahead of the floor", 2_000_000, nil}} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			q := admission.Quota{Limit: 100_000, Window: time.Second, MaxInFlight: 2}
+			d, rdb, ac := rig(t, q)
+			k := d.keysFor("default")
+			d.turnRaw(ctx, t, 0, 0, 0, 0) // one worker of concurrency 1: room for 3
+			for i, id := range []string{"c0", "c1", "c2", "c3"} {
+				tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "c", ID: id}, q)
+				want, at := Wait, ParkedUntil
+				if i < 2 {
+					want, at = Straight, time.Now()
+				}
+				if err != nil || tk.Verdict != want {
+					t.Fatalf("%s: %v %v, want %v", id, tk.Verdict, err, want)
+				}
+				if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(at)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range 5 { // the queue is full
+				if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(fmt.Sprintf("o%d", i))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rdb.HSet(ctx, k.meta, "floor", 1_000_000)
+			rdb.HSet(ctx, k.tenantKey("c"), "tag", c.tag)
+			rdb.ZAdd(ctx, k.vt, redis.Z{Score: float64(max(c.tag, 1_000_000)), Member: "c"})
+			for _, id := range []string{"c0", "c1"} {
+				rdb.LRem(ctx, k.pending, 0, id)
+				rdb.Del(ctx, k.taskPrefix+id)
+			}
+			fin := func(id string) []any { return []any{id, 1000, 1, 2, rule.WeightScale, 0, 0, ""} }
+			picks := d.turnRaw(ctx, t, 8, append([]any{2}, append(append(fin("c0"), fin("c1")...), 0, 0, 0)...)...)
+			var got []string
+			for _, p := range picks {
+				got = append(got, p.entry.id)
+				if !p.front {
+					t.Errorf("%s granted behind the queue, want at the front", p.entry.id)
+				}
+			}
+			if !slices.Equal(got, c.want) {
+				t.Errorf("a full queue granted %v, want %v", got, c.want)
+			}
+		})
+	}
+}

@@ -1097,8 +1097,10 @@ local function sortsBefore(a, sa, b, sb)
   return #a < #b
 end
 
--- pick grants up to most waiting tasks while the queue has space, the
--- lowest start tag first, each tenant's first flow whose keys are open,
+-- pick grants up to most waiting tasks while the queue has space, and
+-- then while the first in order is owed a place its cap took back
+-- (rule.Pick), the lowest start tag first, each tenant's first flow whose
+-- keys are open,
 -- appending each as a quad tenant, entry, front ("1": it goes in at the
 -- front of the queue, else "c" for a capped tenant's and "0") and the
 -- task it goes behind there ("": none) to out. A tenant whose every flow
@@ -1134,7 +1136,7 @@ local function pick(most, space, out)
   local function head()
     if not wT or (#wT < 2 and not whole) then
       sync()
-      local n = math.min(most, space, WINDOW)
+      local n = math.max(math.min(most, space, WINDOW), 0)
       local zs = call('ZRANGE', vt, 0, n, 'WITHSCORES')
       local k = #zs / 2
       wT, wS, whole = {}, {}, k <= n
@@ -1187,7 +1189,7 @@ local function pick(most, space, out)
       put(c.T, startAt(r.tag, c.lend))
     end
   end
-  while most > 0 and space > 0 and budget > 0 do
+  while most > 0 and budget > 0 do
     local T, start, r
     if cur then
       T, start, r = cur.T, cur.start, cur.r
@@ -1203,6 +1205,9 @@ local function pick(most, space, out)
         break
       end
       r = readRecord(T)
+    end
+    if space <= 0 and not (r.cap > 0 and r.ow > 0) then
+      break -- once full, the queue takes only grants owed a place (rule.Pick)
     end
     local flows = FLOW0
     if r.wk then

@@ -1,6 +1,7 @@
 -- fair_dispatch.lua: a gate worker's turn for one queue: its heartbeat,
 -- the tasks it finished, the moves of its last turn's grants, then grants
--- while the queue has space. One call a turn: a grant is moved in by the
+-- while the queue has space (and, once full, to tenants owed a place, see
+-- pick). One call a turn: a grant is moved in by the
 -- next turn, which the worker runs at once. Runs after fair.lua (KEYS and
 -- the first two ARGV are its).
 --
