@@ -791,6 +791,12 @@ local function forgive()
   end
 end
 
+-- owed reports whether a tenant with cap (0: none) is owed ow places its
+-- cap took back (rule's owed).
+local function owed(cap, ow)
+  return cap > 0 and ow > 0
+end
+
 -- fronts is package rule's Fronts: a grant from the line of a tenant with
 -- cap (0: none) and n tasks in flight goes in at the front of the queue
 -- when it fills a place the tenant's cap took back (ow of them owed), or
@@ -799,7 +805,7 @@ end
 -- grant from its line did (lagged). A benchmark build replaces it
 -- (FrontStandIn in package lua).
 local function fronts(cap, n, lags, lagged, ow)
-  return cap > 0 and (ow > 0 or n > 0 and (lags or lagged))
+  return owed(cap, ow) or cap > 0 and n > 0 and (lags or lagged)
 end
 
 -- readRecord reads the fields of tenant T's record that a grant reads
@@ -1206,7 +1212,7 @@ local function pick(most, space, out)
       end
       r = readRecord(T)
     end
-    if space <= 0 and not (r.cap > 0 and r.ow > 0) then
+    if space <= 0 and not owed(r.cap, r.ow) then
       break -- once full, the queue takes only grants owed a place (rule.Pick)
     end
     local flows = FLOW0

@@ -252,10 +252,10 @@ type Grant struct {
 // tenant's previous one, when that is still pending or goes to the front
 // in the same move, or when that has started.)
 func Fronts(t *Tenant, start int64) bool {
-	return t.Cap > 0 && (t.Owed > 0 || t.N > 0 && (start != t.Tag || t.Behind))
+	return owed(t) || t.Cap > 0 && t.N > 0 && (start != t.Tag || t.Behind)
 }
 
-// owed reports whether t is owed a place its cap took back.
+// owed reports whether t is owed a place its cap took back (Owed).
 func owed(t *Tenant) bool { return t.Cap > 0 && t.Owed > 0 }
 
 // Queue is the rule's state for one queue. The zero value is not usable;
