@@ -108,6 +108,51 @@ func TestTheRateFollowsAPoolThatStartsToDrain(t *testing.T) {
 	}
 }
 
+// The finishes that end a spell without any (a pool that was idle, or
+// whose workers held their tasks) came over a time no turn saw: the loop
+// does not gather on them, and the next turn measures the rate afresh. A
+// pool of 16 held for 300 ms whose held tasks then end at once, with two
+// tasks pending, read 50 tasks a second from them and gathered 4 ms.
+func TestAQuietSpellStartsTheRateAfresh(t *testing.T) {
+	for _, turns := range []time.Duration{0, 50 * time.Millisecond} {
+		l := &loop{s: &Server{most: 2 * 16}}
+		l.pace.refill = (500 * time.Microsecond).Seconds()
+		now := time.Unix(0, 0)
+		l.pace.turned(now)
+		for turns > 0 && now.Before(time.Unix(0, 0).Add(300*time.Millisecond)) {
+			now = now.Add(turns) // turns that hand in nothing
+			l.pace.turned(now)
+		}
+		now = time.Unix(0, 0).Add(300 * time.Millisecond)
+		l.pace.got = 15
+		l.pace.turned(now)
+		if got := l.gather(turnResult{queued: 2, live: 16}, true); got != 0 {
+			t.Errorf("turns every %v: on the finishes that end a quiet spell, gather %v, want none", turns, got)
+		}
+		l.pace.got = 8 // 16 workers finishing 8,000 tasks a second
+		now = now.Add(time.Millisecond)
+		l.pace.turned(now)
+		if l.pace.rate != 8000 || l.pace.peak != 8000 {
+			t.Errorf("turns every %v: the next turn reads rate %.0f, peak %.0f, want 8,000", turns, l.pace.rate, l.pace.peak)
+		}
+	}
+	// A stall shorter than quietFor keeps the rate it spans.
+	var p pace
+	now := time.Unix(0, 0)
+	p.turned(now)
+	for range 20 {
+		p.got = 8
+		now = now.Add(time.Millisecond)
+		p.turned(now)
+	}
+	p.got = 8
+	now = now.Add(20 * time.Millisecond)
+	p.turned(now)
+	if p.peak < 7000 || p.rate == 0 {
+		t.Errorf("after a stall of %v: rate %.0f, peak %.0f, want the peak near 8,000", 20*time.Millisecond, p.rate, p.peak)
+	}
+}
+
 // The refill runs from the start of a turn that grants tasks to the end of
 // the turn that moves them in.
 func TestTheRefillRunsFromTheGrantToTheMove(t *testing.T) {
