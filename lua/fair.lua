@@ -1106,10 +1106,9 @@ end
 -- pick grants up to most waiting tasks while the queue has space, and
 -- then while the first in order is owed a place its cap took back
 -- (rule.Pick), the lowest start tag first, each tenant's first flow whose
--- keys are open,
--- appending each as a quad tenant, entry, front ("1": it goes in at the
--- front of the queue, else "c" for a capped tenant's and "0") and the
--- task it goes behind there ("": none) to out. A tenant whose every flow
+-- keys are open, appending each as a quad tenant, entry, front ("1": it
+-- goes in at the front of the queue, else "c" for a capped tenant's and
+-- "0") and the task it goes behind there ("": none) to out. A tenant whose every flow
 -- waits on a closed key is taken out (block). An entry whose task asynq
 -- holds but not parked (archived, or run from outside), or whose task is
 -- in run already (let in by another entry of its ID), is dropped, and
