@@ -512,3 +512,58 @@ func TestAFullQueueTakesOnlyPlacesOwed(t *testing.T) {
 		})
 	}
 }
+
+// So does a place a key's cap took back (rule.KeyFronts): a task carrying
+// a key ended while the key was at its cap with tasks waiting on it, and
+// the next of those, of a tenant held below its share, is granted for the
+// front though the queue has no room; a tenant whose tag is ahead of the
+// floor is granted nothing.
+func TestAFullQueueTakesPlacesAKeyTookBack(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		tag  int
+		want []string
+	}{{"held back", 0, []string{"a1"}}, {"ahead of the floor", 2_000_000, nil}} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			q := admission.Quota{Limit: 100_000, Window: time.Second}
+			d, rdb, ac := rig(t, q)
+			k := d.keysFor("default")
+			d.turnRaw(ctx, t, 0, 0, 0, 0, 0) // one worker of concurrency 1: room for 3
+			for i, id := range []string{"a0", "a1", "a2"} {
+				tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "a", ID: id, Keys: []Key{{Name: "api", MaxInFlight: 1}}}, q)
+				want, at := Wait, ParkedUntil
+				if i == 0 {
+					want, at = Straight, time.Now()
+				}
+				if err != nil || tk.Verdict != want {
+					t.Fatalf("%s: %v %v, want %v", id, tk.Verdict, err, want)
+				}
+				if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(at)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range 5 { // the queue is full
+				if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(fmt.Sprintf("o%d", i))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rdb.HSet(ctx, k.meta, "floor", 1_000_000)
+			rdb.HSet(ctx, k.tenantKey("a"), "tag", c.tag)
+			rdb.LRem(ctx, k.pending, 0, "a0")
+			rdb.Del(ctx, k.taskPrefix+"a0")
+			fin := []any{1, "a0", 1000, 1, 0, rule.WeightScale, 0, 0, ""}
+			picks := d.turnRaw(ctx, t, 8, append(fin, 0, 0, 0)...)
+			var got []string
+			for _, p := range picks {
+				got = append(got, p.entry.id)
+				if !p.front {
+					t.Errorf("%s granted behind the queue, want at the front", p.entry.id)
+				}
+			}
+			if !slices.Equal(got, c.want) {
+				t.Errorf("a full queue granted %v, want %v", got, c.want)
+			}
+		})
+	}
+}

@@ -48,8 +48,9 @@ type replayer struct {
 	keyAsleep []string
 	parkedAt  map[string]int64
 	// seen counts the steps that had a tenant registered with a key, a
-	// key at its cap, and a key held: the replay must reach them.
-	seen [3]int
+	// key at its cap, a key held, and a key owed a place its cap took
+	// back: the replay must reach them.
+	seen [4]int
 	// fronts counts the grants that went to the queue's front; streaks
 	// the grants that followed one of the same tenant in a turn.
 	fronts, streaks int
@@ -99,7 +100,7 @@ func replay(t *testing.T, seed uint64, steps int) {
 		}
 	}
 	if slices.Contains(r.seen[:], 0) {
-		t.Errorf("the replay never had a tenant registered with a key, a key at its cap, or a key held: %v", r.seen)
+		t.Errorf("the replay never had a tenant registered with a key, a key at its cap, a key held, or a key owed a place: %v", r.seen)
 	}
 	if r.fronts == 0 || r.streaks == 0 || r.loans == 0 || r.owed == 0 {
 		t.Errorf("the replay granted %d tasks for the queue's front and %d after one of the same tenant, placed a tenant on a loan at %d steps and owed one places at %d; want some of each", r.fronts, r.streaks, r.loans, r.owed)
@@ -403,11 +404,12 @@ func (r *replayer) compareKeys(step int) {
 	for K, m := range r.model.Keys {
 		h := rdb.HGetAll(ctx, k.keyKey(K)).Val()
 		asleep := rdb.ZScore(ctx, k.ksleep, K).Err() == nil
-		got := [5]int64{atoi(h["n"]), atoi(h["cap"]), atoi(h["paused"]), atoi(h["w"]), int64(flag(asleep))}
-		want := [5]int64{int64(m.N), int64(m.Cap), int64(flag(m.Paused)), int64(m.Waiting), int64(flag(m.Asleep))}
+		got := [6]int64{atoi(h["n"]), atoi(h["cap"]), atoi(h["paused"]), atoi(h["w"]), atoi(h["ow"]), int64(flag(asleep))}
+		want := [6]int64{int64(m.N), int64(m.Cap), int64(flag(m.Paused)), int64(m.Waiting), int64(m.Owed), int64(flag(m.Asleep))}
 		if got != want {
-			t.Fatalf("step %d: key %s (n cap paused w asleep) %v, the model's %v", step, K, got, want)
+			t.Fatalf("step %d: key %s (n cap paused w ow asleep) %v, the model's %v", step, K, got, want)
 		}
+		r.seen[3] += min(m.Owed, 1)
 		blocked := map[string]int64{}
 		for _, z := range rdb.ZRangeWithScores(ctx, k.blockedKey(K), 0, -1).Val() {
 			blocked[z.Member.(string)] = int64(z.Score)

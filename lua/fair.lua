@@ -67,7 +67,8 @@
 -- (tasks waiting in flows other than "0"), mv (its task granted last).
 --
 -- Per concurrency key: P..'k:'..key, a HASH n (its tasks in run), cap
--- (MaxInFlight, 0 none), paused (1 or 0), w (its tasks waiting); and
+-- (MaxInFlight, 0 none), paused (1 or 0), w (its tasks waiting), ow
+-- (places its cap took back that grants have yet to fill); and
 -- P..'kb:'..key, a ZSET tenant -> start tag of the tenants whose every
 -- flow waits on a closed key and that registered with this one.
 --
@@ -285,12 +286,12 @@ end
 -- The keys' records, read once a call and kept in step with each write.
 local keyCache
 
--- keyState returns key K's record: n, cap, paused, w, asleep.
+-- keyState returns key K's record: n, cap, paused, w, ow, asleep.
 local function keyState(K)
   local k = keyCache[K]
   if not k then
-    local h = call('HMGET', P .. 'k:' .. K, 'n', 'cap', 'paused', 'w')
-    k = {n = toint(h[1]), cap = toint(h[2]), paused = h[3] == '1', w = toint(h[4]),
+    local h = call('HMGET', P .. 'k:' .. K, 'n', 'cap', 'paused', 'w', 'ow')
+    k = {n = toint(h[1]), cap = toint(h[2]), paused = h[3] == '1', w = toint(h[4]), ow = toint(h[5]),
       asleep = has(ksleep) and call('ZSCORE', ksleep, K) ~= false, exists = (h[1] or h[2] or h[3] or h[4]) ~= false}
     keyCache[K] = k
   end
@@ -313,7 +314,7 @@ local function flowOpen(f)
   return true
 end
 
--- keyAdd adds d to field (n or w) of key K's record, never below 0.
+-- keyAdd adds d to field (n, w or ow) of key K's record, never below 0.
 local function keyAdd(K, field, d)
   local k = keyState(K)
   local v = math.max(k[field] + d, 0)
@@ -333,7 +334,7 @@ local function settleKey(K)
     call('SREM', keys, K)
     call('ZREM', kw, K)
     call('SREM', kheld, K)
-    keyCache[K] = {n = 0, cap = 0, paused = false, w = 0, asleep = false, exists = false}
+    keyCache[K] = {n = 0, cap = 0, paused = false, w = 0, ow = 0, asleep = false, exists = false}
   end
 end
 
@@ -712,6 +713,37 @@ local function block(T, start, flows)
   end
 end
 
+-- keysOwed is package rule's KeysOwed: whether flow f carries a key owed a
+-- place its cap took back (ow). A grant from a line of f that starts away
+-- from its tenant's tag fills it (rule.KeyFronts).
+local function keysOwed(f)
+  for _, K in ipairs(flowKeys(f)) do
+    local k = keyState(K)
+    if k.cap > 0 and k.ow > 0 then
+      return true
+    end
+  end
+  return false
+end
+
+-- oweKeys is package rule's oweKeys: a task of flow f ended, and each of
+-- its keys at its cap with tasks waiting on it takes the place back for
+-- a grant to fill (ow); a key with nothing waiting is owed nothing.
+local function oweKeys(f)
+  for _, K in ipairs(flowKeys(f)) do
+    local k = keyState(K)
+    local ow = k.ow
+    if k.w == 0 then
+      ow = 0
+    elseif k.cap > 0 and k.n + k.ow >= k.cap then
+      ow = math.min(k.ow + 1, k.cap)
+    end
+    if k.exists and ow ~= k.ow then
+      keyAdd(K, 'ow', ow - k.ow)
+    end
+  end
+end
+
 -- leaveKeys gives back a place of each key of flow f.
 local function leaveKeys(f)
   for _, K in ipairs(flowKeys(f)) do
@@ -845,7 +877,7 @@ local function grant(T, id, e, start, st, f, r)
   local front, after = false, ''
   if st == 'g' then
     local was = r.tag
-    if fronts(r.cap, r.n, start ~= was, r.bh, r.ow) then
+    if fronts(r.cap, r.n, start ~= was, r.bh, r.ow) or start ~= was and keysOwed(f) then
       -- behind T's previous task if that is pending still or goes to the
       -- front in the same move (this turn granted it there), and not
       -- before one that is still to be moved in otherwise
@@ -857,6 +889,11 @@ local function grant(T, id, e, start, st, f, r)
     end
     local lend = lent(r.cap, r.n, r.lg, r.est, r.wm)
     r.bh, r.lg, r.ow = start ~= was, math.max(floor - (was - lend), 0), math.max(r.ow - 1, 0)
+    for _, K in ipairs(flowKeys(f)) do
+      if keyState(K).ow > 0 then
+        keyAdd(K, 'ow', -1)
+      end
+    end
   end
   for _, K in ipairs(flowKeys(f)) do
     keyAdd(K, 'n', 1)
@@ -1211,9 +1248,6 @@ local function pick(most, space, out)
       end
       r = readRecord(T)
     end
-    if space <= 0 and not owed(r.cap, r.ow) then
-      break -- once full, the queue takes only grants owed a place (rule.Pick)
-    end
     local flows = FLOW0
     if r.wk then
       flows = flowsOf(T)
@@ -1224,6 +1258,9 @@ local function pick(most, space, out)
         f = g
         break
       end
+    end
+    if space <= 0 and not owed(r.cap, r.ow) and not (f and start ~= r.tag and keysOwed(f)) then
+      break -- once full, the queue takes only grants owed a place (rule.Pick)
     end
     local e = f and pop(T, f)
     if not f then

@@ -152,6 +152,9 @@ local function finish(id, ran, done, cap, wm, paused, hold, key)
   if leaves and f ~= '0' then
     -- its keys' room may let T in: T's record first, as the rule has it
     flush(T)
+    if not rollback then
+      oweKeys(f)
+    end
     leaveKeys(f)
   end
   return true

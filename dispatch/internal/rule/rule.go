@@ -198,6 +198,10 @@ type Key struct {
 	Asleep bool
 	// Waiting is how many waiting tasks carry it.
 	Waiting int
+	// Owed is how many places its cap took back that grants have yet to
+	// fill: a task carrying it ended while it was at its cap with tasks
+	// waiting on it (KeyFronts).
+	Owed int
 	// Blocked are the tenants whose every flow waits on a closed key and
 	// that registered with this one, with their start tags then.
 	Blocked map[string]int64
@@ -257,6 +261,48 @@ func Fronts(t *Tenant, start int64) bool {
 
 // owed reports whether t is owed a place its cap took back (Owed).
 func owed(t *Tenant) bool { return t.Cap > 0 && t.Owed > 0 }
+
+// KeysOwed reports whether flow f carries a key owed a place its cap took
+// back (Key.Owed).
+func (q *Queue) KeysOwed(f string) bool {
+	_, keys := ParseFlow(f)
+	for _, K := range keys {
+		if k := q.Keys[K]; k != nil && k.Cap > 0 && k.Owed > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// KeyFronts reports whether a grant from tenant t's line of flow f, at
+// start tag start, fills a place that a key's cap took back: a key of f is
+// owed one (KeysOwed), and the grant starts away from t's tag (t was held
+// below its share). It then goes in at the front of the queue, and a full
+// queue takes it (Pick), as a capped tenant's owed place (Fronts). A key's
+// places count its pending tasks too, so they would otherwise be spent
+// waiting behind the queue's depth. They are filled this way one for one
+// with the key's finishes, and only for tenants held below their share,
+// so the tasks they pass are passed a bounded number of times
+// (fronts_test.go); keys that never bind front nothing.
+func (q *Queue) KeyFronts(t *Tenant, f string, start int64) bool {
+	return start != t.Tag && q.KeysOwed(f)
+}
+
+// oweKeys takes back, for the grants to fill, the place of each key of
+// flow f whose task ended while the key was at its cap with tasks waiting
+// on it; a key with nothing waiting is owed nothing.
+func (q *Queue) oweKeys(f string) {
+	_, keys := ParseFlow(f)
+	for _, K := range keys {
+		switch k := q.Keys[K]; {
+		case k == nil:
+		case k.Waiting == 0:
+			k.Owed = 0
+		case k.Cap > 0 && k.N+k.Owed >= k.Cap:
+			k.Owed = min(k.Owed+1, k.Cap)
+		}
+	}
+}
 
 // Queue is the rule's state for one queue. The zero value is not usable;
 // make one with New.
@@ -582,15 +628,19 @@ func (q *Queue) Update(T string, l Limits) {
 // front.
 func (q *Queue) grant(T, id, f string, start int64, line bool) Grant {
 	t := q.tenant(T)
-	front := line && Fronts(t, start)
+	front := line && (Fronts(t, start) || q.KeyFronts(t, f, start))
+	_, keys := ParseFlow(f)
 	if line {
 		t.Behind = start != t.Tag
 		t.Lag = max(q.Floor-(t.Tag-Lent(t, q.Estimate)), 0)
 		t.Owed = max(t.Owed-1, 0)
+		for _, K := range keys {
+			k := q.key(K)
+			k.Owed = max(k.Owed-1, 0)
+		}
 	}
 	q.InFlight[id] = Run{Tenant: T, Flow: f, Estimate: t.estimate(q.Estimate)}
 	t.N++
-	_, keys := ParseFlow(f)
 	for _, K := range keys {
 		q.key(K).N++
 	}
@@ -648,7 +698,8 @@ const PickBudget = 256
 // takes at once (dispatch.Server.Done), and a full queue would otherwise
 // give it to the task at its head, and leave the tenant's place unused
 // until the next worker frees, up to a whole task's time when tasks end
-// together. In the bench's busy queue (a tenant capped at 4 beside two
+// together; and so is a place a key's cap took back (KeyFronts). In the
+// bench's busy queue (a tenant capped at 4 beside two
 // backlogs on 16 workers, 20 ms tasks), alternated over nine runs each,
 // the tenant's places left unused for more than 8 ms fell from 13-23 a run
 // to 2-11, and its use of its cap rose from 88.4 % to 90.5 % (means; from
@@ -665,10 +716,10 @@ func (q *Queue) Pick(most, space int, skip func(id string) bool) []Grant {
 			break
 		}
 		t := q.Tenants[T]
-		if space <= 0 && !owed(t) {
-			break
-		}
 		f, ok := q.eligible(t)
+		if space <= 0 && !owed(t) && !(ok && q.KeyFronts(t, f, start)) {
+			break // once full, the queue takes only grants owed a place
+		}
 		if !ok {
 			q.block(T, start)
 			budget--
@@ -735,6 +786,7 @@ func (q *Queue) Finish(id string, ran int64, done bool, l Limits, hold bool, hol
 		t.Owed = min(t.Owed+1, t.Cap) // its cap takes the place back
 	}
 	if done {
+		q.oweKeys(r.Flow)
 		q.Free(id)
 		return
 	}

@@ -29,6 +29,10 @@ type simTenant struct {
 	// every µs instead.
 	backlog int
 	every   int64
+	// key, when set, is a concurrency key each of its tasks carries,
+	// capped at keyCap across tenants (fronts_test.go).
+	key    string
+	keyCap int
 }
 
 // workload is a seeded workload: workers and tenants.
