@@ -34,7 +34,10 @@
 // grants it moves it in at once); one that
 // calls Server.AwaitMove when asynq finds the queue empty takes a task the
 // moment the dispatcher moves it in, rather than at asynq's next poll.
-// package worker does both, from the Redis client it gives asynq.
+// package worker does both, from the Redis client it gives asynq. A
+// concurrency key's place that its cap takes back the same way goes to a
+// waiting task of the key at the front too, when that task's tenant is
+// held below its share.
 //
 // The rule itself (start tags in integer virtual time, the floor, weights,
 // caps, pause) is one Go model, dispatch/internal/rule, which the scripts

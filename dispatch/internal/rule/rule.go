@@ -693,17 +693,17 @@ const PickBudget = 256
 // that cannot go in (asynq no longer keeps it parked), which is dropped
 // without holding its tenant back. A tenant whose every flow waits on a key
 // is taken out (block). Once it has granted space tasks, it grants only
-// while the first in order is owed a place its cap took back (Owed): that
-// place is the one its finished task left, which the worker that ran it
-// takes at once (dispatch.Server.Done), and a full queue would otherwise
-// give it to the task at its head, and leave the tenant's place unused
-// until the next worker frees, up to a whole task's time when tasks end
-// together; and so is a place a key's cap took back (KeyFronts). In the
-// bench's busy queue (a tenant capped at 4 beside two
-// backlogs on 16 workers, 20 ms tasks), alternated over nine runs each,
-// the tenant's places left unused for more than 8 ms fell from 13-23 a run
-// to 2-11, and its use of its cap rose from 88.4 % to 90.5 % (means; from
-// 90.8 % to 91.3 % in another twelve runs each).
+// while the first in order is owed a place its cap took back (Owed), or
+// its grant fills a place a key's cap took back (KeyFronts): that place is
+// the one a finished task left, which the next free worker takes (for a
+// capped tenant, the worker that ran it, dispatch.Server.Done), and a full
+// queue would otherwise give it to the task at its head, and leave the
+// place unused until the next worker frees, up to a whole task's time when
+// tasks end together. In the bench's busy queue (a tenant capped at 4
+// beside two backlogs on 16 workers, 20 ms tasks), alternated over nine
+// runs each, the tenant's places left unused for more than 8 ms fell from
+// 13-23 a run to 2-11, and its use of its cap rose from 88.4 % to 90.5 %
+// (means; from 90.8 % to 91.3 % in another twelve runs each).
 func (q *Queue) Pick(most, space int, skip func(id string) bool) []Grant {
 	var out []Grant
 	budget := PickBudget
