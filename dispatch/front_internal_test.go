@@ -461,56 +461,10 @@ func tenantEach(i int) string { return "t" + strconv.Itoa(i) }
 // tasks granted for the front though the queue has no room; one whose tag
 // is ahead of the floor is owed nothing and is granted nothing.
 func TestAFullQueueTakesOnlyPlacesOwed(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		tag  int
-		want []string
-	}{{"held back", 0, []string{"c2", "c3"}}, {"ahead of the floor", 2_000_000, nil}} {
-		t.Run(c.name, func(t *testing.T) {
-			ctx := context.Background()
-			q := admission.Quota{Limit: 100_000, Window: time.Second, MaxInFlight: 2}
-			d, rdb, ac := rig(t, q)
-			k := d.keysFor("default")
-			d.turnRaw(ctx, t, 0, 0, 0, 0) // one worker of concurrency 1: room for 3
-			for i, id := range []string{"c0", "c1", "c2", "c3"} {
-				tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "c", ID: id}, q)
-				want, at := Wait, ParkedUntil
-				if i < 2 {
-					want, at = Straight, time.Now()
-				}
-				if err != nil || tk.Verdict != want {
-					t.Fatalf("%s: %v %v, want %v", id, tk.Verdict, err, want)
-				}
-				if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(at)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for i := range 5 { // the queue is full
-				if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(fmt.Sprintf("o%d", i))); err != nil {
-					t.Fatal(err)
-				}
-			}
-			rdb.HSet(ctx, k.meta, "floor", 1_000_000)
-			rdb.HSet(ctx, k.tenantKey("c"), "tag", c.tag)
-			rdb.ZAdd(ctx, k.vt, redis.Z{Score: float64(max(c.tag, 1_000_000)), Member: "c"})
-			for _, id := range []string{"c0", "c1"} {
-				rdb.LRem(ctx, k.pending, 0, id)
-				rdb.Del(ctx, k.taskPrefix+id)
-			}
-			fin := func(id string) []any { return []any{id, 1000, 1, 2, rule.WeightScale, 0, 0, ""} }
-			picks := d.turnRaw(ctx, t, 8, append([]any{2}, append(append(fin("c0"), fin("c1")...), 0, 0, 0)...)...)
-			var got []string
-			for _, p := range picks {
-				got = append(got, p.entry.id)
-				if !p.front {
-					t.Errorf("%s granted behind the queue, want at the front", p.entry.id)
-				}
-			}
-			if !slices.Equal(got, c.want) {
-				t.Errorf("a full queue granted %v, want %v", got, c.want)
-			}
-		})
-	}
+	q := admission.Quota{Limit: 100_000, Window: time.Second, MaxInFlight: 2}
+	c := fullQueue{tenant: "c", ids: []string{"c0", "c1", "c2", "c3"}, straight: 2}
+	c.check(t, q, "held back", 0, []string{"c2", "c3"})
+	c.check(t, q, "ahead of the floor", 2_000_000, nil)
 }
 
 // So does a place a key's cap took back (rule.KeyFronts): a task carrying
@@ -519,51 +473,67 @@ func TestAFullQueueTakesOnlyPlacesOwed(t *testing.T) {
 // front though the queue has no room; a tenant whose tag is ahead of the
 // floor is granted nothing.
 func TestAFullQueueTakesPlacesAKeyTookBack(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		tag  int
-		want []string
-	}{{"held back", 0, []string{"a1"}}, {"ahead of the floor", 2_000_000, nil}} {
-		t.Run(c.name, func(t *testing.T) {
-			ctx := context.Background()
-			q := admission.Quota{Limit: 100_000, Window: time.Second}
-			d, rdb, ac := rig(t, q)
-			k := d.keysFor("default")
-			d.turnRaw(ctx, t, 0, 0, 0, 0, 0) // one worker of concurrency 1: room for 3
-			for i, id := range []string{"a0", "a1", "a2"} {
-				tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "a", ID: id, Keys: []Key{{Name: "api", MaxInFlight: 1}}}, q)
-				want, at := Wait, ParkedUntil
-				if i == 0 {
-					want, at = Straight, time.Now()
-				}
-				if err != nil || tk.Verdict != want {
-					t.Fatalf("%s: %v %v, want %v", id, tk.Verdict, err, want)
-				}
-				if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(at)); err != nil {
-					t.Fatal(err)
-				}
+	q := admission.Quota{Limit: 100_000, Window: time.Second}
+	c := fullQueue{tenant: "a", ids: []string{"a0", "a1", "a2"}, straight: 1, keys: []Key{{Name: "api", MaxInFlight: 1}}}
+	c.check(t, q, "held back", 0, []string{"a1"})
+	c.check(t, q, "ahead of the floor", 2_000_000, nil)
+}
+
+// fullQueue is a tenant's tasks ids, carrying keys, of which the first
+// straight go straight in, in a queue that five more tasks fill.
+type fullQueue struct {
+	tenant   string
+	ids      []string
+	straight int
+	keys     []Key
+}
+
+// check runs, as subtest name, a turn that hands in the finishes of the
+// tasks that went straight in, with the tenant's tag at tag and the floor
+// at 1,000,000, and wants it to grant want, each for the front.
+func (c fullQueue) check(t *testing.T, q admission.Quota, name string, tag int, want []string) {
+	t.Run(name, func(t *testing.T) {
+		ctx := context.Background()
+		d, rdb, ac := rig(t, q)
+		k := d.keysFor("default")
+		d.turnRaw(ctx, t, 0, 0, 0, 0, 0) // one worker of concurrency 1: room for 3
+		for i, id := range c.ids {
+			tk, err := d.Park(ctx, Task{Queue: "default", Tenant: c.tenant, ID: id, Keys: c.keys}, q)
+			verdict, at := Wait, ParkedUntil
+			if i < c.straight {
+				verdict, at = Straight, time.Now()
 			}
-			for i := range 5 { // the queue is full
-				if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(fmt.Sprintf("o%d", i))); err != nil {
-					t.Fatal(err)
-				}
+			if err != nil || tk.Verdict != verdict {
+				t.Fatalf("%s: %v %v, want %v", id, tk.Verdict, err, verdict)
 			}
-			rdb.HSet(ctx, k.meta, "floor", 1_000_000)
-			rdb.HSet(ctx, k.tenantKey("a"), "tag", c.tag)
-			rdb.LRem(ctx, k.pending, 0, "a0")
-			rdb.Del(ctx, k.taskPrefix+"a0")
-			fin := []any{1, "a0", 1000, 1, 0, rule.WeightScale, 0, 0, ""}
-			picks := d.turnRaw(ctx, t, 8, append(fin, 0, 0, 0)...)
-			var got []string
-			for _, p := range picks {
-				got = append(got, p.entry.id)
-				if !p.front {
-					t.Errorf("%s granted behind the queue, want at the front", p.entry.id)
-				}
+			if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(at)); err != nil {
+				t.Fatal(err)
 			}
-			if !slices.Equal(got, c.want) {
-				t.Errorf("a full queue granted %v, want %v", got, c.want)
+		}
+		for i := range 5 { // the queue is full
+			if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(fmt.Sprintf("o%d", i))); err != nil {
+				t.Fatal(err)
 			}
-		})
-	}
+		}
+		rdb.HSet(ctx, k.meta, "floor", 1_000_000)
+		rdb.HSet(ctx, k.tenantKey(c.tenant), "tag", tag)
+		rdb.ZAdd(ctx, k.vt, redis.Z{Score: float64(max(tag, 1_000_000)), Member: c.tenant})
+		fins := []any{c.straight}
+		for _, id := range c.ids[:c.straight] {
+			rdb.LRem(ctx, k.pending, 0, id)
+			rdb.Del(ctx, k.taskPrefix+id)
+			fins = append(fins, id, 1000, 1, q.MaxInFlight, rule.WeightScale, 0, 0, "")
+		}
+		picks := d.turnRaw(ctx, t, 8, append(fins, 0, 0, 0)...)
+		var got []string
+		for _, p := range picks {
+			got = append(got, p.entry.id)
+			if !p.front {
+				t.Errorf("%s granted behind the queue, want at the front", p.entry.id)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("a full queue granted %v, want %v", got, want)
+		}
+	})
 }

@@ -368,15 +368,33 @@ func names(ts []simTenant) []string {
 // where the queue has no space for anyone else; a tenant owed nothing is
 // not, and the owed place is granted once.
 func TestAFullQueueGrantsOnlyAPlaceOwed(t *testing.T) {
+	fullQueueOwes(t, Limits{Cap: 2, Weight: Weight(1)}, "0", nil, "c2", func(q *Queue) int { return q.Tenants["a"].Owed })
+}
+
+// The same holds for a key's cap: a task carrying a key ended while the
+// key was at its cap with tasks waiting on it, and the next of those, of
+// a tenant the key held below its share, goes in at the front of a full
+// queue, once.
+func TestAFullQueueGrantsAPlaceAKeyTookBack(t *testing.T) {
+	fullQueueOwes(t, Limits{Weight: Weight(1)}, FlowID(0, []string{"api"}), map[string]KeyLimits{"api": {Cap: 1}}, "c1",
+		func(q *Queue) int { return q.Keys["api"].Owed })
+}
+
+// fullQueueOwes runs a tenant "a" with limits l and four tasks of flow f
+// (keys), beside a tenant with eight tasks and no limits, in a queue of
+// space 6: a's task "c0" ends where a's cap or key holds it back, and the
+// full queue grants next at the front, once; owed reads the places owed.
+func fullQueueOwes(t *testing.T, l Limits, f string, keys map[string]KeyLimits, next string, owed func(*Queue) int) {
 	q := New()
-	capped, open := Limits{Cap: 2, Weight: Weight(1)}, Limits{Weight: Weight(1)}
+	open := Limits{Weight: Weight(1)}
 	for i := range 8 {
 		q.Park(Task{Tenant: "u", ID: fmt.Sprintf("u%d", i), Flow: "0"}, open, nil, 0)
 	}
 	for i := range 4 {
-		q.Park(Task{Tenant: "c", ID: fmt.Sprintf("c%d", i), Flow: "0"}, capped, nil, 0)
+		q.Park(Task{Tenant: "a", ID: fmt.Sprintf("c%d", i), Flow: f, At: int64(i)}, l, keys, 0)
 	}
-	// c takes its cap; u goes on alone, and the floor passes c's tag.
+	// a takes what its cap or key allows; u goes on alone, and the floor
+	// passes a's tag.
 	if got := q.Pick(6, 6, nil); len(got) != 6 {
 		t.Fatalf("the first pick granted %v, want 6 grants", got)
 	}
@@ -385,56 +403,20 @@ func TestAFullQueueGrantsOnlyAPlaceOwed(t *testing.T) {
 	}
 	q.Finish("u0", 1000, true, open, false, "")
 	if g := q.Pick(8, 0, nil); len(g) != 0 {
-		t.Fatalf("a full queue granted %v after an uncapped tenant's finish", g)
+		t.Fatalf("a full queue granted %v after an unlimited tenant's finish", g)
 	}
-	q.Finish("c0", 1000, true, capped, false, "")
-	if q.Tenants["c"].Owed != 1 {
-		t.Fatalf("c owes %d places after its finish at its cap, held back; want 1", q.Tenants["c"].Owed)
+	q.Finish("c0", 1000, true, l, false, "")
+	if n := owed(q); n != 1 {
+		t.Fatalf("%d places owed after c0's finish where it was held back; want 1", n)
 	}
 	g := q.Pick(8, 0, nil)
-	if len(g) != 1 || g[0].ID != "c2" || !g[0].Front {
-		t.Fatalf("a full queue granted %+v after c's finish, want c2 at the front", g)
+	if len(g) != 1 || g[0].ID != next || !g[0].Front {
+		t.Fatalf("a full queue granted %+v after c0's finish, want %s at the front", g, next)
 	}
 	if g := q.Pick(8, 0, nil); len(g) != 0 {
 		t.Fatalf("a full queue granted %v once the place owed was filled", g)
 	}
-}
-
-// The same holds for a key's cap: a task carrying a key ended while the
-// key was at its cap with tasks waiting on it, and the next of those, of
-// a tenant the key held below its share, goes in at the front of a full
-// queue, once.
-func TestAFullQueueGrantsAPlaceAKeyTookBack(t *testing.T) {
-	q := New()
-	open := Limits{Weight: Weight(1)}
-	api, keys := FlowID(0, []string{"api"}), map[string]KeyLimits{"api": {Cap: 1}}
-	for i := range 8 {
-		q.Park(Task{Tenant: "u", ID: fmt.Sprintf("u%d", i), Flow: "0"}, open, nil, 0)
-	}
-	for i := range 4 {
-		q.Park(Task{Tenant: "a", ID: fmt.Sprintf("a%d", i), Flow: api, At: int64(i)}, open, keys, 0)
-	}
-	// a takes the key's one place; u goes on alone, and the floor passes
-	// a's tag.
-	if got := q.Pick(6, 6, nil); len(got) != 6 {
-		t.Fatalf("the first pick granted %v, want 6 grants", got)
-	}
-	q.Finish("u0", 1000, true, open, false, "")
-	if g := q.Pick(8, 0, nil); len(g) != 0 {
-		t.Fatalf("a full queue granted %v after a keyless task's finish", g)
-	}
-	q.Finish("a0", 1000, true, open, false, "")
-	if k := q.Keys["api"]; k == nil || k.Owed != 1 {
-		t.Fatalf("the key is owed %+v after its task's finish at its cap with tasks waiting; want 1 place", k)
-	}
-	g := q.Pick(8, 0, nil)
-	if len(g) != 1 || g[0].ID != "a1" || !g[0].Front {
-		t.Fatalf("a full queue granted %+v after the key's finish, want a1 at the front", g)
-	}
-	if g := q.Pick(8, 0, nil); len(g) != 0 {
-		t.Fatalf("a full queue granted %v once the key's place was filled", g)
-	}
-	if k := q.Keys["api"]; k.Owed != 0 {
-		t.Fatalf("the key is owed %d places once its place was filled, want 0", k.Owed)
+	if n := owed(q); n != 0 {
+		t.Fatalf("%d places owed once the place was filled, want 0", n)
 	}
 }
