@@ -267,33 +267,24 @@ func looseCaps(rng *rand.Rand) (int, []simTenant) {
 	return 12, ts
 }
 
-func TestFrontsLetACappedTenantRunMoreOfItsCap(t *testing.T) {
-	for seed := uint64(1); seed <= 8; seed++ {
-		workers, ts := busyQueue(rand.New(rand.NewPCG(seed, 0)))
-		front := simulateFronts(workers, ts, byRule, seed)
-		back := simulateFronts(workers, ts, neverFront, seed)
-		for _, p := range append(front.problems, back.problems...) {
-			t.Errorf("seed %d: %s", seed, p)
-		}
-		t.Logf("seed %d: capped tenant's use of its cap %.2f with fronts, %.2f without; most passes %d", seed, front.capUse["capped"], back.capUse["capped"], front.mostPassed)
-		if front.capUse["capped"] < back.capUse["capped"]+0.1 {
-			t.Errorf("seed %d: the capped tenant used %.2f of its cap with fronts, %.2f without: want at least a tenth more", seed, front.capUse["capped"], back.capUse["capped"])
-		}
-	}
-}
-
-func TestKeyFrontsLetASharedKeyRunMoreOfItsCap(t *testing.T) {
-	for seed := uint64(1); seed <= 8; seed++ {
-		workers, ts := sharedKey(rand.New(rand.NewPCG(seed, 0)))
-		front := simulateFronts(workers, ts, byRule, seed)
-		back := simulateFronts(workers, ts, neverFront, seed)
-		for _, p := range append(front.problems, back.problems...) {
-			t.Errorf("seed %d: %s", seed, p)
-		}
-		use := keyUse("api")
-		t.Logf("seed %d: the key's use of its cap %.2f with fronts, %.2f without; most passes %d", seed, front.capUse[use], back.capUse[use], front.mostPassed)
-		if front.capUse[use] < back.capUse[use]+0.1 {
-			t.Errorf("seed %d: the key used %.2f of its cap with fronts, %.2f without: want at least a tenth more", seed, front.capUse[use], back.capUse[use])
+// Fronts lift a capped tenant's use of its cap in the busy queue, and a
+// shared key's in sharedKey, by at least a tenth.
+func TestFrontsLetACapRunMoreOfItself(t *testing.T) {
+	for _, c := range []struct {
+		mk  func(*rand.Rand) (int, []simTenant)
+		use string // the name capUse gives the cap
+	}{{busyQueue, "capped"}, {sharedKey, keyUse("api")}} {
+		for seed := uint64(1); seed <= 8; seed++ {
+			workers, ts := c.mk(rand.New(rand.NewPCG(seed, 0)))
+			front := simulateFronts(workers, ts, byRule, seed)
+			back := simulateFronts(workers, ts, neverFront, seed)
+			for _, p := range append(front.problems, back.problems...) {
+				t.Errorf("seed %d: %s", seed, p)
+			}
+			t.Logf("seed %d: %s's use of its cap %.2f with fronts, %.2f without; most passes %d", seed, c.use, front.capUse[c.use], back.capUse[c.use], front.mostPassed)
+			if front.capUse[c.use] < back.capUse[c.use]+0.1 {
+				t.Errorf("seed %d: %s used %.2f of its cap with fronts, %.2f without: want at least a tenth more", seed, c.use, front.capUse[c.use], back.capUse[c.use])
+			}
 		}
 	}
 }
