@@ -713,10 +713,14 @@ local function block(T, start, flows)
   end
 end
 
--- keysOwed is package rule's KeysOwed: whether flow f carries a key owed a
--- place its cap took back (ow). A grant from a line of f that starts away
--- from its tenant's tag fills it (rule.KeyFronts).
-local function keysOwed(f)
+-- keyFronts is package rule's KeyFronts: whether a grant from a line of
+-- flow f at start tag start, of a tenant whose tag is tag, fills a place
+-- that the cap of one of f's keys took back (ow): it then goes to the
+-- front of the queue, and a full queue takes it.
+local function keyFronts(f, start, tag)
+  if start == tag then
+    return false -- its tenant is not held below its share
+  end
   for _, K in ipairs(flowKeys(f)) do
     local k = keyState(K)
     if k.cap > 0 and k.ow > 0 then
@@ -877,7 +881,7 @@ local function grant(T, id, e, start, st, f, r)
   local front, after = false, ''
   if st == 'g' then
     local was = r.tag
-    if fronts(r.cap, r.n, start ~= was, r.bh, r.ow) or start ~= was and keysOwed(f) then
+    if fronts(r.cap, r.n, start ~= was, r.bh, r.ow) or keyFronts(f, start, was) then
       -- behind T's previous task if that is pending still or goes to the
       -- front in the same move (this turn granted it there), and not
       -- before one that is still to be moved in otherwise
@@ -889,13 +893,11 @@ local function grant(T, id, e, start, st, f, r)
     end
     local lend = lent(r.cap, r.n, r.lg, r.est, r.wm)
     r.bh, r.lg, r.ow = start ~= was, math.max(floor - (was - lend), 0), math.max(r.ow - 1, 0)
-    for _, K in ipairs(flowKeys(f)) do
-      if keyState(K).ow > 0 then
-        keyAdd(K, 'ow', -1)
-      end
-    end
   end
   for _, K in ipairs(flowKeys(f)) do
+    if st == 'g' and keyState(K).ow > 0 then
+      keyAdd(K, 'ow', -1) -- filled, if one was owed
+    end
     keyAdd(K, 'n', 1)
   end
   floor = math.max(floor, start)
@@ -1259,7 +1261,7 @@ local function pick(most, space, out)
         break
       end
     end
-    if space <= 0 and not owed(r.cap, r.ow) and not (f and start ~= r.tag and keysOwed(f)) then
+    if space <= 0 and not owed(r.cap, r.ow) and not (f and keyFronts(f, start, r.tag)) then
       break -- once full, the queue takes only grants owed a place (rule.Pick)
     end
     local e = f and pop(T, f)

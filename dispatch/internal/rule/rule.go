@@ -262,9 +262,9 @@ func Fronts(t *Tenant, start int64) bool {
 // owed reports whether t is owed a place its cap took back (Owed).
 func owed(t *Tenant) bool { return t.Cap > 0 && t.Owed > 0 }
 
-// KeysOwed reports whether flow f carries a key owed a place its cap took
+// keysOwed reports whether flow f carries a key owed a place its cap took
 // back (Key.Owed).
-func (q *Queue) KeysOwed(f string) bool {
+func (q *Queue) keysOwed(f string) bool {
 	_, keys := ParseFlow(f)
 	for _, K := range keys {
 		if k := q.Keys[K]; k != nil && k.Cap > 0 && k.Owed > 0 {
@@ -276,7 +276,7 @@ func (q *Queue) KeysOwed(f string) bool {
 
 // KeyFronts reports whether a grant from tenant t's line of flow f, at
 // start tag start, fills a place that a key's cap took back: a key of f is
-// owed one (KeysOwed), and the grant starts away from t's tag (t was held
+// owed one (Key.Owed), and the grant starts away from t's tag (t was held
 // below its share). It then goes in at the front of the queue, and a full
 // queue takes it (Pick), as a capped tenant's owed place (Fronts). A key's
 // places count its pending tasks too, so they would otherwise be spent
@@ -285,7 +285,7 @@ func (q *Queue) KeysOwed(f string) bool {
 // so the tasks they pass are passed a bounded number of times
 // (fronts_test.go); keys that never bind front nothing.
 func (q *Queue) KeyFronts(t *Tenant, f string, start int64) bool {
-	return start != t.Tag && q.KeysOwed(f)
+	return start != t.Tag && q.keysOwed(f)
 }
 
 // oweKeys takes back, for the grants to fill, the place of each key of
@@ -629,20 +629,20 @@ func (q *Queue) Update(T string, l Limits) {
 func (q *Queue) grant(T, id, f string, start int64, line bool) Grant {
 	t := q.tenant(T)
 	front := line && (Fronts(t, start) || q.KeyFronts(t, f, start))
-	_, keys := ParseFlow(f)
 	if line {
 		t.Behind = start != t.Tag
 		t.Lag = max(q.Floor-(t.Tag-Lent(t, q.Estimate)), 0)
 		t.Owed = max(t.Owed-1, 0)
-		for _, K := range keys {
-			k := q.key(K)
-			k.Owed = max(k.Owed-1, 0)
-		}
 	}
 	q.InFlight[id] = Run{Tenant: T, Flow: f, Estimate: t.estimate(q.Estimate)}
 	t.N++
+	_, keys := ParseFlow(f)
 	for _, K := range keys {
-		q.key(K).N++
+		k := q.key(K)
+		if line {
+			k.Owed = max(k.Owed-1, 0) // filled, if one was owed
+		}
+		k.N++
 	}
 	q.Floor = max(q.Floor, start)
 	t.Tag = start + t.charge(q.Estimate)
