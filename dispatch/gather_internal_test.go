@@ -86,6 +86,39 @@ func TestFrontsAndCappedFinishesDoNotGather(t *testing.T) {
 	}
 }
 
+// A finish that frees places of concurrency keys cuts the gathering out as
+// a capped tenant's does, for a key's places are few too: Finished, given
+// the task's keys, hands the loop a finish that goes in at once, in the
+// run loop (urgent) and in gatherAfter. A keyed task that asynq will retry
+// frees no place, and gathers.
+func TestKeyedFinishesDoNotGather(t *testing.T) {
+	d, _, _ := rig(t, admission.Quota{Limit: 1000, Window: time.Second}) // no cap
+	l := &loop{s: &Server{d: d, most: 2 * 16}, ch: make(chan finish, 4)}
+	l.s.loops = map[string]*loop{"default": l}
+	l.pace.refill = (500 * time.Microsecond).Seconds()
+	l.pace.peak = 8000
+	tr := turnResult{queued: 200, live: 16} // 25 ms of work: gatherMost
+	for _, c := range []struct {
+		name string
+		done bool
+		keys []string
+		want time.Duration
+	}{
+		{name: "a keyless task's finish", done: true, want: gatherMost},
+		{name: "a keyed task's finish", done: true, keys: []string{"api:a", "api:b"}},
+		{name: "a keyed task's retry", keys: []string{"api:a"}, want: gatherMost},
+	} {
+		l.s.Finished("default", "free", "a", time.Millisecond, c.done, c.keys...)
+		f := <-l.ch
+		if f.urgent() != (c.want == 0) {
+			t.Errorf("%s: urgent %v, want %v", c.name, f.urgent(), c.want == 0)
+		}
+		if got := l.gatherAfter(tr, true, nil, []finish{f}); got != c.want {
+			t.Errorf("%s: gather %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 // The rate follows a pool that starts to drain within a few turns, however
 // long the turns between: a worker that held its tasks, finishing one
 // every 12 ms, that then finishes 8,000 a second, gathering 4 ms a turn.

@@ -99,7 +99,16 @@ type finish struct {
 	// when the task finished. Its places are few: its finish goes in at
 	// once, and with a hand-off its worker waits in Done.
 	capped bool
+	// keyed: the task carries concurrency keys and left asynq's hands,
+	// freeing a place of each: its finish goes in at once too, for a
+	// key's places are few as well.
+	keyed bool
 }
+
+// urgent reports whether f goes in at once, rather than gather with
+// others for the next turn: it frees a place of a capped tenant or of a
+// key.
+func (f finish) urgent() bool { return f.capped || f.keyed }
 
 type loop struct {
 	s     *Server
@@ -272,11 +281,14 @@ func (d *Dispatcher) Serve(w Worker) (*Server, error) {
 
 // Finished tells the dispatcher that the worker finished task id of
 // tenant in queue after running it for ran; done is false when asynq will
-// retry it (the task keeps its tenant's place). The tenant's quota, as the
-// gate reads it now, updates its cap and weight there. It may block
-// briefly while the queue's loop catches up.
-func (s *Server) Finished(queue, tenant, id string, ran time.Duration, done bool) {
-	s.finished(finish{id: id, tenant: tenant, ran: ran, done: done}, queue)
+// retry it (the task keeps its tenant's place). keys are the task's
+// concurrency keys (enqueue.Keys): a finish that frees places of keys is
+// handed in at once, as a capped tenant's is, rather than gathered with
+// others for the next turn. The tenant's quota, as the gate reads it now,
+// updates its cap and weight there. It may block briefly while the
+// queue's loop catches up.
+func (s *Server) Finished(queue, tenant, id string, ran time.Duration, done bool, keys ...string) {
+	s.finished(finish{id: id, tenant: tenant, ran: ran, done: done, keyed: done && len(keys) > 0}, queue)
 }
 
 // Throttled tells the dispatcher that the worker's task id of tenant in
@@ -795,8 +807,8 @@ func (l *loop) drain(fs []finish) []finish {
 // asynq's pending list holds enough to keep the workers busy meanwhile:
 // then finishes gather for gatherFor to gatherMost (gather), so that one
 // turn hands in several. Finishes that asynq has yet to mark done are
-// handed in again after a pause that doubles from 1 ms to a second, so an
-// outage never makes a busy loop.
+// handed in again after a pause that doubles from firstRetry to a second,
+// so an outage never makes a busy loop.
 func (l *loop) run(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -819,7 +831,7 @@ func (l *loop) run(ctx context.Context) {
 		case f := <-l.ch:
 			fs = append(fs, f)
 			l.pace.got++
-			if wait := time.Until(calm); wait > 0 && len(fs) < l.s.most && !f.capped {
+			if wait := time.Until(calm); wait > 0 && len(fs) < l.s.most && !f.urgent() {
 				if !gathering {
 					t.Reset(wait) // the turn comes when the gathering ends
 					gathering = true
@@ -1038,10 +1050,11 @@ func (p *pace) turnEnded(began time.Time, movedIn, waiting bool) {
 
 // gatherAfter is how long the loop lets finishes gather after a turn (ok:
 // it succeeded) that found tr, left ops to move and fs to hand in again:
-// gather's time, but none when a grant goes to the front or a capped
-// tenant's finish waits to be handed in again, for those go at once.
+// gather's time, but none when a grant goes to the front or the finish of
+// a capped tenant's task or a keyed one waits to be handed in again, for
+// those go at once.
 func (l *loop) gatherAfter(tr turnResult, ok bool, ops []moveOp, fs []finish) time.Duration {
-	if fronts(ops) || slices.ContainsFunc(fs, func(f finish) bool { return f.capped }) {
+	if fronts(ops) || slices.ContainsFunc(fs, finish.urgent) {
 		return 0
 	}
 	return l.gather(tr, ok)

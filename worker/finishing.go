@@ -46,7 +46,7 @@ func (f finishing) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
 			}
 			return
 		}
-		f.disp.Finished(queue, tenant, id, time.Since(start), ends(ctx, err, f.isFailure))
+		f.disp.Finished(queue, tenant, id, time.Since(start), ends(ctx, err, f.isFailure), taskKeys(t)...)
 	}()
 	return f.next.ProcessTask(ctx, t)
 }
