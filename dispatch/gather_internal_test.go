@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -51,69 +52,52 @@ func TestGatheringNeverLetsThePendingListRunDry(t *testing.T) {
 	}
 }
 
-// A grant for the front, or a capped tenant's finish that asynq has yet to
-// mark done, cuts the gathering out: they go in at once, however long the
-// pending list would let finishes gather.
-func TestFrontsAndCappedFinishesDoNotGather(t *testing.T) {
+// A grant for the front, or the finish of a capped tenant's task or of a
+// task that carries concurrency keys, cuts the gathering out: they go in
+// at once, however long the pending list would let finishes gather, for
+// a cap's and a key's places are few. The finishes go through Finished,
+// as a worker hands them to the loop; a keyed task that asynq will retry
+// frees no place, and gathers.
+func TestFrontsAndCappedOrKeyedFinishesDoNotGather(t *testing.T) {
 	ctx := context.Background()
 	d, rdb, _ := rig(t, admission.Quota{Limit: 1000, Window: time.Second}) // no cap
 	if err := admission.NewRedisQuotas(rdb).Set(ctx, "capped", q1); err != nil {
 		t.Fatal(err)
 	}
-	l := &loop{s: &Server{d: d, most: 2 * 16}}
-	l.pace.refill = (500 * time.Microsecond).Seconds()
-	l.pace.peak = 8000
-	tr := turnResult{queued: 200, live: 16} // 25 ms of work: gatherMost
-	for _, c := range []struct {
-		name string
-		ops  []moveOp
-		fs   []finish
-		want time.Duration
-	}{
-		{name: "nothing waits", want: gatherMost},
-		{name: "a move behind the others", ops: []moveOp{{op: opGo, id: "a"}}, want: gatherMost},
-		{name: "an uncapped tenant's finish", fs: []finish{{id: "a", tenant: "free", done: true}}, want: gatherMost},
-		{name: "a move to the front", ops: []moveOp{{op: opGo, id: "a"}, {op: opFront, id: "b"}}},
-		{name: "a capped tenant's finish", fs: []finish{{id: "a", tenant: "free", done: true}, {id: "b", tenant: "capped", done: true}}},
-	} {
-		fs := make([]finish, len(c.fs))
-		for i, f := range c.fs {
-			fs[i] = l.s.capping(f) // as Finished hands them to the loop
-		}
-		if got := l.gatherAfter(tr, true, c.ops, fs); got != c.want {
-			t.Errorf("%s: gather %v, want %v", c.name, got, c.want)
-		}
-	}
-}
-
-// A finish that frees places of concurrency keys cuts the gathering out as
-// a capped tenant's does, for a key's places are few too: Finished, given
-// the task's keys, hands the loop a finish that goes in at once, in the
-// run loop (urgent) and in gatherAfter. A keyed task that asynq will retry
-// frees no place, and gathers.
-func TestKeyedFinishesDoNotGather(t *testing.T) {
-	d, _, _ := rig(t, admission.Quota{Limit: 1000, Window: time.Second}) // no cap
 	l := &loop{s: &Server{d: d, most: 2 * 16}, ch: make(chan finish, 4)}
 	l.s.loops = map[string]*loop{"default": l}
 	l.pace.refill = (500 * time.Microsecond).Seconds()
 	l.pace.peak = 8000
 	tr := turnResult{queued: 200, live: 16} // 25 ms of work: gatherMost
+	type fin struct {
+		tenant string
+		done   bool
+		keys   []string
+		urgent bool // it goes in at once, in the loop too
+	}
 	for _, c := range []struct {
 		name string
-		done bool
-		keys []string
+		ops  []moveOp
+		fs   []fin
 		want time.Duration
 	}{
-		{name: "a keyless task's finish", done: true, want: gatherMost},
-		{name: "a keyed task's finish", done: true, keys: []string{"api:a", "api:b"}},
-		{name: "a keyed task's retry", keys: []string{"api:a"}, want: gatherMost},
+		{name: "nothing waits", want: gatherMost},
+		{name: "a move behind the others", ops: []moveOp{{op: opGo, id: "a"}}, want: gatherMost},
+		{name: "an uncapped tenant's finish", fs: []fin{{tenant: "free", done: true}}, want: gatherMost},
+		{name: "a move to the front", ops: []moveOp{{op: opGo, id: "a"}, {op: opFront, id: "b"}}},
+		{name: "a capped tenant's finish", fs: []fin{{tenant: "free", done: true}, {tenant: "capped", done: true, urgent: true}}},
+		{name: "a keyed task's finish", fs: []fin{{tenant: "free", done: true, keys: []string{"api:a", "api:b"}, urgent: true}}},
+		{name: "a keyed task's retry", fs: []fin{{tenant: "free", keys: []string{"api:a"}}}, want: gatherMost},
 	} {
-		l.s.Finished("default", "free", "a", time.Millisecond, c.done, c.keys...)
-		f := <-l.ch
-		if f.urgent() != (c.want == 0) {
-			t.Errorf("%s: urgent %v, want %v", c.name, f.urgent(), c.want == 0)
+		fs := make([]finish, len(c.fs))
+		for i, f := range c.fs {
+			l.s.Finished("default", f.tenant, "t"+strconv.Itoa(i), time.Millisecond, f.done, f.keys...)
+			fs[i] = <-l.ch
+			if fs[i].urgent() != f.urgent {
+				t.Errorf("%s: finish %d urgent %v, want %v", c.name, i, fs[i].urgent(), f.urgent)
+			}
 		}
-		if got := l.gatherAfter(tr, true, nil, []finish{f}); got != c.want {
+		if got := l.gatherAfter(tr, true, c.ops, fs); got != c.want {
 			t.Errorf("%s: gather %v, want %v", c.name, got, c.want)
 		}
 	}

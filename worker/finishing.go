@@ -7,7 +7,6 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/admitq/admitq/dispatch"
 	"github.com/admitq/admitq/enqueue"
 )
 
@@ -17,8 +16,15 @@ import (
 // the next waiting task.
 type finishing struct {
 	next      asynq.Handler
-	disp      *dispatch.Server
+	disp      finisher
 	isFailure func(error) bool // asynq's, as the Worker configured it
+}
+
+// finisher is what finishing tells (a *dispatch.Server).
+type finisher interface {
+	Finished(queue, tenant, id string, ran time.Duration, done bool, keys ...string)
+	Throttled(queue, tenant, id string, ran, hold time.Duration)
+	ThrottledKey(queue, tenant, id, key string, ran, hold time.Duration)
 }
 
 func (f finishing) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
