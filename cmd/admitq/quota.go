@@ -99,12 +99,10 @@ func (f *quotaFlags) quota(cmd *cobra.Command, stderr io.Writer) (admission.Quot
 // check checks the flags given on their own, before anything touches
 // Redis, as quota update does before it reads the quota they change.
 func (f *quotaFlags) check(cmd *cobra.Command) error {
-	// A base any one flag can change into a valid quota.
-	base := admission.Quota{Limit: 1, Window: time.Hour}
-	if cmd.Flags().Changed("limit") && !cmd.Flags().Changed("window") {
-		base.Limit = admission.NoLimit
-	}
-	_, err := f.apply(cmd, base, io.Discard)
+	// A base with a rate limit, which any one flag can change into a
+	// valid quota: whether --limit needs --window too depends on the
+	// stored quota, which apply checks against it.
+	_, err := f.apply(cmd, admission.Quota{Limit: 1, Window: time.Hour}, io.Discard)
 	return err
 }
 

@@ -34,6 +34,8 @@ func TestQuotaUpdateChangesOnlyTheFlagsGiven(t *testing.T) {
 	}{
 		{"a cap", []string{"--max-in-flight", "8"},
 			admission.Quota{Limit: 100, Window: time.Minute, MaxDelay: 30 * time.Second, MaxInFlight: 8, MaxParked: 50, Weight: 3}},
+		{"a limit alone keeps the window", []string{"--limit", "200"},
+			admission.Quota{Limit: 200, Window: time.Minute, MaxDelay: 30 * time.Second, MaxInFlight: 8, MaxParked: 50, Weight: 3}},
 		{"no rate limit keeps the rest", []string{"--limit", "none"},
 			admission.Quota{Limit: admission.NoLimit, Window: time.Minute, MaxDelay: 30 * time.Second, MaxInFlight: 8, MaxParked: 50, Weight: 3}},
 		{"a limit again, and a window", []string{"--limit", "10", "--window", "1s"},
