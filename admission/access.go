@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -10,6 +11,11 @@ import (
 // (WithPrefix). Packages that keep state of their own beside the gate's,
 // such as the dispatcher, put it under the same prefix.
 func (g *Gate) Prefix() string { return g.opts.prefix }
+
+// Timeout returns the deadline of each of the gate's Redis calls
+// (WithTimeout). Packages that call Redis for the gate's callers, as the
+// dispatcher does for a producer's park, bound their calls by it too.
+func (g *Gate) Timeout() time.Duration { return g.opts.timeout }
 
 // Redis returns the client the gate was made with. The caller does not
 // own it.

@@ -229,7 +229,9 @@ func isUnknownCommand(err error) bool {
 
 // Mode reports whether a worker with a gate serves queue or did within its
 // restart grace (served), and whether one of them is fair, as read from
-// Redis at most once a second.
+// Redis at most once a second. The read is bounded by the gate's
+// WithTimeout, as the gate's own calls are, whatever the client: a stalled
+// Redis fails a producer's Enqueue in that time.
 func (d *Dispatcher) Mode(ctx context.Context, queue string) (served, fair bool, err error) {
 	d.mu.Lock()
 	m, ok := d.modes[queue]
@@ -239,10 +241,15 @@ func (d *Dispatcher) Mode(ctx context.Context, queue string) (served, fair bool,
 	}
 	var members *redis.ZSliceCmd
 	var now *redis.TimeCmd
-	_, err = d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		now = p.Time(ctx)
-		members = p.ZRangeWithScores(ctx, d.keysFor(queue).workers, 0, -1)
-		return nil
+	ctx, cancel := context.WithTimeout(ctx, d.gate.Timeout())
+	defer cancel()
+	err = bounded(ctx, func(ctx context.Context) error {
+		_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			now = p.Time(ctx)
+			members = p.ZRangeWithScores(ctx, d.keysFor(queue).workers, 0, -1)
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return false, false, fmt.Errorf("dispatch: reading queue %q's workers: %w", queue, d.recoverFrom(err))
@@ -259,6 +266,22 @@ func (d *Dispatcher) Mode(ctx context.Context, queue string) (served, fair bool,
 	d.modes[queue] = m
 	d.mu.Unlock()
 	return m.served, m.fair, nil
+}
+
+// bounded runs call, a read, and returns when it does or when ctx ends,
+// whichever is first: a go-redis client without ContextTimeoutEnabled
+// ignores ctx's deadline while it waits for a reply (up to its
+// ReadTimeout, then again for each retry), and the call then finishes in
+// the background.
+func bounded(ctx context.Context, call func(context.Context) error) error {
+	done := make(chan error, 1)
+	go func() { done <- call(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // limitsOf is what q says of a tenant's place in a dispatched queue.

@@ -62,6 +62,12 @@ const (
 	// cache; each costs Redis one pipelined read.
 	syncEvery   = 250 * time.Millisecond
 	syncTenants = 100
+	// resendEvery is how often a loop hands in those limits again, changed
+	// or not: a producer or worker that acted on a quota it read before a
+	// change (its cache serves a stale quota while it rereads it) may have
+	// written the old limits back since, and nothing else would put the
+	// current ones back while the loop's own view stays the same.
+	resendEvery = 2 * time.Second
 	// fleetEvery is how often a loop that reports no stats reads them,
 	// to warn of asynq servers without a gate on its queue.
 	fleetEvery = time.Minute
@@ -121,6 +127,9 @@ type loop struct {
 	// keySent and keyUpdates are the same for the queue's concurrency
 	// keys.
 	keySent, keyUpdates map[string]rule.KeyLimits
+	// resent is when the loop last forgot sent and keySent, to hand them
+	// in again (resendEvery).
+	resent time.Time
 	// fleetRead is when the loop last read the queue's stats, ungated
 	// whether servers without a gate served it then (logged once).
 	fleetRead time.Time
@@ -1084,8 +1093,15 @@ func (l *loop) gather(tr turnResult, ok bool) time.Duration {
 // next SyncTenants in line, of its paused keys and of up to SyncTenants
 // of its other concurrency keys, and queues for the next turn the limits that changed since they
 // were last handed in: a pause or a resume reaches the queue within about
-// syncEvery, without a finish or a new task of the tenant or key.
+// syncEvery, without a finish or a new task of the tenant or key. Every
+// resendEvery it hands them in whether they changed or not, over any
+// stale limits written back since.
 func (l *loop) syncLimits(ctx context.Context) error {
+	if time.Since(l.resent) >= resendEvery {
+		clear(l.sent)
+		clear(l.keySent)
+		l.resent = time.Now()
+	}
 	k := l.s.d.keysFor(l.queue)
 	var held, next, keys, heldKeys, waitedOn *redis.StringSliceCmd
 	_, err := l.s.d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {

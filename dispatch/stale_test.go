@@ -1,0 +1,115 @@
+package dispatch_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch"
+	"github.com/admitq/admitq/enqueue"
+	"github.com/admitq/admitq/internal/redistest"
+)
+
+// staleProducer is a producer of its own, as in another process: its own
+// RedisQuotas, at the default refresh, which serves a cached quota older
+// than that while it rereads it in the background.
+func staleProducer(t *testing.T, s *stack) *enqueue.Client {
+	t.Helper()
+	g := admission.New(s.rdb, admission.NewRedisQuotas(s.rdb), admission.WithTimeout(2*time.Second))
+	t.Cleanup(func() { g.Close() })
+	return enqueue.NewFromRedis(s.rdb, g)
+}
+
+// record reads the dispatcher's record of a tenant ("t:") or key ("k:").
+func record(t *testing.T, s *stack, kind, name string) map[string]string {
+	t.Helper()
+	m, err := s.rdb.HGetAll(context.Background(), "admitq:fair:{default}:"+kind+name).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// A producer whose cached quota of key k predates k's resume parks a task
+// of k after the resume reached the queue: its park writes "paused" back
+// into k's record. The workers, whose own view of k never changed again,
+// hand k's limits in again within resendEvery, and the task runs. (Before,
+// it waited until a producer with a fresh quota parked another task of k:
+// forever, when none came.)
+func TestAStaleParkDoesNotPauseAResumedKeyForGood(t *testing.T) {
+	s := newStack(t, generous)
+	prod := staleProducer(t, s)
+	s.setKey("k", admission.Quota{Limit: admission.NoLimit, Paused: true})
+	w := newKeyWatch()
+	w.startOn(t, s.rdb, s.gate, []string{"default"}, 4, true)
+	time.Sleep(1100 * time.Millisecond) // the queue is served
+	w.put(t, prod, "default", "a", "blocker", "block", []string{"k"}) // prod caches k: paused
+	time.Sleep(1200 * time.Millisecond)                               // prod's k is stale now
+	s.setKey("k", admission.Quota{Limit: admission.NoLimit})
+	eventually(t, 5*time.Second, "the blocker runs once k is resumed", func() bool { return w.ran("blocker") == 1 })
+	w.put(t, prod, "default", "b", "late", "1ms", []string{"k"})
+	w.waitRuns(t, []string{"late"}, 5*time.Second)
+	if rec := record(t, s, "k:", "k"); rec["paused"] == "1" {
+		t.Errorf("k's record after late ran: %v, want it resumed", rec)
+	}
+	w.unblock("blocker")
+}
+
+// The same for a tenant: p, resumed while a full fair queue keeps its
+// tasks waiting (so no finish of p hands its quota in), gets its paused
+// quota written back by a producer's stale park. Its tasks still run once
+// the queue has room.
+func TestAStaleParkDoesNotPauseAResumedTenantForGood(t *testing.T) {
+	s := newStack(t, generous)
+	prod := staleProducer(t, s)
+	paused := generous
+	paused.Paused = true
+	s.setQuota("p", paused)
+	w := newKeyWatch()
+	w.startOn(t, s.rdb, s.gate, []string{"default"}, 1, true)
+	time.Sleep(1100 * time.Millisecond)
+	blockers := fillRoom(t, s, w)
+	ps := []string{"p1", "p2", "p3"}
+	for _, id := range ps {
+		w.put(t, prod, "default", "p", id, "1ms", nil)
+	}
+	time.Sleep(1200 * time.Millisecond) // prod's quota of p is stale now
+	s.setQuota("p", generous)
+	eventually(t, 5*time.Second, "p's record is resumed", func() bool { return record(t, s, "t:", "p")["paused"] == "0" })
+	time.Sleep(600 * time.Millisecond) // the loops have handed the resume in
+	w.put(t, prod, "default", "p", "p4", "1ms", nil)
+	ps = append(ps, "p4")
+	for _, id := range blockers {
+		w.unblock(id)
+	}
+	w.waitRuns(t, ps, 8*time.Second)
+}
+
+// A producer's look at whether its queue is dispatched (Mode, which
+// Enqueue makes before a park) fails within the gate's WithTimeout on a
+// stalled Redis, through a client that ignores context deadlines
+// (ContextTimeoutEnabled unset, as redis.NewClient leaves it). Before,
+// Enqueue waited out go-redis's read timeouts and retries: 80 s.
+func TestAStalledRedisFailsModeInTheGatesTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	g := admission.New(rdb, admission.NewRedisQuotas(rdb), admission.WithTimeout(200*time.Millisecond))
+	t.Cleanup(func() { g.Close() })
+	d := dispatch.New(rdb, g, nil)
+	ctx := context.Background()
+	if err := rdb.Ping(ctx).Err(); err != nil { // a connection up before the stall
+		t.Fatal(err)
+	}
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+	start := time.Now()
+	_, _, err := d.Mode(ctx, "default")
+	if took := time.Since(start); err == nil || took > time.Second {
+		t.Errorf("Mode on a stalled Redis: %v after %v, want an error within the gate's 200 ms", err, took)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Mode's error %v, want it to wrap context.DeadlineExceeded", err)
+	}
+}
