@@ -44,7 +44,7 @@ func TestAStaleParkDoesNotPauseAResumedKeyForGood(t *testing.T) {
 	s.setKey("k", admission.Quota{Limit: admission.NoLimit, Paused: true})
 	w := newKeyWatch()
 	w.startOn(t, s.rdb, s.gate, []string{"default"}, 4, true)
-	time.Sleep(1100 * time.Millisecond) // the queue is served
+	time.Sleep(1100 * time.Millisecond)                               // the queue is served
 	w.put(t, prod, "default", "a", "blocker", "block", []string{"k"}) // prod caches k: paused
 	time.Sleep(1200 * time.Millisecond)                               // prod's k is stale now
 	s.setKey("k", admission.Quota{Limit: admission.NoLimit})
