@@ -3,13 +3,17 @@ package dispatch_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/hibiken/asynq"
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/dispatch"
 	"github.com/admitq/admitq/enqueue"
 	"github.com/admitq/admitq/internal/redistest"
+	"github.com/admitq/admitq/worker"
 )
 
 // staleProducer is a producer of its own, as in another process: its own
@@ -111,5 +115,50 @@ func TestAStalledRedisFailsModeInTheGatesTimeout(t *testing.T) {
 	}
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Mode's error %v, want it to wrap context.DeadlineExceeded", err)
+	}
+}
+
+// A capped tenant's task whose asynq.Deadline passes after its grant,
+// while it waits in asynq's pending list behind another tenant's tasks,
+// is failed by asynq without running and put in its retry set, where its
+// backoff (an hour here, up to weeks by asynq's default) would hold the
+// tenant's only place. The repair pass archives it, as asynq would after
+// its last retry, and the tenant's next task runs. (Before, the next task
+// waited out the whole retry schedule.)
+func TestAnOverdueRetryFreesItsPlace(t *testing.T) {
+	s := newStack(t, generous)
+	s.setQuota("fa", admission.Quota{Limit: 100_000, Window: time.Second, MaxInFlight: 1})
+	w := newKeyWatch()
+	wk := worker.NewFromRedis(s.rdb, worker.Config{
+		Queues: map[string]int{"default": 1}, Concurrency: 1, Gate: s.gate, Fair: true,
+		RetryDelayFunc:  func(int, error, *asynq.Task) time.Duration { return time.Hour },
+		ShutdownTimeout: 2 * time.Second,
+	})
+	if err := wk.Start(w); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wk.Shutdown)
+	time.Sleep(1100 * time.Millisecond) // the queue is served
+	for i := 0; ; i++ {
+		if w.put(t, s.client, "default", "o", fmt.Sprintf("o%d", i), "700ms", nil).Outcome == admission.Parked {
+			break
+		} else if i > 10 {
+			t.Fatal("o's tasks never waited: the fair queue of one worker has no bound")
+		}
+	}
+	if d := w.put(t, s.client, "default", "fa", "y", "1ms", nil, asynq.Deadline(time.Now().Add(time.Second))); d.Outcome != admission.Parked {
+		t.Fatalf("y: %v, want it parked", d.Outcome)
+	}
+	w.put(t, s.client, "default", "fa", "next", "1ms", nil)
+	w.waitRuns(t, []string{"next"}, 15*time.Second)
+	if n := w.ran("y"); n != 0 {
+		t.Errorf("y ran %d times past its deadline", n)
+	}
+	info, err := s.ins.GetTaskInfo("default", "y")
+	if err != nil || info.State != asynq.TaskStateArchived {
+		t.Errorf("y: %+v, %v; want it archived", info, err)
+	}
+	if n, _ := s.rdb.HLen(context.Background(), "admitq:fair:{default}:deadlines").Result(); n != 0 {
+		t.Errorf("the dispatcher keeps %d deadlines with nothing waiting", n)
 	}
 }

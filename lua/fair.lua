@@ -38,8 +38,8 @@
 --          the floor, forgiven when the queue goes idle
 -- KEYS[13] held: SET of paused tenants, for the workers to look up their
 --          quotas and resume them
--- KEYS[14] deadlines: HASH task ID -> its asynq.Deadline µs, for waiting
---          tasks that have one
+-- KEYS[14] deadlines: HASH task ID -> its asynq.Deadline µs, for tasks
+--          that have one, waiting or in run (overdue)
 -- KEYS[15] asynq:{<q>}:archived
 -- KEYS[16] keys: SET of the concurrency keys that have a record
 -- KEYS[17] ksleep: ZSET key -> wake µs, of keys a downstream throttle holds
@@ -927,6 +927,7 @@ end
 local function free(id, r)
   local s, _, _, T, f = runEntry(r)
   call('HDEL', run, id)
+  call('HDEL', deadlines, id)
   if s == 'g' then
     call('HDEL', grants, id)
   elseif s == 'f' then
@@ -1108,14 +1109,27 @@ local function expired(id)
     return false
   end
   local d = call('HGET', deadlines, id)
-  if not d then
-    return false
+  if not d or tonumber(d) > now then
+    return false -- a grant keeps its deadline till it leaves run (overdue)
   end
   call('HDEL', deadlines, id)
-  if tonumber(d) > now then
+  call('ZREM', scheduled, id)
+  call('ZADD', archived, math.floor(now / 1000000), id)
+  call('HSET', TP .. id, 'state', 'archived')
+  return true
+end
+
+-- overdue reports whether task id, in run and in asynq's retry set,
+-- is past its asynq.Deadline, and then archives it, as asynq would after
+-- its last retry: asynq fails it at every try without running it
+-- ("context deadline exceeded"), and it would hold its place meanwhile
+-- (a retry keeps it). The caller frees the place.
+local function overdue(id)
+  local d = hasDeadlines() and call('HGET', deadlines, id)
+  if not d or tonumber(d) > now then
     return false
   end
-  call('ZREM', scheduled, id)
+  call('ZREM', string.sub(TP, 1, -3) .. 'retry', id)
   call('ZADD', archived, math.floor(now / 1000000), id)
   call('HSET', TP .. id, 'state', 'archived')
   return true

@@ -90,7 +90,7 @@ end
 -- step with the finishes' writes, and the one HDEL of run of the tasks
 -- that leave it and the one of grants of those granted from a line, sent
 -- when the finishes are in (nothing before reads either).
-local entries, leaving, ungranted -- read below, before the finishes
+local entries, leaving, ungranted, undated -- read below, before the finishes
 
 -- finish hands in task id, which ran for ran µs: its place and its keys'
 -- at once, its tenant's record in flush.
@@ -130,6 +130,9 @@ local function finish(id, ran, done, cap, wm, paused, hold, key)
     c.n, c.left = math.max(c.n - 1, 0), true
     entries[id] = false
     add(leaving, id)
+    if hasDeadlines() then
+      add(undated, id)
+    end
     if s == 'g' then
       add(ungranted, id)
     elseif s == 'f' then
@@ -237,7 +240,7 @@ local ids = {}
 for i = 1, tonumber(ARGV[6]) do
   ids[i] = ARGV[a + 8 * (i - 1)] -- each finish's eight values begin with its ID
 end
-entries, leaving, ungranted = runEntries(ids), batch('HDEL', run), batch('HDEL', grants)
+entries, leaving, ungranted, undated = runEntries(ids), batch('HDEL', run), batch('HDEL', grants), batch('HDEL', deadlines)
 for i = 1, tonumber(ARGV[6]) do
   if not finish(ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2] == '1', tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
       ARGV[a + 5], tonumber(ARGV[a + 6]), ARGV[a + 7] or '') then
@@ -247,6 +250,7 @@ for i = 1, tonumber(ARGV[6]) do
 end
 send(leaving)
 send(ungranted)
+send(undated)
 settleAll()
 
 local _

@@ -15,7 +15,9 @@
 -- after it went in (Redis came back from a snapshot) goes back to the head
 -- of its tenant's line. A task asynq holds (pending, active, scheduled,
 -- retry, or active on a worker cut off from Redis, whose lease asynq still
--- honours) keeps it: a permit is never taken from a running task.
+-- honours) keeps it: a permit is never taken from a running task. One in
+-- asynq's retry set past its asynq.Deadline, which asynq would fail at
+-- every retry without running it, is archived and frees its place.
 local grace = tonumber(ARGV[4])
 local page = call('HSCAN', run, ARGV[3], 'COUNT', 64)
 local out, redo = {page[1]}, {}
@@ -29,6 +31,8 @@ for i = 1, #entries, 2 do
     if state == 'p' or old then
       free(id, r)
     end
+  elseif s == 'retry' and overdue(id) then
+    free(id, r)
   elseif state == 'p' and s == 'scheduled' and isParked(id) then
     requeue(id, r)
   elseif state ~= 'p' and old then
