@@ -809,8 +809,16 @@ local function settle(T)
   settleRecord(T, toint(h[1]) > 0 or toint(h[2]) > 0 or waitingOf(T, h[4] or 0) > 0, toint(h[3]))
 end
 
+-- DEBT is what of a tenant's record says it owes (its tag, and the lag and
+-- places its grants have yet to give back or fill): without them it
+-- starts at the floor, as a tenant new to the queue.
+local DEBT = {'tag', 'lg', 'bh', 'ow'}
+
 -- forgive drops the debts of idle tenants once nothing waits or runs in the
--- queue: with no one to be fair to, a debt only keeps a record.
+-- queue: with no one to be fair to, a debt only keeps a record. A tenant
+-- with entries in limbo (their tasks deleted from outside, or not written
+-- yet) and nothing else keeps its record, for its limits, but owes nothing
+-- either: the rule counts it idle.
 local function forgive()
   if call('HLEN', run) > 0 or call('ZCARD', vt) > 0 or has(sleep) and call('ZCARD', sleep) > 0 then
     return
@@ -822,7 +830,19 @@ local function forgive()
       call('DEL', th)
       call('SREM', held, T)
     else
-      call('PERSIST', th) -- its entries in limbo keep it; it owes nothing
+      call('PERSIST', th)
+      call('HDEL', th, unpack(DEBT))
+    end
+  end
+  local seen = {}
+  for _, m in ipairs(has(limbo) and call('ZRANGE', limbo, 0, 999) or {}) do
+    local T = string.match(m, '^[^\n]*')
+    if not seen[T] then
+      seen[T] = true
+      local th = P .. 't:' .. T
+      if toint(call('HGET', th, 'tag')) > floor and waitingOf(T) == 0 then
+        call('HDEL', th, unpack(DEBT))
+      end
     end
   end
 end
