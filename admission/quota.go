@@ -102,8 +102,8 @@ func logEntries(q Quota) (windows int64, over bool) {
 	return windows, int64(q.Limit) > MaxLogEntries/windows
 }
 
-// DefaultMaxParked is the parked backlog of a capped tenant whose quota
-// leaves MaxParked at 0.
+// DefaultMaxParked is the parked backlog of a tenant whose quota leaves
+// MaxParked at 0, in each dispatched queue.
 const DefaultMaxParked = 10_000
 
 // MaxWeight is the largest Quota.Weight: the ratio between two tenants'
@@ -201,7 +201,9 @@ func (q Quota) Validate() error {
 
 // String formats q as "100/1m0s, max delay 30s", or for NoLimit as "no
 // limit", followed by the fields that apply and are set: ", counter",
-// ", max in flight 4, max parked 10000", ", weight 3", ", paused".
+// ", max in flight 4, max parked 10000" (a tenant without a cap, whose
+// tasks wait their turn in fair queues, shows its own max parked alone),
+// ", weight 3", ", paused".
 func (q Quota) String() string {
 	var s string
 	if q.Unlimited() {
@@ -217,6 +219,8 @@ func (q Quota) String() string {
 	}
 	if q.MaxInFlight > 0 {
 		s += fmt.Sprintf(", max in flight %d, max parked %d", q.MaxInFlight, q.parkedBound())
+	} else if q.MaxParked > 0 {
+		s += fmt.Sprintf(", max parked %d", q.MaxParked)
 	}
 	if q.Weight > 0 && q.Weight != 1 {
 		s += ", weight " + strconv.FormatFloat(q.Weight, 'g', -1, 64)

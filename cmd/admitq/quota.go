@@ -543,7 +543,8 @@ type quotaJSON struct {
 	MaxDelay string `json:"max_delay"`
 	Mode     string `json:"mode"`
 	// MaxInFlight is 0 for no cap; MaxParked is the effective bound of a
-	// capped tenant's parked backlog, 0 without a cap.
+	// capped tenant's parked backlog, and without a cap the quota's own
+	// (its tasks wait their turn in fair queues), 0 when it sets none.
 	MaxInFlight int `json:"max_in_flight"`
 	MaxParked   int `json:"max_parked"`
 	// Weight is the effective weight: 1 when the quota's is 0.
@@ -556,6 +557,8 @@ func toQuotaJSON(q admission.Quota) quotaJSON {
 		Weight: q.EffectiveWeight(), Paused: q.Paused}
 	if q.MaxInFlight > 0 {
 		j.MaxParked = cmp.Or(q.MaxParked, admission.DefaultMaxParked)
+	} else {
+		j.MaxParked = q.MaxParked
 	}
 	return j
 }
@@ -628,9 +631,9 @@ func writeQuotaTable(w io.Writer, l quotaList) error {
 		all = append(all, e.quota())
 	}
 	// The depth and weight columns appear once some quota has a cap or a
-	// weight other than 1, so that a table of rate-only quotas reads as it
-	// always has.
-	capped := slices.ContainsFunc(all, func(q quotaJSON) bool { return q.MaxInFlight > 0 })
+	// max parked, or a weight other than 1, so that a table of rate-only
+	// quotas reads as it always has.
+	capped := slices.ContainsFunc(all, func(q quotaJSON) bool { return q.MaxInFlight > 0 || q.MaxParked > 0 })
 	weighted := slices.ContainsFunc(all, func(q quotaJSON) bool { return q.Weight != 1 })
 	paused := slices.ContainsFunc(all, func(q quotaJSON) bool { return q.Paused })
 	header := "TENANT\tLIMIT\tWINDOW\tMAX DELAY\tMODE"
@@ -655,7 +658,10 @@ func writeQuotaTable(w io.Writer, l quotaList) error {
 		if capped {
 			inFlight, parked := "-", "-"
 			if q.MaxInFlight > 0 {
-				inFlight, parked = fmt.Sprint(q.MaxInFlight), fmt.Sprint(q.MaxParked)
+				inFlight = fmt.Sprint(q.MaxInFlight)
+			}
+			if q.MaxParked > 0 {
+				parked = fmt.Sprint(q.MaxParked)
 			}
 			fmt.Fprintf(tw, "\t%s\t%s", inFlight, parked)
 		}

@@ -202,3 +202,30 @@ func TestQuotaPauseAndResume(t *testing.T) {
 		t.Errorf("after pause under the default: %v", got)
 	}
 }
+
+// A max parked without a cap holds in fair queues, where every tenant's
+// tasks wait their turn: quota set, get, list and --json show it.
+func TestQuotaShowsMaxParkedWithoutACap(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	set := mustRun(t, "--redis", srv.URL(), "quota", "set", "t2", "--limit", "100", "--window", "1s", "--max-parked", "2")
+	if want := "t2: 100/1s, max parked 2\n"; set.stdout != want {
+		t.Errorf("quota set printed %q, want %q", set.stdout, want)
+	}
+	if r := mustRun(t, "--redis", srv.URL(), "quota", "get", "t2"); !strings.Contains(r.stdout, "max parked 2") {
+		t.Errorf("quota get: %v, want it to show max parked 2", r)
+	}
+	var j struct {
+		MaxInFlight int `json:"max_in_flight"`
+		MaxParked   int `json:"max_parked"`
+	}
+	r := mustRun(t, "--redis", srv.URL(), "quota", "get", "t2", "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &j); err != nil || j.MaxParked != 2 || j.MaxInFlight != 0 {
+		t.Errorf("quota get --json: %q (%v), want max_parked 2 and max_in_flight 0", r.stdout, err)
+	}
+	list := mustRun(t, "--redis", srv.URL(), "quota", "list").stdout
+	lines := strings.Split(list, "\n")
+	if f := strings.Fields(lines[len(lines)-2]); !strings.HasSuffix(lines[0], "MAX IN FLIGHT  MAX PARKED") || f[0] != "t2" || f[len(f)-2] != "-" || f[len(f)-1] != "2" {
+		t.Errorf("quota list:\n%s\nwant a MAX PARKED column with 2 for t2", list)
+	}
+}
