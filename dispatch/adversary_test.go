@@ -212,3 +212,25 @@ func TestADeletedEntryKeepsNoDebt(t *testing.T) {
 		t.Errorf("a's record %v, want it kept for its entry in limbo", rec)
 	}
 }
+
+// A zero Ticket, and Park's with an error, decide nothing: their Verdict
+// is NoVerdict, never Direct ("enqueue it as without the dispatcher"),
+// which would let a caller that skips the error past caps and pauses.
+func TestAZeroTicketDecidesNothing(t *testing.T) {
+	if v := (dispatch.Ticket{}).Verdict; v != dispatch.NoVerdict || v.String() != "none" {
+		t.Errorf("a zero Ticket's Verdict is %v (%d), want NoVerdict", v, v)
+	}
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	g := admission.New(rdb, admission.NewRedisQuotas(rdb))
+	t.Cleanup(func() { g.Close() })
+	tk, err := dispatch.New(rdb, g, nil).Park(context.Background(), dispatch.Task{Queue: "default", Tenant: "", ID: "x"}, generous)
+	if err == nil || tk.Verdict != dispatch.NoVerdict {
+		t.Errorf("Park of a task without a tenant: %v, %v; want an error and NoVerdict", tk.Verdict, err)
+	}
+	for v, want := range map[dispatch.Verdict]string{dispatch.Direct: "direct", dispatch.Straight: "straight", dispatch.Wait: "wait", dispatch.Full: "full", 9: "Verdict(9)"} {
+		if v.String() != want {
+			t.Errorf("Verdict %d prints %q, want %q", int(v), v.String(), want)
+		}
+	}
+}

@@ -14,13 +14,17 @@ import (
 	"github.com/admitq/admitq/internal/freshid"
 )
 
-// Verdict is what Park decided for a task.
+// Verdict is what Park decided for a task. Its zero value, NoVerdict,
+// is no decision: a zero Ticket, or Park's with an error, lets nothing in.
 type Verdict int
 
 const (
+	// NoVerdict: Park decided nothing (it failed); the task is not to be
+	// enqueued on its account.
+	NoVerdict Verdict = iota
 	// Direct: the queue is not dispatched for this task; enqueue it as
 	// without the dispatcher.
-	Direct Verdict = iota
+	Direct
 	// Straight: the task goes in now. Admit it through the gate and
 	// enqueue it; give it back with Abandon if the gate refuses it or the
 	// write certainly did not happen.
@@ -79,6 +83,23 @@ const (
 	// MaxKeys is how many keys a task may carry.
 	MaxKeys = 8
 )
+
+// String names v: "none", "direct", "straight", "wait" or "full".
+func (v Verdict) String() string {
+	switch v {
+	case NoVerdict:
+		return "none"
+	case Direct:
+		return "direct"
+	case Straight:
+		return "straight"
+	case Wait:
+		return "wait"
+	case Full:
+		return "full"
+	}
+	return "Verdict(" + strconv.Itoa(int(v)) + ")"
+}
 
 // Ticket is Park's answer.
 type Ticket struct {
@@ -199,11 +220,18 @@ func isHeld(t Task, q admission.Quota) bool {
 	return q.MaxInFlight > 0 || q.Paused || len(t.Keys) > 0
 }
 
-// checkFlow checks t's priority and keys, sorts its keys by name and
-// drops repeats, and returns their names. A bad key wraps
-// admission.ErrInvalidKey; too many keys, a repeated key with two quotas,
-// a negative cap or a priority out of range wrap ErrInvalidTask.
+// checkFlow checks t's tenant, queue, ID, priority and keys, sorts its
+// keys by name and drops repeats, and returns their names. A bad key wraps
+// admission.ErrInvalidKey, a bad tenant admission.ErrInvalidTenant;
+// those, a missing queue or ID, too many keys, a repeated key with two
+// quotas, a negative cap or a priority out of range wrap ErrInvalidTask.
 func checkFlow(t *Task) ([]string, error) {
+	if err := admission.ValidateTenant(t.Tenant); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidTask, err)
+	}
+	if t.Queue == "" || t.ID == "" {
+		return nil, fmt.Errorf("%w: a task needs a queue and an ID (queue %q, ID %q)", ErrInvalidTask, t.Queue, t.ID)
+	}
 	if t.Priority < MinPriority || t.Priority > MaxPriority {
 		return nil, fmt.Errorf("%w: priority %d is outside %d to %d", ErrInvalidTask, t.Priority, MinPriority, MaxPriority)
 	}

@@ -79,6 +79,14 @@ func TestEnqueueBatch(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("results mismatch (-want,+got):\n%s", diff)
 	}
+	for i, r := range rs {
+		if want := i == 0 || i == 2 || i == 4 || i == 5; r.Enqueued() != want {
+			t.Errorf("result %d (%+v): Enqueued() = %v, want %v", i, r, r.Enqueued(), want)
+		}
+	}
+	if (enqueue.Result{}).Enqueued() {
+		t.Error("a zero Result reads as enqueued")
+	}
 	pending, scheduled := f.queued(t, "default")
 	if diff := cmp.Diff([][]string{{"a", "b"}, {"c", "d"}}, [][]string{pending, scheduled}); diff != "" {
 		t.Errorf("queue [pending, scheduled] mismatch (-want,+got):\n%s", diff)

@@ -191,7 +191,8 @@ func (c *Client) Enqueue(ctx context.Context, tenant string, task *asynq.Task, o
 	return info, d, c.settle(ctx, h, d, f, err)
 }
 
-// Result is the outcome of one task of EnqueueBatch.
+// Result is the outcome of one task of EnqueueBatch. Ask Enqueued whether
+// the task went in: a zero Result has no error, and did not.
 type Result struct {
 	// Info describes the enqueued task; nil when Err is set.
 	Info *asynq.TaskInfo
@@ -202,6 +203,10 @@ type Result struct {
 	// error, or an error for an invalid task. Nil when the task was enqueued.
 	Err error
 }
+
+// Enqueued reports whether the task was enqueued: no error, and asynq's
+// description of the task (false for a zero Result).
+func (r Result) Enqueued() bool { return r.Err == nil && r.Info != nil }
 
 // EnqueueBatch admits tasks for tenant in one gate round trip, then
 // enqueues each as Enqueue does, in order, and returns one Result per task,
