@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -47,6 +48,8 @@ type Client struct {
 	// twoCalls: asynq's write of a parked task is not the script call
 	// parkWriting knows, so every park goes alone.
 	twoCalls atomic.Bool
+	// log takes the dispatcher's warnings (WithLogger); nil: slog.Default.
+	log *slog.Logger
 }
 
 // An Option configures a Client.
@@ -77,6 +80,14 @@ func WithIDFunc(f func() string) Option {
 // New, whose asynq.Client writes as it was made to.
 func WithBatching(on bool) Option {
 	return optionFunc(func(c *Client) { c.unbatched = !on })
+}
+
+// WithLogger gives the Client a logger for its warnings, such as a task
+// with a cap, a pause, keys or a priority sent to a queue that no worker
+// with a gate serves (so they hold nothing there), logged once a queue.
+// Nil, the default, means slog.Default.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *Client) { c.log = l })
 }
 
 // NewFromRedis returns a Client that admits tasks through g and enqueues
@@ -111,7 +122,7 @@ func NewFromRedis(rdb redis.UniversalClient, g *admission.Gate, opts ...Option) 
 	}
 	c := newClient(g, opts)
 	c.rdb = rdb
-	c.disp = dispatch.New(rdb, c.gate, nil)
+	c.disp = dispatch.New(rdb, c.gate, c.log)
 	p := newPipelined(rdb)
 	p.direct = c.unbatched
 	c.disp.ParkVia(p)
@@ -133,7 +144,7 @@ func New(c *asynq.Client, g *admission.Gate, opts ...Option) *Client {
 	}
 	cl := newClient(g, opts)
 	cl.asynq = c
-	cl.disp = dispatch.New(g.Redis(), cl.gate, nil)
+	cl.disp = dispatch.New(g.Redis(), cl.gate, cl.log)
 	return cl
 }
 

@@ -226,6 +226,16 @@ func TestEnqueueExitCodes(t *testing.T) {
 	if res := admitq(t, append(base, "enqueue", "--tenant", "nobody", "--type", "x")...); res.code != exitFailure || !strings.Contains(res.stderr, "no quota") {
 		t.Errorf("enqueue for a tenant without a quota: %v\nwant exit 1, no quota", res)
 	}
+
+	// A capped tenant's task in a queue no worker with a gate serves goes
+	// in uncapped: the command says so as it says its other warnings, in
+	// one line without a time.
+	mustRun(t, append(base, "quota", "set", "capped", "--limit", "10", "--window", "1s", "--max-in-flight", "2")...)
+	res := mustRun(t, append(base, "enqueue", "--tenant", "capped", "--type", "x", "--queue", "q1")...)
+	want := "admitq: warning: no worker with a Gate serves this queue, so tasks go in uncapped"
+	if !strings.HasPrefix(res.stderr, want) || !strings.HasSuffix(res.stderr, "(queue=q1, tenant=capped)\n") || strings.Count(res.stderr, "\n") != 1 {
+		t.Errorf("enqueue of a capped tenant's task with no worker: stderr %q, want one line %q...", res.stderr, want)
+	}
 }
 
 func TestStatusJSON(t *testing.T) {

@@ -92,9 +92,10 @@ Exit status: 0 admitted, deferred or parked, 3 rejected, 1 error, 2 bad usage.`,
 				return err
 			}
 			defer rdb.Close()
-			gate := admission.New(rdb, admission.NewRedisQuotas(rdb, a.gateOptions()...), a.gateOptions()...)
+			log := warnings(a.stderr)
+			gate := admission.New(rdb, admission.NewRedisQuotas(rdb, a.gateOptions()...), append(a.gateOptions(), admission.WithLogger(log))...)
 			defer gate.Close()
-			client := enqueue.NewFromRedis(rdb, gate)
+			client := enqueue.NewFromRedis(rdb, gate, enqueue.WithLogger(log))
 			info, d, err := client.Enqueue(cmd.Context(), tenant, asynq.NewTask(typ, body), opts...)
 			var rej *enqueue.RejectedError
 			switch {
