@@ -285,9 +285,10 @@ func WithWeight(q admission.Quota, w float64) (admission.Quota, error) {
 // rounded up to the caller's granularity (a whole second for asynq, which
 // schedules whole seconds), and MaxDelay is compared with the rounded slot,
 // so only requests that come within MaxDelay of a second's turn are
-// deferred and the others over the limit are rejected.
+// deferred and the others over the limit are rejected. A quota with no
+// rate limit defers nothing, whatever its MaxDelay.
 func Warning(q admission.Quota) string {
-	if q.MaxDelay > 0 && q.MaxDelay < time.Second {
+	if !q.Unlimited() && q.MaxDelay > 0 && q.MaxDelay < time.Second {
 		return fmt.Sprintf("--max-delay %v is under a second: asynq schedules whole seconds, so a deferred slot is rounded up "+
 			"to the next second and most tasks over the limit are rejected, not deferred; "+
 			"choose 0 to reject at once, or 1s or more (a window or more to absorb a burst) to defer", q.MaxDelay)

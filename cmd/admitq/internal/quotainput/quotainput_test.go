@@ -115,6 +115,10 @@ func TestWarningOnlyForASubSecondMaxDelay(t *testing.T) {
 			t.Errorf("MaxDelay %v: warning %q, want one: %v", c.maxDelay, got, c.warn)
 		}
 	}
+	// No rate limit defers nothing: its MaxDelay means nothing.
+	if got := Warning(admission.Quota{Limit: admission.NoLimit, MaxDelay: 500 * time.Millisecond}); got != "" {
+		t.Errorf("a quota with no rate limit: warning %q, want none", got)
+	}
 }
 
 // "none" is admission.NoLimit: a quota that only caps, weighs or pauses,
