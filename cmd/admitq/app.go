@@ -60,6 +60,17 @@ func inputError(err error) error {
 	return err
 }
 
+// readError marks an error of a read as a usage error when the tenant
+// given was bad, and passes others through: a quota stored in Redis that
+// does not decode is an error (exit 1), for nothing on the command line
+// is wrong.
+func readError(err error) error {
+	if errors.Is(err, admission.ErrInvalidTenant) {
+		return usageError(err)
+	}
+	return err
+}
+
 // app is one run of the command: its output and its global flags.
 type app struct {
 	stdout, stderr io.Writer
@@ -115,6 +126,8 @@ func (a *app) exit(err error, args []string) int {
 		msg = clusterNodeMessage(a.redisURLSource())
 	}
 	msg = strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", "; ")), " ")
+	// The library's errors start "admitq: " too; once is enough.
+	msg = strings.ReplaceAll(msg, ": admitq: ", ": ")
 	for _, s := range a.secrets(args) {
 		msg = strings.ReplaceAll(msg, s, "xxxxx")
 	}

@@ -61,6 +61,9 @@ X-Forwarded-Proto: https.`,
 			if err := checkDashboardAddr("--addr", addr, token, true); err != nil {
 				return usageError(err)
 			}
+			if err := validateQueue("--queue", queue); err != nil {
+				return err
+			}
 			if token != "" && len(token) < minTokenLen {
 				fmt.Fprintf(a.stderr, "admitq: warning: the dashboard's token is %d characters: anyone who can reach %s may guess it; use %d or more, e.g. $(openssl rand -hex 16)\n", len(token), addr, minTokenLen)
 			}

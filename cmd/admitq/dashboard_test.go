@@ -31,6 +31,18 @@ func TestDashboardRefusesANonLoopbackAddressWithoutAToken(t *testing.T) {
 	}
 }
 
+// A queue name no worker could read is bad usage, found before the dial.
+func TestDashboardRefusesABadQueue(t *testing.T) {
+	t.Parallel()
+	for _, q := range []string{"", "a b", "a\tb"} {
+		r := admitq(t, "--redis", "redis://127.0.0.1:1", "dashboard", "--addr", "127.0.0.1:0", "--queue", q)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "--queue") {
+			t.Errorf("--queue %q: %v, want exit %d naming --queue", q, r, exitUsage)
+		}
+		oneLine(t, q, r.stderr)
+	}
+}
+
 func TestDemoNamesDashboardAddrForANonLoopbackAddress(t *testing.T) {
 	t.Parallel()
 	r := admitq(t, "demo", "--dashboard", "--dashboard-addr", "0.0.0.0:0")
@@ -39,6 +51,12 @@ func TestDemoNamesDashboardAddrForANonLoopbackAddress(t *testing.T) {
 		t.Errorf("demo --dashboard-addr 0.0.0.0:0: %v", r)
 	}
 	oneLine(t, "demo", r.stderr)
+	// A --metrics-addr that is no host:port is bad usage, before the demo.
+	r = admitq(t, "demo", "--metrics-addr", "bad:addr:x")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--metrics-addr bad:addr:x: want host:port") {
+		t.Errorf("demo --metrics-addr bad:addr:x: %v", r)
+	}
+	oneLine(t, "demo --metrics-addr", r.stderr)
 }
 
 func TestDashboardWarnsOfAShortToken(t *testing.T) {

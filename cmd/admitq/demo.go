@@ -97,6 +97,11 @@ the rate scenario; depth and fair ignore them.`,
 					return usageErrorf("--chart %s: %w", chart, err)
 				}
 			}
+			if metricsAddr != "" {
+				if _, _, err := net.SplitHostPort(metricsAddr); err != nil {
+					return usageErrorf("--metrics-addr %s: want host:port", metricsAddr)
+				}
+			}
 			if !dash {
 				dashboardAddr = ""
 			} else if err := checkDashboardAddr("--dashboard-addr", dashboardAddr, "", false); err != nil {

@@ -38,8 +38,17 @@ func TestQuotaDeleteAndDeleteDefaultAgreeOnAMissingEntry(t *testing.T) {
 	if got := mustRun(t, append(base, "quota", "delete-default")...).stdout; got != "default: deleted\n" {
 		t.Errorf("delete-default printed %q", got)
 	}
-	// Entries written by hand that do not decode can still be deleted.
+	// Entries written by hand that do not decode are an error to read
+	// (exit 1: nothing on the command line is wrong), and can still be
+	// deleted.
 	rdb.HSet(t.Context(), "admitq:quotas", "broken", "{not json", "", `{"limit":0}`)
+	for _, args := range [][]string{{"quota", "get", "broken"}, {"quota", "list"}, {"quota", "update", "broken", "--weight", "2"}, {"enqueue", "--tenant", "broken", "--type", "x"}} {
+		res := run(args...)
+		if res.code != exitFailure || !strings.Contains(res.stderr, "invalid quota") {
+			t.Errorf("%v over an undecodable quota: %v\nwant exit 1 and invalid quota", args, res)
+		}
+		oneLine(t, strings.Join(args, " "), res.stderr)
+	}
 	if got := mustRun(t, append(base, "quota", "delete", "broken")...).stdout; got != "broken: deleted\n" {
 		t.Errorf("delete of an undecodable quota printed %q", got)
 	}

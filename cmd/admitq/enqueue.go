@@ -111,7 +111,7 @@ Exit status: 0 admitted, deferred or parked, 3 rejected, 1 error, 2 bad usage.`,
 			case errors.Is(err, enqueue.ErrInvalidOption):
 				return usageError(err)
 			case err != nil:
-				return inputError(err)
+				return readError(err) // a bad tenant; a stored quota that does not decode is exit 1
 			case d.Outcome == admission.Parked:
 				why := strings.TrimPrefix(client.WhyParked(cmd.Context(), info), "parked")
 				fmt.Fprintf(a.stdout, "parked: task %s in queue %s%s\n", info.ID, info.Queue, strings.Replace(why, ":", ";", 1))

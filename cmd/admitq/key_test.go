@@ -405,7 +405,7 @@ func TestEnqueueKeysAndPriority(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"an empty key", []string{"--key", ""}, "--key: admitq: invalid key: empty"},
+		{"an empty key", []string{"--key", ""}, "admitq: --key: invalid key: empty"},
 		{"a key with a control character", []string{"--key", "api\x01stripe"}, "holds control character U+0001"},
 		{"a key over 256 bytes", []string{"--key", strings.Repeat("k", admission.MaxKeyLen+1)}, "257 bytes, the limit is 256"},
 		{"too many keys", many, "--key: 9 distinct keys, a task may carry at most 8"},

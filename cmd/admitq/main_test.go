@@ -72,4 +72,7 @@ func oneLine(t *testing.T, what, s string) {
 	if !strings.HasPrefix(s, "admitq: ") || strings.Count(s, "\n") != 1 || !strings.HasSuffix(s, "\n") {
 		t.Errorf("%s: stderr = %q, want one line starting %q", what, s, "admitq: ")
 	}
+	if strings.Count(s, "admitq: ") > 1 {
+		t.Errorf("%s: stderr = %q, want %q once", what, s, "admitq: ")
+	}
 }

@@ -191,7 +191,7 @@ func (a *app) noteResets(cmd *cobra.Command, name, update string, old, q admissi
 func (a *app) newQuotaSetCmd() *cobra.Command {
 	var f quotaFlags
 	cmd := &cobra.Command{
-		Use:   "set TENANT --limit N|none [--window D] [--max-delay D] [--mode log|counter] [--max-in-flight N [--max-parked M]] [--weight W]",
+		Use:   "set TENANT --limit N|none [--window D] [--max-delay D] [--mode log|counter] [--max-in-flight N] [--max-parked M] [--weight W]",
 		Short: "Set a tenant's quota",
 		Long: `Sets a tenant's whole quota: a field whose flag is not given gets its default,
 and set names on stderr each field it so resets that the tenant had set
@@ -378,7 +378,7 @@ either, it is refused already, and pause is an error (exit 1).`
 func (a *app) newQuotaSetDefaultCmd() *cobra.Command {
 	var f quotaFlags
 	cmd := &cobra.Command{
-		Use:   "set-default --limit N|none [--window D] [--max-delay D] [--mode log|counter] [--max-in-flight N [--max-parked M]] [--weight W]",
+		Use:   "set-default --limit N|none [--window D] [--max-delay D] [--mode log|counter] [--max-in-flight N] [--max-parked M] [--weight W]",
 		Short: "Set the quota of tenants that have none of their own",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -427,7 +427,7 @@ func (a *app) newQuotaGetCmd() *cobra.Command {
 					return fmt.Errorf("tenant %q has no quota, and there is no default", tenant)
 				}
 				if err != nil {
-					return inputError(err)
+					return readError(err)
 				}
 				if asJSON {
 					return writeJSON(a.stdout, toQuotaEntry(tenant, q), true)

@@ -40,8 +40,10 @@ func readmeProducer(ctx context.Context, payload []byte, orderID string) {
 		// Perhaps enqueued (a timeout, say): retry with the same task ID, which takes no second slot.
 	case err != nil:
 		// Not enqueued (Redis down under FailClosed, a bad tenant, ...): the caller still holds the task.
+	case d.Outcome == admission.Parked:
+		log.Printf("task %s parked: it goes in at its tenant's turn (a cap, a pause or a fair queue)", info.ID)
 	default:
-		log.Printf("task %s %s, runs at %v", info.ID, d.Outcome, info.NextProcessAt) // admitted, deferred or parked
+		log.Printf("task %s %s, runs at %v", info.ID, d.Outcome, info.NextProcessAt) // admitted or deferred
 	}
 	// README:end
 }
