@@ -809,16 +809,31 @@ local function settle(T)
   settleRecord(T, toint(h[1]) > 0 or toint(h[2]) > 0 or waitingOf(T, h[4] or 0) > 0, toint(h[3]))
 end
 
--- DEBT is what of a tenant's record says it owes (its tag, and the lag and
--- places its grants have yet to give back or fill): without them it
--- starts at the floor, as a tenant new to the queue.
-local DEBT = {'tag', 'lg', 'bh', 'ow'}
+-- KEPT are the fields of an idle tenant's record that outlive its
+-- entries in limbo: its limits, and how many entries it has there.
+local KEPT = {'cap', 'wm', 'paused', 'l'}
+
+-- forget makes record th of an idle tenant with entries in limbo hold
+-- KEPT alone, as a tenant new to the queue with those limits: it owes
+-- nothing and is charged as new (estimate and all) when it comes back,
+-- as the rule forgets an idle tenant.
+local function forget(th)
+  local h = call('HMGET', th, unpack(KEPT))
+  call('DEL', th)
+  local w = batch('HSET', th)
+  for i, f in ipairs(KEPT) do
+    if h[i] then
+      add(w, f, h[i])
+    end
+  end
+  send(w)
+end
 
 -- forgive drops the debts of idle tenants once nothing waits or runs in the
 -- queue: with no one to be fair to, a debt only keeps a record. A tenant
 -- with entries in limbo (their tasks deleted from outside, or not written
--- yet) and nothing else keeps its record, for its limits, but owes nothing
--- either: the rule counts it idle.
+-- yet) and nothing else keeps its limits for them, and is forgotten
+-- otherwise, as the rule forgets an idle tenant.
 local function forgive()
   if call('HLEN', run) > 0 or call('ZCARD', vt) > 0 or has(sleep) and call('ZCARD', sleep) > 0 then
     return
@@ -830,8 +845,7 @@ local function forgive()
       call('DEL', th)
       call('SREM', held, T)
     else
-      call('PERSIST', th)
-      call('HDEL', th, unpack(DEBT))
+      forget(th)
     end
   end
   local seen = {}
@@ -840,8 +854,9 @@ local function forgive()
     if not seen[T] then
       seen[T] = true
       local th = P .. 't:' .. T
-      if toint(call('HGET', th, 'tag')) > floor and waitingOf(T) == 0 then
-        call('HDEL', th, unpack(DEBT))
+      local h = call('HMGET', th, 'tag', 'est', 'used', 'mv')
+      if (h[1] or h[2] or h[3] or h[4]) and waitingOf(T) == 0 then
+        forget(th) -- not forgotten yet
       end
     end
   end
