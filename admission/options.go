@@ -29,7 +29,13 @@ type options struct {
 	// DefaultQuotaCacheSize (see WithQuotaCacheSize).
 	quotaCacheSize int
 	bulkTimeout    time.Duration
+	// staleFor is how much older than refresh RedisQuotas answers a cached
+	// quota while it rereads it: defaultStaleFor (a test may set it).
+	staleFor time.Duration
 }
+
+// defaultStaleFor is options.staleFor unless a test sets it.
+const defaultStaleFor = time.Second
 
 // DefaultTimeout is the deadline of one Redis call when WithTimeout is not
 // given. A local Redis answers a script call in well under a millisecond and
@@ -65,6 +71,7 @@ func newOptions(opts []Option) options {
 		granularity: time.Microsecond,
 		timeout:     DefaultTimeout,
 		refresh:     DefaultRefresh,
+		staleFor:    defaultStaleFor,
 		logger:      slog.New(slog.DiscardHandler),
 		batching:    true,
 		denyCache:   true,

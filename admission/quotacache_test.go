@@ -65,6 +65,10 @@ func TestQuotaCacheHitsPastItsBound(t *testing.T) {
 	hook := &countHook{}
 	rdb.AddHook(hook)
 	r := NewRedisQuotas(rdb, WithRefresh(20*time.Millisecond))
+	// The cache past its bound is under test, not the age past which an
+	// entry is read before it is answered: under -race, a round's new
+	// lookups outlast that.
+	r.opts.staleFor = time.Hour
 	q := Quota{Limit: 10, Window: time.Second}
 	if err := r.SetDefault(t.Context(), q); err != nil {
 		t.Fatal(err)
@@ -109,5 +113,47 @@ func TestQuotaCacheHitsPastItsBound(t *testing.T) {
 	if n != DefaultQuotaCacheSize {
 		t.Errorf("cache holds %d tenants after %d distinct, want its bound %d",
 			n, DefaultQuotaCacheSize+len(hot)+rounds*newPerRound, DefaultQuotaCacheSize)
+	}
+}
+
+// TestAnOldCachedQuotaIsReadAgain: a cached quota is answered stale, while
+// it is reread in the background, only until the refresh interval and
+// defaultStaleFor more have passed; after that the lookup reads it first, so a
+// producer idle for a while acts on the quota of now, not on one from
+// before a change (which it would write into a dispatched queue's
+// records). While Redis is down the old entry is answered, without
+// waiting after the first look.
+func TestAnOldCachedQuotaIsReadAgain(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := t.Context()
+	r := NewRedisQuotas(rdb, WithRefresh(50*time.Millisecond), WithTimeout(200*time.Millisecond))
+	old, changed := Quota{Limit: 5, Window: time.Second, MaxInFlight: 3}, Quota{Limit: 5, Window: time.Second, MaxInFlight: 1}
+	if err := r.Set(ctx, "acme", old); err != nil {
+		t.Fatal(err)
+	}
+	if q, err := r.Quota(ctx, "acme"); err != nil || q != old {
+		t.Fatalf("first lookup: %v, %v", q, err)
+	}
+	if err := NewRedisQuotas(rdb).Set(ctx, "acme", changed); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50*time.Millisecond + defaultStaleFor + 20*time.Millisecond)
+	if q, err := r.Quota(ctx, "acme"); err != nil || q != changed {
+		t.Errorf("lookup of an entry older than refresh + defaultStaleFor: %v, %v; want the quota of now, %v", q, err, changed)
+	}
+
+	time.Sleep(50*time.Millisecond + defaultStaleFor + 20*time.Millisecond)
+	srv.Pause()
+	defer srv.Resume()
+	for i, most := range []time.Duration{time.Second, 10 * time.Millisecond} {
+		start := time.Now()
+		q, err := r.Quota(ctx, "acme")
+		if err != nil || q != changed {
+			t.Errorf("lookup %d with Redis down: %v, %v; want the cached %v", i, q, err, changed)
+		}
+		if took := time.Since(start); took > most {
+			t.Errorf("lookup %d with Redis down took %v, want at most %v", i, took, most)
+		}
 	}
 }

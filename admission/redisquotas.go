@@ -26,7 +26,11 @@ const defaultField = ""
 // rereads an entry once it is older than the refresh interval
 // (WithRefresh, DefaultRefresh), in the background, so a change reaches
 // every running gate within about a second and a lookup costs no round
-// trip on the hot path.
+// trip on the hot path. An entry older than the refresh interval and a
+// second more (a name not looked up for that long) is read again before
+// it is answered: no lookup answers a quota read more than that long
+// before a change, so a producer idle for an hour does not act, or write
+// into a dispatched queue's records, on an hour-old cap.
 //
 // While Redis cannot be reached, a tenant or key already cached keeps its
 // quota; one not yet cached gets an error wrapping ErrUnavailable at once,
@@ -399,6 +403,24 @@ func (r *RedisQuotas) lookup(ctx context.Context, t *quotaTable, name string) (Q
 	if ok && now.Sub(c.fetched) < r.opts.refresh {
 		q, err := c.q, c.err
 		r.mu.Unlock()
+		return q, err
+	}
+	if ok && now.Sub(c.fetched) >= r.opts.refresh+r.opts.staleFor && !now.Before(t.downUntil) {
+		// Too old to answer: read it now, and answer what it had only
+		// while Redis cannot say (then without waiting, for a while).
+		old, oldErr := c.q, c.err
+		r.mu.Unlock()
+		q, err := r.resolve(ctx, t, name)
+		switch {
+		case errors.Is(err, ErrUnavailable):
+			r.mu.Lock()
+			t.downUntil = time.Now().Add(r.opts.refresh)
+			r.mu.Unlock()
+			return old, oldErr
+		case err != nil && !errors.Is(err, ErrNoQuota) && !errors.Is(err, ErrInvalidQuota):
+			return Quota{}, err // the caller's context ended: nothing worth caching
+		}
+		r.store(t, name, q, err, now)
 		return q, err
 	}
 	if ok {

@@ -21,14 +21,21 @@ import (
 	"github.com/admitq/admitq/worker"
 )
 
-// staleProducer is a producer of its own, as in another process: its own
-// RedisQuotas, at the default refresh, which serves a cached quota older
-// than that while it rereads it in the background.
-func staleProducer(t *testing.T, s *stack) *enqueue.Client {
+// producer is a producer of its own, as in another process: its own
+// RedisQuotas, rereading a cached quota after refresh.
+func producer(t *testing.T, s *stack, refresh time.Duration) *enqueue.Client {
 	t.Helper()
-	g := admission.New(s.rdb, admission.NewRedisQuotas(s.rdb), admission.WithTimeout(2*time.Second))
+	g := admission.New(s.rdb, admission.NewRedisQuotas(s.rdb, admission.WithRefresh(refresh)), admission.WithTimeout(2*time.Second))
 	t.Cleanup(func() { g.Close() })
 	return enqueue.NewFromRedis(s.rdb, g)
+}
+
+// staleProducer is a producer whose cache answers a quota read up to 5 s
+// before: any cache can, for a quota it reads again in the background
+// (admission.RedisQuotas), though for a second at most past its refresh.
+func staleProducer(t *testing.T, s *stack) *enqueue.Client {
+	t.Helper()
+	return producer(t, s, 5*time.Second)
 }
 
 // record reads the dispatcher's record of a tenant ("t:") or key ("k:").
@@ -94,6 +101,46 @@ func TestAStaleParkDoesNotPauseAResumedTenantForGood(t *testing.T) {
 		w.unblock(id)
 	}
 	w.waitRuns(t, ps, 8*time.Second)
+}
+
+// A producer idle for longer than its quota cache's refresh and a second
+// reads a key's quota again before it parks a task: it cannot write back
+// the cap of before a change, and the cap, lowered while tasks of the key
+// run, holds once they end. (Before, its cached cap of 3 went back into
+// the key's record, and three of the key's tasks ran at once under a cap
+// of 1 until another producer's park.)
+func TestAnIdleProducerDoesNotRaiseALoweredCap(t *testing.T) {
+	s := newStack(t, generous)
+	prod := producer(t, s, admission.DefaultRefresh)
+	s.setKey("k", admission.Quota{Limit: admission.NoLimit, MaxInFlight: 3})
+	w := newKeyWatch()
+	w.startOn(t, s.rdb, s.gate, []string{"default"}, 8, true)
+	time.Sleep(1100 * time.Millisecond)
+	for _, id := range []string{"b1", "b2", "b3"} {
+		w.put(t, prod, "default", "a", id, "block", []string{"k"}) // prod caches k: cap 3
+	}
+	eventually(t, 5*time.Second, "3 blockers run", func() bool { return w.ran("b1")+w.ran("b2")+w.ran("b3") == 3 })
+	for _, id := range []string{"x1", "x2", "x3"} {
+		w.put(t, s.client, "default", "c", id, "block", []string{"k"})
+	}
+	time.Sleep(admission.DefaultRefresh + 1100*time.Millisecond) // prod's entry of k is old now
+	s.setKey("k", admission.Quota{Limit: admission.NoLimit, MaxInFlight: 1})
+	eventually(t, 5*time.Second, "k's cap is 1 in the queue", func() bool { return record(t, s, "k:", "k")["cap"] == "1" })
+	w.put(t, prod, "default", "d", "x4", "block", []string{"k"})
+	if rec := record(t, s, "k:", "k"); rec["cap"] != "1" {
+		t.Errorf("k's record after the idle producer's park: %v, want cap 1", rec)
+	}
+	for _, id := range []string{"b1", "b2", "b3"} {
+		w.unblock(id)
+	}
+	time.Sleep(time.Second)
+	if n := w.ran("x1") + w.ran("x2") + w.ran("x3") + w.ran("x4"); n > 1 {
+		t.Errorf("%d of k's tasks run at once under its cap of 1", n)
+	}
+	for _, id := range []string{"x1", "x2", "x3", "x4"} {
+		w.unblock(id)
+	}
+	w.waitRuns(t, []string{"x1", "x2", "x3", "x4"}, 20*time.Second)
 }
 
 // A producer's look at whether its queue is dispatched (Mode, which
