@@ -1071,8 +1071,12 @@ end
 -- its move), back at the head of its tenant's line and frees its place.
 local function requeue(id, r)
   local _, _, _, T, f = runEntry(r)
+  local d = call('HGET', deadlines, id) -- it waits again, with its deadline
   push(T, f, '0|' .. nowS .. '|0|' .. id, true)
   free(id, r)
+  if d then
+    call('HSET', deadlines, id, d)
+  end
 end
 
 -- toLimbo sets tenant T's entry e of flow f aside until µs at. Its member

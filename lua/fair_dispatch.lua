@@ -130,8 +130,8 @@ local function finish(id, ran, done, cap, wm, paused, hold, key)
     c.n, c.left = math.max(c.n - 1, 0), true
     entries[id] = false
     add(leaving, id)
-    if hasDeadlines() then
-      add(undated, id)
+    if not rollback and hasDeadlines() then
+      add(undated, id) -- a rollback waits again, with its deadline
     end
     if s == 'g' then
       add(ungranted, id)
