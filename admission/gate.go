@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/admitq/admitq/internal/bounded"
 	"github.com/admitq/admitq/internal/freshid"
 	"github.com/admitq/admitq/lua"
 )
@@ -420,7 +421,7 @@ func (g *Gate) held(ctx context.Context, a *ask, deadline time.Time) bool {
 	defer cancel()
 	key, ids := logKey(g.opts.prefix, a.tenant), a.ids // not a: it stays on the caller's stack
 	var scores []float64
-	err := bounded(ctx, func(ctx context.Context) (err error) {
+	err := bounded.Call(ctx, func(ctx context.Context) (err error) {
 		scores, err = g.rdb.ZMScore(ctx, key, ids...).Result()
 		return err
 	})
@@ -561,7 +562,7 @@ func (g *Gate) Release(ctx context.Context, d Decision) (err error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, g.opts.timeout)
 	defer cancel()
-	err = bounded(cctx, func(ctx context.Context) error {
+	err = bounded.Call(cctx, func(ctx context.Context) error {
 		defer g.forgetDenial(d.Tenant)
 		if q.Mode == Counter {
 			// A decision made before the quota changed from Log holds its
@@ -636,7 +637,7 @@ func (g *Gate) Usage(ctx context.Context, tenant string) (_ Usage, err error) {
 		script = g.counterUsage
 	}
 	var res []int64
-	err = bounded(cctx, func(ctx context.Context) (err error) {
+	err = bounded.Call(cctx, func(ctx context.Context) (err error) {
 		res, err = script.Run(ctx, g.rdb, []string{windowKey(g.opts.prefix, tenant, q)}, args...).Int64Slice()
 		return err
 	})
@@ -655,21 +656,6 @@ func (g *Gate) Usage(ctx context.Context, tenant string) (_ Usage, err error) {
 		NextFree: time.UnixMicro(res[3]),
 	}
 	return u, nil
-}
-
-// bounded runs call and returns when it does or when ctx ends, whichever
-// is first. A go-redis client without ContextTimeoutEnabled ignores context
-// deadlines while it waits for a reply; the call then finishes in the
-// background, bounded by the client's ReadTimeout.
-func bounded(ctx context.Context, call func(context.Context) error) error {
-	done := make(chan error, 1)
-	go func() { done <- call(ctx) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }
 
 // callError maps a failed Redis call to the error a caller sees: the

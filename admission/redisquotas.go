@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/internal/bounded"
 )
 
 // defaultField is the hash field of the default quota. Tenants are never
@@ -294,7 +296,7 @@ func (o options) pageTimeout() time.Duration { return max(o.timeout, minPageTime
 func bulkCall(bctx context.Context, timeout time.Duration, call func(context.Context) error) error {
 	pctx, cancel := context.WithTimeout(bctx, timeout)
 	defer cancel()
-	return bounded(pctx, call)
+	return bounded.Call(pctx, call)
 }
 
 // bulkError maps the failure of one round trip of a bulk read: the
@@ -626,7 +628,7 @@ func (r *RedisQuotas) checkVersion(ctx context.Context) error {
 func (r *RedisQuotas) do(ctx context.Context, call func(context.Context) error) error {
 	cctx, cancel := context.WithTimeout(ctx, r.opts.timeout)
 	defer cancel()
-	if err := bounded(cctx, call); err != nil {
+	if err := bounded.Call(cctx, call); err != nil {
 		return r.causes.explain(callError(ctx, "quotas", r.key, err))
 	}
 	return nil

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/admitq/admitq/internal/bounded"
 )
 
 // MinRedisVersion is the oldest Redis the gate's scripts run on: they use
@@ -318,7 +320,7 @@ func askVersion(ctx context.Context, rdb redis.UniversalClient, timeout time.Dur
 		// Any other error is an answer without a version.
 		return nil
 	}
-	cerr := bounded(ctx, func(ctx context.Context) error { return eachServer(ctx, rdb, ask) })
+	cerr := bounded.Call(ctx, func(ctx context.Context) error { return eachServer(ctx, rdb, ask) })
 	mu.Lock()
 	defer mu.Unlock()
 	if err := tooOld(infos); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/dispatch/internal/rule"
+	"github.com/admitq/admitq/internal/bounded"
 	"github.com/admitq/admitq/internal/rediserr"
 	"github.com/admitq/admitq/lua"
 )
@@ -243,7 +244,7 @@ func (d *Dispatcher) Mode(ctx context.Context, queue string) (served, fair bool,
 	var now *redis.TimeCmd
 	ctx, cancel := context.WithTimeout(ctx, d.gate.Timeout())
 	defer cancel()
-	err = bounded(ctx, func(ctx context.Context) error {
+	err = bounded.Call(ctx, func(ctx context.Context) error {
 		_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			now = p.Time(ctx)
 			members = p.ZRangeWithScores(ctx, d.keysFor(queue).workers, 0, -1)
@@ -266,22 +267,6 @@ func (d *Dispatcher) Mode(ctx context.Context, queue string) (served, fair bool,
 	d.modes[queue] = m
 	d.mu.Unlock()
 	return m.served, m.fair, nil
-}
-
-// bounded runs call, a read, and returns when it does or when ctx ends,
-// whichever is first: a go-redis client without ContextTimeoutEnabled
-// ignores ctx's deadline while it waits for a reply (up to its
-// ReadTimeout, then again for each retry), and the call then finishes in
-// the background.
-func bounded(ctx context.Context, call func(context.Context) error) error {
-	done := make(chan error, 1)
-	go func() { done <- call(ctx) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }
 
 // limitsOf is what q says of a tenant's place in a dispatched queue.
