@@ -146,8 +146,9 @@ func TestAnIdleProducerDoesNotRaiseALoweredCap(t *testing.T) {
 // A producer's look at whether its queue is dispatched (Mode, which
 // Enqueue makes before a park) fails within the gate's WithTimeout on a
 // stalled Redis, through a client that ignores context deadlines
-// (ContextTimeoutEnabled unset, as redis.NewClient leaves it). Before,
-// Enqueue waited out go-redis's read timeouts and retries: 80 s.
+// (ContextTimeoutEnabled unset, as redis.NewClient leaves it), and a look
+// right after answers the failure without a second wait. Before, Enqueue
+// waited out go-redis's read timeouts and retries: 80 s.
 func TestAStalledRedisFailsModeInTheGatesTimeout(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
@@ -168,6 +169,17 @@ func TestAStalledRedisFailsModeInTheGatesTimeout(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Mode's error %v, want it to wrap context.DeadlineExceeded", err)
 	}
+	// Enqueue looks twice: the second look answers the failure at once.
+	start = time.Now()
+	if _, _, err := d.Mode(ctx, "default"); err == nil || time.Since(start) > 50*time.Millisecond {
+		t.Errorf("Mode again at once: %v after %v, want the failure without a wait", err, time.Since(start))
+	}
+	// Once Redis answers again, so does Mode, within the gate's timeout.
+	srv.Resume()
+	eventually(t, 2*time.Second, "Mode answers once Redis does", func() bool {
+		_, _, err := d.Mode(ctx, "default")
+		return err == nil
+	})
 }
 
 // A capped tenant's task whose asynq.Deadline passes after its grant,

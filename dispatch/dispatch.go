@@ -65,6 +65,9 @@ type scripts struct {
 type mode struct {
 	served, fair bool
 	read         time.Time
+	// err is the read's failure, answered again for the gate's WithTimeout
+	// (a producer's Enqueue looks twice: it waits once on a stalled Redis).
+	err error
 }
 
 // New returns a Dispatcher for the queues on rdb, the Redis of both asynq
@@ -232,19 +235,23 @@ func isUnknownCommand(err error) bool {
 // restart grace (served), and whether one of them is fair, as read from
 // Redis at most once a second. The read is bounded by the gate's
 // WithTimeout, as the gate's own calls are, whatever the client: a stalled
-// Redis fails a producer's Enqueue in that time.
+// Redis fails a producer's Enqueue in that time. A read that failed (not
+// for its caller's ctx) is answered again, failed, for that long.
 func (d *Dispatcher) Mode(ctx context.Context, queue string) (served, fair bool, err error) {
 	d.mu.Lock()
 	m, ok := d.modes[queue]
 	d.mu.Unlock()
-	if ok && time.Since(m.read) < modeTTL {
+	switch {
+	case ok && m.err != nil && time.Since(m.read) < d.gate.Timeout():
+		return false, false, m.err
+	case ok && m.err == nil && time.Since(m.read) < modeTTL:
 		return m.served, m.fair, nil
 	}
 	var members *redis.ZSliceCmd
 	var now *redis.TimeCmd
-	ctx, cancel := context.WithTimeout(ctx, d.gate.Timeout())
+	cctx, cancel := context.WithTimeout(ctx, d.gate.Timeout())
 	defer cancel()
-	err = bounded.Call(ctx, func(ctx context.Context) error {
+	err = bounded.Call(cctx, func(ctx context.Context) error {
 		_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			now = p.Time(ctx)
 			members = p.ZRangeWithScores(ctx, d.keysFor(queue).workers, 0, -1)
@@ -253,7 +260,13 @@ func (d *Dispatcher) Mode(ctx context.Context, queue string) (served, fair bool,
 		return err
 	})
 	if err != nil {
-		return false, false, fmt.Errorf("dispatch: reading queue %q's workers: %w", queue, d.recoverFrom(err))
+		err = fmt.Errorf("dispatch: reading queue %q's workers: %w", queue, d.recoverFrom(err))
+		if ctx.Err() == nil {
+			d.mu.Lock()
+			d.modes[queue] = mode{read: time.Now(), err: err}
+			d.mu.Unlock()
+		}
+		return false, false, err
 	}
 	m = mode{read: time.Now()}
 	for _, z := range members.Val() {
