@@ -407,25 +407,8 @@ func (r *RedisQuotas) lookup(ctx context.Context, t *quotaTable, name string) (Q
 		r.mu.Unlock()
 		return q, err
 	}
-	if ok && now.Sub(c.fetched) >= r.opts.refresh+r.opts.staleFor && !now.Before(t.downUntil) {
-		// Too old to answer: read it now, and answer what it had only
-		// while Redis cannot say (then without waiting, for a while).
-		old, oldErr := c.q, c.err
-		r.mu.Unlock()
-		q, err := r.resolve(ctx, t, name)
-		switch {
-		case errors.Is(err, ErrUnavailable):
-			r.mu.Lock()
-			t.downUntil = time.Now().Add(r.opts.refresh)
-			r.mu.Unlock()
-			return old, oldErr
-		case err != nil && !errors.Is(err, ErrNoQuota) && !errors.Is(err, ErrInvalidQuota):
-			return Quota{}, err // the caller's context ended: nothing worth caching
-		}
-		r.store(t, name, q, err, now)
-		return q, err
-	}
-	if ok {
+	tooOld := ok && now.Sub(c.fetched) >= r.opts.refresh+r.opts.staleFor
+	if ok && !tooOld {
 		q, err := c.q, c.err
 		if !c.refreshing {
 			c.refreshing = true
@@ -438,13 +421,26 @@ func (r *RedisQuotas) lookup(ctx context.Context, t *quotaTable, name string) (Q
 		r.mu.Unlock()
 		return q, err
 	}
+	// Missing, or too old to answer: read it now. While Redis cannot
+	// say, an old entry is answered as it is, a missing one gets outage.
+	var oldQ Quota
+	var oldErr error
+	if tooOld {
+		oldQ, oldErr = c.q, c.err
+	}
 	down, def := now.Before(t.downUntil), r.lastDefault
 	r.mu.Unlock()
-	if t.forKeys {
-		def = nil // keys have no default to guess with
+	unavailable := func(def *Quota, err error) (Quota, error) {
+		if tooOld {
+			return oldQ, oldErr
+		}
+		if t.forKeys {
+			def = nil // keys have no default to guess with
+		}
+		return r.outage(def, err)
 	}
 	if down {
-		return r.outage(def, fmt.Errorf("%w: quotas %q: Redis did not answer just now", ErrUnavailable, t.hash))
+		return unavailable(def, fmt.Errorf("%w: quotas %q: Redis did not answer just now", ErrUnavailable, t.hash))
 	}
 
 	q, err := r.resolve(ctx, t, name)
@@ -452,10 +448,7 @@ func (r *RedisQuotas) lookup(ctx context.Context, t *quotaTable, name string) (Q
 		r.mu.Lock()
 		t.downUntil, def = time.Now().Add(r.opts.refresh), r.lastDefault
 		r.mu.Unlock()
-		if t.forKeys {
-			def = nil
-		}
-		return r.outage(def, err)
+		return unavailable(def, err)
 	}
 	if err != nil && !errors.Is(err, ErrNoQuota) && !errors.Is(err, ErrInvalidQuota) {
 		return Quota{}, err // the caller's context ended: nothing worth caching
