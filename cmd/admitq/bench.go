@@ -21,6 +21,7 @@ func (a *app) newBenchCmd() *cobra.Command {
 		limit           int
 		asJSON, check   bool
 		runs            int
+		tasks           int
 		mix             bool
 		flow            bench.FlowConfig
 		scale           float64
@@ -74,9 +75,10 @@ drain rate of a backlog (0, 1 and 20 ms tasks of one tenant, and no-op
 tasks of 500 tenants taking turns), Enqueue calls/s, a light tenant's wait
 beside a backlog in task times, how much of its cap a capped tenant uses
 (alone, and in a busy queue with equal task times and with task times
-spread ±25%), and a lone tenant's drain rate. --runs repeats it and prints
-each ratio's spread; --mix adds each drain's Redis commands per task, fair
-and bare, with their µs (INFO commandstats).
+spread ±25%), and a lone tenant's drain rate. --tasks sets each drain's
+backlog (5,000; 1,500 at 20 ms), --runs repeats it and prints each ratio's
+spread; --mix adds each drain's Redis commands per task, fair and bare,
+with their µs (INFO commandstats).
 
 --only flow runs concurrency keys and pause on a fair pool of --concurrency
 workers (64), each part against the same work without them: --tenants
@@ -140,8 +142,14 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 					}
 				}
 			}
-			if mix && !slices.Contains(cfg.Only, bench.Dispatch) {
-				return usageErrorf("--mix: only --only %s takes it", bench.Dispatch)
+			if !slices.Contains(cfg.Only, bench.Dispatch) {
+				for _, f := range []string{"mix", "tasks"} {
+					if cmd.Flags().Changed(f) {
+						return usageErrorf("--%s: only --only %s takes it", f, bench.Dispatch)
+					}
+				}
+			} else if tasks < 1 {
+				return usageErrorf("--tasks %d: want at least 1", tasks)
 			}
 			if slices.Contains(cfg.Only, bench.Flow) {
 				switch {
@@ -159,7 +167,7 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 				if len(cfg.Only) > 1 {
 					return usageErrorf("--only %s: the dispatcher scenario runs alone", strings.Join(cfg.Only, ","))
 				}
-				return a.benchDispatch(cmd, cfg, runs, mix, asJSON)
+				return a.benchDispatch(cmd, cfg, runs, tasks, mix, asJSON)
 			}
 			if cmd.Flags().Changed("runs") {
 				return usageErrorf("--runs: only --only %s takes it, and --only %s (the other modes spread noise with --rounds)", bench.Dispatch, bench.Flow)
@@ -242,6 +250,7 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 	f.IntVar(&cfg.FloodFactor, "flood", 20, "the flood row's offered load, as a multiple of the quota")
 	f.StringSliceVar(&cfg.Only, "only", nil, "run only these contenders: "+strings.Join(bench.Contenders(), ",")+"; or "+bench.Neighbour+", the noisy-neighbour scenario with real workers; or "+bench.Dispatch+", fair dispatch against bare asynq with real workers; or "+bench.Flow+", concurrency keys and pause with real workers")
 	f.BoolVar(&mix, "mix", false, "with --only "+bench.Dispatch+": also print each drain's Redis commands per task, fair and bare (INFO commandstats)")
+	f.IntVar(&tasks, "tasks", bench.DefaultDispatchTasks, "with --only "+bench.Dispatch+": each drain's backlog (the 20 ms drain's is 1,500)")
 	f.IntVar(&runs, "runs", 1, "with --only "+bench.Dispatch+" or "+bench.Flow+": run the scenario this many times and print each ratio's spread")
 	f.Float64Var(&scale, "scale", 1, "with --only "+bench.Flow+": multiply the scenario's task counts (and tenants, unless --tenants is given)")
 	f.IntVar(&flow.KeyCap, "key-cap", 20, "with --only "+bench.Flow+": the shared concurrency key's MaxInFlight")
@@ -256,8 +265,8 @@ Exit status: 0 done, 1 error (or, with --check, a target not met), 2 bad usage.`
 // benchDispatch runs `bench --only dispatch`: fair dispatch against bare
 // asynq with real workers, --runs times. --concurrency sets the pool that
 // drains the backlogs (64 unless given).
-func (a *app) benchDispatch(cmd *cobra.Command, cfg bench.Config, runs int, mix, asJSON bool) error {
-	dc := bench.DispatchConfig{Runs: runs, Mix: mix}
+func (a *app) benchDispatch(cmd *cobra.Command, cfg bench.Config, runs, tasks int, mix, asJSON bool) error {
+	dc := bench.DispatchConfig{Runs: runs, Tasks: tasks, Mix: mix}
 	if cmd.Flags().Changed("concurrency") {
 		dc.Concurrency = cfg.Concurrency
 	}

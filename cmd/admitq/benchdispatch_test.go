@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// TestBenchDispatchUsage: bench --only dispatch, --runs and --mix refuse what they
+// TestBenchDispatchUsage: bench --only dispatch, --runs, --tasks and --mix refuse what they
 // cannot run, with one line and the usage exit code, before touching Redis.
 func TestBenchDispatchUsage(t *testing.T) {
 	t.Parallel()
@@ -19,6 +19,8 @@ func TestBenchDispatchUsage(t *testing.T) {
 		{"no runs", []string{"bench", "--only", "dispatch", "--runs", "0"}, "--runs 0: want at least 1"},
 		{"runs without dispatch", []string{"bench", "--only", "gate-batched", "--runs", "2"}, "--runs: only --only dispatch takes it"},
 		{"mix without dispatch", []string{"bench", "--only", "flow", "--mix"}, "--mix: only --only dispatch takes it"},
+		{"tasks without dispatch", []string{"bench", "--only", "neighbour", "--tasks", "100"}, "--tasks: only --only dispatch takes it"},
+		{"no tasks", []string{"bench", "--only", "dispatch", "--tasks", "0"}, "--tasks 0: want at least 1"},
 	} {
 		t.Run(c.desc, func(t *testing.T) {
 			res := admitq(t, c.args...)

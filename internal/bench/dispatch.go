@@ -46,8 +46,9 @@ type DispatchConfig struct {
 	// masters.
 	Cluster      *redis.ClusterOptions `json:"-"`
 	StartCluster bool                  `json:"-"`
-	// Tasks is the backlog drained at 0, 1 and 2 ms a task [3,000], and
-	// SlowTasks the one drained at 20 ms [1,500].
+	// Tasks is the backlog drained at 0, 1 and 2 ms a task
+	// [DefaultDispatchTasks], and SlowTasks the one drained at 20 ms
+	// [1,500].
 	Tasks     int `json:"tasks"`
 	SlowTasks int `json:"slow_tasks"`
 	// Tenants is how many tenants share the no-op backlog of the drain
@@ -80,12 +81,17 @@ type DispatchConfig struct {
 	Progress func(string) `json:"-"`
 }
 
+// DefaultDispatchTasks is the backlog of the dispatcher scenario's drains
+// at 0, 1 and 2 ms a task: ten tasks a tenant in the drain of 500
+// tenants.
+const DefaultDispatchTasks = 5000
+
 func (c DispatchConfig) withDefaults() DispatchConfig {
 	for _, f := range []struct {
 		v *int
 		d int
 	}{
-		{&c.Tasks, 3000}, {&c.SlowTasks, 1500}, {&c.Tenants, 500}, {&c.Concurrency, 64}, {&c.Workers, 16},
+		{&c.Tasks, DefaultDispatchTasks}, {&c.SlowTasks, 1500}, {&c.Tenants, 500}, {&c.Concurrency, 64}, {&c.Workers, 16},
 		{&c.Producers, 16}, {&c.Light, 8}, {&c.Every, 10},
 		{&c.CapTasks, 400}, {&c.MaxInFlight, 4}, {&c.Runs, 1},
 	} {
