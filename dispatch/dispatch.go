@@ -362,6 +362,18 @@ func (d *Dispatcher) checkPrefix() error {
 }
 
 // toInt reads an integer a script returned.
+// toStr reads a script's reply value as text: a bulk string, or an
+// integer (Lua numbers come back as integers).
+func toStr(v any) (string, error) {
+	switch x := v.(type) {
+	case string:
+		return x, nil
+	case int64:
+		return strconv.FormatInt(x, 10), nil
+	}
+	return "", fmt.Errorf("dispatch: script returned %T, want a string", v)
+}
+
 func toInt(v any) (int64, error) {
 	switch x := v.(type) {
 	case int64:

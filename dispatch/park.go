@@ -295,7 +295,9 @@ func parkReply(res []any) (verdict string, now, waiting int64, err error) {
 	if len(res) != 3 {
 		return "", 0, 0, fmt.Errorf("fair_park.lua returned %d values, want 3", len(res))
 	}
-	verdict, _ = res[0].(string)
+	if verdict, err = toStr(res[0]); err != nil {
+		return "", 0, 0, err
+	}
 	if now, err = toInt(res[1]); err != nil {
 		return "", 0, 0, err
 	}

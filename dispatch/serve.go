@@ -1227,8 +1227,14 @@ func readNext(rest []any) (map[string][]string, []any, error) {
 	}
 	var out map[string][]string
 	for v := range slices.Chunk(rest[1:1+2*u], 2) {
-		t, _ := v[0].(string)
-		e, _ := v[1].(string)
+		t, err := toStr(v[0])
+		if err != nil {
+			return nil, nil, err
+		}
+		e, err := toStr(v[1])
+		if err != nil {
+			return nil, nil, err
+		}
 		if out == nil {
 			out = map[string][]string{}
 		}
@@ -1327,11 +1333,14 @@ func readPicks(res []any) ([]pick, []any, error) {
 	}
 	picks := make([]pick, n)
 	for i, v := range slices.Collect(slices.Chunk(res[1:1+4*n], 4)) {
-		t, _ := v[0].(string)
-		s, _ := v[1].(string)
-		front, _ := v[2].(string)
-		after, _ := v[3].(string)
-		e, err := parseWaitingEntry(s)
+		var f [4]string
+		for j := range f {
+			if f[j], err = toStr(v[j]); err != nil {
+				return nil, nil, err
+			}
+		}
+		t, front, after := f[0], f[2], f[3]
+		e, err := parseWaitingEntry(f[1])
 		if err != nil {
 			return nil, nil, err
 		}
@@ -1498,7 +1507,9 @@ func (d *Dispatcher) repairAll(ctx context.Context, queue string) error {
 		if len(res) < 2 {
 			return fmt.Errorf("dispatch: fair_repair.lua returned %d values", len(res))
 		}
-		cursor, _ = res[0].(string)
+		if cursor, err = toStr(res[0]); err != nil {
+			return err
+		}
 		picks, _, err := readPicks(res[1:])
 		if err != nil {
 			return err

@@ -90,6 +90,14 @@ func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *Client) { c.log = l })
 }
 
+// logger returns the Client's logger (WithLogger), or slog.Default.
+func (c *Client) logger() *slog.Logger {
+	if c.log == nil {
+		return slog.Default()
+	}
+	return c.log
+}
+
 // NewFromRedis returns a Client that admits tasks through g and enqueues
 // them with an asynq.Client of its own on rdb, the Redis of the worker
 // queues. It is New(asynq.NewClientFromRedisClient(rdb), g, opts...), but
@@ -197,7 +205,7 @@ func (c *Client) Enqueue(ctx context.Context, tenant string, task *asynq.Task, o
 	}
 	info, f, err := c.write(cc, p, d)
 	if d.Outcome != admission.Rejected {
-		err = c.abandon(ctx, tk, f, err)
+		err = c.abandon(ctx, p, tk, f, err)
 	}
 	return info, d, c.settle(ctx, h, d, f, err)
 }
@@ -291,7 +299,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 		r.Decision = ds[j]
 		info, f, err := c.write(ccs[j], p, ds[j])
 		if ds[j].Outcome != admission.Rejected {
-			err = c.abandon(ctx, tks[j], f, err)
+			err = c.abandon(ctx, p, tks[j], f, err)
 		}
 		r.Info, r.Err = info, c.settle(ctx, hs[j], ds[j], f, err)
 	}
@@ -512,7 +520,9 @@ func (c *Client) wrote(cc *callContext, p prepared, d admission.Decision, info *
 			// Best effort: the task is written, and its move shortens the
 			// lock again when it goes in; only a parked task that leaves
 			// from outside keeps a long lock if this fails.
-			_ = c.disp.LimitLock(cc, p.sched.queue, p.id, p.sched.unique)
+			if err := c.disp.LimitLock(cc, p.sched.queue, p.id, p.sched.unique); err != nil {
+				c.logger().Warn("admitq: shortening a parked task's uniqueness lock failed; its move into the queue shortens it", "queue", p.sched.queue, "tenant", p.tenant, "task_id", p.id, "err", err)
+			}
 		}
 		return info, written, nil
 	}

@@ -47,7 +47,7 @@ func (c *Client) admit(cc *callContext, p prepared) (admission.Decision, dispatc
 		switch tk.Verdict {
 		case dispatch.Wait:
 			if p.sched.group != "" {
-				return admission.Decision{}, tk, c.abandon(cc, tk, unwritten, errors.New("enqueue: a task with asynq.Group cannot wait in a dispatched queue"))
+				return admission.Decision{}, tk, c.abandon(cc, p, tk, unwritten, errors.New("enqueue: a task with asynq.Group cannot wait in a dispatched queue"))
 			}
 			return admission.Decision{Tenant: p.tenant, Outcome: admission.Parked, ID: p.id, Now: tk.Now, At: tk.Now}, tk, nil
 		case dispatch.Full:
@@ -57,10 +57,10 @@ func (c *Client) admit(cc *callContext, p prepared) (admission.Decision, dispatc
 	}
 	ds, err := c.gate.AdmitBatchAt(cc, p.tenant, []string{p.id}, notBefore(p.sched.at))
 	if err != nil {
-		return admission.Decision{}, tk, c.abandon(cc, tk, unwritten, err)
+		return admission.Decision{}, tk, c.abandon(cc, p, tk, unwritten, err)
 	}
 	if ds[0].Outcome == admission.Rejected {
-		_ = c.abandon(cc, tk, unwritten, nil)
+		_ = c.abandon(cc, p, tk, unwritten, nil) // the rejection is the caller's answer
 	}
 	return ds[0], tk, nil
 }
@@ -89,11 +89,13 @@ func (c *Client) keyQuotas(ctx context.Context, p prepared) ([]dispatch.Key, err
 	return keys, nil
 }
 
-// abandon gives back what the dispatcher holds for a task (tk) whose
+// abandon gives back what the dispatcher holds for task p (tk) whose
 // write certainly did not happen (f is unwritten), or that the gate
 // refused, and returns err, with the give-back's own error appended as
-// text.
-func (c *Client) abandon(ctx context.Context, tk dispatch.Ticket, f fate, err error) error {
+// text. With err nil, the caller has nothing to report, so a failed
+// give-back is logged: the place it leaves lapses on its own (the entry
+// is dropped at its turn).
+func (c *Client) abandon(ctx context.Context, p prepared, tk dispatch.Ticket, f fate, err error) error {
 	if f != unwritten || (tk.Verdict != dispatch.Straight && tk.Verdict != dispatch.Wait) {
 		return err
 	}
@@ -101,6 +103,7 @@ func (c *Client) abandon(ctx context.Context, tk dispatch.Ticket, f fate, err er
 	defer cancel()
 	if aerr := c.disp.Abandon(rctx, tk); aerr != nil {
 		if err == nil {
+			c.logger().Warn("admitq: giving back a task's place in its queue failed; it lapses on its own", "queue", p.sched.queue, "tenant", p.tenant, "task_id", p.id, "err", aerr)
 			return nil
 		}
 		return fmt.Errorf("%w (giving back its place failed too: %v)", err, aerr)
