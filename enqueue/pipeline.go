@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,15 +52,16 @@ const (
 //     caller's deadline but never a passed one: it gets at least sendGrace
 //     to go out, so that go-redis never fails it, unsent, for a deadline
 //     that passed while it waited its turn. Its caller then waits for the
-//     reply, as a plain go-redis call does once it has written its command
-//     (unless ContextTimeoutEnabled), and learns whether the task was
-//     written.
+//     reply, and learns whether the task was written; once its own ctx has
+//     ended, for replyGrace at most, after which the write's fate is open
+//     (IsAmbiguous) and the call fails with ctx's error.
 //
 // Batched (the default), EVALSHA calls share pipelines: those waiting when
 // a pipeline is free go out together. A call that finds no pipeline out
-// sends its own from its caller's goroutine, which saves a lone producer a
-// goroutine's hand-off each way. The dispatcher's parks (FCALL) share them
-// too, traced only when they write their task (along.go). Every other
+// sends its own from its caller's goroutine when the caller's ctx cannot
+// end, which saves a lone producer a goroutine's hand-off each way. The
+// dispatcher's parks (FCALL) share them too, traced only when they write
+// their task (along.go). Every other
 // command goes to the client it wraps, as it is: asynq's SADD of a new
 // queue's name, before its write.
 type pipelined struct {
@@ -240,9 +242,11 @@ func (p *pipelined) call(c *scriptCall) *redis.Cmd {
 	alone := start && p.inflight == 1
 	p.mu.Unlock()
 	switch {
-	case alone:
-		// No pipeline is out: send this one from here, without a
-		// goroutine's hand-off, and leave what queues meanwhile to one.
+	case alone && ctx.Done() == nil:
+		// No pipeline is out, and the caller waits for the reply however
+		// long it takes: send this one from here, without a goroutine's
+		// hand-off, and leave what queues meanwhile to one. A caller
+		// whose ctx can end waits on its own, below.
 		if _, more := p.flushOnce(make([]*scriptCall, 0, p.maxBatch)); more {
 			go p.flushLoop()
 		}
@@ -261,11 +265,31 @@ func (p *pipelined) call(c *scriptCall) *redis.Cmd {
 		}
 		return unsent(ctx, "evalsha", c.sha, ctx.Err())
 	}
-	// Sent: wait for the reply, as a plain go-redis call does once it has
-	// written its command. A definite answer keeps the task's slot honest.
-	<-c.done
-	return p.reply(c)
+	// Sent: wait for the reply a little longer, since a definite answer
+	// keeps the task's slot honest, but at most replyGrace, so that a
+	// stalled Redis does not hold the caller past its ctx for as long as
+	// the client's timeouts and retries take.
+	t := time.NewTimer(replyGrace)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return p.reply(c)
+	case <-t.C:
+	}
+	// Not pooled: the pipeline still holds it, and its reply goes to no
+	// one. The write was sent, so its fate is open (IsAmbiguous).
+	name, script := "evalsha", c.sha
+	if c.fn != "" {
+		name, script = "fcall", c.fn
+	}
+	cmd := redis.NewCmd(ctx, name, script)
+	cmd.SetErr(fmt.Errorf("no reply %v after the call's context ended: %w", replyGrace, ctx.Err()))
+	return cmd
 }
+
+// replyGrace is how long a caller whose ctx ended after its script call
+// was sent waits on for the reply.
+const replyGrace = 250 * time.Millisecond
 
 // unsent is a call (name, then a script's SHA1 or a function's name) that
 // was never sent, failed with err.
