@@ -30,6 +30,9 @@ type KeyQuotas interface {
 
 // KeyQuota returns key's quota from Keys, and ok false when it has none.
 func (s StaticQuotas) KeyQuota(_ context.Context, key string) (Quota, bool, error) {
+	if err := ValidateKey(key); err != nil {
+		return Quota{}, false, err
+	}
 	q, ok := s.Keys[key]
 	return q, ok, nil
 }

@@ -330,8 +330,12 @@ type StaticQuotas struct {
 	Keys map[string]Quota
 }
 
-// Quota returns the tenant's quota, else the default, else ErrNoQuota.
+// Quota returns the tenant's quota, else the default, else ErrNoQuota. An
+// invalid tenant (ValidateTenant) gets ErrInvalidTenant.
 func (s StaticQuotas) Quota(_ context.Context, tenant string) (Quota, error) {
+	if err := ValidateTenant(tenant); err != nil {
+		return Quota{}, err
+	}
 	if q, ok := s.Tenants[tenant]; ok {
 		return q, nil
 	}

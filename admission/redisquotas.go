@@ -392,8 +392,12 @@ func (r *RedisQuotas) GetBatch(ctx context.Context, tenants []string) ([]QuotaRe
 
 // Quota returns tenant's quota, else the default, else ErrNoQuota, from the
 // local cache. A stale entry is served while one background read refreshes
-// it; a missing one is read at once.
+// it; a missing one is read at once. An invalid tenant (ValidateTenant)
+// gets ErrInvalidTenant.
 func (r *RedisQuotas) Quota(ctx context.Context, tenant string) (Quota, error) {
+	if err := ValidateTenant(tenant); err != nil {
+		return Quota{}, err
+	}
 	return r.lookup(ctx, &r.tenants, tenant)
 }
 

@@ -90,6 +90,15 @@ func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *Client) { c.log = l })
 }
 
+// made reports a Client that New or NewFromRedis did not make (a zero or
+// nil one), which has nothing to enqueue with.
+func (c *Client) made() error {
+	if c == nil || c.gate == nil {
+		return errors.New("enqueue: the Client was not made by New or NewFromRedis")
+	}
+	return nil
+}
+
 // logger returns the Client's logger (WithLogger), or slog.Default.
 func (c *Client) logger() *slog.Logger {
 	if c.log == nil {
@@ -190,6 +199,9 @@ func newClient(g *admission.Gate, opts []Option) *Client {
 // context.Cause(ctx). The Decision is returned with any error from asynq,
 // for logging; it is the zero value when the gate was not asked or failed.
 func (c *Client) Enqueue(ctx context.Context, tenant string, task *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, admission.Decision, error) {
+	if err := c.made(); err != nil {
+		return nil, admission.Decision{}, err
+	}
 	p, err := c.prepare(tenant, task, opts)
 	if err != nil {
 		return nil, admission.Decision{}, err
@@ -246,6 +258,9 @@ func (r Result) Enqueued() bool { return r.Err == nil && r.Info != nil }
 // unavailable, on the first run of tasks). Otherwise every task's fate is in
 // its Result.
 func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq.Task, opts ...asynq.Option) ([]Result, error) {
+	if err := c.made(); err != nil {
+		return nil, err
+	}
 	if err := admission.ValidateTenant(tenant); err != nil {
 		return nil, err
 	}

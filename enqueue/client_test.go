@@ -682,3 +682,22 @@ func TestEnqueueReleaseFailure(t *testing.T) {
 		t.Errorf("log holds %d entries, want 2: the release failed", got)
 	}
 }
+
+// TestAZeroClientRefusesToEnqueue: a Client not made by New or
+// NewFromRedis (its zero value, or nil) answers Enqueue and EnqueueBatch
+// with an error, not a panic, and a nil *RejectedError retries after 0.
+func TestAZeroClientRefusesToEnqueue(t *testing.T) {
+	ctx := context.Background()
+	for name, c := range map[string]*enqueue.Client{"zero": {}, "nil": nil} {
+		if _, d, err := c.Enqueue(ctx, "acme", asynq.NewTask("x", nil)); err == nil || !strings.Contains(err.Error(), "not made by New") || d.Outcome != 0 {
+			t.Errorf("%s Client: Enqueue = %v, %v; want an error naming New", name, d.Outcome, err)
+		}
+		if rs, err := c.EnqueueBatch(ctx, "acme", []*asynq.Task{asynq.NewTask("x", nil)}); err == nil || rs != nil {
+			t.Errorf("%s Client: EnqueueBatch = %v, %v; want an error", name, rs, err)
+		}
+	}
+	var rej *enqueue.RejectedError
+	if got := rej.RetryAfter(); got != 0 {
+		t.Errorf("nil RejectedError: RetryAfter() = %v, want 0", got)
+	}
+}

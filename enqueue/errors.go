@@ -53,8 +53,13 @@ func (e *RejectedError) Is(target error) bool { return target == ErrRejected }
 // RetryAfter returns how long to wait before a retry could be admitted or
 // deferred: Decision.At minus Decision.Now, never negative. It is measured
 // on the Redis clock from the moment of the decision, so it is exact at
-// once and does not depend on the local clock.
-func (e *RejectedError) RetryAfter() time.Duration { return e.Decision.Delay() }
+// once and does not depend on the local clock. A nil *RejectedError says 0.
+func (e *RejectedError) RetryAfter() time.Duration {
+	if e == nil {
+		return 0
+	}
+	return e.Decision.Delay()
+}
 
 // IsAmbiguous reports whether err, from Enqueue or in a Result of
 // EnqueueBatch, leaves the task's fate open: the write may have reached

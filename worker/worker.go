@@ -428,6 +428,10 @@ func (w *Worker) Stop() {
 // Start returns asynq.ErrServerClosed.
 func (w *Worker) Shutdown() {
 	w.mu.Lock()
+	if w.done == nil {
+		w.mu.Unlock()
+		return // a zero Worker, not made by New: nothing to stop
+	}
 	if w.closed {
 		w.mu.Unlock()
 		<-w.done
@@ -478,6 +482,9 @@ type tenantKey struct{}
 // enqueue.TenantHeader header, set by enqueue.Client. It returns "" for a
 // task enqueued without one, and for a ctx that does not come from a Worker.
 func Tenant(ctx context.Context) string {
+	if ctx == nil {
+		return ""
+	}
 	s, _ := ctx.Value(tenantKey{}).(string)
 	return s
 }

@@ -131,6 +131,21 @@ func TestTenantOutsideWorkerIsEmpty(t *testing.T) {
 	if got := worker.Tenant(context.Background()); got != "" {
 		t.Errorf("Tenant(context.Background()) = %q, want \"\"", got)
 	}
+	//lint:ignore SA1012 a nil context is what this checks
+	if got := worker.Tenant(nil); got != "" {
+		t.Errorf("Tenant(nil) = %q, want \"\"", got)
+	}
+}
+
+// TestAZeroWorkerStopsQuietly: a Worker not made by New refuses to start,
+// with an error, and its Shutdown does nothing (twice), without a panic.
+func TestAZeroWorkerStopsQuietly(t *testing.T) {
+	var w worker.Worker
+	if err := w.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })); err == nil {
+		t.Error("a zero Worker started")
+	}
+	w.Shutdown()
+	w.Shutdown()
 }
 
 func TestMiddlewareRunsInOrderInsideTenantMiddleware(t *testing.T) {
