@@ -50,8 +50,11 @@ type Gate struct {
 
 // New returns a Gate that keeps its logs in rdb and looks quotas up in
 // quotas. rdb may be a plain, failover or cluster client; the caller owns it
-// and closes it.
+// and closes it. New panics if rdb or quotas is nil.
 func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
+	if rdb == nil || quotas == nil {
+		panic("admission: New needs a non-nil redis.UniversalClient and Quotas")
+	}
 	o := newOptions(opts)
 	g := &Gate{
 		rdb:            rdb,

@@ -3,6 +3,7 @@ package admission_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -36,5 +37,24 @@ func TestQuotaSourcesRefuseABadName(t *testing.T) {
 				t.Errorf("%s.KeyQuota(%q) = %+v, %v, %v; want ErrInvalidKey", src, name, q, ok, err)
 			}
 		}
+	}
+}
+
+// TestNewNeedsAClientAndQuotas: New with a nil client or nil Quotas
+// panics at once, naming what it needs, rather than at the first Admit.
+func TestNewNeedsAClientAndQuotas(t *testing.T) {
+	srv := redistest.Start(t)
+	for name, mk := range map[string]func(){
+		"nil Quotas": func() { admission.New(srv.Client(t), nil) },
+		"nil client": func() { admission.New(nil, admission.StaticQuotas{}) },
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "non-nil") {
+					t.Errorf("New with a %s: recovered %v, want a panic naming what it needs", name, r)
+				}
+			}()
+			mk()
+		}()
 	}
 }

@@ -295,3 +295,47 @@ func TestAZeroTicketDecidesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestARaisedCapReachesATenantAtIt: a tenant capped at 1 whose one task
+// runs on (no finish, no new task) and five wait: its cap raised to 4
+// starts three more within about a second, in a fair queue and in one
+// that is not, though a tenant at its cap is in none of the queue's
+// sets the workers read; the worker running its task looks it up.
+func TestARaisedCapReachesATenantAtIt(t *testing.T) {
+	for _, fair := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fair=%v", fair), func(t *testing.T) {
+			s := newStack(t, generous)
+			s.setQuota("a", admission.Quota{Limit: admission.NoLimit, MaxInFlight: 1})
+			w := newKeyWatch()
+			w.startOn(t, s.rdb, s.gate, []string{"default"}, 8, fair)
+			var ids []string
+			for i := range 6 {
+				ids = append(ids, fmt.Sprintf("b%d", i))
+				w.put(t, s.client, "default", "a", ids[i], "block", nil)
+			}
+			started := func() (n int) {
+				for _, id := range ids {
+					n += w.ran(id)
+				}
+				return n
+			}
+			eventually(t, 3*time.Second, "b0 runs", func() bool { return w.ran("b0") == 1 })
+			time.Sleep(500 * time.Millisecond)
+			if n := started(); n != 1 {
+				t.Fatalf("%d started under a cap of 1", n)
+			}
+			if err := s.quotas.Set(context.Background(), "a", admission.Quota{Limit: admission.NoLimit, MaxInFlight: 4}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 2*time.Second, "four running after the cap went from 1 to 4", func() bool { return started() == 4 })
+			time.Sleep(300 * time.Millisecond)
+			if n := started(); n != 4 {
+				t.Errorf("%d started under a cap of 4", n)
+			}
+			for _, id := range ids {
+				w.unblock(id)
+			}
+			w.waitRuns(t, ids, 10*time.Second)
+		})
+	}
+}

@@ -160,6 +160,42 @@ type loop struct {
 	readyIn atomic.Int64
 	moves   moves
 	granted time.Time // the loop's latest grant
+	// running counts this worker's tasks of the queue being handled, by
+	// tenant (Server.Started): syncLimits looks their quotas up too, for
+	// a tenant at its cap is in no set it reads.
+	running tally
+}
+
+// tally counts running tasks by tenant, for syncLimits.
+type tally struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// add counts d more of tenant's tasks.
+func (t *tally) add(tenant string, d int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n == nil {
+		t.n = map[string]int{}
+	}
+	if t.n[tenant] += d; t.n[tenant] <= 0 {
+		delete(t.n, tenant)
+	}
+}
+
+// some returns up to most of the tenants counted.
+func (t *tally) some(most int) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]string, 0, min(most, len(t.n)))
+	for T := range t.n {
+		if len(out) == most {
+			break
+		}
+		out = append(out, T)
+	}
+	return out
 }
 
 // moves tells workers whose queue was empty when the loop next moves tasks
@@ -315,9 +351,25 @@ func (s *Server) ThrottledKey(queue, tenant, id, key string, ran, hold time.Dura
 	s.finished(finish{id: id, tenant: tenant, ran: ran, keyHold: hold, key: key}, queue)
 }
 
+// Started tells the dispatcher that the worker began handling a task of
+// tenant in queue; its Finished, Throttled or ThrottledKey ends it. While
+// tenants have tasks running here, the queue's loop looks their quotas up
+// with the paused ones and the next in line: a cap raised while a tenant
+// sits at it takes effect within about a second, without waiting for one
+// of its tasks to end.
+func (s *Server) Started(queue, tenant string) {
+	if l := s.loops[queue]; l != nil {
+		l.running.add(tenant, 1)
+	}
+}
+
 func (s *Server) finished(f finish, queue string) {
 	l := s.loops[queue]
-	if l == nil || f.id == "" {
+	if l == nil {
+		return
+	}
+	l.running.add(f.tenant, -1)
+	if f.id == "" {
 		return
 	}
 	f = s.capping(f)
@@ -1116,7 +1168,10 @@ func (l *loop) syncLimits(ctx context.Context) error {
 		return l.s.d.recoverFrom(err)
 	}
 	seen := make(map[string]bool, len(l.sent))
-	for _, T := range append(held.Val(), next.Val()...) {
+	for _, T := range slices.Concat(held.Val(), next.Val(), l.running.some(syncTenants)) {
+		if seen[T] {
+			continue
+		}
 		seen[T] = true
 		q, err := l.s.d.gate.Quota(ctx, T)
 		if err != nil {

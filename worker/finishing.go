@@ -22,6 +22,7 @@ type finishing struct {
 
 // finisher is what finishing tells (a *dispatch.Server).
 type finisher interface {
+	Started(queue, tenant string)
 	Finished(queue, tenant, id string, ran time.Duration, done bool, keys ...string)
 	Throttled(queue, tenant, id string, ran, hold time.Duration)
 	ThrottledKey(queue, tenant, id, key string, ran, hold time.Duration)
@@ -29,10 +30,11 @@ type finisher interface {
 
 func (f finishing) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
 	start := time.Now()
+	queue, _ := asynq.GetQueueName(ctx)
+	tenant := t.Headers()[enqueue.TenantHeader]
+	f.disp.Started(queue, tenant)
 	defer func() {
 		id, _ := asynq.GetTaskID(ctx)
-		queue, _ := asynq.GetQueueName(ctx)
-		tenant := t.Headers()[enqueue.TenantHeader]
 		if te, ok := asThrottled(err); ok && !ends(ctx, err, f.isFailure) {
 			hold := max(te.RetryAfter, time.Millisecond)
 			switch {

@@ -22,6 +22,7 @@ type recordingFinisher struct{ heard []heardFinish }
 func (r *recordingFinisher) Finished(_, tenant, _ string, _ time.Duration, done bool, keys ...string) {
 	r.heard = append(r.heard, heardFinish{tenant: tenant, done: done, keys: keys})
 }
+func (*recordingFinisher) Started(_, _ string)                                {}
 func (*recordingFinisher) Throttled(_, _, _ string, _, _ time.Duration)       {}
 func (*recordingFinisher) ThrottledKey(_, _, _, _ string, _, _ time.Duration) {}
 
