@@ -2,13 +2,15 @@ package dispatch_test
 
 // The edges an adversary's probe found: a producer's stale quota written
 // back into the queue, a stalled Redis under a producer's look, a task
-// past its deadline in asynq's retry set, and a deleted task's entry in
-// limbo.
+// past its deadline in asynq's retry set, a deleted task's entry in
+// limbo, a cap raised while its tenant sat at it, and a rate deferral
+// beside a hand-off's admission ahead.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -337,5 +339,42 @@ func TestARaisedCapReachesATenantAtIt(t *testing.T) {
 			}
 			w.waitRuns(t, ids, 10*time.Second)
 		})
+	}
+}
+
+// TestFIFOHoldsWhenTheRateDefersACappedTenant: a tenant capped at 2 and
+// limited to 3 starts a second sends nine tasks of one flow (and three of
+// a higher priority) beside an unlimited tenant, to one worker, so that
+// asynq takes them in the order they go in. The rate defers some of its
+// grants, which go back to the head of its line: no task of the flow
+// admitted ahead at a hand-off goes in before them. (Before, about one
+// run in six took a task before the one ahead of it.)
+func TestFIFOHoldsWhenTheRateDefersACappedTenant(t *testing.T) {
+	for round := range 3 {
+		for _, fair := range []bool{true, false} {
+			t.Run(fmt.Sprintf("fair=%v/%d", fair, round), func(t *testing.T) {
+				t.Parallel()
+				s := newStack(t, admission.Quota{Limit: admission.NoLimit})
+				s.setQuota("r", admission.Quota{Limit: 3, Window: time.Second, MaxDelay: time.Minute, MaxInFlight: 2})
+				w := newKeyWatch()
+				w.startOn(t, s.rdb, s.gate, []string{"default"}, 1, fair)
+				var lo, hi []string
+				for i := range 9 {
+					lo = append(lo, fmt.Sprintf("lo%d", i))
+					w.put(t, s.client, "default", "r", lo[i], "5ms", nil)
+					if i%3 == 2 {
+						hi = append(hi, fmt.Sprintf("hi%d", i))
+						w.put(t, s.client, "default", "r", hi[len(hi)-1], "5ms", nil, enqueue.Priority(5))
+					}
+					w.put(t, s.client, "default", "o", fmt.Sprintf("o%d", i), "20ms", nil)
+				}
+				w.waitRuns(t, append(lo, hi...), 20*time.Second)
+				for _, flow := range [][]string{lo, hi} {
+					if got := w.takenOf(t, flow); !slices.Equal(got, flow) {
+						t.Errorf("taken in the order %v, want %v", got, flow)
+					}
+				}
+			})
+		}
 	}
 }

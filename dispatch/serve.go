@@ -147,6 +147,13 @@ type loop struct {
 	claimed map[string]*ahead
 	upNext  map[string][]string
 	stopped bool
+	// backing are the tenants a grant of which went back to the head of
+	// its line (its admission did not admit it), by the number of the
+	// turn that takes it back (turns): until that turn is over, no task
+	// of theirs is claimed, for it would start before the one going
+	// back (heldBack).
+	backing map[string]uint64
+	turns   uint64
 	// admitting are the tenants whose claims are being admitted, toAdmit
 	// their claims that wait for the next call (admitAhead); granting
 	// counts the tenants' grants the loop is admitting, and inTurn is set
@@ -511,6 +518,15 @@ func (l *loop) admitAhead(tenant string) {
 		}
 		cs := l.toAdmit[tenant]
 		delete(l.toAdmit, tenant)
+		if _, ok := l.backing[tenant]; ok {
+			// One of its grants goes back to the head of its line, ahead
+			// of these: the turn admits them after it.
+			for _, c := range cs {
+				delete(l.claimed, c.id)
+				close(c.h.ready)
+			}
+			cs = nil
+		}
 		if len(cs) == 0 {
 			delete(l.admitting, tenant)
 			l.claimMu.Unlock()
@@ -536,6 +552,9 @@ func (l *loop) admitAhead(tenant string) {
 			case ds[i].Outcome != admission.Admitted:
 				delete(l.claimed, id)
 				l.releaseDeferred(ds[i])
+				// It waits at the head of its line still: the next claim
+				// reads the line, rather than take the task after it.
+				delete(l.upNext, tenant)
 			case c == nil || l.stopped:
 				// A turn granted it meanwhile, or none will use it now:
 				// the slot stays with the task (see settleReady).
@@ -561,6 +580,9 @@ func (l *loop) claim(h *handOff, line []string) (ok, lead bool) {
 	l.claimMu.Lock()
 	defer l.claimMu.Unlock()
 	T := h.tenant
+	if _, ok := l.backing[T]; ok {
+		return false, false // the turn admits them, in order
+	}
 	if line == nil {
 		line = l.upNext[T]
 	}
@@ -585,6 +607,38 @@ func (l *loop) claim(h *handOff, line []string) (ok, lead bool) {
 		return true, lead
 	}
 	return false, false
+}
+
+// heldBack records the tenants of picks whose admission did not admit
+// them (their ops, in picks' order, are opBack): until the next turn has
+// put them back at the head of their lines, no hand-off claims a task of
+// theirs, which would go in ahead of them, and the entries the turn
+// listed next for them no longer are.
+func (l *loop) heldBack(picks []pick, ops []moveOp) {
+	l.claimMu.Lock()
+	defer l.claimMu.Unlock()
+	for i, o := range ops {
+		if o.op != opBack {
+			continue
+		}
+		if l.backing == nil {
+			l.backing = map[string]uint64{}
+		}
+		l.backing[picks[i].tenant] = l.turns + 1
+		delete(l.upNext, picks[i].tenant)
+	}
+}
+
+// turned notes that turn number n is over: the grants it took back are
+// at the head of their lines again.
+func (l *loop) turned(n uint64) {
+	l.claimMu.Lock()
+	defer l.claimMu.Unlock()
+	for T, at := range l.backing {
+		if at <= n {
+			delete(l.backing, T)
+		}
+	}
 }
 
 // lineUp records the entries next in the lines of the capped tenants a
@@ -916,7 +970,14 @@ func (l *loop) run(ctx context.Context) {
 		moving := len(ops) > 0 // the turn moves them in
 		ready := l.readyFor(fs)
 		l.turning(true)
+		l.claimMu.Lock()
+		l.turns++
+		n := l.turns
+		l.claimMu.Unlock()
 		tr, err := l.turn(cctx, fs, ops, ready, heartbeat, l.s.most)
+		if err == nil {
+			l.turned(n) // it put back what the admissions before it held back
+		}
 		movedIn := err == nil && moving
 		if err != nil {
 			l.turning(false)
@@ -945,6 +1006,7 @@ func (l *loop) run(ctx context.Context) {
 				first, picks = splitFirst(picks, tenants)
 				goes := false
 				if ops = l.s.d.admit(cctx, l.queue, first); len(ops) > 0 {
+					l.heldBack(first, ops)
 					goes = slices.ContainsFunc(ops, func(o moveOp) bool { return o.op != opBack })
 					ops = l.moveNow(cctx, ops)
 					movedIn = movedIn || len(ops) == 0
@@ -952,7 +1014,9 @@ func (l *loop) run(ctx context.Context) {
 				l.letGo(waiting, movedNow || goes && len(ops) == 0)
 				l.dropReady(false)
 			}
-			ops = append(ops, l.s.d.admit(cctx, l.queue, picks)...)
+			later := l.s.d.admit(cctx, l.queue, picks)
+			l.heldBack(picks, later)
+			ops = append(ops, later...)
 			l.admitted(tr.picks)
 			if len(tr.picks) > 0 {
 				l.granted = time.Now()
