@@ -54,11 +54,13 @@ type dispatcher interface {
 // runs its scripts with redis.Script, which calls EvalSha, then Eval when
 // Redis does not have the script yet.
 func (h handOff) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	ctx = settleContext(ctx, keys)
 	return h.heard(ctx, keys, args, func() *redis.Cmd { return h.UniversalClient.EvalSha(ctx, sha, keys, args...) })
 }
 
 // Eval is EvalSha's fallback.
 func (h handOff) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	ctx = settleContext(ctx, keys)
 	return h.heard(ctx, keys, args, func() *redis.Cmd { return h.UniversalClient.Eval(ctx, script, keys, args...) })
 }
 
@@ -91,6 +93,49 @@ func (h handOff) heard(ctx context.Context, keys []string, args []any, run func(
 			return cmd
 		}
 	}
+}
+
+// settleContext returns the context to run asynq's script with keys on:
+// ctx, except for a script that takes a task out of the active list
+// (settles) whose ctx was cancelled before its deadline, which runs on
+// ctx's deadline alone. asynq (v0.26) retries a failed settle, every 5 s
+// until the task's lease ends, on the context of the first attempt, which
+// it cancels when that attempt returns: so every retry failed, the task
+// stayed active until its lease lapsed and asynq's recoverer queued it
+// again, to run a second time, and a capped tenant's place stayed taken
+// meanwhile (two minutes after a one-second outage of the queue's
+// master). The deadline, the task's lease, still bounds the retry.
+func settleContext(ctx context.Context, keys []string) context.Context {
+	if !errors.Is(ctx.Err(), context.Canceled) || !settles(keys) {
+		return ctx
+	}
+	d, ok := ctx.Deadline()
+	if !ok || !time.Now().Before(d) {
+		return ctx
+	}
+	dctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), d)
+	context.AfterFunc(dctx, cancel) // released once the deadline passes
+	return dctx
+}
+
+// settles reports whether keys are those of one of asynq's scripts that
+// take a task out of a queue's active list once its handler returned:
+// done, complete, requeue (RDB.Done, MarkAsComplete, Requeue: the active
+// list, then the leases), retry and archive (RDB.Retry, Archive: the
+// task's key, then the active list and the leases).
+func settles(keys []string) bool {
+	if len(keys) < 3 {
+		return false
+	}
+	if _, look := dequeues(keys); look {
+		return false
+	}
+	for _, at := range []int{0, 1} {
+		if queue, ok := queueOf(keys[at], "active"); ok && keys[at+1] == asynqKeys(queue)+"lease" {
+			return true
+		}
+	}
+	return false
 }
 
 // markedDone reports whether keys are those of asynq's scripts that take
