@@ -132,8 +132,12 @@ func (v *versionCheck) settle(ch chan struct{}) {
 // ErrRedisVersion when one is older than MinRedisVersion; one wrapping
 // ErrClusterNode when rdb is not a cluster client but its server is a
 // cluster node (cluster_enabled:1); and one wrapping ErrUnavailable when a
-// server does not answer. A server that answers without a version (INFO
-// disabled or renamed) is trusted. It writes nothing. Commands and workers
+// server does not answer, or on a cluster when no master does. On a
+// cluster some of whose masters answer, one that does not is no error
+// here: with cluster-require-full-coverage off the others serve their
+// slots, and each call to its slots fails on its own until it is back. A
+// server that answers without a version (INFO disabled or renamed) is
+// trusted. It writes nothing. Commands and workers
 // call it at start, so that a misconfiguration fails at once and says
 // why; a Gate checks the version by itself on its first call, and a
 // RedisQuotas on its first write. ctx bounds the whole check.
@@ -164,6 +168,9 @@ func CheckServer(ctx context.Context, rdb redis.UniversalClient) error {
 	}
 	if err := tooOld(infos); err != nil {
 		return err
+	}
+	if cluster && len(infos) > 0 {
+		down = nil // see above: the masters that answer serve their slots
 	}
 	if !cluster {
 		for _, s := range infos {

@@ -229,3 +229,25 @@ func testClusterCheckServer(t *testing.T, c *redistest.Cluster) {
 		t.Fatalf("CheckServer on a plain client to a cluster node = %v; want ErrClusterNode naming the node and the cure", err)
 	}
 }
+
+// TestCheckServerPassesAClusterWithAMasterDown: on a cluster one of whose
+// masters is down, CheckServer passes on the others' answers, so that a
+// command or a worker can still start (with cluster-require-full-coverage
+// off the other masters serve their slots); with every master down, it
+// says Redis is unavailable.
+func TestCheckServerPassesAClusterWithAMasterDown(t *testing.T) {
+	c := redistest.StartCluster(t)
+	rdb := c.Client(t)
+	if err := rdb.Ping(t.Context()).Err(); err != nil { // the slots are known
+		t.Fatal(err)
+	}
+	c.Nodes()[2].Kill()
+	if err := admission.CheckServer(t.Context(), rdb); err != nil {
+		t.Errorf("CheckServer with one master of three down = %v; want nil", err)
+	}
+	c.Nodes()[0].Kill()
+	c.Nodes()[1].Kill()
+	if err := admission.CheckServer(t.Context(), rdb); !errors.Is(err, admission.ErrUnavailable) {
+		t.Errorf("CheckServer with every master down = %v; want ErrUnavailable", err)
+	}
+}

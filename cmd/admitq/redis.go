@@ -322,6 +322,10 @@ func ping(ctx context.Context, cfg redisConfig, timeout time.Duration) error {
 	rdb := cfg.probe()
 	defer rdb.Close()
 	err := rdb.Ping(pctx).Err()
+	if cfg.cluster != nil && err != nil && strings.Contains(err.Error(), "cluster support disabled") {
+		return &serverError{fmt.Sprintf("Redis at %s is not a Redis Cluster (it has cluster support disabled): name it with --redis (or ADMITQ_REDIS) instead of --redis-cluster (or %s)",
+			redactURL(cfg.display), clusterEnv)}
+	}
 	if err == nil {
 		err = checkServer(pctx, rdb, cfg)
 		var se *serverError

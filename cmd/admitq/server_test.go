@@ -230,3 +230,16 @@ func readCommand(r *bufio.Reader) ([]string, error) {
 	}
 	return args, nil
 }
+
+// A server without cluster support named with --redis-cluster is named
+// for what it is, with the flag to use instead, not as a Redis that
+// cannot be reached.
+func TestAPlainServerNamedAsAClusterSaysSo(t *testing.T) {
+	srv := redistest.Start(t)
+	r := admitq(t, "--redis-cluster", srv.Addr(), "quota", "list")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "is not a Redis Cluster") || !strings.Contains(r.stderr, "--redis ") ||
+		strings.Contains(r.stderr, "cannot reach") {
+		t.Errorf("quota list with --redis-cluster on a plain server: %v", r)
+	}
+	oneLine(t, "plain server as a cluster", r.stderr)
+}
