@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/hibiken/asynq"
 	"github.com/spf13/cobra"
@@ -62,6 +64,9 @@ Exit status: 0 admitted, deferred or parked, 3 rejected, 1 error, 2 bad usage.`,
 			}
 			if cmd.Flags().Changed("id") && strings.TrimSpace(id) == "" {
 				return usageErrorf("--id is empty")
+			}
+			if strings.ContainsFunc(id, unicode.IsControl) || !utf8.ValidString(id) {
+				return usageErrorf("--id %q: a task ID holds no control characters and is valid UTF-8 (asynqmon and the logs show it)", id)
 			}
 			if err := validateKeys("--key", keys...); err != nil {
 				return err

@@ -88,6 +88,8 @@ func TestBadInput(t *testing.T) {
 		{"queue with a tab", []string{"--redis", url, "enqueue", "--tenant", "acme", "--type", "x", "--queue", "lo\tw"}, exitUsage, "no spaces or control characters"},
 		{"queue not UTF-8", []string{"--redis", url, "enqueue", "--tenant", "acme", "--type", "x", "--queue", "\xff"}, exitUsage, "not valid UTF-8"},
 		{"queue blank", []string{"--redis", url, "enqueue", "--tenant", "acme", "--type", "x", "--queue", " "}, exitUsage, "--queue is empty"},
+		{"id with a control character", []string{"--redis", url, "enqueue", "--tenant", "acme", "--type", "x", "--id", "a\x1bb"}, exitUsage, "holds no control characters"},
+		{"id not UTF-8", []string{"--redis", url, "enqueue", "--tenant", "acme", "--type", "x", "--id", "\xff"}, exitUsage, "valid UTF-8"},
 		{"worker queue with a space", []string{"--redis", url, "worker", "--queues", "my queue=1"}, exitUsage, `queue "my queue": a queue name holds no spaces`},
 		{"extra argument to demo", []string{"demo", "extra"}, exitUsage, `demo takes no arguments; got "extra"`},
 		{"extra argument to enqueue", []string{"--redis", url, "enqueue", "--tenant", "acme", "--type", "x", "extra"}, exitUsage, `enqueue takes no arguments; got "extra"`},
