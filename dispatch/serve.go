@@ -549,6 +549,7 @@ func (l *loop) admitAhead(tenant string) {
 			switch {
 			case err != nil:
 				delete(l.claimed, id)
+				delete(l.upNext, tenant) // the next claim reads the line
 			case ds[i].Outcome != admission.Admitted:
 				delete(l.claimed, id)
 				l.releaseDeferred(ds[i])
@@ -1591,7 +1592,21 @@ func (d *Dispatcher) admitRun(ctx context.Context, queue string, picks []pick, o
 		}
 		return
 	}
+	var held *moveOp // the run's first task that goes back
 	for i, dec := range ds {
+		if held != nil && dec.Outcome == admission.Admitted {
+			// A task of the run before it goes back to the head of the
+			// tenant's line: this one goes back behind it, so that the
+			// tenant's tasks start in order. A slot admitted ahead
+			// (Existing) stays with its task; a new one is given back.
+			if !dec.Existing {
+				if err := d.gate.Release(ctx, dec); err != nil {
+					d.log.Warn("admitq: giving back a waiting task's slot failed", "queue", queue, "tenant", tenant, "task_id", dec.ID, "err", err)
+				}
+			}
+			ops[i].sleep = held.sleep
+			continue
+		}
 		switch dec.Outcome {
 		case admission.Admitted:
 			op := opGo
@@ -1608,8 +1623,10 @@ func (d *Dispatcher) admitRun(ctx context.Context, queue string, picks []pick, o
 				d.log.Warn("admitq: giving back a waiting task's future slot failed", "queue", queue, "tenant", tenant, "task_id", dec.ID, "err", err)
 			}
 			ops[i].sleep = max(dec.Delay(), time.Millisecond)
+			held = &ops[i]
 		default:
 			ops[i].sleep = max(dec.Delay(), time.Millisecond)
+			held = &ops[i]
 		}
 	}
 }

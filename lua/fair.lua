@@ -1525,6 +1525,7 @@ local function applyOps(ops)
   -- read with one ZMSCORE (no op writes the set before the moves' writes
   -- are sent); the moves' writes, sent once the ops are done
   local runs, scores = runEntries(ids), readBy('ZMSCORE', scheduled, moving)
+  local backs = {}
   local w = {unparked = batch('ZREM', scheduled), pushed = batch('LPUSH', pending), run = batch('HSET', run),
     granted = batch('HDEL', grants)}
   for _, o in ipairs(ops) do
@@ -1550,7 +1551,7 @@ local function applyOps(ops)
       elseif o.op == BACK then
         local e = call('HGET', grants, id)
         if e then
-          back(id, r, e, o.us)
+          backs[#backs + 1] = {id = id, r = r, e = e, us = o.us}
           runs[id] = false
         end
       end
@@ -1558,6 +1559,12 @@ local function applyOps(ops)
   end
   for _, b in ipairs({w.unparked, w.pushed, w.run, w.granted}) do
     send(b)
+  end
+  -- Each goes back to the head of its line: the last first, so that a
+  -- tenant's grants that all go back keep their order there.
+  for i = #backs, 1, -1 do
+    local b = backs[i]
+    back(b.id, b.r, b.e, b.us)
   end
   -- the first for the front is taken first
   for i = #fronts, 1, -1 do
