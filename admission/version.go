@@ -135,7 +135,9 @@ func (v *versionCheck) settle(ch chan struct{}) {
 // server does not answer, or on a cluster when no master does. On a
 // cluster some of whose masters answer, one that does not is no error
 // here: with cluster-require-full-coverage off the others serve their
-// slots, and each call to its slots fails on its own until it is back. A
+// slots, and each call to its slots fails on its own until it is back
+// (with it on, Redis's default, every call fails with CLUSTERDOWN until
+// then, and says so). A
 // server that answers without a version (INFO disabled or renamed) is
 // trusted. It writes nothing. Commands and workers
 // call it at start, so that a misconfiguration fails at once and says

@@ -685,7 +685,8 @@ func TestEnqueueReleaseFailure(t *testing.T) {
 
 // TestAZeroClientRefusesToEnqueue: a Client not made by New or
 // NewFromRedis (its zero value, or nil) answers Enqueue and EnqueueBatch
-// with an error, not a panic, and a nil *RejectedError retries after 0.
+// with an error and WhyParked as when it cannot tell, not with a panic,
+// and a nil *RejectedError retries after 0.
 func TestAZeroClientRefusesToEnqueue(t *testing.T) {
 	ctx := context.Background()
 	for name, c := range map[string]*enqueue.Client{"zero": {}, "nil": nil} {
@@ -694,6 +695,9 @@ func TestAZeroClientRefusesToEnqueue(t *testing.T) {
 		}
 		if rs, err := c.EnqueueBatch(ctx, "acme", []*asynq.Task{asynq.NewTask("x", nil)}); err == nil || rs != nil {
 			t.Errorf("%s Client: EnqueueBatch = %v, %v; want an error", name, rs, err)
+		}
+		if why := c.WhyParked(ctx, &asynq.TaskInfo{ID: "a", Queue: "default"}); !strings.HasPrefix(why, "parked: ") {
+			t.Errorf("%s Client: WhyParked = %q, want the reading it gives when it cannot tell", name, why)
 		}
 	}
 	var rej *enqueue.RejectedError

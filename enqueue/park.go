@@ -117,6 +117,9 @@ func (c *Client) abandon(ctx context.Context, p prepared, tk dispatch.Ticket, f 
 // "parked: waits its turn in the queue" when the reading does not say. It
 // reads Redis: a few round trips (dispatch.Dispatcher.Locate).
 func (c *Client) WhyParked(ctx context.Context, info *asynq.TaskInfo) string {
+	if err := c.made(); err != nil {
+		return dispatch.ParkedWhy(dispatch.Place{}, err)
+	}
 	if info == nil {
 		return dispatch.ParkedWhy(dispatch.Place{}, errors.New("enqueue: no task"))
 	}

@@ -100,19 +100,47 @@ func (p *pipelined) traces(ctx context.Context, sha, fn string) bool {
 	return true
 }
 
-// sendNow sends one call of ctx at once (send, on sendContext), and
-// records it in ctx's writeTrace if traced.
-func sendNow(ctx context.Context, traced bool, send func(context.Context) *redis.Cmd) *redis.Cmd {
+// sendNow sends one call of ctx (name, then a script's SHA1 or a
+// function's name) at once (send, on sendContext), and records it in
+// ctx's writeTrace if traced. A caller whose ctx can end waits for the
+// reply as call does: at most replyGrace once ctx has ended.
+func sendNow(ctx context.Context, traced bool, name, script string, send func(context.Context) *redis.Cmd) *redis.Cmd {
 	if traced {
 		traceSent(ctx)
 	}
 	sctx, cancel := sendContext(ctx)
-	defer cancel()
-	cmd := send(sctx)
-	if traced {
-		traceOOM(ctx, cmd)
+	run := func() *redis.Cmd {
+		defer cancel()
+		cmd := send(sctx)
+		if traced {
+			traceOOM(ctx, cmd)
+		}
+		return cmd
 	}
-	return cmd
+	if ctx.Done() == nil {
+		return run()
+	}
+	reply := make(chan *redis.Cmd, 1)
+	go func() { reply <- run() }()
+	return awaitReply(ctx, reply, name, script)
+}
+
+// awaitReply waits for a sent call's reply, or once ctx has ended, for
+// replyGrace more at most (noReply).
+func awaitReply(ctx context.Context, reply <-chan *redis.Cmd, name, script string) *redis.Cmd {
+	select {
+	case cmd := <-reply:
+		return cmd
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(replyGrace)
+	defer t.Stop()
+	select {
+	case cmd := <-reply:
+		return cmd
+	case <-t.C:
+	}
+	return noReply(ctx, name, script)
 }
 
 // sendGrace is the least time a script call has to go out once it is
@@ -143,7 +171,8 @@ func later(a, b time.Time) time.Time {
 // EVALSHA before it was sent, so this goes out too, whatever ctx.
 func (p *pipelined) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
 	sum := sha1.Sum([]byte(script))
-	return sendNow(ctx, p.traces(ctx, hex.EncodeToString(sum[:]), ""), func(sctx context.Context) *redis.Cmd {
+	sha := hex.EncodeToString(sum[:])
+	return sendNow(ctx, p.traces(ctx, sha, ""), "eval", sha, func(sctx context.Context) *redis.Cmd {
 		return p.UniversalClient.Eval(sctx, script, keys, args...)
 	})
 }
@@ -207,7 +236,7 @@ func (p *pipelined) EvalSha(ctx context.Context, sha string, keys []string, args
 		return a.write(ctx, keys, args) // along.go
 	}
 	if p.direct {
-		return sendNow(ctx, p.traces(ctx, sha, ""), func(sctx context.Context) *redis.Cmd {
+		return sendNow(ctx, p.traces(ctx, sha, ""), "evalsha", sha, func(sctx context.Context) *redis.Cmd {
 			return p.UniversalClient.EvalSha(sctx, sha, keys, args...)
 		})
 	}
@@ -222,7 +251,7 @@ func (p *pipelined) FCall(ctx context.Context, fn string, keys []string, args ..
 		return unsent(ctx, "fcall", fn, err)
 	}
 	if p.direct {
-		return sendNow(ctx, p.traces(ctx, "", fn), func(sctx context.Context) *redis.Cmd {
+		return sendNow(ctx, p.traces(ctx, "", fn), "fcall", fn, func(sctx context.Context) *redis.Cmd {
 			return p.UniversalClient.FCall(sctx, fn, keys, args...)
 		})
 	}
@@ -277,11 +306,17 @@ func (p *pipelined) call(c *scriptCall) *redis.Cmd {
 	case <-t.C:
 	}
 	// Not pooled: the pipeline still holds it, and its reply goes to no
-	// one. The write was sent, so its fate is open (IsAmbiguous).
-	name, script := "evalsha", c.sha
+	// one.
 	if c.fn != "" {
-		name, script = "fcall", c.fn
+		return noReply(ctx, "fcall", c.fn)
 	}
+	return noReply(ctx, "evalsha", c.sha)
+}
+
+// noReply is a call (name, then a script's SHA1 or a function's name)
+// that was sent and had no reply replyGrace after its ctx ended: it fails
+// with ctx's error, and the write's fate is open (IsAmbiguous).
+func noReply(ctx context.Context, name, script string) *redis.Cmd {
 	cmd := redis.NewCmd(ctx, name, script)
 	cmd.SetErr(fmt.Errorf("no reply %v after the call's context ended: %w", replyGrace, ctx.Err()))
 	return cmd
