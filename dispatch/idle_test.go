@@ -84,3 +84,35 @@ func commandCalls(t *testing.T, s *stack, names ...string) int {
 	}
 	return total
 }
+
+// Stats's cost does not grow with the tenants in flight either: a queue
+// that is not fair may let in any number (here 10,000 tasks of as many
+// tenants, each capped), and Stats lists at most StatsTenants of them, in
+// a few hundred commands.
+func TestStatsOfManyTenantsInFlightIsBounded(t *testing.T) {
+	s := newStack(t, admission.Quota{Limit: admission.NoLimit, MaxInFlight: 1})
+	ctx := context.Background()
+	const n = 10_000
+	fill := make([]any, 0, 2*n)
+	for i := range n {
+		fill = append(fill, "task"+strconv.Itoa(i), "p|0|0|t"+strconv.Itoa(i))
+	}
+	if err := s.rdb.HSet(ctx, "admitq:fair:{default}:run", fill...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d := dispatch.New(s.rdb, s.gate, nil)
+	if err := s.rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	qs, err := d.Stats(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := commandCalls(t, s) - 1 // the CONFIG RESETSTAT
+	if len(qs.Tenants) == 0 || len(qs.Tenants) > dispatch.StatsTenants {
+		t.Errorf("Stats listed %d tenants of %d in flight; want some, at most %d", len(qs.Tenants), n, dispatch.StatsTenants)
+	}
+	if calls > 1000 {
+		t.Errorf("Stats made %d Redis commands for %d tenants in flight; want at most 1,000", calls, n)
+	}
+}

@@ -34,7 +34,8 @@ type QueueStats struct {
 	// dispatched queue they take tasks the dispatcher has no room for, so
 	// they add no capacity to a fair queue.
 	Ungated int
-	// Tenants are the tenants with tasks waiting or in flight, by name.
+	// Tenants are the tenants with tasks waiting or in flight, by name:
+	// at most StatsTenants of each (see Stats).
 	Tenants []TenantStats
 	// Keys are the queue's concurrency keys with tasks waiting or in
 	// flight, by name, at most StatsKeys of them.
@@ -69,7 +70,8 @@ type TenantStats struct {
 	Waiting       int
 	OldestWaiting time.Time
 	// InFlight is how many of its tasks the dispatcher let in that asynq
-	// still holds (pending, active, or to be retried); Cap is its
+	// still holds (pending, active, to be retried, or scheduled by the
+	// gate for its rate's slot: each holds one of its places); Cap is its
 	// MaxInFlight (0: none), and AtCap reports InFlight >= Cap > 0.
 	InFlight, Cap int
 	AtCap         bool
@@ -94,9 +96,11 @@ const StatsTenants = 100
 const StatsFlows = 16
 
 // Stats reads queue's dispatch state: the tenants with tasks in flight
-// (bounded by the queue's room), and the StatsTenants waiting tenants next
-// in line. Its cost does not grow with how many tenants wait, or ever used
-// the queue.
+// (every one in a fair queue, whose room bounds them; in one that is not
+// fair, at most StatsTenants of those with tasks among about 4,096 in
+// flight), and the StatsTenants waiting tenants next in line.
+// Its cost does not grow with how many tenants wait or have tasks in
+// flight, or ever used the queue.
 func (d *Dispatcher) Stats(ctx context.Context, queue string) (QueueStats, error) {
 	qs, names, err := d.readQueue(ctx, queue)
 	if err != nil {
@@ -140,7 +144,7 @@ func (d *Dispatcher) readQueue(ctx context.Context, queue string) (QueueStats, [
 	var vt, sleep, held, waitedOn *redis.StringSliceCmd
 	var nvt, nsleep *redis.IntCmd
 	var members *redis.ZSliceCmd
-	var run *redis.MapStringStringCmd
+	var run *redis.ScanCmd
 	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		now = p.Time(ctx)
 		vt = p.ZRange(ctx, k.vt, 0, StatsTenants-1)
@@ -148,7 +152,10 @@ func (d *Dispatcher) readQueue(ctx context.Context, queue string) (QueueStats, [
 		held = p.SRandMemberN(ctx, k.held, StatsTenants)
 		waitedOn = p.ZRange(ctx, k.kw, 0, StatsKeys-1)
 		nvt, nsleep = p.ZCard(ctx, k.vt), p.ZCard(ctx, k.sleep)
-		run = p.HGetAll(ctx, k.run)
+		// Every task in flight when a fair queue's room bounds them,
+		// else about as many: a queue that is not fair may hold any
+		// number (one HSCAN step).
+		run = p.HScan(ctx, k.run, 0, "", statsRunEntries)
 		members = p.ZRangeWithScores(ctx, k.workers, 0, -1)
 		return nil
 	})
@@ -177,14 +184,25 @@ func (d *Dispatcher) readQueue(ctx context.Context, queue string) (QueueStats, [
 		}
 	}
 	names = append(names[:min(len(names), StatsTenants)], held.Val()...)
-	for _, r := range run.Val() {
-		if e, ok := parseRunEntry(r); ok {
-			names = append(names, e.tenant)
+	var inFlight []string
+	entries, _ := run.Val() // field, value, ...
+	for i := 1; i < len(entries); i += 2 {
+		if e, ok := parseRunEntry(entries[i]); ok {
+			inFlight = append(inFlight, e.tenant)
 		}
 	}
+	slices.Sort(inFlight)
+	inFlight = slices.Compact(inFlight)
+	names = append(names, inFlight[:min(len(inFlight), StatsTenants)]...)
 	slices.Sort(names)
 	return qs, slices.Compact(names), nil
 }
+
+// statsRunEntries is about how many tasks in flight Stats reads (one
+// HSCAN step, which reads a small hash whole): all of a fair queue's (its
+// room is its workers' concurrency and half as much again), and some of a
+// larger number, of whose tenants it lists at most StatsTenants.
+const statsRunEntries = 4096
 
 // blockedTenants reads the tenants registered with keys (those whose
 // every flow waits on a closed key), up to StatsTenants, each once.
