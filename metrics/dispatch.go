@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/admitq/admitq/dispatch"
@@ -70,6 +72,28 @@ func (g keyGauges) all() []*prometheus.GaugeVec {
 	return []*prometheus.GaugeVec{g.inFlight, g.waiting, g.paused, g.held}
 }
 
+// tenantSum is what the tenants that share one label hold: their tasks
+// in flight and parked, worker time and share added up; the oldest of
+// their parked tasks' ages, the largest of their weights; and whether any
+// of them is paused or held.
+type tenantSum struct {
+	inFlight, parked, oldest, worker, share, weight, paused, held float64
+}
+
+// add adds tenant t's part, as of now.
+func (s *tenantSum) add(t dispatch.TenantStats, now time.Time) {
+	s.inFlight += float64(t.InFlight)
+	s.parked += float64(t.Waiting)
+	if !t.OldestWaiting.IsZero() {
+		s.oldest = max(s.oldest, now.Sub(t.OldestWaiting).Seconds())
+	}
+	s.worker += t.WorkerTime.Seconds()
+	s.share += t.Share
+	s.weight = max(s.weight, t.Weight)
+	s.paused = max(s.paused, gauge(t.Paused))
+	s.held = max(s.held, gauge(t.Held))
+}
+
 // gauge is b as a 0/1 gauge value.
 func gauge(b bool) float64 {
 	if b {
@@ -84,27 +108,37 @@ func gauge(b bool) float64 {
 // concurrency key's tasks in flight and waiting, and whether it is paused or
 // held. A tenant or key no longer listed there loses its series. A worker
 // with a Gate reports each of its queues every couple of seconds
-// (worker.Config.OnDispatch). Tenants past WithMaxTenants share the
-// "other" series, which then shows the last of them observed.
+// (worker.Config.OnDispatch). Tenants that share a series (one label of
+// WithTenantLabel, or the "other" series past WithMaxTenants) add up: their
+// tasks in flight and parked, worker time and share are summed, the
+// oldest parked age and the weight are the largest of theirs, and paused
+// and held are 1 when any of them is.
 func (m *Metrics) ObserveDispatch(qs dispatch.QueueStats) {
 	for _, v := range m.gauges() {
 		v.DeletePartialMatch(prometheus.Labels{"queue": qs.Queue})
 	}
+	labels := map[string]*tenantSum{}
+	var order []string
 	for _, t := range qs.Tenants {
 		tenant, _ := m.tenantLabel(t.Tenant, 0) // gauges: no series to start at zero
-		g := m.depth
-		g.inFlight.WithLabelValues(qs.Queue, tenant).Set(float64(t.InFlight))
-		g.parked.WithLabelValues(qs.Queue, tenant).Set(float64(t.Waiting))
-		age := 0.0
-		if !t.OldestWaiting.IsZero() {
-			age = max(qs.Now.Sub(t.OldestWaiting).Seconds(), 0)
+		sum := labels[tenant]
+		if sum == nil {
+			sum = &tenantSum{}
+			labels[tenant] = sum
+			order = append(order, tenant)
 		}
-		g.oldest.WithLabelValues(qs.Queue, tenant).Set(age)
-		g.worker.WithLabelValues(qs.Queue, tenant).Set(t.WorkerTime.Seconds())
-		g.share.WithLabelValues(qs.Queue, tenant).Set(t.Share)
-		g.weight.WithLabelValues(qs.Queue, tenant).Set(t.Weight)
-		g.paused.WithLabelValues(qs.Queue, tenant).Set(gauge(t.Paused))
-		g.held.WithLabelValues(qs.Queue, tenant).Set(gauge(t.Held))
+		sum.add(t, qs.Now)
+	}
+	for _, tenant := range order {
+		sum, g := labels[tenant], m.depth
+		g.inFlight.WithLabelValues(qs.Queue, tenant).Set(sum.inFlight)
+		g.parked.WithLabelValues(qs.Queue, tenant).Set(sum.parked)
+		g.oldest.WithLabelValues(qs.Queue, tenant).Set(sum.oldest)
+		g.worker.WithLabelValues(qs.Queue, tenant).Set(sum.worker)
+		g.share.WithLabelValues(qs.Queue, tenant).Set(sum.share)
+		g.weight.WithLabelValues(qs.Queue, tenant).Set(sum.weight)
+		g.paused.WithLabelValues(qs.Queue, tenant).Set(sum.paused)
+		g.held.WithLabelValues(qs.Queue, tenant).Set(sum.held)
 	}
 	keys := qs.Keys[:min(len(qs.Keys), dispatch.StatsKeys)] // Stats's bound, whoever built qs
 	for _, k := range keys {

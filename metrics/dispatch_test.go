@@ -45,6 +45,31 @@ func TestObserveDispatchSetsGauges(t *testing.T) {
 	}
 }
 
+// Tenants that share a label add up in its series, rather than the last
+// one observed standing for them all.
+func TestObserveDispatchAddsUpTenantsOfOneLabel(t *testing.T) {
+	m := New(WithTenantLabel(func(string) string { return "free" }))
+	now := time.Unix(1_800_000_000, 0)
+	m.ObserveDispatch(dispatch.QueueStats{Queue: "default", Now: now, Tenants: []dispatch.TenantStats{
+		{Tenant: "a", InFlight: 3, Waiting: 10, OldestWaiting: now.Add(-time.Minute), Weight: 2, Paused: true, Share: 0.25},
+		{Tenant: "b", InFlight: 4, Weight: 1, Held: true, Share: 0.5},
+	}})
+	want := map[string]float64{
+		`admitq_tenant_in_flight{queue="default",tenant="free"}`:                 7,
+		`admitq_tenant_parked{queue="default",tenant="free"}`:                    10,
+		`admitq_tenant_oldest_parked_age_seconds{queue="default",tenant="free"}`: 60,
+		`admitq_tenant_worker_share{queue="default",tenant="free"}`:              0.75,
+		`admitq_tenant_weight{queue="default",tenant="free"}`:                    2,
+		`admitq_tenant_paused{queue="default",tenant="free"}`:                    1,
+		`admitq_tenant_held{queue="default",tenant="free"}`:                      1,
+	}
+	got := gather(t, m, "admitq_tenant_in_flight", "admitq_tenant_parked", "admitq_tenant_oldest_parked_age_seconds", "admitq_tenant_worker_share", "admitq_tenant_weight",
+		"admitq_tenant_paused", "admitq_tenant_held")
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("one label's gauges (-want,+got):\n%s", diff)
+	}
+}
+
 func TestObserveDispatchSetsKeyGauges(t *testing.T) {
 	// Keys are not tenants: they take none of the tenants' label values.
 	m := New(WithMaxTenants(1))
