@@ -130,6 +130,8 @@ type loop struct {
 	// resent is when the loop last forgot sent and keySent, to hand them
 	// in again (resendEvery).
 	resent time.Time
+	// runCursor is where syncLimits's scan of the tasks in flight goes on.
+	runCursor uint64
 	// fleetRead is when the loop last read the queue's stats, ungated
 	// whether servers without a gate served it then (logged once).
 	fleetRead time.Time
@@ -1207,8 +1209,10 @@ func (l *loop) gather(tr turnResult, ok bool) time.Duration {
 }
 
 // syncLimits looks up the quotas of the queue's paused tenants, of the
-// next SyncTenants in line, of its paused keys and of up to SyncTenants
-// of its other concurrency keys, and queues for the next turn the limits that changed since they
+// next SyncTenants in line, of the tenants with tasks in flight (those
+// this worker runs, and a step of a scan of all), of its paused keys and
+// of up to SyncTenants of its other concurrency keys, and queues for the
+// next turn the limits that changed since they
 // were last handed in: a pause or a resume reaches the queue within about
 // syncEvery, without a finish or a new task of the tenant or key. Every
 // resendEvery it hands them in whether they changed or not, over any
@@ -1221,19 +1225,32 @@ func (l *loop) syncLimits(ctx context.Context) error {
 	}
 	k := l.s.d.keysFor(l.queue)
 	var held, next, keys, heldKeys, waitedOn *redis.StringSliceCmd
+	var inRun *redis.ScanCmd
 	_, err := l.s.d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		held = p.SRandMemberN(ctx, k.held, syncTenants)
 		next = p.ZRange(ctx, k.vt, 0, syncTenants-1)
 		heldKeys = p.SRandMemberN(ctx, k.kheld, syncTenants)
 		waitedOn = p.ZRange(ctx, k.kw, 0, syncTenants-1)
 		keys = p.SRandMemberN(ctx, k.keys, syncTenants)
+		inRun = p.HScan(ctx, k.run, l.runCursor, "", syncTenants)
 		return nil
 	})
 	if err != nil {
 		return l.s.d.recoverFrom(err)
 	}
+	// The tenants with tasks in flight, a step of a scan of them at a
+	// time: one at its cap is in none of the other sets, whatever holds
+	// its places (tasks pending, running elsewhere, or to be retried).
+	entries, cursor := inRun.Val()
+	l.runCursor = cursor
+	inFlight := l.running.some(syncTenants)
+	for i := 1; i < len(entries); i += 2 {
+		if e, ok := parseRunEntry(entries[i]); ok {
+			inFlight = append(inFlight, e.tenant)
+		}
+	}
 	seen := make(map[string]bool, len(l.sent))
-	for _, T := range slices.Concat(held.Val(), next.Val(), l.running.some(syncTenants)) {
+	for _, T := range slices.Concat(held.Val(), next.Val(), inFlight) {
 		if seen[T] {
 			continue
 		}
@@ -1246,11 +1263,8 @@ func (l *loop) syncLimits(ctx context.Context) error {
 			l.updates[T] = limitsOf(q)
 		}
 	}
-	for T := range l.sent {
-		if !seen[T] {
-			delete(l.sent, T)
-		}
-	}
+	// sent keeps the tenants seen since the last resend (the scan of the
+	// tasks in flight sees each in its turn), which clears it.
 	clear(seen)
 	for _, K := range slices.Concat(heldKeys.Val(), waitedOn.Val(), keys.Val()) {
 		if seen[K] {

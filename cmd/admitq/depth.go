@@ -43,10 +43,15 @@ type dispatchTenant struct {
 	// finish. AtCap reports InFlight >= MaxInFlight > 0, and OverCap
 	// InFlight > MaxInFlight > 0: a cap lowered below the tasks already in
 	// flight, which drain to it.
-	MaxInFlight int     `json:"max_in_flight"`
-	AtCap       bool    `json:"at_cap"`
-	OverCap     bool    `json:"over_cap"`
-	Weight      float64 `json:"weight"`
+	MaxInFlight int  `json:"max_in_flight"`
+	AtCap       bool `json:"at_cap"`
+	OverCap     bool `json:"over_cap"`
+	// Paused reports that the tenant's Quota.Paused holds its parked
+	// tasks; Held that they are held back for a while, by its rate or a
+	// downstream throttle (worker.Throttled).
+	Paused bool    `json:"paused"`
+	Held   bool    `json:"held"`
+	Weight float64 `json:"weight"`
 	// WorkerShare is the tenant's part of the worker time of the tenants
 	// active in the queue, 0 to 1.
 	WorkerShare float64 `json:"worker_share"`
@@ -83,7 +88,7 @@ func (s *statusReader) readDispatch(ctx context.Context, keyQuotas map[string]ad
 		parked := 0
 		for _, t := range qs.Tenants {
 			dt := dispatchTenant{Tenant: t.Tenant, Parked: t.Waiting, InFlight: t.InFlight, MaxInFlight: caps[t.Tenant],
-				Weight: t.Weight, WorkerShare: t.Share}
+				Paused: t.Paused, Held: t.Held, Weight: t.Weight, WorkerShare: t.Share}
 			dt.AtCap = dt.MaxInFlight > 0 && dt.InFlight >= dt.MaxInFlight
 			dt.OverCap = dt.MaxInFlight > 0 && dt.InFlight > dt.MaxInFlight
 			if !t.OldestWaiting.IsZero() {
@@ -148,6 +153,18 @@ func flightOfCap(inFlight, limit int) string {
 // writeDispatch writes each dispatched queue's tenants: parked, in flight
 // against their cap, weight and share of worker time, and warns of parked
 // tasks that no worker with a gate will move.
+// parkedText is a tenant's parked tasks, and what holds them when not
+// their turn alone: "4 (paused)", "2 (held)".
+func parkedText(t dispatchTenant) string {
+	switch {
+	case t.Paused:
+		return strconv.Itoa(t.Parked) + " (paused)"
+	case t.Held:
+		return strconv.Itoa(t.Parked) + " (held)"
+	}
+	return strconv.Itoa(t.Parked)
+}
+
 func writeDispatch(w io.Writer, r statusReport) {
 	for _, q := range r.Dispatch {
 		kind := "caps only"
@@ -176,7 +193,7 @@ func writeDispatch(w io.Writer, r statusReport) {
 			if t.OldestParkedAge != nil {
 				oldest = (time.Duration(*t.OldestParkedAge * float64(time.Second))).Round(time.Millisecond).String()
 			}
-			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%g\t%.0f%%", tableTenant(t.Tenant), t.Parked, oldest, flightOfCap(t.InFlight, t.MaxInFlight), t.Weight, 100*t.WorkerShare)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%g\t%.0f%%", tableTenant(t.Tenant), parkedText(t), oldest, flightOfCap(t.InFlight, t.MaxInFlight), t.Weight, 100*t.WorkerShare)
 			if drains {
 				fmt.Fprintf(w, "\t%s\t%s", drainRateText(t), drainETAText(t))
 			}

@@ -113,6 +113,23 @@ func TestStatusShowsDepth(t *testing.T) {
 	if !strings.Contains(text, "TENANT  PARKED  OLDEST PARKED  IN FLIGHT") || !strings.Contains(text, "1/1 (at cap)") {
 		t.Errorf("status lacks the dispatch table:\n%s", text)
 	}
+	// Paused, its parked tasks say so, as text and JSON, once the pause
+	// reaches the queue (the worker's loop hands it in).
+	mustRun(t, append(base, "quota", "pause", "noisy")...)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		text = mustRun(t, append(base, "status")...).stdout
+		if strings.Contains(text, "2 (paused)") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status of a paused tenant lacks \"2 (paused)\" after 5 s:\n%s", text)
+		}
+	}
+	got = statusReport{}
+	if err := json.Unmarshal([]byte(mustRun(t, append(base, "status", "--json")...).stdout), &got); err != nil || len(got.Dispatch) != 1 ||
+		len(got.Dispatch[0].Tenants) != 1 || !got.Dispatch[0].Tenants[0].Paused {
+		t.Errorf("status --json of a paused tenant: %+v (%v), want paused", got.Dispatch, err)
+	}
 	// Once no worker with a gate serves the queue, status warns.
 	hold.Close()
 	text = mustRun(t, append(base, "status")...).stdout
