@@ -277,18 +277,23 @@ func (r *replayer) turn() {
 	}
 }
 
-// applyOps applies the moves the next turn hands in to the model.
+// applyOps applies the moves the next turn hands in to the model, as
+// fair.lua's applyOps does: the tasks that go back last, the last first,
+// so that a tenant's grants that all go back keep their order.
 func (r *replayer) applyOps() {
 	for _, o := range r.pendingOps {
-		T := r.model.InFlight[o.id].Tenant
-		switch o.op {
-		case opGo:
+		if o.op == opGo {
 			r.moved = append(r.moved, o.id)
-		case opBack:
-			r.model.Back(o.id, r.parkedAt[o.id], o.sleep > 0)
-			if o.sleep > 0 {
-				r.asleep = append(r.asleep, T)
-			}
+		}
+	}
+	for _, o := range slices.Backward(r.pendingOps) {
+		if o.op != opBack {
+			continue
+		}
+		T := r.model.InFlight[o.id].Tenant
+		r.model.Back(o.id, r.parkedAt[o.id], o.sleep > 0)
+		if o.sleep > 0 {
+			r.asleep = append(r.asleep, T)
 		}
 	}
 }

@@ -824,7 +824,9 @@ func (q *Queue) leaveKeys(f string) {
 
 // Back returns a granted task that could not go in yet (its rate said
 // later) to the head of its flow (parked at its park time at), refunding
-// its charge; asleep holds the tenant back.
+// its charge; asleep holds the tenant back. Grants that go back together
+// go back the last first, so that they keep their order there (fair.lua's
+// applyOps).
 func (q *Queue) Back(id string, at int64, asleep bool) {
 	r, ok := q.InFlight[id]
 	if !ok {
