@@ -452,7 +452,11 @@ func TestPriorityOrdersATenantButNotTenants(t *testing.T) {
 			t.Errorf("hi's tasks ran in the order %v, want %v", got, wantHi)
 		}
 		// One worker runs them in the order they were granted: while both
-		// wait, neither tenant gets more than a grant ahead of the other.
+		// wait, neither tenant gets far ahead of the other. Shares follow
+		// the worker time each task is measured to run, so a few tasks
+		// measured long (a loaded machine, -race) let the other tenant a
+		// grant or two further ahead; priority moving a tenant ahead would
+		// run all twelve of hi's first.
 		order := w.takenOf(t, append(hi, lo...))
 		n := map[string]int{}
 		for i, id := range order {
@@ -461,7 +465,7 @@ func TestPriorityOrdersATenantButNotTenants(t *testing.T) {
 				tenant = "hi"
 			}
 			n[tenant]++
-			if n["hi"] < len(hi) && n["lo"] < len(lo) && (n["hi"]-n["lo"] > 2 || n["lo"]-n["hi"] > 2) {
+			if n["hi"] < len(hi) && n["lo"] < len(lo) && (n["hi"]-n["lo"] > 4 || n["lo"]-n["hi"] > 4) {
 				t.Fatalf("after %d starts, hi has %d and lo %d at equal weights: priority moved a tenant ahead of another's turn; order %v", i+1, n["hi"], n["lo"], order)
 			}
 		}
