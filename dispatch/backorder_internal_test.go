@@ -19,21 +19,8 @@ func TestGrantsThatGoBackKeepTheirOrder(t *testing.T) {
 	q := admission.Quota{Limit: 100000, Window: time.Second}
 	d, rdb, ac := rig(t, q)
 	k := d.keysFor("default")
-	d.fairWorker(t, 1)
-	for _, id := range []string{"f1", "f2", "f3"} { // the queue is full: every park waits
-		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, id := range []string{"a", "b", "c"} {
-		if tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: id}, q); err != nil || tk.Verdict != Wait {
-			t.Fatalf("%s: %v %v", id, tk.Verdict, err)
-		}
-		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(ParkedUntil)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rdb.LTrim(ctx, k.pending, 1, 0) // the three ran
+	parkBehindAFullQueue(t, d, ac, q, "a", "b", "c")
+	rdb.LTrim(ctx, k.pending, 1, 0) // the three ahead of them ran
 	picks := d.turnRaw(ctx, t, 2, 0, 0, 0, 0, 0)
 	if len(picks) != 2 || picks[0].entry.id != "a" || picks[1].entry.id != "b" {
 		t.Fatalf("granted %+v, want a and b", picks)
@@ -63,20 +50,7 @@ func TestATaskAdmittedAheadGoesBackBehindADeferredOne(t *testing.T) {
 	q := admission.Quota{Limit: 1, Window: time.Minute, MaxDelay: time.Hour}
 	d, rdb, ac := rig(t, q)
 	k := d.keysFor("default")
-	d.fairWorker(t, 1)
-	for _, id := range []string{"f1", "f2", "f3"} {
-		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, id := range []string{"a", "b"} {
-		if tk, err := d.Park(ctx, Task{Queue: "default", Tenant: "t", ID: id}, q); err != nil || tk.Verdict != Wait {
-			t.Fatalf("%s: %v %v", id, tk.Verdict, err)
-		}
-		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(ParkedUntil)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	parkBehindAFullQueue(t, d, ac, q, "a", "b")
 	// b is admitted ahead, as a hand-off's claim may be: the window is full.
 	if ds, err := d.gate.AdmitBatchAt(ctx, "t", []string{"b"}, time.Time{}); err != nil || ds[0].Outcome != admission.Admitted {
 		t.Fatalf("b ahead: %+v %v", ds, err)
@@ -100,5 +74,26 @@ func TestATaskAdmittedAheadGoesBackBehindADeferredOne(t *testing.T) {
 	}
 	if w := rdb.LLen(ctx, k.prefix+"w:t").Val(); w != 2 {
 		t.Errorf("t's line holds %d, want a and b back", w)
+	}
+}
+
+// parkBehindAFullQueue records a fair worker of concurrency 1 on queue
+// default, fills the queue with three tasks of its own, and parks tasks
+// ids of tenant t under quota q behind them, written parked.
+func parkBehindAFullQueue(t *testing.T, d *Dispatcher, ac *asynq.Client, q admission.Quota, ids ...string) {
+	t.Helper()
+	d.fairWorker(t, 1)
+	for _, id := range []string{"f1", "f2", "f3"} { // the queue is full: every park waits
+		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range ids {
+		if tk, err := d.Park(context.Background(), Task{Queue: "default", Tenant: "t", ID: id}, q); err != nil || tk.Verdict != Wait {
+			t.Fatalf("%s: %v %v", id, tk.Verdict, err)
+		}
+		if _, err := ac.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.ProcessAt(ParkedUntil)); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
