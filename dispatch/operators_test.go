@@ -159,6 +159,38 @@ func TestStatsCountServersWithoutAGate(t *testing.T) {
 	})
 }
 
+// A gate worker that stopped without a word (SIGKILL) stays in asynq's
+// list of servers for up to 10 s after its own record lapses: Stats does
+// not count it as a server without a gate meanwhile. (A plain asynq
+// server plays the dead worker's asynq server here.)
+func TestALapsedGateWorkerIsNotAServerWithoutAGate(t *testing.T) {
+	s := newStack(t, capped1)
+	s.startWorker(2, true)
+	d := dispatch.New(s.rdb, s.gate, nil)
+	ctx := context.Background()
+	plain := asynq.NewServerFromRedisClient(s.rdb, asynq.Config{Concurrency: 2, Queues: map[string]int{"default": 1}})
+	if err := plain.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })); err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Shutdown()
+	eventually(t, 10*time.Second, "asynq lists both servers", func() bool {
+		return len(s.rdb.ZRange(ctx, "asynq:servers", 0, -1).Val()) == 2
+	})
+	for _, c := range []struct {
+		lapsed  time.Duration
+		ungated int
+	}{{2 * time.Second, 0}, {11 * time.Second, 1}} {
+		dead := redis.Z{Score: float64(time.Now().Add(-c.lapsed).UnixMicro()), Member: "dead|2|1"}
+		if err := s.rdb.ZAdd(ctx, "admitq:fair:{default}:workers", dead).Err(); err != nil {
+			t.Fatal(err)
+		}
+		qs, err := d.Stats(ctx, "default")
+		if err != nil || qs.Workers != 1 || qs.Ungated != c.ungated {
+			t.Errorf("a gate worker's record lapsed %v ago: %d workers, %d servers without a gate (%v); want 1 and %d", c.lapsed, qs.Workers, qs.Ungated, err, c.ungated)
+		}
+	}
+}
+
 // A worker's own restart grace: one of a second holds the queue
 // dispatched for that second after it stops, and then tasks go in
 // straight; a negative one not at all.

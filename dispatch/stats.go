@@ -102,7 +102,7 @@ const StatsFlows = 16
 // Its cost does not grow with how many tenants wait or have tasks in
 // flight, or ever used the queue.
 func (d *Dispatcher) Stats(ctx context.Context, queue string) (QueueStats, error) {
-	qs, names, err := d.readQueue(ctx, queue)
+	qs, names, lapsed, err := d.readQueue(ctx, queue)
 	if err != nil {
 		return qs, err
 	}
@@ -111,7 +111,7 @@ func (d *Dispatcher) Stats(ctx context.Context, queue string) (QueueStats, error
 		if err != nil {
 			return QueueStats{}, err
 		}
-		qs.Ungated = max(n-qs.Workers, 0)
+		qs.Ungated = max(n-qs.Workers-lapsed, 0)
 	}
 	if qs.Keys, err = d.readKeys(ctx, queue); err != nil {
 		return QueueStats{}, err
@@ -137,8 +137,9 @@ func (d *Dispatcher) Stats(ctx context.Context, queue string) (QueueStats, error
 
 // readQueue reads queue's workers and the names of its active tenants:
 // those eligible, asleep, paused, waiting on keys, or with tasks in
-// flight.
-func (d *Dispatcher) readQueue(ctx context.Context, queue string) (QueueStats, []string, error) {
+// flight; and how many gate workers' records lapsed within
+// asynqServerLinger, which asynq may still list as live servers.
+func (d *Dispatcher) readQueue(ctx context.Context, queue string) (QueueStats, []string, int, error) {
 	k := d.keysFor(queue)
 	var now *redis.TimeCmd
 	var vt, sleep, held, waitedOn *redis.StringSliceCmd
@@ -160,20 +161,25 @@ func (d *Dispatcher) readQueue(ctx context.Context, queue string) (QueueStats, [
 		return nil
 	})
 	if err != nil {
-		return QueueStats{}, nil, fmt.Errorf("dispatch: reading queue %q: %w", queue, err)
+		return QueueStats{}, nil, 0, fmt.Errorf("dispatch: reading queue %q: %w", queue, err)
 	}
 	qs := QueueStats{Queue: queue, Now: now.Val(), TenantsWaiting: int(nvt.Val() + nsleep.Val())}
+	lapsed := 0
 	for _, z := range members.Val() {
 		w, ok := parseWorkerMember(z.Member.(string))
-		if live, _ := w.state(int64(z.Score), qs.Now.UnixMicro()); ok && live {
+		live, _ := w.state(int64(z.Score), qs.Now.UnixMicro())
+		switch {
+		case ok && live:
 			qs.Workers++
 			qs.Fair = qs.Fair || w.fair
 			qs.Concurrency += w.concurrency
+		case ok && int64(z.Score)+asynqServerLinger.Microseconds() >= qs.Now.UnixMicro():
+			lapsed++
 		}
 	}
 	blocked, err := d.blockedTenants(ctx, k, waitedOn.Val())
 	if err != nil {
-		return QueueStats{}, nil, fmt.Errorf("dispatch: reading queue %q: %w", queue, err)
+		return QueueStats{}, nil, 0, fmt.Errorf("dispatch: reading queue %q: %w", queue, err)
 	}
 	names := append(vt.Val(), sleep.Val()...)
 	listed := len(names)
@@ -195,8 +201,14 @@ func (d *Dispatcher) readQueue(ctx context.Context, queue string) (QueueStats, [
 	inFlight = slices.Compact(inFlight)
 	names = append(names, inFlight[:min(len(inFlight), StatsTenants)]...)
 	slices.Sort(names)
-	return qs, slices.Compact(names), nil
+	return qs, slices.Compact(names), lapsed, nil
 }
+
+// asynqServerLinger is how long asynq may list a server that stopped
+// without a word (SIGKILL) as live: its record's TTL, twice its 5 s
+// heartbeat. A gate worker's own record lapses sooner, so Stats does not
+// count such a server as one without a gate meanwhile.
+const asynqServerLinger = 10 * time.Second
 
 // statsRunEntries is about how many tasks in flight Stats reads (one
 // HSCAN step, which reads a small hash whole): all of a fair queue's (its
