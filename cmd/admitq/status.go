@@ -92,9 +92,10 @@ with an ellipsis; --json prints them whole.`,
 			if cmd.Flags().Changed("interval") && !watch {
 				return usageErrorf("--interval is the period of --watch; give --watch too")
 			}
-			if interval <= 0 {
-				return usageErrorf("--interval %v: want more than 0", interval)
+			if interval < minWatchInterval {
+				return usageErrorf("--interval %v: want %v or more (each round reads Redis)", interval, minWatchInterval)
 			}
+			tenants = uniqueInOrder(tenants) // named twice, shown once
 			rdb, _, err := a.dial(cmd.Context())
 			if err != nil {
 				return err
@@ -141,6 +142,22 @@ func checkGlob(pattern string) error {
 	}
 	return nil
 }
+
+// uniqueInOrder returns ss without repeats, each where it first came.
+func uniqueInOrder(ss []string) []string {
+	seen := make(map[string]bool, len(ss))
+	out := ss[:0:0]
+	for _, s := range ss {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// minWatchInterval is the shortest --interval of status --watch.
+const minWatchInterval = 100 * time.Millisecond
 
 // watchStatus redraws the status every interval, with the parked tasks'
 // drain rates. A round that could not read everything prints what it read

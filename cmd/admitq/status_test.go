@@ -100,6 +100,7 @@ func TestStatusListing(t *testing.T) {
 		{"filtered", []string{"--match", "tenant-1*"}, []string{"tenant-10", "tenant-1"}, 2},
 		{"filtered on the default", []string{"--match", "d*"}, []string{"dflt-5"}, 1},
 		{"nothing matches", []string{"--match", "zz*"}, nil, 0},
+		{"a tenant named twice, shown once", []string{"tenant-2", "tenant-1", "tenant-2"}, []string{"tenant-2", "tenant-1"}, 2},
 	} {
 		t.Run(c.desc, func(t *testing.T) {
 			r := statusOf(t, base, c.args...)
@@ -459,7 +460,7 @@ func TestStatusWatchDrainRates(t *testing.T) {
 	if text := watch(); !strings.Contains(text, "DRAIN") || !strings.Contains(text, "0.0/s") || !strings.Contains(text, "not draining") {
 		t.Errorf("status --watch table:\n%s", text)
 	}
-	for _, args := range [][]string{{"status", "--interval", "1s"}, {"status", "--watch", "--interval", "0s"}} {
+	for _, args := range [][]string{{"status", "--interval", "1s"}, {"status", "--watch", "--interval", "0s"}, {"status", "--watch", "--interval", "1ns"}} {
 		if res := admitq(t, append(base, args...)...); res.code != exitUsage || !strings.Contains(res.stderr, "--interval") {
 			t.Errorf("%v: %v, want a usage error naming --interval", args, res)
 		}
