@@ -1243,12 +1243,7 @@ func (l *loop) syncLimits(ctx context.Context) error {
 	// its places (tasks pending, running elsewhere, or to be retried).
 	entries, cursor := inRun.Val()
 	l.runCursor = cursor
-	inFlight := l.running.some(syncTenants)
-	for i := 1; i < len(entries); i += 2 {
-		if e, ok := parseRunEntry(entries[i]); ok {
-			inFlight = append(inFlight, e.tenant)
-		}
-	}
+	inFlight := runTenants(l.running.some(syncTenants), entries)
 	seen := make(map[string]bool, len(l.sent))
 	for _, T := range slices.Concat(held.Val(), next.Val(), inFlight) {
 		if seen[T] {

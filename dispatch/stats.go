@@ -190,18 +190,24 @@ func (d *Dispatcher) readQueue(ctx context.Context, queue string) (QueueStats, [
 		}
 	}
 	names = append(names[:min(len(names), StatsTenants)], held.Val()...)
-	var inFlight []string
-	entries, _ := run.Val() // field, value, ...
-	for i := 1; i < len(entries); i += 2 {
-		if e, ok := parseRunEntry(entries[i]); ok {
-			inFlight = append(inFlight, e.tenant)
-		}
-	}
+	entries, _ := run.Val()
+	inFlight := runTenants(nil, entries)
 	slices.Sort(inFlight)
 	inFlight = slices.Compact(inFlight)
 	names = append(names, inFlight[:min(len(inFlight), StatsTenants)]...)
 	slices.Sort(names)
 	return qs, slices.Compact(names), lapsed, nil
+}
+
+// runTenants appends to out the tenant of each run entry among entries,
+// an HSCAN step of the run hash (field, value, ...).
+func runTenants(out, entries []string) []string {
+	for i := 1; i < len(entries); i += 2 {
+		if e, ok := parseRunEntry(entries[i]); ok {
+			out = append(out, e.tenant)
+		}
+	}
+	return out
 }
 
 // asynqServerLinger is how long asynq may list a server that stopped

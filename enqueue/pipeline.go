@@ -133,12 +133,8 @@ func awaitReply(ctx context.Context, reply <-chan *redis.Cmd, name, script strin
 		return cmd
 	case <-ctx.Done():
 	}
-	t := time.NewTimer(replyGrace)
-	defer t.Stop()
-	select {
-	case cmd := <-reply:
+	if cmd, ok := withinGrace(reply); ok {
 		return cmd
-	case <-t.C:
 	}
 	return noReply(ctx, name, script)
 }
@@ -287,30 +283,43 @@ func (p *pipelined) call(c *scriptCall) *redis.Cmd {
 		return p.reply(c)
 	case <-ctx.Done():
 	}
+	name, script := c.name()
 	if c.state.CompareAndSwap(queued, gone) {
 		// Not pooled: the pipeline that skips it may still look at it.
-		if c.fn != "" {
-			return unsent(ctx, "fcall", c.fn, ctx.Err())
-		}
-		return unsent(ctx, "evalsha", c.sha, ctx.Err())
+		return unsent(ctx, name, script, ctx.Err())
 	}
 	// Sent: wait for the reply a little longer, since a definite answer
 	// keeps the task's slot honest, but at most replyGrace, so that a
 	// stalled Redis does not hold the caller past its ctx for as long as
 	// the client's timeouts and retries take.
-	t := time.NewTimer(replyGrace)
-	defer t.Stop()
-	select {
-	case <-c.done:
+	if _, ok := withinGrace(c.done); ok {
 		return p.reply(c)
-	case <-t.C:
 	}
 	// Not pooled: the pipeline still holds it, and its reply goes to no
 	// one.
+	return noReply(ctx, name, script)
+}
+
+// name is the call's command and its script's SHA1 or function's name.
+func (c *scriptCall) name() (string, string) {
 	if c.fn != "" {
-		return noReply(ctx, "fcall", c.fn)
+		return "fcall", c.fn
 	}
-	return noReply(ctx, "evalsha", c.sha)
+	return "evalsha", c.sha
+}
+
+// withinGrace waits for a value of ch, once the caller's ctx has ended,
+// for replyGrace at most, and reports whether one came.
+func withinGrace[T any](ch <-chan T) (T, bool) {
+	t := time.NewTimer(replyGrace)
+	defer t.Stop()
+	select {
+	case v := <-ch:
+		return v, true
+	case <-t.C:
+		var zero T
+		return zero, false
+	}
 }
 
 // noReply is a call (name, then a script's SHA1 or a function's name)
