@@ -29,6 +29,7 @@ func TestCluster(t *testing.T) {
 	t.Run("tenants on every master", func(t *testing.T) { testClusterSpread(t, c) })
 	t.Run("quotas", func(t *testing.T) { testClusterQuotas(t, c) })
 	t.Run("one script call per master", func(t *testing.T) { testClusterSharesCalls(t, c) })
+	t.Run("batches: one script call per master", func(t *testing.T) { testClusterBatches(t, c) })
 	t.Run("a log moved to another master", func(t *testing.T) { testClusterLogMoved(t, c) })
 	t.Run("a slot halfway through a move", func(t *testing.T) { testClusterSlotMoving(t, c) })
 	t.Run("script cache flushed", func(t *testing.T) { testClusterNoScript(t, c) })

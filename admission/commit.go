@@ -203,35 +203,88 @@ func (c *committer) do(ctx context.Context, r *request, budget time.Duration, fo
 		return nil, context.DeadlineExceeded
 	}
 	r.budget = budget
-	r.done = make(chan struct{})
 	c.busy.Add(1)
 	defer c.finished()
-	c.mu.Lock()
-	l := c.one
-	if c.perNode {
-		if l = c.lanes[r.master]; l == nil {
-			c.dropIdleLanes()
-			l = &lane{addr: r.master}
-			c.lanes[r.master] = l
+	c.enqueue([]*request{r}, forget)
+	return c.await(ctx, r, budget)
+}
+
+// doAll is do for many requests at once, each with its own budget (set
+// in it): they join their lanes together, so that each lane sends them in
+// one pipeline (up to maxBatch), where requests that come one by one start
+// a pipeline each while fewer than maxFlight are out. It returns each
+// one's decisions and error, in their order.
+func (c *committer) doAll(ctx context.Context, rs []*request, forget func(*request)) ([][]Decision, []error) {
+	dss, errs := make([][]Decision, len(rs)), make([]error, len(rs))
+	var send []*request
+	for i, r := range rs {
+		if r.budget <= 0 {
+			errs[i] = context.DeadlineExceeded
+		} else {
+			send = append(send, r)
 		}
 	}
-	r.lane = l
-	l.pending = append(l.pending, r)
-	start := l.inflight < c.maxFlight
-	if start {
-		l.inflight++
+	c.busy.Add(int64(len(send)))
+	c.enqueue(send, forget)
+	start := time.Now()
+	for i, r := range rs {
+		if r.budget > 0 {
+			dss[i], errs[i] = c.await(ctx, r, max(time.Until(start.Add(r.budget)), time.Millisecond))
+			c.finished()
+		}
+	}
+	return dss, errs
+}
+
+// enqueue puts rs in their lanes and starts the pipelines they need: in
+// each lane, while fewer than maxFlight are out, one for every maxBatch
+// requests waiting.
+func (c *committer) enqueue(rs []*request, forget func(*request)) {
+	var touched []*lane
+	c.mu.Lock()
+	for _, r := range rs {
+		r.done = make(chan struct{})
+		l := c.laneOf(r.master)
+		r.lane = l
+		l.pending = append(l.pending, r)
+		if !slices.Contains(touched, l) {
+			touched = append(touched, l)
+		}
+	}
+	for _, l := range touched {
+		for started := 0; l.inflight < c.maxFlight && started*c.maxBatch < len(l.pending); started++ {
+			l.inflight++
+			go c.flushLoop(l, forget)
+		}
 	}
 	c.mu.Unlock()
-	if start {
-		go c.flushLoop(l, forget)
+}
+
+// laneOf returns the lane of master ("": not known), making it if there
+// is none. Called with c.mu held.
+func (c *committer) laneOf(master string) *lane {
+	if !c.perNode {
+		return c.one
 	}
+	l := c.lanes[master]
+	if l == nil {
+		c.dropIdleLanes()
+		l = &lane{addr: master}
+		c.lanes[master] = l
+	}
+	return l
+}
+
+// await waits for r's decisions, checking first after wait whether Redis
+// still has time to answer it (due), or for ctx, as do says.
+func (c *committer) await(ctx context.Context, r *request, wait time.Duration) ([]Decision, error) {
 	// A pooled timer rather than context.WithTimeout: this is the hot path,
 	// and since Go 1.23 a stopped timer can be reset without draining.
 	t, _ := c.timers.Get().(*time.Timer)
 	if t == nil {
-		t = time.NewTimer(budget)
+		t = time.NewTimer(wait)
 	} else {
-		t.Reset(budget)
+		t.Reset(wait)
 	}
 	defer func() {
 		if !t.Stop() {

@@ -44,7 +44,9 @@
 // tenant's work locally, without Redis, and the quota only caps, weighs or
 // pauses the tenant's tasks where package dispatch serves them.
 //
-// Concurrent calls are group-committed into shared Redis pipelines, a
+// Concurrent calls are group-committed into shared Redis pipelines
+// (AdmitBatches asks many tenants' batches at once, one script call a
+// Redis server), a
 // tenant that was just rejected is answered from a local cache until its
 // retry time, and a breaker with an optional fail-open local limiter keeps
 // callers moving while Redis is down. The gate knows nothing of asynq;

@@ -185,16 +185,28 @@ func (g *Gate) AdmitBatchAt(ctx context.Context, tenant string, ids []string, no
 // says what form of it the log keeps best (idGen.next).
 func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notBefore time.Time, fresh bool) (_ []Decision, err error) {
 	defer func() { err = g.causes.explain(err) }()
+	a, ds, err := g.asking(ctx, tenant, ids, notBefore, fresh)
+	if a == nil {
+		return ds, err
+	}
+	return g.decide(ctx, a)
+}
+
+// asking checks admitBatch's request and looks its tenant's quota up. It
+// returns the ask for decide, or nil and the answer where none is needed:
+// an error, no IDs, or decisions made without Redis (a quota without a
+// rate limit, or one guessed while Redis is away).
+func (g *Gate) asking(ctx context.Context, tenant string, ids []string, notBefore time.Time, fresh bool) (*ask, []Decision, error) {
 	if err := validate(tenant, ids); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if ids != nil && len(ids) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if ctx.Err() != nil {
 		// Already over: not decided, so nothing is recorded, whatever the
 		// deny cache or a racing group commit would have answered.
-		return nil, callError(ctx, "admit", tenant, ctx.Err())
+		return nil, nil, callError(ctx, "admit", tenant, ctx.Err())
 	}
 	q, err := g.quota(ctx, tenant)
 	var guess *guessedQuotaError
@@ -202,21 +214,20 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notB
 		// Redis is away and the quota is a guess: good enough to decide
 		// locally, never to record slots in Redis.
 		g.brk.failure(err, time.Now())
-		return g.withoutRedis(tenant, guess.q, orNew(ids, g.ids, guess.q), time.Now(), err)
+		ds, err := g.withoutRedis(tenant, guess.q, orNew(ids, g.ids, guess.q), time.Now(), err)
+		return nil, ds, err
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if q.Unlimited() {
-		return unlimited(tenant, orNew(ids, g.ids, q), time.Now()), nil
+		return nil, unlimited(tenant, orNew(ids, g.ids, q), time.Now()), nil
 	}
 	if err := g.checkVersion(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ids = orNew(ids, g.ids, q)
-	nb := notBeforeMicros(notBefore)
-	a := ask{tenant: tenant, key: windowKey(g.opts.prefix, tenant, q), q: q, gran: g.gran, ids: ids, fresh: fresh, notBefore: nb}
-	return g.decide(ctx, &a)
+	return &ask{tenant: tenant, key: windowKey(g.opts.prefix, tenant, q), q: q, gran: g.gran, ids: ids, fresh: fresh, notBefore: notBeforeMicros(notBefore)}, nil, nil
 }
 
 // unlimited admits ids for tenant, whose quota has no rate limit
@@ -287,27 +298,56 @@ func (g *Gate) quota(ctx context.Context, tenant string) (Quota, error) {
 // rejection says so, and otherwise asks Redis, whose retry hint goes to
 // the deny cache.
 func (g *Gate) decide(ctx context.Context, a *ask) ([]Decision, error) {
-	now := time.Now()
+	var p prepared
+	if ds, done, err := g.prepare(ctx, a, &p); done {
+		return ds, err
+	}
+	ds, hint, err := g.remote(ctx, a, p.dl.left())
+	return g.conclude(a, &p, ds, hint, err)
+}
+
+// prepared is what decide learns of a decision before it asks Redis, and
+// needs again once Redis has answered (conclude).
+type prepared struct {
+	now time.Time
+	brk *breaker
+	dl  deadline
+	gen uint64 // the deny cache's generation of the tenant
+}
+
+// prepare does decide's steps before Redis: it looks up the master of a's
+// key and its breaker, and answers a without Redis (done) when the breaker
+// is open, the FailOpen fallback's count rejects it or the deny cache
+// holds a rejection.
+func (g *Gate) prepare(ctx context.Context, a *ask, p *prepared) (_ []Decision, done bool, _ error) {
+	p.now = time.Now()
 	// One lookup of the key's master, for its breaker and its lane in the
 	// group commit.
 	node := g.nodes.master(ctx, a.key)
 	if node != nil {
 		a.master = node.Options().Addr
 	}
-	brk := g.breakerAt(ctx, node, a.key)
-	if brk.isOpen() {
-		return g.withoutRedis(a.tenant, a.q, a.ids, now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, a.tenant))
+	p.brk = g.breakerAt(ctx, node, a.key)
+	if p.brk.isOpen() {
+		ds, err := g.withoutRedis(a.tenant, a.q, a.ids, p.now, fmt.Errorf("%w: admit %q: breaker open", ErrUnavailable, a.tenant))
+		return ds, true, err
 	}
-	dl := deadline{timeout: g.opts.timeout}
-	if ds, ok := g.guard(ctx, a, now, &dl); ok {
-		return ds, nil
+	p.dl = deadline{timeout: g.opts.timeout}
+	if ds, ok := g.guard(ctx, a, p.now, &p.dl); ok {
+		return ds, true, nil
 	}
-	if ds, ok := g.cached(ctx, a, now, &dl); ok {
-		return ds, nil
+	if ds, ok := g.cached(ctx, a, p.now, &p.dl); ok {
+		return ds, true, nil
 	}
-	gen := g.deny.generation(a.tenant)
-	ds, hint, err := g.remote(ctx, a, dl.left())
-	g.deny.put(a.denyKey(), ds, hint, time.Now(), gen)
+	p.gen = g.deny.generation(a.tenant)
+	return nil, false, nil
+}
+
+// conclude is decide's last step, once Redis has answered a (remote): the
+// retry hint goes to the deny cache, and the breaker and the FailOpen
+// fallback hear how it went.
+func (g *Gate) conclude(a *ask, p *prepared, ds []Decision, hint time.Time, err error) ([]Decision, error) {
+	g.deny.put(a.denyKey(), ds, hint, time.Now(), p.gen)
 	if errors.Is(err, ErrUnavailable) {
 		// The gate's own timeout, not the caller's deadline (that error
 		// is the caller's, and its pipeline reports to the breaker, see
@@ -315,13 +355,13 @@ func (g *Gate) decide(ctx context.Context, a *ask) ([]Decision, error) {
 		// so that its next call is a failure of its own; as of when the
 		// decision began, so that decisions that overlap one failure
 		// count as one.
-		brk.failure(err, now)
-		return g.withoutRedis(a.tenant, a.q, a.ids, now, err)
+		p.brk.failure(err, p.now)
+		return g.withoutRedis(a.tenant, a.q, a.ids, p.now, err)
 	}
 	if err != nil {
 		return nil, err
 	}
-	brk.success()
+	p.brk.success()
 	if g.opts.policy == FailOpen && a.notBefore == 0 {
 		// What the fallback must not hand out again. A request that
 		// starts later says nothing of the window now.

@@ -1531,28 +1531,32 @@ func appendOps(args []any, ops []moveOp) []any {
 // admitted now, else back at the head of their tenant's line, which
 // sleeps until the gate's slot. So a waiting task is charged the moment it
 // goes in, and the rate holds for start times. A tenant's grants are
-// admitted in one call, in order; the tenants' calls run together, so the
-// gate's group commit sends them as one pipeline.
+// admitted in one batch, in order, and all the tenants' batches together
+// (Gate.AdmitBatches): one script call a Redis server.
 func (d *Dispatcher) admitAndMove(ctx context.Context, queue string, picks []pick) error {
 	return d.move(ctx, queue, d.admit(ctx, queue, picks))
 }
 
 // admit admits picks through the gate and returns their move ops, for
-// fair_move.lua or the next dispatch turn.
+// fair_move.lua or the next dispatch turn. Each run of one tenant's picks
+// is a batch of its own, and the gate asks Redis for them all together.
 func (d *Dispatcher) admit(ctx context.Context, queue string, picks []pick) []moveOp {
 	if len(picks) == 0 {
 		return nil
 	}
 	ops := make([]moveOp, len(picks))
-	var wg sync.WaitGroup
-	for _, run := range runs(picks) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d.admitRun(ctx, queue, picks[run[0]:run[1]], ops[run[0]:run[1]])
-		}()
+	rs := runs(picks)
+	batches := make([]admission.Batch, len(rs))
+	for i, run := range rs {
+		b := &batches[i]
+		b.Tenant, b.NotBefore = picks[run[0]].tenant, picks[run[0]].entry.notBeforeTime()
+		for _, p := range picks[run[0]:run[1]] {
+			b.IDs = append(b.IDs, p.entry.id)
+		}
 	}
-	wg.Wait()
+	for i, res := range d.gate.AdmitBatches(ctx, batches) {
+		d.opsFor(ctx, queue, picks[rs[i][0]:rs[i][1]], ops[rs[i][0]:rs[i][1]], res.Decisions, res.Err)
+	}
 	return ops
 }
 
@@ -1582,16 +1586,15 @@ func runs(picks []pick) [][2]int {
 	return out
 }
 
-// admitRun admits picks, one tenant's with one not-before time, and
-// writes each one's move op into its place in ops.
-func (d *Dispatcher) admitRun(ctx context.Context, queue string, picks []pick, ops []moveOp) {
+// opsFor writes into ops the move op of each of picks, one tenant's with
+// one not-before time, by the gate's decisions ds for them (or its error).
+func (d *Dispatcher) opsFor(ctx context.Context, queue string, picks []pick, ops []moveOp, ds []admission.Decision, err error) {
 	tenant := picks[0].tenant
 	ids := make([]string, len(picks))
 	for i, p := range picks {
 		ids[i] = p.entry.id
 		ops[i] = moveOp{op: opBack, id: p.entry.id, sleep: time.Second}
 	}
-	ds, err := d.gate.AdmitBatchAt(ctx, tenant, ids, picks[0].entry.notBeforeTime())
 	if err == nil && len(ds) != len(ids) {
 		err = fmt.Errorf("the gate returned %d decisions for %d tasks", len(ds), len(ids))
 	}

@@ -1,0 +1,93 @@
+package admission
+
+import (
+	"context"
+	"time"
+
+	"github.com/admitq/admitq/internal/freshid"
+)
+
+// Batch is one tenant's requests for AdmitBatches: its IDs and when the
+// work will first run, as AdmitBatchAt takes them (a zero NotBefore: as
+// soon as admitted).
+type Batch struct {
+	Tenant    string
+	IDs       []string
+	NotBefore time.Time
+}
+
+// BatchResult is AdmitBatches' answer to one Batch: its decisions, in the
+// order of its IDs, or the error AdmitBatchAt would have returned for it.
+type BatchResult struct {
+	Decisions []Decision
+	Err       error
+}
+
+// AdmitBatches decides each of batches as AdmitBatchAt would, and returns
+// their results in the same order. What it must ask Redis, it asks
+// together: one pipeline a Redis server (on a cluster, a master), which
+// carries one call of the admission script, where the same batches asked
+// from as many goroutines would start a pipeline each while fewer than two
+// are out. A dispatcher that admits many tenants' tasks at once pays one
+// script call a server for them. A batch's error is its own; the others
+// are decided all the same.
+func (g *Gate) AdmitBatches(ctx context.Context, batches []Batch) []BatchResult {
+	out := make([]BatchResult, len(batches))
+	g.warmQuotas(ctx, batches)
+	var (
+		asks  []*ask
+		preps []prepared
+		at    []int // each ask's batch
+	)
+	for i, b := range batches {
+		ids := b.IDs
+		if ids == nil {
+			ids = []string{} // as AdmitBatchAt: nil asks for a generated ID
+		}
+		a, ds, err := g.asking(ctx, b.Tenant, ids, b.NotBefore, freshid.MadeAll(ctx, ids))
+		var p prepared
+		if a != nil {
+			var done bool
+			if ds, done, err = g.prepare(ctx, a, &p); !done {
+				asks, preps, at = append(asks, a), append(preps, p), append(at, i)
+				continue
+			}
+		}
+		out[i] = BatchResult{Decisions: ds, Err: g.causes.explain(err)}
+	}
+	if len(asks) == 0 {
+		return out
+	}
+	rs := make([]*request, len(asks))
+	for j, a := range asks {
+		rs[j] = a.request()
+		rs[j].budget = preps[j].dl.left()
+	}
+	dss, errs := g.commit.doAll(ctx, rs, g.forget)
+	for j, a := range asks {
+		err := errs[j]
+		if err != nil {
+			err = callError(ctx, "admit", a.tenant, err)
+		}
+		ds, err := g.conclude(a, &preps[j], dss[j], rs[j].hint, err)
+		out[at[j]] = BatchResult{Decisions: ds, Err: g.causes.explain(err)}
+	}
+	return out
+}
+
+// warmQuotas looks up, in one round trip, the quotas of batches' tenants
+// that a RedisQuotas has not cached, so that AdmitBatches, which looks
+// each one up in turn, does not wait on Redis once a tenant.
+func (g *Gate) warmQuotas(ctx context.Context, batches []Batch) {
+	rq, ok := g.quotas.(*RedisQuotas)
+	if !ok || len(batches) < 2 {
+		return
+	}
+	tenants := make([]string, 0, len(batches))
+	for _, b := range batches {
+		if ValidateTenant(b.Tenant) == nil {
+			tenants = append(tenants, b.Tenant)
+		}
+	}
+	rq.quotaBatch(ctx, tenants)
+}
