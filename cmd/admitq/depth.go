@@ -21,6 +21,12 @@ type dispatchStatus struct {
 	Fair        bool             `json:"fair"`        // one of them is fair
 	Concurrency int              `json:"concurrency"` // the fair workers' total
 	Tenants     []dispatchTenant `json:"tenants"`
+	// TenantsWaiting is how many tenants have tasks parked that may go in
+	// by their own limits, held back for a while, or waiting on keys:
+	// Tenants lists at most dispatch.StatsTenants of them, the next to go
+	// in first, and the others are MoreWaiting.
+	TenantsWaiting int `json:"tenants_waiting"`
+	MoreWaiting    int `json:"more_waiting"`
 	// Keys are the queue's concurrency keys with tasks parked or in
 	// flight, by name, at most dispatch.StatsKeys (status.go).
 	Keys []dispatchKey `json:"keys"`
@@ -84,8 +90,9 @@ func (s *statusReader) readDispatch(ctx context.Context, keyQuotas map[string]ad
 		if err != nil {
 			return out, err
 		}
-		ds := dispatchStatus{Queue: q, Workers: qs.Workers, Fair: qs.Fair, Concurrency: qs.Concurrency, Ungated: qs.Ungated, Tenants: []dispatchTenant{}}
-		parked := 0
+		ds := dispatchStatus{Queue: q, Workers: qs.Workers, Fair: qs.Fair, Concurrency: qs.Concurrency, Ungated: qs.Ungated,
+			Tenants: []dispatchTenant{}, TenantsWaiting: qs.TenantsWaiting}
+		parked, waiting := 0, 0
 		for _, t := range qs.Tenants {
 			dt := dispatchTenant{Tenant: t.Tenant, Parked: t.Waiting, InFlight: t.InFlight, MaxInFlight: caps[t.Tenant],
 				Paused: t.Paused, Held: t.Held, Weight: t.Weight, WorkerShare: t.Share}
@@ -96,7 +103,13 @@ func (s *statusReader) readDispatch(ctx context.Context, keyQuotas map[string]ad
 				dt.OldestParkedAge = &age
 			}
 			parked += t.Waiting
+			if t.Waiting > 0 && !t.Paused && !(t.Cap > 0 && t.InFlight >= t.Cap) {
+				waiting++ // one of TenantsWaiting
+			}
 			ds.Tenants = append(ds.Tenants, dt)
+		}
+		if qs.TenantsWaiting > dispatch.StatsTenants {
+			ds.MoreWaiting = max(qs.TenantsWaiting-waiting, 0)
 		}
 		ds.Keys = toDispatchKeys(qs, keyQuotas)
 		ds.Unserved = parked > 0 && qs.Workers == 0
@@ -198,6 +211,9 @@ func writeDispatch(w io.Writer, r statusReport) {
 				fmt.Fprintf(w, "\t%s\t%s", drainRateText(t), drainETAText(t))
 			}
 			fmt.Fprintln(w)
+		}
+		if q.MoreWaiting > 0 {
+			fmt.Fprintf(w, "… and %d more tenants with tasks parked (status lists the first %d of a queue, the next to go in first)\n", q.MoreWaiting, dispatch.StatsTenants)
 		}
 		fmt.Fprintln(w)
 		if len(q.Keys) > 0 {

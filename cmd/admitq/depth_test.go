@@ -2,14 +2,18 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/hibiken/asynq"
 
 	"github.com/admitq/admitq/admission"
 	"github.com/admitq/admitq/dispatch"
+	"github.com/admitq/admitq/enqueue"
 	"github.com/admitq/admitq/internal/redistest"
 )
 
@@ -217,5 +221,48 @@ func TestStatusWarnsOfAnEvictingRedis(t *testing.T) {
 	var got statusReport
 	if err := json.Unmarshal([]byte(mustRun(t, append(base, "status", "--json")...).stdout), &got); err != nil || len(got.Eviction) != 1 {
 		t.Errorf("status --json eviction = %v, %v; want the server's allkeys-lru", got.Eviction, err)
+	}
+}
+
+// TestStatusSaysHowManyMoreTenantsWait: past the dispatch.StatsTenants
+// tenants it lists, status says how many more have tasks parked, as text
+// and JSON.
+func TestStatusSaysHowManyMoreTenantsWait(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	g := admission.New(rdb, admission.StaticQuotas{Default: &admission.Quota{Limit: admission.NoLimit}})
+	t.Cleanup(func() { g.Close() })
+	hold, err := dispatch.New(rdb, g, nil).Serve(dispatch.Worker{Queues: []string{"default"}, Concurrency: 1, Fair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hold.Close)
+	client := enqueue.NewFromRedis(rdb, g)
+	const tenants = dispatch.StatsTenants + 30
+	parked := 0
+	for i := range tenants {
+		_, d, err := client.Enqueue(t.Context(), "t"+strconv.Itoa(i), asynq.NewTask("x", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Outcome == admission.Parked {
+			parked++
+		}
+	}
+	if parked <= dispatch.StatsTenants {
+		t.Fatalf("%d tenants parked, want more than %d", parked, dispatch.StatsTenants)
+	}
+	var got statusReport
+	if err := json.Unmarshal([]byte(mustRun(t, "--redis", srv.URL(), "status", "--json").stdout), &got); err != nil || len(got.Dispatch) != 1 {
+		t.Fatalf("status --json: %+v, %v", got.Dispatch, err)
+	}
+	q := got.Dispatch[0]
+	if q.TenantsWaiting != parked || q.MoreWaiting != parked-dispatch.StatsTenants {
+		t.Errorf("tenants_waiting %d, more_waiting %d; want %d and %d", q.TenantsWaiting, q.MoreWaiting, parked, parked-dispatch.StatsTenants)
+	}
+	want := fmt.Sprintf("… and %d more tenants with tasks parked (status lists the first %d of a queue", parked-dispatch.StatsTenants, dispatch.StatsTenants)
+	if text := mustRun(t, "--redis", srv.URL(), "status").stdout; !strings.Contains(text, want) {
+		t.Errorf("status lacks %q:\n%s", want, text)
 	}
 }

@@ -145,6 +145,13 @@ func (f *quotaFlags) apply(cmd *cobra.Command, base admission.Quota, stderr io.W
 	if changed("weight") {
 		q.Weight = f.weight
 	}
+	if q.Unlimited() {
+		for _, name := range []string{"window", "max-delay", "mode"} {
+			if changed(name) {
+				return admission.Quota{}, usageErrorf("--%s: the quota has no rate limit (--limit none), which --%s would shape: give --limit N to set one", name, name)
+			}
+		}
+	}
 	// quotainput gives the dashboard's form the same checks and messages.
 	if err := quotainput.CheckQuota(q); err != nil {
 		return admission.Quota{}, usageError(err)

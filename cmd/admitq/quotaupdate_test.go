@@ -229,3 +229,35 @@ func TestQuotaShowsMaxParkedWithoutACap(t *testing.T) {
 		t.Errorf("quota list:\n%s\nwant a MAX PARKED column with 2 for t2", list)
 	}
 }
+
+// A quota without a rate limit has no window, delay or mode to set: quota
+// update and quota set refuse those flags on it, and write nothing (update
+// used to print the unchanged quota "(was" itself).
+func TestQuotaWithoutALimitRefusesRateFlags(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	url := srv.URL()
+	mustRun(t, "--redis", url, "quota", "set", "free", "--limit", "none", "--max-in-flight", "2")
+	for _, args := range [][]string{
+		{"quota", "update", "free", "--window", "1m"},
+		{"quota", "update", "free", "--max-delay", "1s"},
+		{"quota", "update", "free", "--mode", "counter"},
+		{"quota", "set", "other", "--limit", "none", "--window", "1s"},
+		{"quota", "update", "free", "--limit", "none", "--window", "1s"},
+	} {
+		r := admitq(t, append([]string{"--redis", url}, args...)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "the quota has no rate limit (--limit none)") {
+			t.Errorf("%v: %v", args, r)
+		}
+	}
+	if got, err := quotaIn(t, srv, "free"); err != nil || got != (admission.Quota{Limit: admission.NoLimit, MaxInFlight: 2}) {
+		t.Errorf("free after: %v, %v", got, err)
+	}
+	if _, err := quotaIn(t, srv, "other"); err == nil {
+		t.Error("quota set wrote other's quota")
+	}
+	// A limit with its window is still how to give it one.
+	if r := mustRun(t, "--redis", url, "quota", "update", "free", "--limit", "10", "--window", "1s"); !strings.HasPrefix(r.stdout, "free: 10/1s") {
+		t.Errorf("update to a limit: %v", r)
+	}
+}

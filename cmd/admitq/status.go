@@ -44,10 +44,11 @@ func (a *app) newStatusCmd() *cobra.Command {
 		Long: `For each tenant: its quota, the entries in its window, the reservations ahead
 of now and the next free slot. Then the concurrency keys' quotas (admitq key),
 the first --limit of them, when no TENANT is named. Then each dispatched
-queue (one that workers with a gate serve): its tenants, and its concurrency
-keys with tasks parked or in flight (at most 100), each against the key's
-cap, and whether it is paused or held by a downstream throttle
-(worker.ThrottledKey). Then asynq's queues: tasks pending, scheduled and
+queue (one that workers with a gate serve): its tenants (at most 100 with
+tasks parked, the next to go in first, and a line that counts the others),
+and its concurrency keys with tasks parked or in flight (at most 100), each
+against the key's cap, and whether it is paused or held by a downstream
+throttle (worker.ThrottledKey). Then asynq's queues: tasks pending, scheduled and
 active.
 
 With no TENANT, status lists every tenant that has a quota of its own, and
