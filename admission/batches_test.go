@@ -172,3 +172,34 @@ func testClusterBatches(t *testing.T, c *redistest.Cluster) {
 		}
 	}
 }
+
+// TestBatchesPastMaxBatchAreRefused: a batch of more than MaxBatch IDs is
+// ErrBatchTooLarge, alone or among others, and writes nothing; MaxBatch
+// IDs are decided.
+func TestBatchesPastMaxBatchAreRefused(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	g := admission.New(srv.Client(t), static(admission.Quota{Limit: 5, Window: time.Minute}))
+	defer g.Close()
+	ids := func(n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = strconv.Itoa(i)
+		}
+		return out
+	}
+	if _, err := g.AdmitBatch(t.Context(), "big", ids(admission.MaxBatch+1)); !errors.Is(err, admission.ErrBatchTooLarge) {
+		t.Errorf("AdmitBatch of MaxBatch+1 IDs: %v, want ErrBatchTooLarge", err)
+	}
+	res := g.AdmitBatches(t.Context(), []admission.Batch{{Tenant: "big", IDs: ids(admission.MaxBatch + 1)}})
+	if !errors.Is(res[0].Err, admission.ErrBatchTooLarge) {
+		t.Errorf("AdmitBatches of MaxBatch+1 IDs: %v, want ErrBatchTooLarge", res[0].Err)
+	}
+	if n := rdb.DBSize(t.Context()).Val(); n != 0 {
+		t.Errorf("%d keys written", n)
+	}
+	ds, err := g.AdmitBatch(t.Context(), "big", ids(admission.MaxBatch))
+	if err != nil || len(ds) != admission.MaxBatch || ds[4].Outcome != admission.Admitted || ds[5].Outcome != admission.Rejected {
+		t.Errorf("AdmitBatch of MaxBatch IDs: %d decisions, %v; want 5 admitted, the rest rejected", len(ds), err)
+	}
+}

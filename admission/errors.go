@@ -26,6 +26,10 @@ var (
 	// ErrInvalidID is returned for an empty entry ID.
 	ErrInvalidID = errors.New("admitq: invalid entry ID")
 
+	// ErrBatchTooLarge is returned for a batch of more than MaxBatch IDs.
+	// Nothing is decided or written.
+	ErrBatchTooLarge = errors.New("admitq: batch too large")
+
 	// ErrNoQuota is returned when a tenant has no quota of its own and there
 	// is no default quota either.
 	ErrNoQuota = errors.New("admitq: no quota")

@@ -145,9 +145,15 @@ func (g *Gate) AdmitID(ctx context.Context, tenant, id string) (Decision, error)
 	return ds[0], nil
 }
 
+// MaxBatch is the most IDs one AdmitBatch or AdmitBatchAt call, or one
+// Batch of AdmitBatches, decides: about 30 ms of Redis's time in one script
+// call, within the gate's default timeout with room to spare. A larger
+// batch is ErrBatchTooLarge; split it.
+const MaxBatch = 10_000
+
 // AdmitBatch decides len(ids) requests for tenant in one Redis round trip,
 // in order: slots never go backwards through the batch, and once one request
-// is rejected so is every one after it.
+// is rejected so is every one after it. It takes at most MaxBatch IDs.
 func (g *Gate) AdmitBatch(ctx context.Context, tenant string, ids []string) ([]Decision, error) {
 	return g.AdmitBatchAt(ctx, tenant, ids, time.Time{})
 }
@@ -266,6 +272,9 @@ func (a *ask) denyKey() denyKey { return denyKey{a.tenant, a.q, a.gran} }
 func validate(tenant string, ids []string) error {
 	if err := ValidateTenant(tenant); err != nil {
 		return err
+	}
+	if len(ids) > MaxBatch {
+		return fmt.Errorf("%w: %d IDs for tenant %q, at most MaxBatch (%d) a call", ErrBatchTooLarge, len(ids), tenant, MaxBatch)
 	}
 	for _, id := range ids {
 		if id == "" {

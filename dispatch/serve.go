@@ -1571,13 +1571,13 @@ func (d *Dispatcher) move(ctx context.Context, queue string, ops []moveOp) error
 	return err
 }
 
-// runs splits picks into runs of one tenant with one not-before time:
-// each is [lo, hi) of picks.
+// runs splits picks into runs of one tenant with one not-before time, of
+// at most admission.MaxBatch picks: each is [lo, hi) of picks.
 func runs(picks []pick) [][2]int {
 	var out [][2]int
 	for lo := 0; lo < len(picks); {
 		hi := lo + 1
-		for hi < len(picks) && picks[hi].tenant == picks[lo].tenant && picks[hi].entry.notBefore == picks[lo].entry.notBefore {
+		for hi < len(picks) && hi-lo < admission.MaxBatch && picks[hi].tenant == picks[lo].tenant && picks[hi].entry.notBefore == picks[lo].entry.notBefore {
 			hi++
 		}
 		out = append(out, [2]int{lo, hi})

@@ -189,3 +189,20 @@ func TestEnqueueRefusesInvalidTasksBeforeAdmission(t *testing.T) {
 		})
 	}
 }
+
+// TestEnqueueBatchRefusesMoreThanMaxBatch: past admission.MaxBatch tasks,
+// EnqueueBatch is ErrBatchTooLarge, and nothing is written.
+func TestEnqueueBatchRefusesMoreThanMaxBatch(t *testing.T) {
+	f := newFixture(t, fixtureConfig{quota: roomy})
+	tasks := make([]*asynq.Task, admission.MaxBatch+1)
+	for i := range tasks {
+		tasks[i] = asynq.NewTask("test", nil)
+	}
+	rs, err := f.client.EnqueueBatch(context.Background(), "acme", tasks)
+	if !errors.Is(err, admission.ErrBatchTooLarge) || rs != nil {
+		t.Errorf("EnqueueBatch of %d tasks: %d results, %v; want ErrBatchTooLarge", len(tasks), len(rs), err)
+	}
+	if keys := f.mr.Keys(); len(keys) != 0 {
+		t.Errorf("Redis holds %v, want nothing written", keys)
+	}
+}

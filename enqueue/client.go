@@ -253,7 +253,8 @@ func (r Result) Enqueued() bool { return r.Err == nil && r.Info != nil }
 // the dispatcher one by one.
 //
 // The error is non-nil, and the results nil, only when nothing was admitted:
-// the tenant is invalid, opts hold a TaskID, two tasks have the same ID
+// the tenant is invalid, there are more than admission.MaxBatch tasks
+// (admission.ErrBatchTooLarge), opts hold a TaskID, two tasks have the same ID
 // (one ID is one task, and one slot), or the gate failed (say, Redis is
 // unavailable, on the first run of tasks). Otherwise every task's fate is in
 // its Result.
@@ -263,6 +264,9 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, tasks []*asynq
 	}
 	if err := admission.ValidateTenant(tenant); err != nil {
 		return nil, err
+	}
+	if len(tasks) > admission.MaxBatch {
+		return nil, fmt.Errorf("enqueue: %w: %d tasks, at most admission.MaxBatch (%d) a call", admission.ErrBatchTooLarge, len(tasks), admission.MaxBatch)
 	}
 	if hasTaskID(opts) {
 		return nil, errors.New("enqueue: EnqueueBatch options hold an asynq.TaskID, which would give every task the same ID; set it on each task instead")
