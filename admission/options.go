@@ -85,7 +85,11 @@ func newOptions(opts []Option) options {
 }
 
 // WithPrefix sets the prefix of every Redis key; the default is "admitq".
-// Gates and quota stores that share tenants must share the prefix.
+// Gates and quota stores that share tenants must share the prefix. A gate
+// whose prefix holds a brace ({ or }) decides on its own, but package
+// dispatch refuses it (dispatch.ErrInvalidPrefix), and so Enqueue into any
+// queue and a worker with the gate: the dispatcher's keys must hash on
+// their queue's {<queue>} tag, beside asynq's.
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(o *options) {
 		if prefix != "" {

@@ -351,12 +351,16 @@ func micros(t time.Time) int64 {
 	return max(t.UnixMicro(), 0)
 }
 
-// checkPrefix refuses a gate prefix with a brace: the dispatcher's keys
-// must hash on the queue's tag, {<queue>}, beside asynq's, and a brace in
-// the prefix would make an earlier tag.
+// ErrInvalidPrefix is returned by Park, Serve and the other calls that
+// write a queue's keys when the gate's prefix (admission.WithPrefix) holds
+// a brace: the dispatcher's keys must hash on the queue's tag, {<queue>},
+// beside asynq's, and a brace in the prefix would make an earlier tag.
+var ErrInvalidPrefix = errors.New("dispatch: invalid prefix")
+
+// checkPrefix refuses a gate prefix with a brace (ErrInvalidPrefix).
 func (d *Dispatcher) checkPrefix() error {
 	if strings.ContainsAny(d.gate.Prefix(), "{}") {
-		return fmt.Errorf("dispatch: the gate's prefix %q has a brace; the dispatcher's keys must hash on the queue's {<queue>} tag, so use a prefix without braces", d.gate.Prefix())
+		return fmt.Errorf("%w: the gate's prefix %q has a brace; the dispatcher's keys must hash on the queue's {<queue>} tag, so use a prefix without braces", ErrInvalidPrefix, d.gate.Prefix())
 	}
 	return nil
 }

@@ -162,7 +162,7 @@ func (c *Client) parkWriting(cc *callContext, p prepared, t dispatch.Task, q adm
 		// asynq failed before its script call (the SADD of a new queue's
 		// name, or ctx ended): nothing of the task was stored.
 		cc.along = nil
-		return dispatch.Ticket{}, true, fmt.Errorf("%w: enqueue: tenant %q, task %q: %w", admission.ErrUnavailable, p.tenant, p.id, withCancel(cc, err))
+		return dispatch.Ticket{}, true, parkFailed(cc, p, err)
 	case a.err != nil:
 		// The park failed. If it may have run, so may the write: that is
 		// no failure of admission (Enqueue marks it ambiguous).
@@ -174,7 +174,7 @@ func (c *Client) parkWriting(cc *callContext, p prepared, t dispatch.Task, q adm
 		case cc.trace.oom.Load():
 			return dispatch.Ticket{}, true, fmt.Errorf("%w: %w: enqueue: tenant %q, task %q: %w", admission.ErrUnavailable, ErrOutOfMemory, p.tenant, p.id, perr)
 		}
-		return dispatch.Ticket{}, true, fmt.Errorf("%w: enqueue: tenant %q, task %q: %w", admission.ErrUnavailable, p.tenant, p.id, perr)
+		return dispatch.Ticket{}, true, parkFailed(cc, p, a.err)
 	case !a.tk.Written && !a.tk.Exists:
 		// Nothing written: write does it, and traces its own call.
 		cc.along = nil

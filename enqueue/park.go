@@ -38,7 +38,7 @@ func (c *Client) admit(cc *callContext, p prepared) (admission.Decision, dispatc
 		if !tried {
 			tk, err = c.disp.Park(cc, task, q)
 			if err != nil {
-				err = fmt.Errorf("%w: enqueue: tenant %q, task %q: %w", admission.ErrUnavailable, p.tenant, p.id, withCancel(cc, err))
+				err = parkFailed(cc, p, err)
 			}
 		}
 		if err != nil {
@@ -81,6 +81,8 @@ func (c *Client) keyQuotas(ctx context.Context, p prepared) ([]dispatch.Key, err
 		case err == nil:
 		case errors.Is(err, admission.ErrUnavailable), errors.Is(err, admission.ErrInvalidQuota):
 			return nil, fmt.Errorf("enqueue: tenant %q, task %q: the quota of key %q: %w", p.tenant, p.id, k, err)
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("enqueue: tenant %q, task %q: the quota of key %q: %w", p.tenant, p.id, k, withCancel(ctx, err))
 		default:
 			return nil, fmt.Errorf("%w: enqueue: tenant %q, task %q: the quota of key %q: %w", admission.ErrUnavailable, p.tenant, p.id, k, err)
 		}
@@ -124,4 +126,17 @@ func (c *Client) WhyParked(ctx context.Context, info *asynq.TaskInfo) string {
 		return dispatch.ParkedWhy(dispatch.Place{}, errors.New("enqueue: no task"))
 	}
 	return dispatch.ParkedWhy(c.disp.Locate(ctx, info.Queue, info.ID))
+}
+
+// parkFailed is the error of a park that failed with err before its task
+// was written: admission.ErrUnavailable's (Redis failed it), but for the
+// caller's context that ended (ctx's error, as the gate returns it) and a
+// gate prefix the dispatcher refuses (dispatch.ErrInvalidPrefix), which are
+// no outage of Redis.
+func parkFailed(ctx context.Context, p prepared, err error) error {
+	err = withCancel(ctx, err)
+	if ctx.Err() != nil || errors.Is(err, dispatch.ErrInvalidPrefix) || errors.Is(err, dispatch.ErrInvalidTask) {
+		return fmt.Errorf("enqueue: tenant %q, task %q: %w", p.tenant, p.id, err)
+	}
+	return fmt.Errorf("%w: enqueue: tenant %q, task %q: %w", admission.ErrUnavailable, p.tenant, p.id, err)
 }

@@ -171,6 +171,9 @@ ADMITQ_REDIS_CLUSTER) for a Redis Cluster. admitq needs Redis 7 or newer.`,
 			if a.prefix == "" {
 				return usageErrorf("--prefix is empty")
 			}
+			if strings.ContainsAny(a.prefix, "{}") {
+				return usageErrorf("--prefix %q has a brace: the dispatcher's keys hash on their queue's {<queue>} tag, which a brace in the prefix would come before", a.prefix)
+			}
 			for _, name := range []string{"redis", "redis-cluster"} {
 				// An empty value is a slip (an unset shell variable, say),
 				// not a wish for the default server.

@@ -36,6 +36,8 @@ func readmeProducer(ctx context.Context, payload []byte, orderID string) {
 	switch {
 	case errors.As(err, &rej):
 		// Rejected: answer 429 with Retry-After: rej.RetryAfter(). Nothing was enqueued.
+	case errors.Is(err, asynq.ErrTaskIDConflict):
+		// A task with this ID is in the queue: this order's, put there by an earlier try.
 	case enqueue.IsAmbiguous(err):
 		// Perhaps enqueued (a timeout, say): retry with the same task ID, which takes no second slot.
 	case err != nil:
