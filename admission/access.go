@@ -25,6 +25,9 @@ func (g *Gate) Redis() redis.UniversalClient { return g.rdb }
 // default, from the gate's cache of its Quotas. The error wraps
 // ErrInvalidTenant or ErrNoQuota, or says why the quotas could not be read.
 func (g *Gate) Quota(ctx context.Context, tenant string) (Quota, error) {
+	if err := g.made(); err != nil {
+		return Quota{}, err
+	}
 	if err := ValidateTenant(tenant); err != nil {
 		return Quota{}, err
 	}

@@ -27,6 +27,9 @@ const scanCount = 2000
 // may be called from several goroutines, one at a time. fn returning an
 // error stops the scan, which returns it.
 func (g *Gate) ScanTenants(ctx context.Context, pattern string, fn func(tenant string) error) error {
+	if err := g.made(); err != nil {
+		return err
+	}
 	if pattern == "" {
 		pattern = "*"
 	}

@@ -33,6 +33,12 @@ type BatchResult struct {
 // are decided all the same.
 func (g *Gate) AdmitBatches(ctx context.Context, batches []Batch) []BatchResult {
 	out := make([]BatchResult, len(batches))
+	if err := g.made(); err != nil {
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
 	g.warmQuotas(ctx, batches)
 	var (
 		asks  []*ask

@@ -21,8 +21,8 @@ import (
 // Gates in any number of processes share one exact limit per tenant.
 //
 // A Gate is safe for concurrent use, and meant to be shared: concurrent
-// calls are group-committed into shared pipelines. Make one with New; the
-// zero value is not usable. Most callers want Admit, or AdmitID when they
+// calls are group-committed into shared pipelines. Make one with New; a
+// zero or nil Gate answers every call with an error, never a decision. Most callers want Admit, or AdmitID when they
 // have an ID of their own to make retries idempotent; AdmitBatch decides
 // many in one round trip.
 type Gate struct {
@@ -46,6 +46,18 @@ type Gate struct {
 	back   *giveBack // removes the entries of fresh IDs no one will use
 
 	version *versionCheck
+}
+
+// errNotMade is what a Gate that New did not make answers, where a call
+// on it would otherwise panic: a zero Gate never reads as admitted.
+var errNotMade = errors.New("admission: the Gate was not made by New")
+
+// made returns errNotMade for a nil or zero Gate.
+func (g *Gate) made() error {
+	if g == nil || g.commit == nil {
+		return errNotMade
+	}
+	return nil
 }
 
 // New returns a Gate that keeps its logs in rdb and looks quotas up in
@@ -106,6 +118,9 @@ func New(rdb redis.UniversalClient, quotas Quotas, opts ...Option) *Gate {
 // owns. A closed gate still decides, but no longer notices Redis coming
 // back once its breaker has opened.
 func (g *Gate) Close() error {
+	if g.made() != nil {
+		return nil
+	}
 	g.brk.close()
 	g.nodes.close()
 	g.back.close()
@@ -190,6 +205,9 @@ func (g *Gate) AdmitBatchAt(ctx context.Context, tenant string, ids []string, no
 // yet. Nil ids is Admit's one ID, which the gate generates once the quota
 // says what form of it the log keeps best (idGen.next).
 func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notBefore time.Time, fresh bool) (_ []Decision, err error) {
+	if err := g.made(); err != nil {
+		return nil, err
+	}
 	defer func() { err = g.causes.explain(err) }()
 	a, ds, err := g.asking(ctx, tenant, ids, notBefore, fresh)
 	if a == nil {
@@ -597,6 +615,9 @@ func (g *Gate) forgetDenial(tenant string) { g.deny.forget(tenant) }
 // leaves its window, or the gate closes. A caller's own ID is not, since
 // a retry may admit it again in the meantime.
 func (g *Gate) Release(ctx context.Context, d Decision) (err error) {
+	if err := g.made(); err != nil {
+		return err
+	}
 	defer func() { err = g.causes.explain(err) }()
 	if d.ID == "" || d.Local || d.Outcome == Rejected {
 		return nil
@@ -668,6 +689,9 @@ func unlimitedUsage(tenant string, q Quota) Usage {
 // a quota with no rate limit (NoLimit) it reads nothing either: see
 // unlimitedUsage.
 func (g *Gate) Usage(ctx context.Context, tenant string) (_ Usage, err error) {
+	if err := g.made(); err != nil {
+		return Usage{}, err
+	}
 	defer func() { err = g.causes.explain(err) }()
 	if err := ValidateTenant(tenant); err != nil {
 		return Usage{}, err

@@ -78,6 +78,9 @@ func (q Quota) ValidateAsKey() error {
 // key's (Quota.ValidateAsKey), and ErrUnavailable when Redis cannot be
 // reached and key is not cached.
 func (g *Gate) KeyQuota(ctx context.Context, key string) (q Quota, ok bool, err error) {
+	if err := g.made(); err != nil {
+		return Quota{}, false, err
+	}
 	if err := ValidateKey(key); err != nil {
 		return Quota{}, false, err
 	}

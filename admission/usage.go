@@ -41,6 +41,9 @@ const (
 // cached are read a thousand per round trip too.
 func (g *Gate) UsageBatch(ctx context.Context, tenants []string) []UsageResult {
 	res := make([]UsageResult, len(tenants))
+	if notMade(g, res) {
+		return res
+	}
 	bctx, cancel := context.WithTimeoutCause(ctx, g.opts.bulkTimeout, errBulkTimeout(g.opts.bulkTimeout))
 	defer cancel()
 
@@ -129,6 +132,9 @@ func inParallel(chunks [][]int, f func([]int)) {
 // cluster, and runs under the bulk timeout.
 func (g *Gate) UsageTop(ctx context.Context, tenants []string, n int) []UsageResult {
 	res := make([]UsageResult, len(tenants))
+	if notMade(g, res) {
+		return res
+	}
 	bctx, cancel := context.WithTimeoutCause(ctx, g.opts.bulkTimeout, errBulkTimeout(g.opts.bulkTimeout))
 	defer cancel()
 	quotas, qerrs := g.quotaBatch(bctx, tenants)
@@ -394,4 +400,17 @@ func (r *RedisQuotas) quotaBatch(ctx context.Context, tenants []string) ([]Quota
 		}
 	}
 	return qs, errs
+}
+
+// notMade gives each of res errNotMade and reports true for a Gate that
+// New did not make.
+func notMade(g *Gate, res []UsageResult) bool {
+	err := g.made()
+	if err == nil {
+		return false
+	}
+	for i := range res {
+		res[i].Err = err
+	}
+	return true
 }

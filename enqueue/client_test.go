@@ -704,4 +704,7 @@ func TestAZeroClientRefusesToEnqueue(t *testing.T) {
 	if got := rej.RetryAfter(); got != 0 {
 		t.Errorf("nil RejectedError: RetryAfter() = %v, want 0", got)
 	}
+	if msg := rej.Error(); !strings.Contains(msg, "rejected") {
+		t.Errorf("nil RejectedError: Error() = %q", msg)
+	}
 }

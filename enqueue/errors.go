@@ -39,6 +39,9 @@ type RejectedError struct {
 
 // Error names the tenant and says when a retry could succeed.
 func (e *RejectedError) Error() string {
+	if e == nil {
+		return "enqueue: rejected (a nil *RejectedError)"
+	}
 	if e.Decision.Full {
 		return fmt.Sprintf("enqueue: tenant %q rejected, its parked backlog is full (quota max parked): retry after %v (at %s)",
 			e.Decision.Tenant, e.RetryAfter(), e.Decision.At.UTC().Format(time.RFC3339Nano))

@@ -114,6 +114,9 @@ func gauge(b bool) float64 {
 // oldest parked age and the weight are the largest of theirs, and paused
 // and held are 1 when any of them is.
 func (m *Metrics) ObserveDispatch(qs dispatch.QueueStats) {
+	if !m.made() {
+		return
+	}
 	for _, v := range m.gauges() {
 		v.DeletePartialMatch(prometheus.Labels{"queue": qs.Queue})
 	}

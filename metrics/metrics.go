@@ -84,7 +84,7 @@ func WithIsFailure(f func(error) bool) Option {
 
 // Metrics counts gate decisions and task runs by tenant. Create it with New
 // and register it with a prometheus.Registerer. It is safe for concurrent
-// use.
+// use. A zero or nil Metrics observes nothing.
 type Metrics struct {
 	decisions *prometheus.CounterVec
 	processed *prometheus.CounterVec
@@ -162,8 +162,15 @@ func New(opts ...Option) *Metrics {
 	}
 }
 
+// made reports whether New made m: a nil or zero Metrics observes
+// nothing and describes no series, rather than panic.
+func (m *Metrics) made() bool { return m != nil && m.decisions != nil }
+
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	if !m.made() {
+		return
+	}
 	m.decisions.Describe(ch)
 	m.processed.Describe(ch)
 	m.failed.Describe(ch)
@@ -177,6 +184,9 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	if !m.made() {
+		return
+	}
 	m.decisions.Collect(ch)
 	m.processed.Collect(ch)
 	m.failed.Collect(ch)
@@ -192,8 +202,12 @@ var outcomes = []admission.Outcome{admission.Admitted, admission.Deferred, admis
 
 // ObserveDecision counts d under its tenant and outcome. Call it for every
 // decision a producer gets, including rejections (enqueue.RejectedError
-// carries the Decision).
+// carries the Decision). A Decision with no outcome (admission.NoOutcome,
+// returned beside an error) is not counted.
 func (m *Metrics) ObserveDecision(d admission.Decision) {
+	if !m.made() || d.Outcome == admission.NoOutcome {
+		return
+	}
 	tenant, first := m.tenantLabel(d.Tenant, producerRole)
 	if first {
 		// Start every outcome at zero, so rate() and alerts see the series
@@ -213,6 +227,9 @@ func (m *Metrics) ObserveDecision(d admission.Decision) {
 // per task that carries a slot). With a plain asynq.ServeMux only retries
 // after failures are told apart, and such reruns add delay samples too.
 func (m *Metrics) Middleware() asynq.MiddlewareFunc {
+	if !m.made() {
+		return func(next asynq.Handler) asynq.Handler { return next }
+	}
 	return func(next asynq.Handler) asynq.Handler {
 		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 			start := m.now()

@@ -47,6 +47,9 @@ func (e *ThrottledError) onKey() bool { return e.keyed || e.Key != "" }
 // Error says that the task is throttled, on which key if any, and for how
 // long.
 func (e *ThrottledError) Error() string {
+	if e == nil {
+		return "worker: throttled downstream (a nil *ThrottledError)"
+	}
 	if e.onKey() {
 		return fmt.Sprintf("worker: throttled downstream on key %q, retry after %v", e.Key, e.RetryAfter)
 	}

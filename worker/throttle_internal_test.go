@@ -92,3 +92,12 @@ func TestThrottleDelayIsALowerBound(t *testing.T) {
 		}
 	}
 }
+
+// TestANilThrottledErrorSaysSo: Error on a nil *ThrottledError does not
+// panic.
+func TestANilThrottledErrorSaysSo(t *testing.T) {
+	var e *ThrottledError
+	if msg := e.Error(); msg == "" {
+		t.Error("empty message")
+	}
+}
