@@ -37,7 +37,7 @@ ahead, or a task asynq does not hold (its producer has not written it yet,
 or it was deleted) — or that it is in flight, counted against its tenant's
 cap.
 
-Without --queue, status looks for the task in every asynq queue, then among
+Without --queue, task looks for the task in every asynq queue, then among
 the dispatcher's entries of every dispatched queue.
 
 Exit status: 0 found, 4 not found, 1 error, 2 bad usage.`,
