@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/admitq/admitq/admission"
+	"github.com/admitq/admitq/dispatch"
 	"github.com/admitq/admitq/enqueue"
 	"github.com/admitq/admitq/internal/redistest"
 )
@@ -129,6 +130,16 @@ func TestKeysPauseAndPriorityOnCluster(t *testing.T) {
 	}
 	if p := w.peak["*/api"]; p != 2 {
 		t.Errorf("at most %d tasks of key api ran at once in the two queues, want 2: the key counts per queue", p)
+	}
+
+	// asynq lists a queue named with a brace even when its writes failed
+	// (CROSSSLOT): the dispatched queues are still listed, for status.
+	if err := cc.SAdd(ctx, "asynq:queues", "}").Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := dispatch.New(cc, gate, nil).Queues(ctx)
+	if want := slices.Sorted(slices.Values(queues)); err != nil || !slices.Equal(got, want) {
+		t.Errorf("Queues beside a queue named \"}\" = %v, %v; want %v", got, err, want)
 	}
 }
 

@@ -349,19 +349,24 @@ func (d *Dispatcher) Queues(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("dispatch: listing asynq's queues: %w", err)
 	}
 	cmds := make([]*redis.IntCmd, len(all))
-	_, err = d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	// Each command's error is read below.
+	_, _ = d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, q := range all {
 			k := d.keysFor(q) // workers, vt, sleep, run: one slot
 			cmds[i] = p.Exists(ctx, k.workers, k.vt, k.sleep, k.run)
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("dispatch: listing queues: %w", err)
-	}
 	var qs []string
 	for i, q := range all {
-		if cmds[i].Val() > 0 {
+		switch err := cmds[i].Err(); {
+		case err != nil && strings.HasPrefix(err.Error(), "CROSSSLOT"):
+			// A name with a brace, whose keys cannot share a slot on a
+			// cluster (asynq lists it, though its writes failed): never
+			// dispatched, and no reason to fail the others.
+		case err != nil:
+			return nil, fmt.Errorf("dispatch: listing queues: %w", err)
+		case cmds[i].Val() > 0:
 			qs = append(qs, q)
 		}
 	}

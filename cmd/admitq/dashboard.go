@@ -58,6 +58,9 @@ X-Forwarded-Proto: https.`,
 			if token == "" {
 				token = a.getenv(dashboardTokenEnv)
 			}
+			if token != "" && strings.TrimSpace(token) == "" {
+				return usageErrorf("--auth-token (or %s) is blank: give a token of %d or more characters, e.g. $(openssl rand -hex 16)", dashboardTokenEnv, minTokenLen)
+			}
 			if err := checkDashboardAddr("--addr", addr, token, true); err != nil {
 				return usageError(err)
 			}

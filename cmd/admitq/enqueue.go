@@ -56,6 +56,9 @@ Exit status: 0 admitted, deferred or parked, 3 rejected, 1 error, 2 bad usage.`,
 			if strings.TrimSpace(typ) == "" {
 				return usageErrorf("--type is empty")
 			}
+			if strings.ContainsFunc(typ, unicode.IsControl) || !utf8.ValidString(typ) {
+				return usageErrorf("--type %q: a task type holds no control characters and is valid UTF-8 (asynqmon and the logs show it)", typ)
+			}
 			if strings.TrimSpace(queue) == "" {
 				return usageErrorf("--queue is empty")
 			}

@@ -69,6 +69,8 @@ func TestBadInput(t *testing.T) {
 		{"demo duration", []string{"demo", "--duration", "0s"}, exitUsage, "--duration 0s"},
 		{"timeout zero", []string{"--redis", url, "--timeout", "0s", "quota", "list"}, exitUsage, "--timeout 0s"},
 		{"empty prefix", []string{"--redis", url, "--prefix", "", "quota", "list"}, exitUsage, "--prefix is empty"},
+		{"type with a newline", []string{"--redis", url, "enqueue", "--tenant", "acme", "--type", "x\ny"}, exitUsage, "a task type holds no control characters"},
+		{"blank dashboard token", []string{"--redis", url, "dashboard", "--addr", "0.0.0.0:0", "--auth-token", "   "}, exitUsage, "--auth-token (or ADMITQ_DASHBOARD_TOKEN) is blank"},
 		{"prefix with a brace", []string{"--redis", url, "--prefix", "app{1}", "quota", "set", "acme", "--limit", "5", "--window", "1s"}, exitUsage, "--prefix \"app{1}\" has a brace"},
 		{"redis URL scheme", []string{"--redis", "http://127.0.0.1:6379", "quota", "list"}, exitUsage, "--redis http://127.0.0.1:6379"},
 		{"redis URL port", []string{"--redis", "redis://alice:hunter2@127.0.0.1:port", "quota", "list"}, exitUsage, "--redis redis://xxxxx@127.0.0.1:port"},
