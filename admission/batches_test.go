@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -194,6 +195,9 @@ func TestBatchesPastMaxBatchAreRefused(t *testing.T) {
 	res := g.AdmitBatches(t.Context(), []admission.Batch{{Tenant: "big", IDs: ids(admission.MaxBatch + 1)}})
 	if !errors.Is(res[0].Err, admission.ErrBatchTooLarge) {
 		t.Errorf("AdmitBatches of MaxBatch+1 IDs: %v, want ErrBatchTooLarge", res[0].Err)
+	}
+	if _, err := g.AdmitID(t.Context(), "big", strings.Repeat("x", admission.MaxIDLen+1)); !errors.Is(err, admission.ErrInvalidID) {
+		t.Errorf("AdmitID past MaxIDLen: %v, want ErrInvalidID", err)
 	}
 	if n := rdb.DBSize(t.Context()).Val(); n != 0 {
 		t.Errorf("%d keys written", n)

@@ -23,7 +23,8 @@ var (
 	// is written to Redis.
 	ErrInvalidQuota = errors.New("admitq: invalid quota")
 
-	// ErrInvalidID is returned for an empty entry ID.
+	// ErrInvalidID is returned for an empty entry ID, or one longer than
+	// MaxIDLen bytes.
 	ErrInvalidID = errors.New("admitq: invalid entry ID")
 
 	// ErrBatchTooLarge is returned for a batch of more than MaxBatch IDs.

@@ -298,6 +298,9 @@ func validate(tenant string, ids []string) error {
 		if id == "" {
 			return fmt.Errorf("%w: empty entry ID", ErrInvalidID)
 		}
+		if len(id) > MaxIDLen {
+			return fmt.Errorf("%w: an entry ID of %d bytes, at most MaxIDLen (%d)", ErrInvalidID, len(id), MaxIDLen)
+		}
 	}
 	return nil
 }

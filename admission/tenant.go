@@ -10,6 +10,10 @@ import (
 // MaxTenantLen is the longest tenant name, in bytes.
 const MaxTenantLen = 256
 
+// MaxIDLen is the longest entry ID, in bytes: an ID is a member of its
+// tenant's log, and through package enqueue an asynq task ID.
+const MaxIDLen = 1024
+
 // ValidateTenant reports whether tenant can be used as a tenant name: 1 to
 // MaxTenantLen bytes of valid UTF-8 without control characters. The error
 // wraps ErrInvalidTenant.

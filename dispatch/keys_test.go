@@ -633,10 +633,14 @@ func TestParkRefusesBadKeysAndPrioritiesWritingNothing(t *testing.T) {
 		{"a negative key cap", dispatch.Task{Keys: []dispatch.Key{{Name: "api", MaxInFlight: -1}}}, dispatch.ErrInvalidTask},
 		{"a priority above MaxPriority", dispatch.Task{Priority: dispatch.MaxPriority + 1}, dispatch.ErrInvalidTask},
 		{"a priority below MinPriority", dispatch.Task{Priority: dispatch.MinPriority - 1}, dispatch.ErrInvalidTask},
+		{"an ID past admission.MaxIDLen", dispatch.Task{ID: strings.Repeat("i", admission.MaxIDLen+1)}, dispatch.ErrInvalidTask},
 	} {
 		before := dbState(t, s.rdb)
 		task := tc.task
-		task.Queue, task.Tenant, task.ID = "default", "a", "bad"
+		task.Queue, task.Tenant = "default", "a"
+		if task.ID == "" {
+			task.ID = "bad"
+		}
 		tk, err := d.Park(ctx, task, generous)
 		if !errors.Is(err, tc.is) {
 			t.Errorf("%s: Park = %+v, %v; want an error matching %v", tc.desc, tk, err, tc.is)

@@ -232,6 +232,9 @@ func checkFlow(t *Task) ([]string, error) {
 	if t.Queue == "" || t.ID == "" {
 		return nil, fmt.Errorf("%w: a task needs a queue and an ID (queue %q, ID %q)", ErrInvalidTask, t.Queue, t.ID)
 	}
+	if len(t.ID) > admission.MaxIDLen {
+		return nil, fmt.Errorf("%w: an ID of %d bytes, at most admission.MaxIDLen (%d): the gate admits it by its ID", ErrInvalidTask, len(t.ID), admission.MaxIDLen)
+	}
 	if t.Priority < MinPriority || t.Priority > MaxPriority {
 		return nil, fmt.Errorf("%w: priority %d is outside %d to %d", ErrInvalidTask, t.Priority, MinPriority, MaxPriority)
 	}

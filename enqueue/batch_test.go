@@ -3,6 +3,7 @@ package enqueue_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,6 +173,7 @@ func TestEnqueueRefusesInvalidTasksBeforeAdmission(t *testing.T) {
 		{desc: "a blank queue", tenant: "acme", task: asynq.NewTask("test", nil), opts: []asynq.Option{asynq.Queue(" ")}},
 		{desc: "a blank group", tenant: "acme", task: asynq.NewTask("test", nil), opts: []asynq.Option{asynq.Group("")}},
 		{desc: "a blank task ID overridden", tenant: "acme", task: asynq.NewTask("test", nil), opts: []asynq.Option{asynq.TaskID(""), asynq.TaskID("x")}},
+		{desc: "a task ID past MaxIDLen", tenant: "acme", task: asynq.NewTask("test", nil, asynq.TaskID(strings.Repeat("x", admission.MaxIDLen+1))), wantErr: admission.ErrInvalidID},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {

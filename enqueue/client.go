@@ -402,6 +402,9 @@ func (c *Client) prepare(tenant string, task *asynq.Task, opts []asynq.Option) (
 	if isBlank(p.id) {
 		return prepared{}, fmt.Errorf("enqueue: task ID %q is empty", p.id)
 	}
+	if len(p.id) > admission.MaxIDLen {
+		return prepared{}, fmt.Errorf("enqueue: %w: a task ID of %d bytes, at most admission.MaxIDLen (%d)", admission.ErrInvalidID, len(p.id), admission.MaxIDLen)
+	}
 	p.opts = all
 	return p, nil
 }
