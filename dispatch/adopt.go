@@ -68,13 +68,13 @@ func (d *Dispatcher) adopt(ctx context.Context, queue string) error {
 	for i, id := range strays {
 		msg := []byte(msgs[i].Val())
 		if tenant := taskHeader(msg, tenantHeader); tenant != "" {
-			args = append(args, id, tenant, taskFlow(msg))
+			args = append(args, id, tenant, taskFlow(msg), taskDeadline(msg))
 		}
 	}
 	if len(args) == 1 {
 		return nil
 	}
-	args[0] = (len(args) - 1) / 3
+	args[0] = (len(args) - 1) / 4
 	_, err = d.run(ctx, d.scripts.adopt, queue, args...)
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -657,6 +658,31 @@ func globEscape(s string) string {
 
 // taskHeader returns header name of an asynq task message (asynq's
 // TaskMessage protobuf, whose field 15 is its headers map), or "".
+// taskDeadline reads the asynq.Deadline of task message msg (field 9,
+// unix seconds) in µs: 0 when it has none, or msg does not parse.
+func taskDeadline(msg []byte) int64 {
+	const deadline = 9
+	for len(msg) > 0 {
+		num, typ, n := protowire.ConsumeTag(msg)
+		if n < 0 {
+			return 0
+		}
+		msg = msg[n:]
+		if num == deadline && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(msg)
+			if n < 0 || int64(v) <= 0 || int64(v) > math.MaxInt64/1_000_000 {
+				return 0
+			}
+			return int64(v) * 1_000_000
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, msg); n < 0 {
+			return 0
+		}
+		msg = msg[n:]
+	}
+	return 0
+}
+
 func taskHeader(msg []byte, name string) string {
 	const headers = 15
 	for len(msg) > 0 {

@@ -220,3 +220,79 @@ func TestAWorkersRestartGraceIsItsOwn(t *testing.T) {
 		}
 	}
 }
+
+// A waiting task with an asynq.Deadline that an operator runs from
+// outside, counted against its tenant's cap at its turn, and whose
+// deadline then passes before a worker takes it, fails into asynq's retry
+// set: the repair pass archives it there and frees its place, which its
+// retries would otherwise hold for their whole backoff. (The dispatcher
+// forgot its deadline once it counted it: the tenant stood still.)
+func TestARunNowTaskPastItsDeadlineFreesItsPlace(t *testing.T) {
+	s := newStack(t, capped1)
+	s.setQuota("f", admission.Quota{Limit: admission.NoLimit})
+	s.setQuota("t", admission.Quota{Limit: admission.NoLimit, MaxInFlight: 1, Paused: true})
+	s.startWorker(2, true)
+	s.put("f", "f1", "block")
+	s.put("f", "f2", "block")
+	eventually(t, 5*time.Second, "f's tasks hold both workers", func() bool { return s.ran("f1") == 1 && s.ran("f2") == 1 })
+	if d := s.put("t", "late", "10ms", asynq.Deadline(time.Now().Add(2*time.Second))); d.Outcome != admission.Parked {
+		t.Fatalf("late: %v, want parked (t is paused)", d.Outcome)
+	}
+	if err := s.ins.RunTask("default", "late"); err != nil {
+		t.Fatal(err)
+	}
+	s.setQuota("t", admission.Quota{Limit: admission.NoLimit, MaxInFlight: 1}) // t's turn counts late
+	eventually(t, 5*time.Second, "late counts against t's cap", func() bool {
+		n, _ := s.rdb.HGet(context.Background(), "admitq:fair:{default}:t:t", "n").Int()
+		return n == 1
+	})
+	time.Sleep(2500 * time.Millisecond) // late's deadline passes while it is pending
+	if d := s.put("t", "after", "10ms"); d.Outcome != admission.Parked {
+		t.Fatalf("after: %v, want parked behind late", d.Outcome)
+	}
+	s.unblock("f1")
+	s.unblock("f2")
+	eventually(t, 8*time.Second, "after runs: late, overdue in the retry set, no longer holds t's place", func() bool { return s.ran("after") == 1 })
+	if info, err := s.ins.GetTaskInfo("default", "late"); err != nil || info.State != asynq.TaskStateArchived {
+		t.Errorf("late: %v, %v; want archived", info, err)
+	}
+}
+
+// A task the dispatcher archived past its asynq.Deadline and an operator
+// then runs again from asynq's archive is counted against its tenant's
+// cap with its deadline (fair_adopt.lua): failing into the retry set, it
+// is archived again and frees its place.
+func TestAnArchivedTaskRunAgainPastItsDeadlineFreesItsPlace(t *testing.T) {
+	s := newStack(t, capped1)
+	s.setQuota("f", admission.Quota{Limit: admission.NoLimit})
+	s.setQuota("t", admission.Quota{Limit: admission.NoLimit, MaxInFlight: 1})
+	s.startWorker(2, true)
+	s.put("t", "x", "block")
+	eventually(t, 5*time.Second, "x holds t's cap", func() bool { return s.ran("x") == 1 })
+	if d := s.put("t", "late", "10ms", asynq.Deadline(time.Now().Add(time.Second))); d.Outcome != admission.Parked {
+		t.Fatalf("late: %v, want parked behind x", d.Outcome)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	s.put("f", "f1", "block") // with x, both workers are held
+	eventually(t, 5*time.Second, "f1 runs", func() bool { return s.ran("f1") == 1 })
+	s.unblock("x") // t's turn: late, past its deadline, is archived
+	eventually(t, 5*time.Second, "late is archived at its turn", func() bool {
+		info, err := s.ins.GetTaskInfo("default", "late")
+		return err == nil && info.State == asynq.TaskStateArchived
+	})
+	s.put("f", "f2", "block")
+	eventually(t, 5*time.Second, "f's tasks hold both workers", func() bool { return s.ran("f2") == 1 })
+	if err := s.ins.RunTask("default", "late"); err != nil { // asynqmon's "run" on an archived task
+		t.Fatal(err)
+	}
+	eventually(t, 8*time.Second, "late, pending, counts against t's cap", func() bool {
+		n, _ := s.rdb.HGet(context.Background(), "admitq:fair:{default}:t:t", "n").Int()
+		return n == 1
+	})
+	if d := s.put("t", "after", "10ms"); d.Outcome != admission.Parked {
+		t.Fatalf("after: %v, want parked behind late", d.Outcome)
+	}
+	s.unblock("f1")
+	s.unblock("f2")
+	eventually(t, 8*time.Second, "after runs: late, overdue in the retry set, no longer holds t's place", func() bool { return s.ran("after") == 1 })
+}

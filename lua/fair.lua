@@ -1356,8 +1356,8 @@ local function pick(most, space, out)
           -- its tenant's cap and its keys from now on, as if granted.
           space = space - 1
         end
-        if id and hasDeadlines() then
-          call('HDEL', deadlines, id)
+        if id and hasDeadlines() and call('HEXISTS', run, id) == 0 then
+          call('HDEL', deadlines, id) -- one in run keeps it (overdue)
         end
         for _, K in ipairs(flowKeys(f)) do
           release(K) -- the room it kept for this entry goes to the next
