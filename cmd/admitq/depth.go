@@ -147,15 +147,16 @@ func (s *statusReader) caps(ctx context.Context, tenants []dispatch.TenantStats)
 }
 
 // flightOfCap is a tenant's tasks in flight against its quota's cap,
-// saying when it is at the cap, or over one lowered below the tasks
-// already in flight: "2/2 (at cap)", "3/1, over a lowered cap: draining".
+// saying when it is at the cap, or over it (a cap lowered below the tasks
+// already in flight, or tasks run from outside): "2/2 (at cap)", "3/1,
+// over its cap: draining".
 func flightOfCap(inFlight, limit int) string {
 	s := strconv.Itoa(inFlight)
 	if limit > 0 {
 		s += "/" + strconv.Itoa(limit)
 		switch {
 		case inFlight > limit:
-			s += ", over a lowered cap: draining"
+			s += ", over its cap: draining"
 		case inFlight == limit:
 			s += " (at cap)"
 		}

@@ -359,11 +359,11 @@ func TestStatusKeyRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, line := range []string{
-		"KEY         PARKED  IN FLIGHT                          HELD",
-		"api:stripe  7       20/20 (at cap)                     -",
-		"api:slow    1       3/1, over a lowered cap: draining  -",
-		"db:reports  4       0                                  paused",
-		"mail        2       1                                  held 2.5s (until " + until.Local().Format("15:04:05.000") + ")",
+		"KEY         PARKED  IN FLIGHT                    HELD",
+		"api:stripe  7       20/20 (at cap)               -",
+		"api:slow    1       3/1, over its cap: draining  -",
+		"db:reports  4       0                            paused",
+		"mail        2       1                            held 2.5s (until " + until.Local().Format("15:04:05.000") + ")",
 	} {
 		if !strings.Contains(b.String(), line+"\n") {
 			t.Errorf("the dispatch table lacks the line %q:\n%s", line, b.String())

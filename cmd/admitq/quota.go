@@ -343,7 +343,7 @@ either, it is refused already, and pause is an error (exit 1).`
 				fromDefault := false
 				switch {
 				case errors.Is(err, admission.ErrNoQuota) && !pause:
-					return fmt.Errorf("tenant %q has no quota of its own, so it is not paused; nothing changed", tenant)
+					return fmt.Errorf("tenant %q has no quota of its own, so it is not paused; nothing changed (tasks it parked while paused, before its quota was deleted, wait until it has a quota again: quota set, or quota set-default)", tenant)
 				case errors.Is(err, admission.ErrNoQuota):
 					d, derr := quotas.GetDefault(ctx)
 					if errors.Is(derr, admission.ErrNoQuota) {

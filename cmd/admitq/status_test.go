@@ -303,7 +303,7 @@ func TestStatusCapAfterLowering(t *testing.T) {
 	}
 	mustRun(t, append(base, "quota", "set", "noisy", "--limit", "100", "--window", "1s", "--max-in-flight", "1")...)
 	text := mustRun(t, append(base, "status")...).stdout
-	if !strings.Contains(text, "max in flight 1") || !strings.Contains(text, "3/1, over a lowered cap: draining") || strings.Contains(text, "3/3") {
+	if !strings.Contains(text, "max in flight 1") || !strings.Contains(text, "3/1, over its cap: draining") || strings.Contains(text, "3/3") {
 		t.Errorf("status after the cap went from 3 to 1:\n%s", text)
 	}
 	r := statusOf(t, base)
@@ -328,7 +328,7 @@ func TestFlightOfCap(t *testing.T) {
 		{2, 0, "2"},
 		{1, 2, "1/2"},
 		{2, 2, "2/2 (at cap)"},
-		{3, 1, "3/1, over a lowered cap: draining"},
+		{3, 1, "3/1, over its cap: draining"},
 	} {
 		if got := flightOfCap(c.inFlight, c.limit); got != c.want {
 			t.Errorf("flightOfCap(%d, %d) = %q, want %q", c.inFlight, c.limit, got, c.want)

@@ -31,7 +31,7 @@ window.admitq = (function () {
   }
   function fmtDepth(d) {
     if (!d.cap) { return d.in_flight.toLocaleString(); }
-    var note = d.over_cap ? " (over a lowered cap: draining)" : d.at_cap ? " (at cap)" : "";
+    var note = d.over_cap ? " (over its cap: draining)" : d.at_cap ? " (at cap)" : "";
     return d.in_flight.toLocaleString() + " / " + d.cap.toLocaleString() + note;
   }
   function fmtParked(d, bound) {
