@@ -378,3 +378,38 @@ func TestFIFOHoldsWhenTheRateDefersACappedTenant(t *testing.T) {
 		}
 	}
 }
+
+// The same for a task that went straight in (its tenant under its cap, the
+// queue with room) and whose deadline passed in asynq's pending list: its
+// deadline was recorded only for a task that waited, and the tenant stood
+// still through the retries' backoff.
+func TestAnOverdueRetryThatWentStraightInFreesItsPlace(t *testing.T) {
+	s := newStack(t, generous)
+	s.setQuota("fa", admission.Quota{Limit: 100_000, Window: time.Second, MaxInFlight: 1})
+	w := newKeyWatch()
+	wk := worker.NewFromRedis(s.rdb, worker.Config{
+		Queues: map[string]int{"default": 1}, Concurrency: 1, Gate: s.gate, Fair: true,
+		RetryDelayFunc:  func(int, error, *asynq.Task) time.Duration { return time.Hour },
+		ShutdownTimeout: 2 * time.Second,
+	})
+	if err := wk.Start(w); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wk.Shutdown)
+	time.Sleep(1100 * time.Millisecond) // the queue is served
+	w.put(t, s.client, "default", "o", "o1", "1500ms", nil)
+	eventually(t, 5*time.Second, "o1 holds the worker", func() bool { return w.ran("o1") == 1 })
+	if d := w.put(t, s.client, "default", "fa", "y", "1ms", nil, asynq.Deadline(time.Now().Add(500*time.Millisecond))); d.Outcome != admission.Admitted {
+		t.Fatalf("y: %v, want it straight in", d.Outcome)
+	}
+	if d := w.put(t, s.client, "default", "fa", "next", "1ms", nil); d.Outcome != admission.Parked {
+		t.Fatalf("next: %v, want it parked behind y", d.Outcome)
+	}
+	w.waitRuns(t, []string{"next"}, 10*time.Second)
+	if n := w.ran("y"); n != 0 {
+		t.Errorf("y ran %d times past its deadline", n)
+	}
+	if info, err := s.ins.GetTaskInfo("default", "y"); err != nil || info.State != asynq.TaskStateArchived {
+		t.Errorf("y: %+v, %v; want it archived", info, err)
+	}
+}

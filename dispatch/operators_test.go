@@ -296,3 +296,91 @@ func TestAnArchivedTaskRunAgainPastItsDeadlineFreesItsPlace(t *testing.T) {
 	s.unblock("f2")
 	eventually(t, 8*time.Second, "after runs: late, overdue in the retry set, no longer holds t's place", func() bool { return s.ran("after") == 1 })
 }
+
+// A parked task an operator deletes leaves its waiting entry behind, in
+// its tenant's line or, once its turn found the task missing, in limbo.
+// Its ID enqueued again, by a paused tenant here, is a new task with an
+// entry of its own: the old entry, stale, lets nothing in at its turn (it
+// let the new task in under the old tenant, past the pause), and the new
+// task runs once its own tenant is resumed, once.
+func TestAStaleEntryOfAReusedIDLetsNothingIn(t *testing.T) {
+	for _, where := range []string{"line", "limbo"} {
+		t.Run(where, func(t *testing.T) {
+			s := newStack(t, capped1)
+			s.setQuota("u", admission.Quota{Limit: admission.NoLimit, Paused: true})
+			s.startWorker(4, true)
+			ctx := context.Background()
+			s.put("t", "x", "block")
+			eventually(t, 5*time.Second, "x holds t's cap", func() bool { return s.ran("x") == 1 })
+			if d := s.put("t", "a", "10ms"); d.Outcome != admission.Parked {
+				t.Fatalf("a: %v, want parked behind x", d.Outcome)
+			}
+			if err := s.ins.DeleteTask("default", "a"); err != nil {
+				t.Fatal(err)
+			}
+			if where == "limbo" {
+				s.unblock("x") // a's turn finds its task missing: limbo
+				eventually(t, 5*time.Second, "a's entry is in limbo", func() bool {
+					return s.rdb.ZCard(ctx, "admitq:fair:{default}:limbo").Val() == 1
+				})
+			}
+			if d := s.put("u", "a", "10ms"); d.Outcome != admission.Parked {
+				t.Fatalf("a again, for paused u: %v, want parked", d.Outcome)
+			}
+			if where == "line" {
+				s.unblock("x") // t's turn meets a's old entry
+			}
+			time.Sleep(3 * time.Second)
+			if n := s.ran("a"); n != 0 {
+				t.Fatalf("a, enqueued again for paused tenant u, ran %d times: the stale entry let it in", n)
+			}
+			s.setQuota("u", admission.Quota{Limit: admission.NoLimit})
+			eventually(t, 5*time.Second, "a runs once u is resumed", func() bool { return s.ran("a") == 1 })
+			time.Sleep(500 * time.Millisecond)
+			if n := s.ran("a"); n != 1 {
+				t.Errorf("a ran %d times, want once", n)
+			}
+			eventually(t, 5*time.Second, "a's record in own goes with it", func() bool {
+				return s.rdb.Exists(ctx, "admitq:fair:{default}:own").Val() == 0
+			})
+		})
+	}
+}
+
+// A task asynq lists active whose lease ran out, which no worker runs (its
+// worker was killed, or Redis came back from a snapshot taken while it
+// ran), frees its tenant's place at the next repair pass: asynq's
+// recoverer retries it 30 s to a minute and a half later, and until then
+// the tenant stood still. It does not count again until it runs again.
+func TestAnActiveTaskWhoseLeaseRanOutFreesItsPlace(t *testing.T) {
+	s := newStack(t, capped1)
+	ctx := context.Background()
+	// No gate worker yet: x goes straight to asynq, and is made an orphan
+	// by hand, as a snapshot would leave it.
+	s.put("t", "x", "10ms")
+	since := time.Now().Add(-time.Minute).UnixMicro()
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.LRem(ctx, "asynq:{default}:pending", 0, "x")
+		p.LPush(ctx, "asynq:{default}:active", "x")
+		p.HSet(ctx, "asynq:{default}:t:x", "state", "active")
+		p.ZAdd(ctx, "asynq:{default}:lease", redis.Z{Score: float64(time.Now().Add(-15 * time.Second).Unix()), Member: "x"})
+		p.HSet(ctx, "admitq:fair:{default}:run", "x", fmt.Sprintf("p|0|%d|t", since))
+		p.HSet(ctx, "admitq:fair:{default}:t:t", "n", 1, "cap", 1)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.startWorker(2, true)
+	time.Sleep(1100 * time.Millisecond) // producers see the worker
+	if d := s.put("t", "b", "10ms"); d.Outcome != admission.Parked {
+		t.Fatalf("b: %v, want parked: x holds t's cap", d.Outcome)
+	}
+	eventually(t, 8*time.Second, "b runs: x, whose lease ran out, no longer holds t's place", func() bool { return s.ran("b") == 1 })
+	if d := s.put("t", "c", "10ms"); d.Outcome == admission.Parked {
+		eventually(t, 5*time.Second, "c runs: x is not counted again while asynq lists it active", func() bool { return s.ran("c") == 1 })
+	}
+	if n := s.ran("x"); n != 0 {
+		t.Errorf("x ran %d times; asynq's recoverer retries it in its own time", n)
+	}
+}

@@ -66,6 +66,14 @@
 -- (entries in limbo), paused (1: Quota.Paused holds its waiting tasks), wk
 -- (tasks waiting in flows other than "0"), mv (its task granted last).
 --
+-- P..'own', a ZSET task ID -> park µs, holds the latest waiting entry's
+-- park time of each task ID its producer gave (asynq.TaskID): an ID that
+-- left asynq behind the dispatcher's back (deleted, or run from outside
+-- and done) may be enqueued again, and an older entry of it, still in a
+-- line or in limbo, is then stale: it must not let the new task in at its
+-- turn, under its tenant, flow and time. Entries of IDs Enqueue made have
+-- no record: no one else can give their ID.
+--
 -- Per concurrency key: P..'k:'..key, a HASH n (its tasks in run), cap
 -- (MaxInFlight, 0 none), paused (1 or 0), w (its tasks waiting), ow
 -- (places its cap took back that grants have yet to fill); and
@@ -82,7 +90,7 @@ local vt, sleep, run, meta, workers
 local pending, active, scheduled
 local grants, limbo, fresh, debts, held
 local deadlines, archived, keys, ksleep, kw, kheld
-local P, TP
+local P, TP, own
 local call
 local now, nowS, nowNs
 
@@ -153,6 +161,45 @@ end
 -- entryAt reads a waiting entry's park µs.
 local function entryAt(e)
   return tonumber(string.match(e, '^%d+|(%d+)|')) or 0
+end
+
+-- OWN_FOR is how long, in µs, an ID's record in own outlives a leak: a
+-- record goes when its task leaves run or is archived, and one whose task
+-- an operator deleted while it waited is dropped after this long.
+local OWN_FOR = 86400000000
+
+-- anyOwn says whether own may have members, once a call has asked (hasOwn).
+local anyOwn
+local function hasOwn()
+  if anyOwn == nil then
+    anyOwn = call('EXISTS', own) == 1
+  end
+  return anyOwn
+end
+
+-- owned records waiting entry e's park µs as the latest of its task ID id.
+local function owned(id, e)
+  anyOwn = true
+  call('ZADD', own, entryAt(e), id)
+end
+
+-- stale reports whether waiting entry e of task id is not the latest of
+-- its ID (see own): the ID was enqueued again after e's task left asynq.
+local function stale(id, e)
+  if not hasOwn() then
+    return false
+  end
+  local at = call('ZSCORE', own, id)
+  return at ~= false and toint(at) ~= entryAt(e)
+end
+
+-- disown forgets task id's record: its task left run, or waits again
+-- under an entry of a new park time (a rollback), which no older entry of
+-- the ID may then pass for.
+local function disown(id)
+  if hasOwn() then
+    call('ZREM', own, id)
+  end
 end
 
 -- flowKeys lists the keys of flow f (NO_KEYS, shared, for a flow without
@@ -963,6 +1010,7 @@ local function free(id, r)
   local s, _, _, T, f = runEntry(r)
   call('HDEL', run, id)
   call('HDEL', deadlines, id)
+  disown(id)
   if s == 'g' then
     call('HDEL', grants, id)
   elseif s == 'f' then
@@ -1072,6 +1120,7 @@ end
 local function requeue(id, r)
   local _, _, _, T, f = runEntry(r)
   local d = call('HGET', deadlines, id) -- it waits again, with its deadline
+  disown(id)
   push(T, f, '0|' .. nowS .. '|0|' .. id, true)
   free(id, r)
   if d then
@@ -1117,6 +1166,9 @@ local function recall()
     local nb, at, id = string.match(e, '^(%d+)|(%d+)|%d+|(.*)$')
     if not id then
       call('ZREM', limbo, m)
+    elseif stale(id, e) then
+      fromLimbo(T, m) -- its ID was enqueued again: the new task has its own entry
+      settle(T)
     elseif call('EXISTS', TP .. id) == 1 then
       fromLimbo(T, m)
       if parked(id) then
@@ -1152,6 +1204,7 @@ local function expired(id)
     return false -- a grant keeps its deadline till it leaves run (overdue)
   end
   call('HDEL', deadlines, id)
+  disown(id)
   call('ZREM', scheduled, id)
   call('ZADD', archived, math.floor(now / 1000000), id)
   call('HSET', TP .. id, 'state', 'archived')
@@ -1172,6 +1225,20 @@ local function overdue(id)
   call('ZADD', archived, math.floor(now / 1000000), id)
   call('HSET', TP .. id, 'state', 'archived')
   return true
+end
+
+-- LEASE_SKEW is how long, in µs, past its asynq lease an active task is
+-- still taken to be running: a worker writes its leases on its own clock.
+-- (asynq's recoverer allows 30 s, and looks once a minute.)
+local LEASE_SKEW = 10000000
+
+-- lapsed reports whether active task id's lease ran out LEASE_SKEW ago:
+-- no worker runs it (it crashed, or Redis came back from a snapshot taken
+-- while the task ran, which has ended since), and asynq's recoverer will
+-- retry it, so its place is free. A task without a lease has not lapsed.
+local function lapsed(id)
+  local l = call('ZSCORE', string.sub(TP, 1, -3) .. 'lease', id)
+  return l ~= false and tonumber(l) * 1000000 + LEASE_SKEW < now
 end
 
 -- WINDOW is the most grants a pick reads the order (vt) for at once: it
@@ -1330,7 +1397,9 @@ local function pick(most, space, out)
     else
       local id = entryID(e)
       local ok, front, after
-      if id and toint(call('ZSCORE', scheduled, id)) == PARKED and not expired(id) then
+      if id and stale(id, e) then
+        id = nil -- its ID was enqueued again: the new task has its own entry
+      elseif id and toint(call('ZSCORE', scheduled, id)) == PARKED and not expired(id) then
         -- asynq keeps it parked (its move checks its state), and T was
         -- runnable: awake and not paused
         ok, front, after = grant(T, id, e, start, nil, f, r)
@@ -1390,8 +1459,9 @@ local function drop(T, f, e)
     return
   end
   local id = entryID(e)
-  if id then
+  if id and not stale(id, e) then
     call('HDEL', deadlines, id)
+    disown(id)
   end
   if f ~= '0' then
     unlisted(T, f, e, head == e)
@@ -1592,11 +1662,12 @@ local function begin(keys_, argv)
   grants, limbo, fresh, debts, held = KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
   deadlines, archived, keys, ksleep, kw, kheld = KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18], KEYS[19]
   P, TP = ARGV[1], ARGV[2]
+  own = P .. 'own'
   call = redis.call
   local t = call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   nowS, nowNs = int(now), nil
-  keyCache, owing, anyDeadlines, filled, queued, freshLeft = {}, nil, nil, nil, nil, nil
+  keyCache, owing, anyDeadlines, anyOwn, filled, queued, freshLeft = {}, nil, nil, nil, nil, nil, nil
   local m = call('HMGET', meta, 'floor', 'est', 'cw', 'cu')
   floor, qest = toint(m[1]), toint(m[2])
   local r, f, total = string.match(m[3] or '', '^([01])|([01])|(%d+)$')

@@ -21,7 +21,7 @@ for _ = 1, tonumber(ARGV[3]) do
   a = a + 4
   local st = call('HGET', TP .. id, 'state')
   local th = P .. 't:' .. T
-  if (st == 'pending' or st == 'active') and call('HEXISTS', run, id) == 0 and call('EXISTS', th) == 1 then
+  if (st == 'pending' or st == 'active' and not lapsed(id)) and call('HEXISTS', run, id) == 0 and call('EXISTS', th) == 1 then
     grant(T, id, nil, math.max(toint(call('HGET', th, 'tag')), floor), 'p', f)
     if d > 0 then
       call('HSET', deadlines, id, d)

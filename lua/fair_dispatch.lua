@@ -88,9 +88,10 @@ end
 
 -- The finishes' run entries, by task ID, read with one HMGET and kept in
 -- step with the finishes' writes, and the one HDEL of run of the tasks
--- that leave it and the one of grants of those granted from a line, sent
--- when the finishes are in (nothing before reads either).
-local entries, leaving, ungranted, undated -- read below, before the finishes
+-- that leave it, the one of grants of those granted from a line, the one
+-- of their deadlines and the one ZREM of their IDs' records (own, when it
+-- has any), sent when the finishes are in (nothing before reads them).
+local entries, leaving, ungranted, undated, unowned -- read below, before the finishes
 
 -- finish hands in task id, which ran for ran µs: its place and its keys'
 -- at once, its tenant's record in flush.
@@ -130,6 +131,9 @@ local function finish(id, ran, done, cap, wm, paused, hold, key)
     c.n, c.left = math.max(c.n - 1, 0), true
     entries[id] = false
     add(leaving, id)
+    if unowned then
+      add(unowned, id) -- its ID's record (own) goes with it
+    end
     if not rollback and hasDeadlines() then
       add(undated, id) -- a rollback waits again, with its deadline
     end
@@ -241,6 +245,7 @@ for i = 1, tonumber(ARGV[6]) do
   ids[i] = ARGV[a + 8 * (i - 1)] -- each finish's eight values begin with its ID
 end
 entries, leaving, ungranted, undated = runEntries(ids), batch('HDEL', run), batch('HDEL', grants), batch('HDEL', deadlines)
+unowned = #ids > 0 and hasOwn() and batch('ZREM', own) or nil
 for i = 1, tonumber(ARGV[6]) do
   if not finish(ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2] == '1', tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
       ARGV[a + 5], tonumber(ARGV[a + 6]), ARGV[a + 7] or '') then
@@ -251,6 +256,9 @@ end
 send(leaving)
 send(ungranted)
 send(undated)
+if unowned then
+  send(unowned)
+end
 settleAll()
 
 local _

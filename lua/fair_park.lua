@@ -107,6 +107,9 @@ if not later and paused ~= '1' and (cap == 0 or n < cap) and (waiting == 0 or (h
   local head = call('ZRANGE', vt, 0, 0, 'WITHSCORES')
   if (#head == 0 or start <= tonumber(head[2])) and room(fair, total) > 0 then
     grant(T, id, nil, start, nil, f)
+    if tonumber(ARGV[11]) > 0 then
+      call('HSET', deadlines, id, ARGV[11]) -- overdue in asynq's retry set, it frees its place
+    end
     if waiting > 0 then
       refresh(T) -- its waiting tasks wait on keys: at its new tag
     end
@@ -131,6 +134,9 @@ if not same then
 end
 if tonumber(ARGV[11]) > 0 then
   call('HSET', deadlines, id, ARGV[11])
+end
+if not newID then
+  owned(id, e) -- the latest entry of the caller's ID (see own)
 end
 local verdict = 'wait'
 if msg then

@@ -17,7 +17,9 @@
 -- retry, or active on a worker cut off from Redis, whose lease asynq still
 -- honours) keeps it: a permit is never taken from a running task. One in
 -- asynq's retry set past its asynq.Deadline, which asynq would fail at
--- every retry without running it, is archived and frees its place.
+-- every retry without running it, is archived and frees its place; so does
+-- one active whose lease ran out (lapsed): no worker runs it, and asynq's
+-- recoverer will retry it, when it counts again (fair_adopt.lua).
 local grace = tonumber(ARGV[4])
 local page = call('HSCAN', run, ARGV[3], 'COUNT', 64)
 local out, redo = {page[1]}, {}
@@ -31,7 +33,7 @@ for i = 1, #entries, 2 do
     if state == 'p' or old then
       free(id, r)
     end
-  elseif s == 'retry' and overdue(id) then
+  elseif s == 'retry' and overdue(id) or s == 'active' and lapsed(id) then
     free(id, r)
   elseif state == 'p' and s == 'scheduled' and isParked(id) then
     requeue(id, r)
@@ -45,6 +47,9 @@ for i = 1, #entries, 2 do
       call('ZREM', fresh, id)
     end
   end
+end
+if hasOwn() then
+  call('ZREMRANGEBYSCORE', own, '-inf', now - OWN_FOR)
 end
 save()
 out[2] = #redo / 4
