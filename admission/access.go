@@ -10,16 +10,31 @@ import (
 // Prefix returns the prefix of every Redis key the gate writes
 // (WithPrefix). Packages that keep state of their own beside the gate's,
 // such as the dispatcher, put it under the same prefix.
-func (g *Gate) Prefix() string { return g.opts.prefix }
+func (g *Gate) Prefix() string {
+	if g == nil {
+		return ""
+	}
+	return g.opts.prefix
+}
 
 // Timeout returns the deadline of each of the gate's Redis calls
 // (WithTimeout). Packages that call Redis for the gate's callers, as the
 // dispatcher does for a producer's park, bound their calls by it too.
-func (g *Gate) Timeout() time.Duration { return g.opts.timeout }
+func (g *Gate) Timeout() time.Duration {
+	if g == nil {
+		return 0
+	}
+	return g.opts.timeout
+}
 
 // Redis returns the client the gate was made with. The caller does not
 // own it.
-func (g *Gate) Redis() redis.UniversalClient { return g.rdb }
+func (g *Gate) Redis() redis.UniversalClient {
+	if g == nil {
+		return nil
+	}
+	return g.rdb
+}
 
 // Quota returns the quota the gate applies to tenant: its own, else the
 // default, from the gate's cache of its Quotas. The error wraps

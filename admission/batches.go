@@ -26,11 +26,14 @@ type BatchResult struct {
 // AdmitBatches decides each of batches as AdmitBatchAt would, and returns
 // their results in the same order. What it must ask Redis, it asks
 // together: one pipeline a Redis server (on a cluster, a master), which
-// carries one call of the admission script, where the same batches asked
-// from as many goroutines would start a pipeline each while fewer than two
-// are out. A dispatcher that admits many tenants' tasks at once pays one
-// script call a server for them. A batch's error is its own; the others
-// are decided all the same.
+// carries one call of the admission script for up to MaxBatch IDs, where
+// the same batches asked from as many goroutines would start a pipeline
+// each while fewer than two are out. A dispatcher that admits many
+// tenants' tasks at once pays one script call a server for them. A
+// tenant's rejection held by the deny cache answers its batch at once; one
+// that is being asked again is asked again for this batch too, rather than
+// waited for. A batch's error is its own; the others are decided all the
+// same.
 func (g *Gate) AdmitBatches(ctx context.Context, batches []Batch) []BatchResult {
 	out := make([]BatchResult, len(batches))
 	if err := g.made(); err != nil {
@@ -39,11 +42,11 @@ func (g *Gate) AdmitBatches(ctx context.Context, batches []Batch) []BatchResult 
 		}
 		return out
 	}
-	g.warmQuotas(ctx, batches)
 	var (
-		asks  []*ask
-		preps []prepared
-		at    []int // each ask's batch
+		asks    []*ask
+		preps   []prepared
+		budgets []time.Duration // what each ask's decision has left for Redis, once prepared
+		at      []int           // each ask's batch
 	)
 	for i, b := range batches {
 		ids := b.IDs
@@ -53,9 +56,12 @@ func (g *Gate) AdmitBatches(ctx context.Context, batches []Batch) []BatchResult 
 		a, ds, err := g.asking(ctx, b.Tenant, ids, b.NotBefore, freshid.MadeAll(ctx, ids))
 		var p prepared
 		if a != nil {
+			// Sent only once every batch is prepared: its deny cache
+			// lookup must not wait for a probe that may be one of these.
+			a.together = true
 			var done bool
 			if ds, done, err = g.prepare(ctx, a, &p); !done {
-				asks, preps, at = append(asks, a), append(preps, p), append(at, i)
+				asks, preps, budgets, at = append(asks, a), append(preps, p), append(budgets, p.dl.left()), append(at, i)
 				continue
 			}
 		}
@@ -67,7 +73,7 @@ func (g *Gate) AdmitBatches(ctx context.Context, batches []Batch) []BatchResult 
 	rs := make([]*request, len(asks))
 	for j, a := range asks {
 		rs[j] = a.request()
-		rs[j].budget = preps[j].dl.left()
+		rs[j].budget = budgets[j]
 	}
 	dss, errs := g.commit.doAll(ctx, rs, g.forget)
 	for j, a := range asks {
@@ -79,21 +85,4 @@ func (g *Gate) AdmitBatches(ctx context.Context, batches []Batch) []BatchResult 
 		out[at[j]] = BatchResult{Decisions: ds, Err: g.causes.explain(err)}
 	}
 	return out
-}
-
-// warmQuotas looks up, in one round trip, the quotas of batches' tenants
-// that a RedisQuotas has not cached, so that AdmitBatches, which looks
-// each one up in turn, does not wait on Redis once a tenant.
-func (g *Gate) warmQuotas(ctx context.Context, batches []Batch) {
-	rq, ok := g.quotas.(*RedisQuotas)
-	if !ok || len(batches) < 2 {
-		return
-	}
-	tenants := make([]string, 0, len(batches))
-	for _, b := range batches {
-		if ValidateTenant(b.Tenant) == nil {
-			tenants = append(tenants, b.Tenant)
-		}
-	}
-	rq.quotaBatch(ctx, tenants)
 }

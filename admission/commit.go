@@ -381,9 +381,9 @@ func (c *committer) flushLoop(l *lane, forget func(*request)) {
 			c.mu.Unlock()
 			return
 		}
-		if len(batch) > c.maxBatch {
-			l.pending = append([]*request(nil), batch[c.maxBatch:]...)
-			batch = batch[:c.maxBatch]
+		if n := c.cut(batch); n < len(batch) {
+			l.pending = append([]*request(nil), batch[n:]...)
+			batch = batch[:n]
 		} else {
 			l.pending = nil
 		}
@@ -419,6 +419,21 @@ func (c *committer) flushLoop(l *lane, forget func(*request)) {
 		}
 		c.mu.Unlock()
 	}
+}
+
+// cut returns how many of the waiting requests pending one pipeline
+// sends: at most maxBatch, holding at most MaxBatch IDs in all (so that
+// no script call runs past the timeout), and at least one.
+func (c *committer) cut(pending []*request) int {
+	n, ids := 0, 0
+	for n < len(pending) && n < c.maxBatch {
+		ids += len(pending[n].ids)
+		if n > 0 && ids > MaxBatch {
+			break
+		}
+		n++
+	}
+	return n
 }
 
 // group is one script call's share of a batch: one tenant's requests, in

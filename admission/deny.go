@@ -89,10 +89,11 @@ func newDenyCache(max int, wait time.Duration) *denyCache {
 // lookup returns the rejection that holds for k at the local time now, if
 // any, and how long it waited. When one has just run out and another
 // request is at Redis for it, lookup waits for that one's answer (or ctx)
-// and looks again. A hint holds only at the granularity it was computed
+// and looks again; without wait it answers none then, and the caller goes
+// to Redis (AdmitBatches, whose own asks may be the probe, not yet sent). A hint holds only at the granularity it was computed
 // at, since rounding moves the slot a request could get (see
 // Gate.AtGranularity).
-func (c *denyCache) lookup(ctx context.Context, k denyKey, now time.Time) (denial, bool, time.Duration) {
+func (c *denyCache) lookup(ctx context.Context, k denyKey, now time.Time, wait bool) (denial, bool, time.Duration) {
 	if c == nil {
 		return denial{}, false, 0
 	}
@@ -111,7 +112,7 @@ func (c *denyCache) lookup(ctx context.Context, k denyKey, now time.Time) (denia
 		if probe == nil {
 			return denial{}, false, now.Sub(start) // this request goes
 		}
-		if !await(ctx, probe, by.Sub(now)) {
+		if !wait || !await(ctx, probe, by.Sub(now)) {
 			return denial{}, false, time.Since(start)
 		}
 		now = time.Now()

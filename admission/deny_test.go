@@ -21,11 +21,11 @@ func TestDenyCacheProbe(t *testing.T) {
 		t.Helper()
 		srv := time.Now()
 		c.put(denyKey{tenant, q, 1}, []Decision{{Now: srv}}, srv.Add(time.Millisecond), time.Now(), c.generation(tenant))
-		if _, ok, _ := c.lookup(t.Context(), denyKey{tenant, q, 1}, time.Now()); !ok {
+		if _, ok, _ := c.lookup(t.Context(), denyKey{tenant, q, 1}, time.Now(), true); !ok {
 			t.Fatal("a fresh rejection was not answered from the cache")
 		}
 		time.Sleep(2 * time.Millisecond)
-		if _, ok, _ := c.lookup(t.Context(), denyKey{tenant, q, 1}, time.Now()); ok {
+		if _, ok, _ := c.lookup(t.Context(), denyKey{tenant, q, 1}, time.Now(), true); ok {
 			t.Fatal("a rejection that ran out still answered")
 		}
 	}
@@ -39,7 +39,7 @@ func TestDenyCacheProbe(t *testing.T) {
 		t.Helper()
 		ch := make(chan answer, 1)
 		go func() {
-			d, ok, _ := c.lookup(ctx, denyKey{tenant, q, 1}, time.Now())
+			d, ok, _ := c.lookup(ctx, denyKey{tenant, q, 1}, time.Now(), true)
 			ch <- answer{d, ok}
 		}()
 		select {
@@ -68,7 +68,7 @@ func TestDenyCacheProbe(t *testing.T) {
 		if a := <-ch; a.ok {
 			t.Fatalf("waiter = %+v, want it sent to Redis", a)
 		}
-		if _, ok, _ := c.lookup(t.Context(), denyKey{tenant, q, 1}, time.Now()); ok {
+		if _, ok, _ := c.lookup(t.Context(), denyKey{tenant, q, 1}, time.Now(), true); ok {
 			t.Fatal("the run-out rejection outlived the probe")
 		}
 	})
@@ -119,7 +119,7 @@ func TestDenyCacheProbe(t *testing.T) {
 		// Room for one more, and nothing cached: the next request goes,
 		// and the one after waits for its answer.
 		c.put(denyKey{tenant, q, 1}, []Decision{{Now: time.Now(), Outcome: Admitted, Remaining: 1}}, time.Time{}, time.Now(), c.generation(tenant))
-		if _, ok, _ := c.lookup(t.Context(), denyKey{tenant, q, 1}, time.Now()); ok {
+		if _, ok, _ := c.lookup(t.Context(), denyKey{tenant, q, 1}, time.Now(), true); ok {
 			t.Fatal("a request with room was answered locally")
 		}
 		ch := waiter(t, t.Context(), c)
@@ -134,7 +134,7 @@ func TestDenyCacheProbe(t *testing.T) {
 		c.put(denyKey{tenant, q, 1}, []Decision{{Now: time.Now(), Outcome: Admitted, Remaining: 1}}, time.Time{}, time.Now(), c.generation(tenant))
 		c.put(denyKey{tenant, q, 1}, []Decision{{Now: time.Now(), Outcome: Admitted, Remaining: nearFull}}, time.Time{}, time.Now(), c.generation(tenant))
 		for range 3 {
-			if _, ok, _ := c.lookup(t.Context(), denyKey{tenant, q, 1}, time.Now()); ok {
+			if _, ok, _ := c.lookup(t.Context(), denyKey{tenant, q, 1}, time.Now(), true); ok {
 				t.Fatal("a request with room was answered locally")
 			}
 		}

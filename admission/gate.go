@@ -50,7 +50,7 @@ type Gate struct {
 
 // errNotMade is what a Gate that New did not make answers, where a call
 // on it would otherwise panic: a zero Gate never reads as admitted.
-var errNotMade = errors.New("admission: the Gate was not made by New")
+var errNotMade = errors.New("admitq: the Gate was not made by admission.New")
 
 // made returns errNotMade for a nil or zero Gate.
 func (g *Gate) made() error {
@@ -128,12 +128,20 @@ func (g *Gate) Close() error {
 }
 
 // Granularity returns how deferred slots are rounded up.
-func (g *Gate) Granularity() time.Duration { return time.Duration(g.gran) * time.Microsecond }
+func (g *Gate) Granularity() time.Duration {
+	if g == nil {
+		return 0
+	}
+	return time.Duration(g.gran) * time.Microsecond
+}
 
 // AtGranularity returns a Gate that shares g's Redis client, quotas and
 // state but rounds deferred slots up to a whole multiple of d (see
 // WithGranularity). enqueue uses it to get asynq's one second.
 func (g *Gate) AtGranularity(d time.Duration) *Gate {
+	if g == nil {
+		return nil
+	}
 	c := *g
 	c.gran = max(d, time.Microsecond).Microseconds()
 	return &c
@@ -163,7 +171,8 @@ func (g *Gate) AdmitID(ctx context.Context, tenant, id string) (Decision, error)
 // MaxBatch is the most IDs one AdmitBatch or AdmitBatchAt call, or one
 // Batch of AdmitBatches, decides: about 30 ms of Redis's time in one script
 // call, within the gate's default timeout with room to spare. A larger
-// batch is ErrBatchTooLarge; split it.
+// batch is ErrBatchTooLarge; split it. The group commit sends at most
+// MaxBatch IDs in a pipeline, whatever its callers ask at once.
 const MaxBatch = 10_000
 
 // AdmitBatch decides len(ids) requests for tenant in one Redis round trip,
@@ -275,6 +284,7 @@ type ask struct {
 	gran      int64
 	ids       []string
 	fresh     bool   // the gate generated ids: no one else can ask for them
+	together  bool   // AdmitBatches asks it with others, sent only once all are prepared
 	notBefore int64  // Redis time µs; 0 when the work runs as soon as admitted
 	master    string // on a cluster, the address of key's master ("": not known)
 }
@@ -454,14 +464,14 @@ func (g *Gate) cached(ctx context.Context, a *ask, now time.Time, dl *deadline) 
 	if a.notBefore != 0 {
 		return nil, false
 	}
-	d, ok, waited := g.deny.lookup(ctx, a.denyKey(), now)
+	d, ok, waited := g.deny.lookup(ctx, a.denyKey(), now, !a.together)
 	if waited > 0 {
 		dl.start(now)
 	}
 	if !ok || !a.fresh && a.q.Mode != Counter && g.held(ctx, a, dl.start(time.Now())) {
 		return nil, false
 	}
-	if waited == 0 { // a caller that waited for a probe has let the gate's replies in already
+	if waited == 0 && !a.together { // a caller that waited for a probe has let the gate's replies in already
 		g.yieldLocal()
 	}
 	// now, not a fresh reading: on a busy producer time.Now is a sizeable

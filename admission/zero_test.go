@@ -47,6 +47,10 @@ func TestAZeroGateAnswersWithAnError(t *testing.T) {
 			if err := g.Close(); err != nil {
 				t.Errorf("Close: %v", err)
 			}
+			_, _, _, _ = g.Prefix(), g.Timeout(), g.Redis(), g.Granularity()
+			if _, err := g.AtGranularity(time.Second).Admit(ctx, "acme"); err == nil {
+				t.Error("AtGranularity's Admit: no error")
+			}
 		})
 	}
 }

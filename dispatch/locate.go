@@ -656,8 +656,6 @@ func globEscape(s string) string {
 	return b.String()
 }
 
-// taskHeader returns header name of an asynq task message (asynq's
-// TaskMessage protobuf, whose field 15 is its headers map), or "".
 // taskDeadline reads the asynq.Deadline of task message msg (field 9,
 // unix seconds) in µs: 0 when it has none, or msg does not parse.
 func taskDeadline(msg []byte) int64 {
@@ -683,6 +681,8 @@ func taskDeadline(msg []byte) int64 {
 	return 0
 }
 
+// taskHeader returns header name of an asynq task message (asynq's
+// TaskMessage protobuf, whose field 15 is its headers map), or "".
 func taskHeader(msg []byte, name string) string {
 	const headers = 15
 	for len(msg) > 0 {

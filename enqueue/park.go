@@ -130,9 +130,9 @@ func (c *Client) WhyParked(ctx context.Context, info *asynq.TaskInfo) string {
 
 // parkFailed is the error of a park that failed with err before its task
 // was written: admission.ErrUnavailable's (Redis failed it), but for the
-// caller's context that ended (ctx's error, as the gate returns it) and a
-// gate prefix the dispatcher refuses (dispatch.ErrInvalidPrefix), which are
-// no outage of Redis.
+// caller's context that ended (ctx's error, as the gate returns it), a
+// gate prefix the dispatcher refuses (dispatch.ErrInvalidPrefix) and a task
+// it refuses (dispatch.ErrInvalidTask), which are no outage of Redis.
 func parkFailed(ctx context.Context, p prepared, err error) error {
 	err = withCancel(ctx, err)
 	if ctx.Err() != nil || errors.Is(err, dispatch.ErrInvalidPrefix) || errors.Is(err, dispatch.ErrInvalidTask) {

@@ -183,19 +183,21 @@ local function owned(id, e)
   call('ZADD', own, entryAt(e), id)
 end
 
--- stale reports whether waiting entry e of task id is not the latest of
--- its ID (see own): the ID was enqueued again after e's task left asynq.
+-- stale reports whether waiting entry e of task id is older than the
+-- latest entry of its ID (see own): the ID was enqueued again after e's
+-- task left asynq. An entry as new or newer passes: the latest itself, one
+-- a rollback put back (requeue), or one an older version's park wrote
+-- beside a record it could not know.
 local function stale(id, e)
   if not hasOwn() then
     return false
   end
   local at = call('ZSCORE', own, id)
-  return at ~= false and toint(at) ~= entryAt(e)
+  return at ~= false and entryAt(e) < toint(at)
 end
 
--- disown forgets task id's record: its task left run, or waits again
--- under an entry of a new park time (a rollback), which no older entry of
--- the ID may then pass for.
+-- disown forgets task id's record once its task left asynq's hands or its
+-- last entry is dropped: an older entry of the ID finds no task to let in.
 local function disown(id)
   if hasOwn() then
     call('ZREM', own, id)
@@ -1120,11 +1122,14 @@ end
 local function requeue(id, r)
   local _, _, _, T, f = runEntry(r)
   local d = call('HGET', deadlines, id) -- it waits again, with its deadline
-  disown(id)
+  local o = hasOwn() and call('ZSCORE', own, id) -- and older entries of its ID stay stale
   push(T, f, '0|' .. nowS .. '|0|' .. id, true)
   free(id, r)
   if d then
     call('HSET', deadlines, id, d)
+  end
+  if o then
+    call('ZADD', own, o, id)
   end
 end
 
@@ -1177,6 +1182,8 @@ local function recall()
       end
     elseif now - math.max(tonumber(at), tonumber(nb)) > LIMBO then
       fromLimbo(T, m)
+      disown(id) -- not stale (above): the ID's record is this entry's
+      call('HDEL', deadlines, id)
       settle(T)
     else
       call('ZADD', limbo, now + math.max(1000, now - tonumber(at)), m)

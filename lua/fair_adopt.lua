@@ -25,6 +25,8 @@ for _ = 1, tonumber(ARGV[3]) do
     grant(T, id, nil, math.max(toint(call('HGET', th, 'tag')), floor), 'p', f)
     if d > 0 then
       call('HSET', deadlines, id, d)
+    else
+      call('HDEL', deadlines, id) -- an earlier task's of the ID
     end
     refresh(T)
     adopted = adopted + 1

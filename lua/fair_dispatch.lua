@@ -131,8 +131,8 @@ local function finish(id, ran, done, cap, wm, paused, hold, key)
     c.n, c.left = math.max(c.n - 1, 0), true
     entries[id] = false
     add(leaving, id)
-    if unowned then
-      add(unowned, id) -- its ID's record (own) goes with it
+    if unowned and not rollback then
+      add(unowned, id) -- its ID's record (own) goes with it; a rollback keeps it (requeue)
     end
     if not rollback and hasDeadlines() then
       add(undated, id) -- a rollback waits again, with its deadline

@@ -109,6 +109,8 @@ if not later and paused ~= '1' and (cap == 0 or n < cap) and (waiting == 0 or (h
     grant(T, id, nil, start, nil, f)
     if tonumber(ARGV[11]) > 0 then
       call('HSET', deadlines, id, ARGV[11]) -- overdue in asynq's retry set, it frees its place
+    elseif not newID then
+      call('HDEL', deadlines, id) -- an earlier task's of the ID
     end
     if waiting > 0 then
       refresh(T) -- its waiting tasks wait on keys: at its new tag
@@ -134,6 +136,8 @@ if not same then
 end
 if tonumber(ARGV[11]) > 0 then
   call('HSET', deadlines, id, ARGV[11])
+elseif not newID then
+  call('HDEL', deadlines, id) -- an earlier task's of the ID
 end
 if not newID then
   owned(id, e) -- the latest entry of the caller's ID (see own)

@@ -97,3 +97,44 @@ func TestFairCarriesItsParkAndTurn(t *testing.T) {
 		}
 	}
 }
+
+// A top-level local of the prelude is seen only below its declaration:
+// called above it, inside a function, it is a global, which Redis
+// Functions refuse when the line runs (rarely, for a rare branch). No
+// function of the prelude calls one declared below it.
+func TestFairPreludeNamesNoLocalBeforeItsDeclaration(t *testing.T) {
+	src := FairPrelude()
+	decl := regexp.MustCompile(`(?m)^local (?:function )?([A-Za-z_][A-Za-z_0-9]*(?:, *[A-Za-z_][A-Za-z_0-9]*)*)`)
+	lines := strings.Split(src, "\n")
+	declared := map[string]int{} // name -> line of its declaration
+	for i, line := range lines {
+		if m := decl.FindStringSubmatch(line); m != nil {
+			for _, name := range strings.Split(m[1], ",") {
+				declared[strings.TrimSpace(name)] = i
+			}
+		}
+	}
+	if len(declared) < 50 {
+		t.Fatalf("found %d top-level locals: the pattern is wrong", len(declared))
+	}
+	// a call of a name, not of a field (.name( or :name()
+	call := regexp.MustCompile(`(?:^|[^.:A-Za-z_0-9])([A-Za-z_][A-Za-z_0-9]*)\(`)
+	quoted := regexp.MustCompile(`'[^']*'`)
+	calls := 0
+	for i, line := range lines {
+		code, _, _ := strings.Cut(line, "--")
+		for _, m := range call.FindAllStringSubmatch(quoted.ReplaceAllString(code, "''"), -1) {
+			at, ok := declared[m[1]]
+			if !ok {
+				continue
+			}
+			calls++
+			if at > i {
+				t.Errorf("fair.lua line %d calls %s, declared at line %d below it: there it is a global", i+1, m[1], at+1)
+			}
+		}
+	}
+	if calls < 100 {
+		t.Fatalf("found %d calls of the prelude's functions: the pattern is wrong", calls)
+	}
+}
