@@ -192,19 +192,7 @@ func TestAStalledRedisFailsModeInTheGatesTimeout(t *testing.T) {
 // its last retry, and the tenant's next task runs. (Before, the next task
 // waited out the whole retry schedule.)
 func TestAnOverdueRetryFreesItsPlace(t *testing.T) {
-	s := newStack(t, generous)
-	s.setQuota("fa", admission.Quota{Limit: 100_000, Window: time.Second, MaxInFlight: 1})
-	w := newKeyWatch()
-	wk := worker.NewFromRedis(s.rdb, worker.Config{
-		Queues: map[string]int{"default": 1}, Concurrency: 1, Gate: s.gate, Fair: true,
-		RetryDelayFunc:  func(int, error, *asynq.Task) time.Duration { return time.Hour },
-		ShutdownTimeout: 2 * time.Second,
-	})
-	if err := wk.Start(w); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(wk.Shutdown)
-	time.Sleep(1100 * time.Millisecond) // the queue is served
+	s, w := overdueStack(t)
 	for i := 0; ; i++ {
 		if w.put(t, s.client, "default", "o", fmt.Sprintf("o%d", i), "700ms", nil).Outcome == admission.Parked {
 			break
@@ -384,19 +372,7 @@ func TestFIFOHoldsWhenTheRateDefersACappedTenant(t *testing.T) {
 // deadline was recorded only for a task that waited, and the tenant stood
 // still through the retries' backoff.
 func TestAnOverdueRetryThatWentStraightInFreesItsPlace(t *testing.T) {
-	s := newStack(t, generous)
-	s.setQuota("fa", admission.Quota{Limit: 100_000, Window: time.Second, MaxInFlight: 1})
-	w := newKeyWatch()
-	wk := worker.NewFromRedis(s.rdb, worker.Config{
-		Queues: map[string]int{"default": 1}, Concurrency: 1, Gate: s.gate, Fair: true,
-		RetryDelayFunc:  func(int, error, *asynq.Task) time.Duration { return time.Hour },
-		ShutdownTimeout: 2 * time.Second,
-	})
-	if err := wk.Start(w); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(wk.Shutdown)
-	time.Sleep(1100 * time.Millisecond) // the queue is served
+	s, w := overdueStack(t)
 	w.put(t, s.client, "default", "o", "o1", "1500ms", nil)
 	eventually(t, 5*time.Second, "o1 holds the worker", func() bool { return w.ran("o1") == 1 })
 	if d := w.put(t, s.client, "default", "fa", "y", "1ms", nil, asynq.Deadline(time.Now().Add(500*time.Millisecond))); d.Outcome != admission.Admitted {
@@ -412,4 +388,24 @@ func TestAnOverdueRetryThatWentStraightInFreesItsPlace(t *testing.T) {
 	if info, err := s.ins.GetTaskInfo("default", "y"); err != nil || info.State != asynq.TaskStateArchived {
 		t.Errorf("y: %+v, %v; want it archived", info, err)
 	}
+}
+
+// overdueStack serves a fair queue with one worker whose retries wait an
+// hour, and caps tenant fa at 1, for the tests of overdue retries.
+func overdueStack(t *testing.T) (*stack, *keyWatch) {
+	t.Helper()
+	s := newStack(t, generous)
+	s.setQuota("fa", admission.Quota{Limit: 100_000, Window: time.Second, MaxInFlight: 1})
+	w := newKeyWatch()
+	wk := worker.NewFromRedis(s.rdb, worker.Config{
+		Queues: map[string]int{"default": 1}, Concurrency: 1, Gate: s.gate, Fair: true,
+		RetryDelayFunc:  func(int, error, *asynq.Task) time.Duration { return time.Hour },
+		ShutdownTimeout: 2 * time.Second,
+	})
+	if err := wk.Start(w); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wk.Shutdown)
+	time.Sleep(1100 * time.Millisecond) // the queue is served
+	return s, w
 }

@@ -307,17 +307,8 @@ func TestAStaleEntryOfAReusedIDLetsNothingIn(t *testing.T) {
 	for _, where := range []string{"line", "limbo"} {
 		t.Run(where, func(t *testing.T) {
 			s := newStack(t, capped1)
-			s.setQuota("u", admission.Quota{Limit: admission.NoLimit, Paused: true})
-			s.startWorker(4, true)
 			ctx := context.Background()
-			s.put("t", "x", "block")
-			eventually(t, 5*time.Second, "x holds t's cap", func() bool { return s.ran("x") == 1 })
-			if d := s.put("t", "a", "10ms"); d.Outcome != admission.Parked {
-				t.Fatalf("a: %v, want parked behind x", d.Outcome)
-			}
-			if err := s.ins.DeleteTask("default", "a"); err != nil {
-				t.Fatal(err)
-			}
+			parkAndDelete(t, s)
 			if where == "limbo" {
 				s.unblock("x") // a's turn finds its task missing: limbo
 				eventually(t, 5*time.Second, "a's entry is in limbo", func() bool {
@@ -382,5 +373,22 @@ func TestAnActiveTaskWhoseLeaseRanOutFreesItsPlace(t *testing.T) {
 	}
 	if n := s.ran("x"); n != 0 {
 		t.Errorf("x ran %d times; asynq's recoverer retries it in its own time", n)
+	}
+}
+
+// parkAndDelete pauses tenant u, serves the queue, holds t's cap of 1
+// with x (which blocks), parks t's task a behind it and deletes a as an
+// operator would: its entry stays in t's line.
+func parkAndDelete(t *testing.T, s *stack) {
+	t.Helper()
+	s.setQuota("u", admission.Quota{Limit: admission.NoLimit, Paused: true})
+	s.startWorker(4, true)
+	s.put("t", "x", "block")
+	eventually(t, 5*time.Second, "x holds t's cap", func() bool { return s.ran("x") == 1 })
+	if d := s.put("t", "a", "10ms"); d.Outcome != admission.Parked {
+		t.Fatalf("a: %v, want parked behind x", d.Outcome)
+	}
+	if err := s.ins.DeleteTask("default", "a"); err != nil {
+		t.Fatal(err)
 	}
 }

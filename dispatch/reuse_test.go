@@ -85,17 +85,8 @@ func TestAnEntryNewerThanItsIDsRecordIsNotStale(t *testing.T) {
 func TestARollbackKeepsOlderEntriesOfItsIDStale(t *testing.T) {
 	s := newStack(t, capped1)
 	s.setQuota("t", admission.Quota{Limit: admission.NoLimit, MaxInFlight: 1})
-	s.setQuota("u", admission.Quota{Limit: admission.NoLimit, Paused: true})
-	s.startWorker(4, true)
 	ctx := context.Background()
-	s.put("t", "x", "block")
-	eventually(t, 5*time.Second, "x holds t's cap", func() bool { return s.ran("x") == 1 })
-	if d := s.put("t", "a", "10ms"); d.Outcome != admission.Parked {
-		t.Fatalf("a: %v, want parked behind x", d.Outcome)
-	}
-	if err := s.ins.DeleteTask("default", "a"); err != nil {
-		t.Fatal(err)
-	}
+	parkAndDelete(t, s)
 	if d := s.put("u", "a", "10ms"); d.Outcome != admission.Parked {
 		t.Fatalf("a again, for paused u: %v, want parked", d.Outcome)
 	}
