@@ -77,11 +77,16 @@ func (g *Gate) AdmitBatches(ctx context.Context, batches []Batch) []BatchResult 
 	}
 	dss, errs := g.commit.doAll(ctx, rs, g.forget)
 	for j, a := range asks {
+		var hint time.Time
 		err := errs[j]
 		if err != nil {
+			// An abandoned request may still be answered meanwhile: only
+			// an answered one's fields are the caller's to read (remote).
 			err = callError(ctx, "admit", a.tenant, err)
+		} else {
+			hint = rs[j].hint
 		}
-		ds, err := g.conclude(a, &preps[j], dss[j], rs[j].hint, err)
+		ds, err := g.conclude(a, &preps[j], dss[j], hint, err)
 		out[at[j]] = BatchResult{Decisions: ds, Err: g.causes.explain(err)}
 	}
 	return out

@@ -1,6 +1,8 @@
 package admission_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -72,6 +74,33 @@ func TestAdmitBatchesOfMaxBatchEachStayWithinTheTimeout(t *testing.T) {
 	for i, r := range g.AdmitBatches(ctx, batches) {
 		if r.Err != nil {
 			t.Errorf("batch %d of %d IDs (at most MaxBatch): %v", i, len(batches[i].IDs), r.Err)
+		}
+	}
+}
+
+// TestAdmitBatchesLeavesAnAbandonedRequestAlone: a caller whose context
+// ends while its pipeline is out gets its context's error (or the answer,
+// when that comes first), and AdmitBatches reads nothing of a request it
+// abandoned, which the pipeline's late answer writes (it read its retry
+// hint: a data race under -race).
+func TestAdmitBatchesLeavesAnAbandonedRequestAlone(t *testing.T) {
+	_, hook, g := holdingGate(t)
+	if _, err := g.Admit(t.Context(), "warm"); err != nil { // the version check and the script's load
+		t.Fatal(err)
+	}
+	hook.armed.Store(true)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan []admission.BatchResult)
+	go func() {
+		done <- g.AdmitBatches(ctx, []admission.Batch{{Tenant: "a", IDs: []string{"1"}}, {Tenant: "b", IDs: []string{"2"}}})
+	}()
+	<-hook.held
+	cancel()
+	close(hook.release) // the late answer, unordered with the caller's return
+	res := <-done
+	for _, r := range res {
+		if !errors.Is(r.Err, context.Canceled) && (r.Err != nil || len(r.Decisions) != 1) {
+			t.Errorf("%+v, want context.Canceled, or the answer when it came first", r)
 		}
 	}
 }
