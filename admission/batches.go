@@ -53,15 +53,15 @@ func (g *Gate) AdmitBatches(ctx context.Context, batches []Batch) []BatchResult 
 		if ids == nil {
 			ids = []string{} // as AdmitBatchAt: nil asks for a generated ID
 		}
-		a, ds, err := g.asking(ctx, b.Tenant, ids, b.NotBefore, freshid.MadeAll(ctx, ids))
+		a, ds, ok, err := g.asking(ctx, b.Tenant, ids, b.NotBefore, freshid.MadeAll(ctx, ids))
 		var p prepared
-		if a != nil {
+		if ok {
 			// Sent only once every batch is prepared: its deny cache
 			// lookup must not wait for a probe that may be one of these.
 			a.together = true
 			var done bool
-			if ds, done, err = g.prepare(ctx, a, &p); !done {
-				asks, preps, budgets, at = append(asks, a), append(preps, p), append(budgets, p.dl.left()), append(at, i)
+			if ds, done, err = g.prepare(ctx, &a, &p); !done {
+				asks, preps, budgets, at = append(asks, &a), append(preps, p), append(budgets, p.dl.left()), append(at, i)
 				continue
 			}
 		}

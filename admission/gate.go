@@ -218,28 +218,29 @@ func (g *Gate) admitBatch(ctx context.Context, tenant string, ids []string, notB
 		return nil, err
 	}
 	defer func() { err = g.causes.explain(err) }()
-	a, ds, err := g.asking(ctx, tenant, ids, notBefore, fresh)
-	if a == nil {
+	a, ds, ok, err := g.asking(ctx, tenant, ids, notBefore, fresh)
+	if !ok {
 		return ds, err
 	}
-	return g.decide(ctx, a)
+	return g.decide(ctx, &a)
 }
 
 // asking checks admitBatch's request and looks its tenant's quota up. It
-// returns the ask for decide, or nil and the answer where none is needed:
-// an error, no IDs, or decisions made without Redis (a quota without a
-// rate limit, or one guessed while Redis is away).
-func (g *Gate) asking(ctx context.Context, tenant string, ids []string, notBefore time.Time, fresh bool) (*ask, []Decision, error) {
+// returns the ask for decide and true, or false and the answer where none
+// is needed: an error, no IDs, or decisions made without Redis (a quota
+// without a rate limit, or one guessed while Redis is away). The ask is a
+// value, so that it stays on the caller's stack (see decide).
+func (g *Gate) asking(ctx context.Context, tenant string, ids []string, notBefore time.Time, fresh bool) (ask, []Decision, bool, error) {
 	if err := validate(tenant, ids); err != nil {
-		return nil, nil, err
+		return ask{}, nil, false, err
 	}
 	if ids != nil && len(ids) == 0 {
-		return nil, nil, nil
+		return ask{}, nil, false, nil
 	}
 	if ctx.Err() != nil {
 		// Already over: not decided, so nothing is recorded, whatever the
 		// deny cache or a racing group commit would have answered.
-		return nil, nil, callError(ctx, "admit", tenant, ctx.Err())
+		return ask{}, nil, false, callError(ctx, "admit", tenant, ctx.Err())
 	}
 	q, err := g.quota(ctx, tenant)
 	var guess *guessedQuotaError
@@ -248,19 +249,19 @@ func (g *Gate) asking(ctx context.Context, tenant string, ids []string, notBefor
 		// locally, never to record slots in Redis.
 		g.brk.failure(err, time.Now())
 		ds, err := g.withoutRedis(tenant, guess.q, orNew(ids, g.ids, guess.q), time.Now(), err)
-		return nil, ds, err
+		return ask{}, ds, false, err
 	}
 	if err != nil {
-		return nil, nil, err
+		return ask{}, nil, false, err
 	}
 	if q.Unlimited() {
-		return nil, unlimited(tenant, orNew(ids, g.ids, q), time.Now()), nil
+		return ask{}, unlimited(tenant, orNew(ids, g.ids, q), time.Now()), false, nil
 	}
 	if err := g.checkVersion(ctx); err != nil {
-		return nil, nil, err
+		return ask{}, nil, false, err
 	}
 	ids = orNew(ids, g.ids, q)
-	return &ask{tenant: tenant, key: windowKey(g.opts.prefix, tenant, q), q: q, gran: g.gran, ids: ids, fresh: fresh, notBefore: notBeforeMicros(notBefore)}, nil, nil
+	return ask{tenant: tenant, key: windowKey(g.opts.prefix, tenant, q), q: q, gran: g.gran, ids: ids, fresh: fresh, notBefore: notBeforeMicros(notBefore)}, nil, true, nil
 }
 
 // unlimited admits ids for tenant, whose quota has no rate limit
